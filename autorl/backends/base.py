@@ -1,0 +1,169 @@
+"""The backend protocol: how the controller launches and stops one trial.
+
+Lifecycle, per trial, all called from the controller process:
+
+1. ``plan(spec)`` -> ``LaunchPlan``: pure; writes nothing but the files the run
+   needs under ``spec.run_dir``; ``autorl train --dry-run`` prints it.
+2. ``start(plan)`` -> ``RunHandle``: launches the trial outside the controller's
+   process (a child process group, or a Ray job) and returns at once.
+3. The controller polls ``handle.poll()`` and ``handle.metrics()`` until the run
+   exits, and calls ``handle.cancel()`` on early abort, timeout, budget end or
+   Ctrl-C.
+
+Backends that run a local command share ``LocalProcess``; a backend only needs a
+``plan``. Metrics always come back in autorl's schema (``autorl.metrics``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autorl.metrics import JsonlTail
+
+
+class TrialSpec(BaseModel):
+    """Everything a backend needs to plan one trial."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    attempt: str = Field(description="Attempt name, e.g. 'attempt-07-lr-3e-4'.")
+    recipe: Any = Field(description="The validated autorl.recipe.Recipe for this trial.")
+    worktree: Path = Field(description="Directory the trial runs in (its commit's checkout).")
+    run_dir: Path = Field(description="Where logs, metrics and run files go.")
+    cache_dir: Path = Field(description="Workspace cache (base models, datasets).")
+    seed: int | None = Field(None, description="Seed override for this trial (baseline repeats).")
+
+
+class LaunchPlan(BaseModel):
+    """A command to run, exactly: argv (no shell), env additions, cwd."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    argv: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str
+    log_path: str
+    metrics_path: str
+    metrics_format: str = Field("jsonl", description="jsonl | tensorboard | trainer_state | stdout_dicts | openrlhf")
+    metric_map: dict[str, str] = Field(default_factory=dict, description="Rename the script's keys onto autorl's.")
+    backend: str = "embedded"
+    shell: bool = Field(False, description="Run through /bin/sh (only when the recipe asks; values are quoted).")
+    ray_address: str | None = None
+    resources: dict[str, float] = Field(default_factory=dict)
+
+
+class RunHandle(Protocol):
+    def poll(self) -> int | None:
+        """Exit code when finished, else None."""
+
+    def cancel(self, grace_s: float = 5.0) -> None:
+        """SIGTERM (or stop the job), then SIGKILL after ``grace_s``."""
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """New metric records since the last call, in autorl's schema."""
+
+    def last_activity(self) -> float:
+        """time.time() of the last output or metric (for the hang watchdog)."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def plan(self, spec: TrialSpec) -> LaunchPlan: ...
+
+    def start(self, plan: LaunchPlan) -> RunHandle: ...
+
+
+class LocalProcess:
+    """A child process in its own process group; stdout+stderr to the log file."""
+
+    def __init__(self, plan: LaunchPlan, reader: Callable[[], list[dict]] | None = None):
+        self.plan = plan
+        Path(plan.log_path).parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(plan.log_path, "ab", buffering=0)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **plan.env}
+        self.proc = subprocess.Popen(
+            plan.argv if not plan.shell else ["/bin/sh", "-c", plan.argv[0]],
+            cwd=plan.cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        self.pid = self.proc.pid
+        self._reader = reader or JsonlTail(plan.metrics_path).poll
+        self._activity = time.time()
+        self._log_size = 0
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is not None and not self._log.closed:
+            self._log.close()
+        return code
+
+    def metrics(self) -> list[dict[str, Any]]:
+        recs = self._reader()
+        if recs:
+            self._activity = time.time()
+        return recs
+
+    def last_activity(self) -> float:
+        size = _size(self.plan.log_path)
+        if size != self._log_size:
+            self._log_size, self._activity = size, time.time()
+        return self._activity
+
+    def cancel(self, grace_s: float = 5.0) -> None:
+        kill_group(self.pid, grace_s, self.proc.poll)
+        self.proc.wait()
+        self.poll()
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def kill_group(pid: int, grace_s: float, poll: Callable[[], int | None] | None = None) -> None:
+    """SIGTERM the process group of ``pid``, then SIGKILL it after ``grace_s``."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            if poll is not None and poll() is not None and not _group_alive(pid):
+                return
+            if poll is None and not _group_alive(pid):
+                return
+            time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+BACKENDS = {
+    "embedded": "autorl.backends.embedded:EmbeddedBackend",
+    "command": "autorl.backends.command:CommandBackend",
+    "openrlhf": "autorl.backends.openrlhf:OpenRLHFBackend",
+    "trl": "autorl.backends.trl:TRLBackend",
+}
+
+
+def get_backend(name: str, **options: Any) -> Backend:
+    """Instantiate a backend by name (imports it lazily)."""
+    module, _, attr = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)(**options)

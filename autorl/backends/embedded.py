@@ -1,0 +1,36 @@
+"""The embedded backend: runs ``python -m autorl.engine`` as a child process."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from autorl.backends.base import LaunchPlan, LocalProcess, TrialSpec
+
+
+class EmbeddedBackend:
+    """Plans a run of the embedded GRPO engine on the trial's resolved recipe."""
+
+    name = "embedded"
+
+    def __init__(self, extra_env: dict[str, str] | None = None):
+        self.extra_env = extra_env or {}
+
+    def plan(self, spec: TrialSpec) -> LaunchPlan:
+        run_dir = Path(spec.run_dir)
+        params = dict(spec.recipe.train)
+        if spec.seed is not None:
+            params["seed"] = spec.seed
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_path = run_dir / "engine_config.json"
+        config_path.write_text(json.dumps(params, indent=1, sort_keys=True))
+        argv = [sys.executable, "-m", "autorl.engine", "--config", str(config_path),
+                "--metrics-out", str(run_dir / "metrics.jsonl"), "--cache-dir", str(spec.cache_dir)]
+        plan = LaunchPlan(argv=argv, env=dict(self.extra_env), cwd=str(spec.worktree),
+                          log_path=str(run_dir / "train.log"), metrics_path=str(run_dir / "metrics.jsonl"),
+                          backend=self.name)
+        return plan
+
+    def start(self, plan: LaunchPlan) -> LocalProcess:
+        return LocalProcess(plan)

@@ -1,0 +1,258 @@
+"""Recipes: the YAML file that says what to train, what to search and how to judge.
+
+A recipe is validated once, here, into a :class:`Recipe`. Its ``train`` block is
+validated by the backend's own parameter model (``PARAMS_MODELS``), so a typo in
+``train.lr`` or a negative value fails before anything launches.
+
+    name: addition-default
+    backend: embedded
+    train: {lr: 1.0e-4, eps_clip: 0.2, kl_coef: 0.0, gens: 8, ...}
+    search:
+      lr: {low: 1.0e-6, high: 1.0e-2, log: true}
+      gens: {choices: [4, 8, 16]}
+    objective: {metric: eval/id/greedy_pass@1, direction: maximize, reduction: last}
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autorl.errors import RecipeError
+
+PARAMS_MODELS = {
+    "embedded": "autorl.engine.config:EngineConfig",
+    "command": "autorl.backends.command:CommandParams",
+    "openrlhf": "autorl.backends.openrlhf:OpenRLHFParams",
+    "trl": "autorl.backends.trl:TRLParams",
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchParam(_Model):
+    """One searched key: a float/int range, or a list of choices."""
+
+    low: float | None = Field(None, description="Lower bound (inclusive).")
+    high: float | None = Field(None, description="Upper bound (inclusive).")
+    log: bool = Field(False, description="Sample on a log scale (low must be > 0).")
+    int: bool = Field(False, description="Integer range.")
+    choices: list[Any] | None = Field(None, description="Categorical choices (instead of low/high).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SearchParam":
+        if self.choices is not None:
+            if not self.choices:
+                raise ValueError("choices is empty: list at least one value")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("give low and high, or choices")
+        if self.low > self.high:
+            raise ValueError(f"low {self.low} > high {self.high}: swap them")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log scale needs low > 0 (got {self.low})")
+        return self
+
+
+class Objective(_Model):
+    """What a trial is scored on."""
+
+    metric: str = Field("eval/id/greedy_pass@1", description="Metric key from the run's eval lines (or step lines).")
+    direction: Literal["maximize", "minimize"] = Field("maximize", description="Whether larger is better.")
+    reduction: Literal["last", "best", "mean_last_k"] = Field("last", description="How the metric's series becomes one value.")
+    k: int = Field(3, ge=1, description="Window for mean_last_k.")
+
+
+class VerdictSettings(_Model):
+    """How a trial is judged against the baseline."""
+
+    min_effect: float = Field(0.0, ge=0, description="A trial is 'improved' only if the lower end of its 95% interval for the gain exceeds this.")
+    baseline_repeats: int = Field(2, ge=1, description="Times the baseline runs (different seeds) to measure seed-to-seed noise.")
+    bootstrap: int = Field(2000, ge=100, description="Paired bootstrap resamples.")
+
+
+class AbortRules(_Model):
+    """Early-abort thresholds (seed 004 smoke tests). A trial that trips one is PRUNED."""
+
+    enabled: bool = Field(True, description="Check live metrics and stop doomed trials.")
+    window: int = Field(8, ge=1, description="Steps a condition must hold from the start before it trips.")
+    reward_stuck_eps: float = Field(1e-9, ge=0, description="reward_mean within this of 0 or 1 counts as stuck.")
+    grad_norm_factor: float = Field(100.0, gt=0, description="grad_norm >= factor * max_grad_norm trips 'grad explosion'.")
+    truncated_rate: float = Field(0.5, ge=0, le=1, description="truncated_rate above this over the window trips.")
+    clip_ratio: float = Field(0.4, ge=0, le=1, description="clip_ratio above this from the start trips.")
+    pruner: bool = Field(True, description="Also ask Optuna's median pruner about intermediate eval values.")
+    silence_s: float = Field(120.0, gt=0, description="No new output or metric for this long = hang (watchdog).")
+
+
+class Recipe(_Model):
+    """A validated recipe."""
+
+    name: str = Field("recipe", description="Short name, used in slugs.")
+    description: str = Field("", description="Free text.")
+    backend: Literal["embedded", "command", "openrlhf", "trl"] = Field("embedded", description="Which backend runs the trials.")
+    train: dict[str, Any] = Field(default_factory=dict, description="Backend parameters (see the backend's parameter model).")
+    search: dict[str, SearchParam] = Field(default_factory=dict, description="Keys of train that the search may vary.")
+    objective: Objective = Field(default_factory=Objective)
+    verdict: VerdictSettings = Field(default_factory=VerdictSettings)
+    abort: AbortRules = Field(default_factory=AbortRules)
+    timeout_s: float = Field(300.0, gt=0, description="Per-trial wall-clock limit.")
+    full: dict[str, Any] = Field(default_factory=dict, description="train overrides for a promoted full run.")
+    hypothesis: str | None = Field(None, description="Hypothesis id this recipe tests (set by the controller).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Recipe":
+        model = params_model(self.backend)
+        self.train = _validate_params(model, self.train, "train")
+        for key in self.search:
+            if key not in self.train and key not in model.model_fields:
+                raise ValueError(f"search names '{key}', which train does not have: add it to train or remove it from search")
+        return self
+
+    def params(self) -> BaseModel:
+        """The train block as the backend's typed model."""
+        return params_model(self.backend).model_validate(self.train)
+
+    def with_train(self, **values: Any) -> "Recipe":
+        """A copy with train keys replaced (validated)."""
+        data = self.model_dump()
+        data["train"] = {**data["train"], **values}
+        return validate_recipe(data, source=self.name)
+
+
+def params_model(backend: str) -> type[BaseModel]:
+    """The pydantic model that validates ``train`` for ``backend``."""
+    module, _, attr = PARAMS_MODELS[backend].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _validate_params(model: type[BaseModel], train: dict, where: str) -> dict:
+    try:
+        typed = model.model_validate(train)
+    except ValidationError as exc:
+        raise ValueError(_first_error(exc, prefix=where)) from None
+    return typed.model_dump(exclude_unset=False, exclude_defaults=False, mode="json") | {}
+
+
+def _first_error(exc: ValidationError, prefix: str = "") -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    loc = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+    if err["type"] == "extra_forbidden":
+        return f"unknown key '{loc}': check the spelling (see `autorl recipe keys`)"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{loc}: {msg} (got {err.get('input')!r})" if loc else msg
+
+
+def validate_recipe(data: Any, source: str = "recipe") -> Recipe:
+    """Validate a recipe dict, raising RecipeError with one line naming the field."""
+    if not isinstance(data, dict):
+        raise RecipeError(f"{source}: a recipe is a YAML mapping, got {type(data).__name__}")
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(f"{source}: {_first_error(exc)}") from None
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Read, override (``key=value`` strings) and validate a recipe file."""
+    data = read_recipe_data(path)
+    for item in overrides or []:
+        apply_override(data, item)
+    return validate_recipe(data, source=str(path))
+
+
+def read_recipe_data(path: str | Path) -> dict:
+    """The raw YAML mapping of a recipe file."""
+    p = Path(path)
+    if not p.is_file():
+        raise RecipeError(f"recipe file {p} not found: pass the path of a .yaml recipe (see recipes/)")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" line {line + 1}" if line is not None else ""
+        raise RecipeError(f"{p}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{p}: a recipe is a YAML mapping of keys to values")
+    return data
+
+
+def apply_override(data: dict, item: str) -> None:
+    """Apply one ``--set key=value``: a bare key means ``train.key``."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise RecipeError(f"--set {item!r}: write key=value, e.g. --set lr=3e-4")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    path = key.strip().split(".")
+    if len(path) == 1 and path[0] not in Recipe.model_fields:
+        path = ["train", path[0]]
+    node = data
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise RecipeError(f"--set {key}: '{part}' is not a section")
+    node[path[-1]] = value
+
+
+def dump_values(values: dict[str, Any]) -> str:
+    """Render values compactly for commit messages and tables."""
+    return ", ".join(f"{k}={_fmt(v)}" for k, v in values.items())
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def set_train_values(text: str, values: dict[str, Any]) -> str:
+    """Rewrite ``train:`` scalars in recipe YAML text in place, keeping everything else.
+
+    Lines other than the changed keys are kept byte for byte, so ``git diff``
+    between two attempts shows exactly the values under test.
+    """
+    lines = text.splitlines(keepends=True)
+    start, indent = _find_section(lines, "train")
+    for key, value in values.items():
+        rendered = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+        pat = re.compile(rf"^{re.escape(indent)}{re.escape(key)}\s*:(.*?)(\s+#.*)?$")
+        end = _section_end(lines, start, indent)
+        for i in range(start + 1, end):
+            m = pat.match(lines[i].rstrip("\n"))
+            if m:
+                lines[i] = f"{indent}{key}: {rendered}{m.group(2) or ''}\n"
+                break
+        else:
+            lines.insert(end, f"{indent}{key}: {rendered}\n")
+    return "".join(lines)
+
+
+def _find_section(lines: list[str], name: str) -> tuple[int, str]:
+    for i, line in enumerate(lines):
+        if re.match(rf"^{name}\s*:\s*(#.*)?$", line.rstrip("\n")):
+            for nxt in lines[i + 1:]:
+                if nxt.strip() and not nxt.lstrip().startswith("#"):
+                    return i, nxt[: len(nxt) - len(nxt.lstrip())] or "  "
+            return i, "  "
+    raise RecipeError(f"recipe has no block-style '{name}:' section to edit: write train as an indented block")
+
+
+def _section_end(lines: list[str], start: int, indent: str) -> int:
+    end = start + 1
+    for i in range(start + 1, len(lines)):
+        line = lines[i]
+        if line.strip() and not line.startswith(indent) and not line.lstrip().startswith("#"):
+            break
+        if line.strip():
+            end = i + 1
+    return end
