@@ -1,0 +1,225 @@
+"""Ray jobs: run any command on a Ray cluster and watch it like a local process.
+
+``submit(address, argv, ...)`` sends a command through the Ray Jobs SDK
+(``JobSubmissionClient``) with the trial directory as the runtime_env
+``working_dir``, and returns a :class:`RayJobHandle` that implements the
+``RunHandle`` protocol of ``autorl.backends.base``: ``poll`` maps the job status
+to an exit code, ``cancel`` stops the job, and the job's logs are copied into the
+trial's log file as they grow. Nothing here knows about OpenRLHF, so parallel
+trials can submit any entrypoint.
+
+``LocalRayHead`` starts a private head node (``ray start --head --block`` in
+its own process group, on free ports, in its own temp dir) when no cluster
+address is given, and stops exactly the processes it started.
+
+Ray is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from autorl.backends.base import kill_group
+from autorl.errors import BackendError
+
+TERMINAL = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -int(signal.SIGTERM)}
+RUNTIME_EXCLUDES = [".git", "__pycache__", "*.safetensors", "*.bin", "*.pt"]
+LOG_SYNC_EVERY_S = 1.0
+
+
+def client(address: str):
+    """A ``JobSubmissionClient`` for ``address`` (``http://host:dashboard_port``)."""
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except Exception as exc:  # the SDK raises ConnectionError, RuntimeError, ValueError
+        raise BackendError(f"cannot reach the Ray dashboard at {address}: {exc}; start a cluster or drop --ray-address") from None
+
+
+def submit(address: str, argv: list[str], *, working_dir: str | Path, log_path: str | Path,
+           env: dict[str, str] | None = None, entrypoint_num_gpus: float = 0, entrypoint_num_cpus: float = 0,
+           entrypoint_resources: dict[str, float] | None = None, submission_id: str | None = None,
+           reader: Callable[[], list[dict]] | None = None,
+           on_exit: Callable[[], list[dict]] | None = None) -> "RayJobHandle":
+    """Submit ``argv`` as a Ray job running in ``working_dir``; return its handle at once.
+
+    ``reader`` returns new metric records; ``on_exit`` returns the last ones, once, after the job ends.
+    """
+    runtime_env = {"working_dir": str(working_dir), "excludes": RUNTIME_EXCLUDES,
+                   "env_vars": {"PYTHONUNBUFFERED": "1", **(env or {})}}
+    job_client = client(address)
+    job_id = job_client.submit_job(
+        entrypoint=shlex.join(argv), runtime_env=runtime_env,
+        submission_id=submission_id or f"autorl-{uuid.uuid4().hex[:12]}",
+        entrypoint_num_gpus=entrypoint_num_gpus or None, entrypoint_num_cpus=entrypoint_num_cpus or None,
+        entrypoint_resources=entrypoint_resources or None,
+    )
+    return RayJobHandle(job_client, job_id, log_path, reader, on_exit)
+
+
+class RayJobHandle:
+    """One submitted Ray job, seen through the ``RunHandle`` protocol."""
+
+    def __init__(self, job_client: Any, job_id: str, log_path: str | Path,
+                 reader: Callable[[], list[dict]] | None = None,
+                 on_exit: Callable[[], list[dict]] | None = None):
+        self.client = job_client
+        self.job_id = job_id
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._reader = reader or (lambda: [])
+        self._on_exit = on_exit
+        self._written = 0
+        self._last_sync = 0.0
+        self._activity = time.time()
+        self._code: int | None = None
+
+    def status(self) -> str:
+        """The job's Ray status name (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED)."""
+        return str(self.client.get_job_status(self.job_id).value)
+
+    def poll(self) -> int | None:
+        """Exit code once the job is finished (STOPPED reads as -SIGTERM), else None."""
+        if self._code is not None:
+            return self._code
+        self.sync_logs(force=False)
+        status = self.status()
+        if status not in TERMINAL:
+            return None
+        self.sync_logs(force=True)
+        self._code = self._exit_code(status)
+        return self._code
+
+    def _exit_code(self, status: str) -> int:
+        info = self.client.get_job_info(self.job_id)
+        code = getattr(info, "driver_exit_code", None)
+        return int(code) if code is not None and status != "STOPPED" else TERMINAL[status]
+
+    def cancel(self, grace_s: float = 5.0) -> None:
+        """Stop the job (Ray sends SIGTERM, then SIGKILL) and wait up to ``grace_s`` + 10 s for it to end."""
+        if self.status() not in TERMINAL:
+            self.client.stop_job(self.job_id)
+        deadline = time.time() + grace_s + 10.0
+        while time.time() < deadline and self.status() not in TERMINAL:
+            time.sleep(0.2)
+        self.poll()
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """New metric records from the reader given at submit time."""
+        recs = self._reader()
+        if self._code is not None and self._on_exit is not None:
+            recs += self._on_exit()
+            self._on_exit = None
+        if recs:
+            self._activity = time.time()
+        return recs
+
+    def last_activity(self) -> float:
+        """time.time() of the last new log output or metric record."""
+        self.sync_logs(force=False)
+        return self._activity
+
+    def logs(self) -> str:
+        """The job's whole log so far."""
+        return self.client.get_job_logs(self.job_id)
+
+    def sync_logs(self, force: bool = True) -> None:
+        """Append the part of the job log not yet copied to ``log_path`` (at most once a second unless forced)."""
+        if not force and time.time() - self._last_sync < LOG_SYNC_EVERY_S:
+            return
+        self._last_sync = time.time()
+        text = self.logs()
+        if len(text) > self._written:
+            with self.log_path.open("a") as fh:
+                fh.write(text[self._written:])
+            self._written = len(text)
+            self._activity = time.time()
+
+
+def free_port() -> int:
+    """A TCP port free on this host right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LocalRayHead:
+    """A private single-node Ray head: started with ``ray start --head --block``, stopped by its process group."""
+
+    def __init__(self, num_cpus: int | None = None, num_gpus: int | None = None,
+                 object_store_bytes: int | None = None, temp_dir: str | Path | None = None,
+                 ready_timeout_s: float = 90.0):
+        self.num_cpus, self.num_gpus = num_cpus, num_gpus
+        self.object_store_bytes = object_store_bytes
+        self._own_temp = temp_dir is None
+        self.temp_dir = Path(temp_dir or tempfile.mkdtemp(prefix="ray"))
+        self.ready_timeout_s = ready_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.address = ""
+
+    def command(self, gcs_port: int, dashboard_port: int) -> list[str]:
+        """The ``ray start`` argv for this head."""
+        ray = shutil.which("ray") or "ray"
+        argv = [ray, "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=true",
+                f"--temp-dir={self.temp_dir}", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
+                "--dashboard-host=127.0.0.1", f"--ray-client-server-port={free_port()}",
+                f"--dashboard-agent-listen-port={free_port()}"]
+        optional = {"--num-cpus": self.num_cpus, "--num-gpus": self.num_gpus,
+                    "--object-store-memory": self.object_store_bytes}
+        return argv + [f"{k}={v}" for k, v in optional.items() if v is not None]
+
+    def start(self) -> str:
+        """Start the head and wait until its job API answers; return the dashboard address."""
+        if self.proc is not None:
+            return self.address
+        dashboard_port = free_port()
+        log = open(self.temp_dir / "ray-start.log", "ab")
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        self.proc = subprocess.Popen(self.command(free_port(), dashboard_port), stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        log.close()
+        self.address = f"http://127.0.0.1:{dashboard_port}"
+        self._wait_ready()
+        return self.address
+
+    def _wait_ready(self) -> None:
+        deadline = time.time() + self.ready_timeout_s
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                client(self.address).list_jobs()
+                return
+            except Exception:
+                time.sleep(0.5)
+        tail = (self.temp_dir / "ray-start.log").read_text(errors="replace")[-400:]
+        self.stop()
+        raise BackendError(f"local Ray head did not come up within {self.ready_timeout_s:.0f} s: {tail.strip()}")
+
+    def stop(self) -> None:
+        """Stop the head's process group (SIGTERM, then SIGKILL) and remove its temp dir if autorl made it."""
+        if self.proc is None:
+            return
+        kill_group(self.proc.pid, 10.0, self.proc.poll)
+        self.proc.wait()
+        self.proc = None
+        if self._own_temp:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalRayHead":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
