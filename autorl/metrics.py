@@ -155,3 +155,11 @@ def reduce_series(values: list[float], reduction: str, k: int = 3, maximize: boo
         return max(values) if maximize else min(values)
     tail = values[-k:]
     return sum(tail) / len(tail)
+
+
+def markdown_table() -> str:
+    """The metric glossary as a Markdown table (docs/metrics.md is generated from this)."""
+    rows = ["| key | kind | meaning |", "|---|---|---|"]
+    for kind, table in (("step", STEP_KEYS), ("eval", EVAL_KEYS), ("summary", SUMMARY_KEYS)):
+        rows += [f"| `{k}` | {kind} | {v} |" for k, v in table.items()]
+    return "\n".join(rows) + "\n"

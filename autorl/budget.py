@@ -1,0 +1,36 @@
+"""Durations: ``90m``, ``24h``, ``1h30m``, ``2d``, ``45s`` or plain seconds."""
+
+from __future__ import annotations
+
+import re
+
+from autorl.errors import BudgetError
+
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration string; BudgetError naming the bad input otherwise."""
+    s = str(text).strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(\.\d+)?", s):
+        value = float(s)
+    elif s and _PART.sub("", s) == "" and len({u for _, u in _PART.findall(s)}) == len(_PART.findall(s)):
+        value = sum(float(n) * _UNITS[u] for n, u in _PART.findall(s))
+    else:
+        raise BudgetError(f"budget {text!r} is not a duration: write e.g. 90m, 24h, 1h30m, 2d or 45s")
+    if value <= 0:
+        raise BudgetError(f"budget {text!r} must be positive")
+    return value
+
+
+def format_duration(seconds: float) -> str:
+    """Compact human form: 1h02m, 3m05s, 12s."""
+    s = int(round(max(seconds, 0)))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{sec:02d}s"
+    return f"{sec}s"

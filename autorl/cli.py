@@ -1,0 +1,235 @@
+"""The command line: each command parses, calls one library function, renders.
+
+Errors from ``autorl.errors`` become one line on stderr and their exit code
+(2 for user mistakes); click usage errors are exit 2 too. No tracebacks for a
+user mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from autorl.errors import AutorlError, UserError
+
+
+class _Ctx:
+    def __init__(self, directory: str, ledger: str | None):
+        self.directory, self.ledger = directory, ledger
+
+    def workspace(self):
+        from autorl.workspace import Workspace
+
+        return Workspace.open(self.directory, self.ledger)
+
+    def open_ledger(self):
+        from autorl.ledger import Ledger
+
+        ws = self.workspace()
+        if not ws.ledger_path.exists():
+            raise UserError(f"no ledger at {ws.ledger_path}: run a study first with `autorl run`")
+        return Ledger(ws.ledger_path)
+
+
+pass_ctx = click.make_pass_decorator(_Ctx)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-C", "directory", default=".", metavar="DIR", help="Run as if started in DIR (like git -C).")
+@click.option("--ledger", default=None, metavar="FILE", help="Ledger file (default: <workspace>/ledger.sqlite).")
+@click.version_option(package_name="autorl")
+@click.pass_context
+def cli(ctx: click.Context, directory: str, ledger: str | None) -> None:
+    """autorl: autonomous, commit-scoped hyperparameter search for GRPO."""
+    ctx.obj = _Ctx(directory, ledger)
+
+
+# ---- init / train / run ---------------------------------------------------------------
+@cli.command()
+@click.argument("directory", required=False)
+@pass_ctx
+def init(c: _Ctx, directory: str | None) -> None:
+    """Make DIR (default: -C or .) a workspace: git repo, default recipe, ignores."""
+    from autorl.workspace import init_workspace
+
+    root = init_workspace(Path(c.directory) / directory if directory else Path(c.directory))
+    click.echo(f"workspace ready at {root}: try `autorl -C {root} run --budget 10m`")
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path())
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value (train key or dotted path).")
+@click.option("--metrics-out", type=click.Path(), help="Write the run's metrics JSONL here.")
+@click.option("--dry-run", is_flag=True, help="Print the launch plan (argv, env, cwd) and run nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | None, dry_run: bool, as_json: bool) -> None:
+    """Run one training run of RECIPE (no search, no git)."""
+    from autorl.train import plan_single, run_single
+
+    spec, plan = plan_single(Path(c.directory), Path(c.directory) / recipe, list(overrides), metrics_out)
+    if dry_run:
+        _emit(plan.model_dump(), as_json, lambda d: "\n".join(f"{k}: {v}" for k, v in d.items()))
+        return
+    result = run_single(spec, plan, quiet=as_json)
+    if as_json:
+        click.echo(json.dumps(result, indent=1, default=str))
+    sys.exit(result["exit_code"] or 0)
+
+
+@cli.command()
+@click.argument("recipe", required=False, type=click.Path())
+@click.option("--budget", default="1h", show_default=True, help="Wall-clock budget: 90m, 24h, 1h30m, 2d.")
+@click.option("--max-trials", type=click.IntRange(min=1), help="Stop after this many trials.")
+@click.option("--strategy", type=click.Choice(["hypotheses", "optuna", "random"]), default="hypotheses", show_default=True)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a train value of the base recipe.")
+@click.option("--resume", is_flag=True, help="Continue the latest study (or --study NAME).")
+@click.option("--study", "study_name", help="Study name (new) or the study to resume.")
+@click.option("--allow-overrun", is_flag=True, help="Start a trial even if its timeout exceeds the budget left.")
+@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Trials at once.")
+@click.option("--ray-address", default=None, help="Ray cluster for trials ('auto' for an existing one).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search.")
+@click.option("--quiet", is_flag=True, help="Only one line per finished trial.")
+@pass_ctx
+def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strategy: str, overrides: tuple[str, ...],
+        resume: bool, study_name: str | None, allow_overrun: bool, parallel: int, ray_address: str | None,
+        seed: int, quiet: bool) -> None:
+    """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent."""
+    from autorl.budget import parse_duration
+    from autorl.controller import Controller, RunOptions
+    from autorl.view import make_view
+
+    budget_s = parse_duration(budget)
+    ws = c.workspace()
+    if resume and recipe:
+        raise UserError("--resume continues a study with its own recipe: drop the RECIPE argument")
+    opts = RunOptions(recipe_path=Path(c.directory) / recipe if recipe else None, overrides=list(overrides),
+                      budget_s=budget_s, max_trials=max_trials, strategy=strategy, resume=resume,
+                      study_name=study_name, allow_overrun=allow_overrun, seed=seed)
+    opts.parallel, opts.ray_address = parallel, ray_address
+    summary = Controller(ws, opts, make_view(quiet)).run()
+    click.echo(f"study {summary['study']}: {summary['trials']} trials {summary['counts']} "
+               f"in {summary['wall_s']:.0f} s" + (f" ({summary['stopped_by']})" if summary["stopped_by"] else ""))
+    if summary["stopped_by"]:
+        sys.exit(130)
+
+
+# ---- review ---------------------------------------------------------------------------
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--verdict", type=click.Choice(["improved", "regressed", "flat", "crash", "pruned"]), help="Only trials with this verdict.")
+@click.option("--last", type=click.IntRange(min=1), help="Only the last N trials.")
+@click.option("--study", "study_name", help="Only this study.")
+@pass_ctx
+def ledger(c: _Ctx, as_json: bool, verdict: str | None, last: int | None, study_name: str | None) -> None:
+    """The trials: attempt, proposer, changed values, verdict, objective, delta, duration."""
+    from autorl import review
+
+    rows = review.ledger_rows(c.open_ledger(), verdict=verdict, last=last, study=study_name)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1, default=str))
+    else:
+        review.print_ledger(rows)
+
+
+@cli.command()
+@click.argument("number", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def show(c: _Ctx, number: int, as_json: bool) -> None:
+    """One trial: params and diff vs baseline, metrics, evals, log tail, git refs."""
+    from autorl import review
+
+    data = review.show_trial(c.workspace(), c.open_ledger(), number)
+    if as_json:
+        click.echo(json.dumps(data, indent=1, default=str))
+    else:
+        review.print_show(data)
+
+
+class _TriageGroup(click.Group):
+    """`autorl triage` (all crashes), `autorl triage NN`, `autorl triage classify LOG`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0].isdigit():
+            args = ["trial", *args]
+        return super().parse_args(ctx, args)
+
+
+@cli.group(cls=_TriageGroup, invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def triage(ctx: click.Context, as_json: bool) -> None:
+    """Crashes grouped by signature, with root cause, remedy and what was done."""
+    if ctx.invoked_subcommand is None:
+        from autorl import review
+
+        groups = review.crash_groups(ctx.find_object(_Ctx).open_ledger())
+        if as_json:
+            click.echo(json.dumps(groups, indent=1, default=str))
+        else:
+            review.print_crash_groups(groups)
+
+
+@triage.command("classify")
+@click.argument("logfile", type=click.Path())
+@click.option("--exit-code", type=int, default=None, help="The run's exit code, if known.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def triage_classify(logfile: str, exit_code: int | None, as_json: bool) -> None:
+    """Classify a run log: category, root-cause line, remedy, signature."""
+    from autorl import triage as tr
+
+    p = Path(logfile)
+    if not p.is_file():
+        raise UserError(f"log file {p} not found: pass the path of a run log")
+    d = tr.classify(p.read_text(errors="replace"), exit_code=exit_code).model_dump()
+    _emit(d, as_json, lambda x: "\n".join(f"{k}: {v}" for k, v in x.items()))
+
+
+@triage.command("trial")
+@click.argument("number", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
+    """One trial's diagnosis with the log excerpt around the root cause."""
+    from autorl import review
+
+    data = review.trial_triage(c.open_ledger(), number)
+    _emit(data, as_json, review.format_trial_triage)
+
+
+# ---- helpers ----------------------------------------------------------------------------
+def _emit(data: Any, as_json: bool, fmt) -> None:
+    click.echo(json.dumps(data, indent=1, default=str) if as_json else fmt(data))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: one line and an exit code for every autorl error."""
+    try:
+        cli.main(args=argv, prog_name="autorl", standalone_mode=False)
+    except AutorlError as exc:
+        click.echo(f"autorl: error: {exc}", err=True)
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        click.echo("autorl: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        click.echo(f"autorl: error: {exc.format_message()}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        click.echo("autorl: interrupted", err=True)
+        return 130
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

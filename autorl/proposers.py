@@ -1,0 +1,142 @@
+"""Who proposes the next trial: baseline repeats, crash retries, then a strategy.
+
+Strategies (``--strategy``):
+
+- ``optuna``: plain TPE over the recipe's search space (one Optuna study);
+- ``random``: Optuna's RandomSampler over the same space (the benchmark's control);
+- ``hypotheses``: the diagnosis of the latest trials ranks the hypothesis library;
+  the top hypothesis' overrides are applied and Optuna searches inside its space
+  (see ``autorl.hypotheses`` for why each hypothesis gets its own Optuna study).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autorl import triage
+from autorl.metrics import RunMetrics
+from autorl.recipe import Recipe, dump_values
+from autorl.study import Search
+
+
+@dataclass
+class Proposal:
+    """The next trial: values to change in the base recipe, and why."""
+
+    proposer: str
+    values: dict[str, Any]
+    why: str
+    slug: str
+    hypothesis: str | None = None
+    search: Search | None = field(default=None, repr=False)
+    optuna_number: int | None = None
+    retry_of: int | None = None
+    patch: str | None = None
+
+
+class Proposer:
+    """Decides the next proposal from the ledger's history."""
+
+    def __init__(self, ws, ledger, study: dict, base: Recipe, opts):
+        self.ws, self.ledger, self.study, self.base, self.opts = ws, ledger, study, base, opts
+        self.pending: list[Proposal] = []
+        self._searches: dict[str, Search] = {}
+        self._baseline_cache: dict[int, RunMetrics] = {}
+        self._hyp = None
+        if opts.strategy == "hypotheses":
+            from autorl.hypotheses_strategy import HypothesisStrategy
+
+            self._hyp = HypothesisStrategy(self)
+
+    # ---- searches ---------------------------------------------------------------
+    def search(self, suffix: str = "", sampler: str | None = None) -> Search:
+        name = self.study["optuna_study"] + (f"/{suffix}" if suffix else "")
+        if name not in self._searches:
+            kind = sampler or ("random" if self.opts.strategy == "random" else "tpe")
+            self._searches[name] = Search(self.ws.ledger_path, name, self.base.objective.direction, kind,
+                                          seed=self.opts.seed + len(self._searches),
+                                          parallel=getattr(self.opts, "parallel", 1) > 1)
+        return self._searches[name]
+
+    def recover(self) -> None:
+        self.search().fail_running()
+
+    # ---- the next proposal ------------------------------------------------------------
+    def next(self) -> Proposal | None:
+        if self.pending:
+            return self.pending.pop(0)
+        base = self._next_baseline()
+        if base is not None:
+            return base
+        if self._hyp is not None:
+            return self._hyp.propose()
+        return self._optuna()
+
+    def _next_baseline(self) -> Proposal | None:
+        rows = self._baselines()
+        done = [r for r in rows if r["status"] == "complete"]
+        if len(done) >= self.base.verdict.baseline_repeats or self.baseline_failed():
+            return None
+        k = len(rows)
+        seed0 = int(self.base.train.get("seed", 0) or 0)
+        values = {} if k == 0 else {"seed": seed0 + k}
+        why = "baseline: the recipe as written" if k == 0 else f"baseline repeat {k + 1} (seed {seed0 + k}) to measure seed noise"
+        p = Proposal("baseline", values, why, "baseline" if k == 0 else f"baseline-seed{seed0 + k}")
+        if k == 0 and self.base.search:
+            p.search = self.search()
+            p.optuna_number, _ = p.search.ask(self.base.search, fixed={key: self.base.train[key] for key in self.base.search})
+        return p
+
+    def _optuna(self) -> Proposal:
+        search = self.search()
+        number, params = search.ask(self.base.search)
+        values = changed(self.base.train, params)
+        label = "random" if self.opts.strategy == "random" else "optuna"
+        why = f"{label} proposal: {dump_values(values) or 'baseline values'}"
+        return Proposal(label, values, why, dump_values(values) or label, search=search, optuna_number=number)
+
+    # ---- feedback ---------------------------------------------------------------------
+    def tell(self, p: Proposal, row: dict[str, Any], metrics: RunMetrics) -> None:
+        status = row.get("status")
+        if p.search is not None and p.optuna_number is not None:
+            state = {"complete": "complete", "pruned": "pruned"}.get(status, "fail")
+            p.search.tell(p.optuna_number, state, row.get("objective"))
+        if row.get("crash_category") == "cuda_oom" and p.retry_of is None:
+            self._queue_oom_retry(p, row)
+        if self._hyp is not None:
+            self._hyp.tell(p, row, metrics)
+
+    def _queue_oom_retry(self, p: Proposal, row: dict[str, Any]) -> None:
+        params = {**self.base.train, **p.values}
+        reduced = triage.oom_retry_overrides(params, self.base.backend)
+        if not reduced:
+            return
+        number = row.get("number")
+        values = {**p.values, **reduced}
+        why = f"retry of a CUDA OOM with {dump_values(reduced)} (the most recent memory-expanding change reduced)"
+        retry = Proposal("retry", values, why, "oom-retry-" + dump_values(reduced), hypothesis=p.hypothesis,
+                         retry_of=number, patch=p.patch)
+        self.pending.append(retry)
+
+    # ---- the baseline -----------------------------------------------------------------------
+    def _baselines(self) -> list[dict]:
+        return self.ledger.trials(self.study["id"], "proposer = 'baseline' AND kind = 'trial'")
+
+    def baseline_failed(self) -> bool:
+        return any(r["status"] in ("crash", "config-error", "hang", "timeout") for r in self._baselines())
+
+    def baseline_runs(self) -> list[RunMetrics]:
+        out = []
+        for r in self._baselines():
+            if r["status"] != "complete":
+                continue
+            if r["id"] not in self._baseline_cache:
+                self._baseline_cache[r["id"]] = RunMetrics(self.ledger.metrics(r["id"]))
+            out.append(self._baseline_cache[r["id"]])
+        return out
+
+
+def changed(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``params`` whose value differs from ``base``."""
+    return {k: v for k, v in params.items() if base.get(k) != v}

@@ -1,0 +1,104 @@
+"""Optuna, driven by ask/tell from the controller.
+
+Optuna's study lives in its RDB storage inside ledger.sqlite (its own tables,
+beside autorl's ``autorl_*`` tables), so ``optuna-dashboard sqlite:///ledger.sqlite``
+opens it. A crashed trial is told FAIL — never a fake score — and a pruned one
+PRUNED. The baseline is enqueued so that the first trial is the recipe as written.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from autorl.recipe import SearchParam
+
+STATES = ("complete", "pruned", "fail")
+
+
+def _optuna():
+    import optuna
+
+    optuna.logging.set_verbosity(logging.WARNING)
+    return optuna
+
+
+def distributions(space: dict[str, SearchParam]) -> dict[str, Any]:
+    """Optuna distributions for a search space."""
+    d = _optuna().distributions
+    out: dict[str, Any] = {}
+    for key, p in space.items():
+        if p.choices is not None:
+            out[key] = d.CategoricalDistribution(p.choices)
+        elif p.int:
+            out[key] = d.IntDistribution(int(p.low), int(p.high), log=p.log)
+        else:
+            out[key] = d.FloatDistribution(float(p.low), float(p.high), log=p.log)
+    return out
+
+
+class Search:
+    """One Optuna study: ask for values inside a space, tell how they did."""
+
+    def __init__(self, storage: str | Path, name: str, direction: str = "maximize",
+                 sampler: str = "tpe", seed: int = 0, parallel: bool = False):
+        optuna = _optuna()
+        url = storage if str(storage).startswith("sqlite:") else f"sqlite:///{Path(storage).resolve()}"
+        self.storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
+        self.study = optuna.create_study(study_name=name, storage=self.storage, direction=direction,
+                                         sampler=_sampler(sampler, seed, parallel), load_if_exists=True,
+                                         pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0))
+        self._open: dict[int, Any] = {}
+
+    def ask(self, space: dict[str, SearchParam], fixed: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        """Propose values for ``space`` (``fixed`` values are enqueued exactly)."""
+        if fixed:
+            self.study.enqueue_trial(fixed, skip_if_exists=False)
+        trial = self.study.ask(distributions(space))
+        self._open[trial.number] = trial
+        params = {**trial.params, **{k: v for k, v in (fixed or {}).items() if k not in trial.params}}
+        return trial.number, params
+
+    def report(self, number: int, value: float, step: int) -> bool:
+        """Report an intermediate value; True when the pruner says stop."""
+        trial = self._open.get(number)
+        if trial is None or value is None or not math.isfinite(value):
+            return False
+        trial.report(value, step)
+        return trial.should_prune()
+
+    def tell(self, number: int, state: str, value: float | None = None) -> None:
+        """COMPLETE with a value, PRUNED, or FAIL. Telling twice is a no-op."""
+        optuna = _optuna()
+        ts = optuna.trial.TrialState
+        st = {"complete": ts.COMPLETE, "pruned": ts.PRUNED, "fail": ts.FAIL}[state]
+        if st == ts.COMPLETE and (value is None or not math.isfinite(value)):
+            st, value = ts.FAIL, None
+        try:
+            self.study.tell(number, value if st == ts.COMPLETE else None, state=st, skip_if_finished=True)
+        except (ValueError, RuntimeError):
+            pass
+        self._open.pop(number, None)
+
+    def fail_running(self) -> int:
+        """Mark trials left RUNNING by a killed controller as FAIL; returns how many."""
+        ts = _optuna().trial.TrialState
+        stale = [t.number for t in self.study.get_trials(deepcopy=False, states=(ts.RUNNING,))]
+        for n in stale:
+            self.tell(n, "fail")
+        return len(stale)
+
+    def importances(self) -> dict[str, float]:
+        try:
+            return _optuna().importance.get_param_importances(self.study)
+        except (ValueError, RuntimeError, ZeroDivisionError):
+            return {}
+
+
+def _sampler(kind: str, seed: int, parallel: bool):
+    optuna = _optuna()
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, constant_liar=parallel, multivariate=True)

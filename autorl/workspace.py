@@ -1,0 +1,97 @@
+"""A workspace: a git repository with recipes/, hypotheses/, patches/ and ledger.sqlite.
+
+autorl writes only two things into the user's working tree: ``ledger.sqlite`` and
+its run folder ``.autorl/`` (worktrees, run logs, caches). Both are ignored via
+``.git/info/exclude``, which is not part of the working tree.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from autorl import gitops
+from autorl.errors import WorkspaceError
+
+RUN_DIR = ".autorl"
+LEDGER = "ledger.sqlite"
+IGNORES = [f"/{RUN_DIR}/", f"/{LEDGER}", f"/{LEDGER}-*"]
+PACKAGE_DATA = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    ledger_path: Path
+
+    @classmethod
+    def open(cls, path: str | Path = ".", ledger: str | Path | None = None) -> "Workspace":
+        root = gitops.repo_root(path)
+        lp = Path(ledger).resolve() if ledger else root / LEDGER
+        return cls(root=root, ledger_path=lp)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / RUN_DIR
+
+    @property
+    def worktrees(self) -> Path:
+        return self.run_dir / "worktrees"
+
+    @property
+    def runs(self) -> Path:
+        return self.run_dir / "runs"
+
+    @property
+    def cache(self) -> Path:
+        return self.run_dir / "cache"
+
+    def ensure_ignored(self) -> None:
+        """Keep autorl's files out of ``git status`` without editing the user's tree."""
+        git_dir = Path(gitops.git(self.root, "rev-parse", "--git-common-dir"))
+        exclude = (git_dir if git_dir.is_absolute() else self.root / git_dir) / "info" / "exclude"
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        text = exclude.read_text() if exclude.exists() else ""
+        missing = [line for line in IGNORES if line not in text.splitlines()]
+        if missing:
+            exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(missing) + "\n")
+        for d in (self.worktrees, self.runs, self.cache):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def rel(self, path: Path) -> str:
+        return str(path.resolve().relative_to(self.root))
+
+
+def default_recipe_source() -> Path:
+    """The shipped default recipe (recipes/default.yaml of the installed package or checkout)."""
+    for cand in (PACKAGE_DATA.parent / "recipes" / "default.yaml", PACKAGE_DATA / "data" / "default.yaml"):
+        if cand.is_file():
+            return cand
+    raise WorkspaceError("the default recipe is missing from this installation: reinstall autorl")
+
+
+def init_workspace(path: str | Path) -> Path:
+    """Make ``path`` a workspace: git init if needed, default recipe, ignores, first commit."""
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / ".git").exists():
+        gitops.git(root, "init", "-q")
+    for sub in ("recipes", "hypotheses", "patches"):
+        (root / sub).mkdir(exist_ok=True)
+    recipe = root / "recipes" / "default.yaml"
+    if not recipe.exists():
+        shutil.copyfile(default_recipe_source(), recipe)
+    _append_gitignore(root / ".gitignore")
+    if not gitops.git(root, "rev-parse", "--verify", "-q", "HEAD", check=False):
+        gitops.git(root, "add", "recipes/default.yaml", ".gitignore")
+        gitops.git(root, "commit", "-q", "-m", "autorl init: default recipe and ignores", identity=True)
+    return root.resolve()
+
+
+def _append_gitignore(path: Path) -> None:
+    text = path.read_text() if path.exists() else ""
+    missing = [line for line in IGNORES if line not in text.splitlines()]
+    if missing:
+        prefix = "" if not text or text.endswith("\n") else "\n"
+        path.write_text(text + prefix + "# autorl: run folder and ledger\n" + "\n".join(missing) + "\n")

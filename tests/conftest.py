@@ -1,0 +1,56 @@
+"""Shared fixtures: a real git workspace, the CLI entry point, a shared engine cache."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True, env=env).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def engine_cache(tmp_path_factory) -> Path:
+    """One engine cache (the warmed-up base model) for the whole session."""
+    return tmp_path_factory.mktemp("engine-cache")
+
+
+@pytest.fixture
+def workspace(tmp_path, engine_cache) -> Path:
+    """A fresh git repository made a workspace by `autorl init`, sharing the engine cache."""
+    ws = tmp_path / "ws"
+    r = run_cli("init", str(ws))
+    assert r.returncode == 0, r.stderr
+    (ws / ".autorl").mkdir(exist_ok=True)
+    os.symlink(engine_cache, ws / ".autorl" / "cache")
+    return ws
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    """Run the real `autorl` command in a child process."""
+    return subprocess.run([sys.executable, "-m", "autorl.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def tree_digest(root: Path) -> str:
+    """Hash of every file in the user's working tree (autorl's own two paths excluded) plus git state."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if rel.startswith((".git/", ".autorl")) or rel.startswith("ledger.sqlite") or not p.is_file():
+            continue
+        h.update(rel.encode() + b"\0" + p.read_bytes())
+    h.update(git(root, "status", "--porcelain").encode())
+    h.update(git(root, "symbolic-ref", "HEAD").encode())
+    h.update(git(root, "rev-parse", "HEAD").encode())
+    return h.hexdigest()
