@@ -110,8 +110,8 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
         raise UserError("--resume continues a study with its own recipe: drop the RECIPE argument")
     opts = RunOptions(recipe_path=Path(c.directory) / recipe if recipe else None, overrides=list(overrides),
                       budget_s=budget_s, max_trials=max_trials, strategy=strategy, resume=resume,
-                      study_name=study_name, allow_overrun=allow_overrun, seed=seed)
-    opts.parallel, opts.ray_address = parallel, ray_address
+                      study_name=study_name, allow_overrun=allow_overrun, seed=seed, parallel=parallel,
+                      ray_address=ray_address)
     summary = Controller(ws, opts, make_view(quiet)).run()
     click.echo(f"study {summary['study']}: {summary['trials']} trials {summary['counts']} "
                f"in {summary['wall_s']:.0f} s" + (f" ({summary['stopped_by']})" if summary["stopped_by"] else ""))
@@ -201,6 +201,60 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
 
     data = review.trial_triage(c.open_ledger(), number)
     _emit(data, as_json, review.format_trial_triage)
+
+
+# ---- OpenRLHF: patches and preflight ------------------------------------------------------
+@cli.command()
+@click.argument("action", type=click.Choice(["check", "apply"]))
+@click.option("--site-packages", type=click.Path(), help="Where openrlhf is installed (default: detected).")
+@click.option("--patches-dir", type=click.Path(), help="Folder of .patch files (default: <workspace>/patches).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def patches(c: _Ctx, action: str, site_packages: str | None, patches_dir: str | None, as_json: bool) -> None:
+    """Check or apply the OpenRLHF patches (applied / not applied / conflicts each)."""
+    from autorl import patches as pt
+
+    folder = Path(patches_dir) if patches_dir else _patches_dir(c)
+    site = Path(site_packages) if site_packages else pt.site_packages_of()
+    if site is None:
+        raise UserError("openrlhf is not installed here: pass --site-packages DIR where it is installed")
+    result = (pt.check if action == "check" else pt.apply)(folder, site)
+    _emit([r.model_dump() for r in result], as_json, lambda rows: "\n".join(f"{r['name']}: {r['state']}" for r in rows))
+    if any(r.state != "applied" for r in result):
+        sys.exit(1)
+
+
+def _patches_dir(c: _Ctx) -> Path:
+    from autorl.patches import DEFAULT_DIR
+
+    try:
+        local = c.workspace().root / "patches"
+    except UserError:
+        return DEFAULT_DIR
+    return local if any(local.glob("*.patch")) else DEFAULT_DIR
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path())
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def preflight(c: _Ctx, recipe: str, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Cheap checks before a launch: steps, LR at step 20, disk, patches, GPUs. Exit 1 if any fails."""
+    from autorl.preflight import preflight as run_checks
+    from autorl.recipe import load_recipe
+
+    r = load_recipe(Path(c.directory) / recipe, list(overrides))
+    if r.backend != "openrlhf":
+        raise UserError(f"preflight checks OpenRLHF recipes; {recipe} uses backend '{r.backend}'")
+    checks = [ch.model_dump() for ch in run_checks(r, worktree=c.directory)]
+    _emit(checks, as_json, lambda rows: "\n".join(f"{_mark(x['ok'])} {x['name']}: {x['detail']}" for x in rows))
+    if any(x["ok"] is False for x in checks):
+        sys.exit(1)
+
+
+def _mark(ok: bool | None) -> str:
+    return {True: "ok  ", False: "FAIL", None: "n/a "}[ok]
 
 
 # ---- helpers ----------------------------------------------------------------------------

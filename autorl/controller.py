@@ -29,13 +29,15 @@ from typing import Any
 from autorl import gitops, triage, verdict
 from autorl.abort import check_abort
 from autorl.backends.base import TrialSpec, get_backend, kill_group
+from autorl.slots import stop_job
 from autorl.budget import format_duration
 from autorl.errors import RecipeError, UserError
 from autorl.ledger import Ledger, ledger_guard
 from autorl.metrics import RunMetrics, reduce_series
 from autorl.proposers import Proposal, Proposer
 from autorl.recipe import Recipe, apply_override, dump_values, load_recipe, set_train_values, validate_recipe
-from autorl.runner import Outcome, Stop, watch
+from autorl.runner import Outcome, Stop, Watch
+from autorl.slots import Slots
 from autorl.view import PlainView
 from autorl.workspace import Workspace, default_recipe_source
 
@@ -53,7 +55,8 @@ class RunOptions:
     study_name: str | None = None
     allow_overrun: bool = False
     seed: int = 0
-    backend_options: dict[str, Any] = field(default_factory=dict)
+    parallel: int = 1
+    ray_address: str | None = None
 
 
 @dataclass
@@ -79,6 +82,7 @@ class Controller:
         self.stop_reason: Stop | None = None
         self.started = time.time()
         self.deadline = self.started + opts.budget_s
+        self._backends: dict[str, Any] = {}
 
     # ---- the loop -------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -88,6 +92,7 @@ class Controller:
             self._loop()
         finally:
             _restore_signals(old)
+            self._close_backends()
             self.ledger.update_study(self.study["id"], status="stopped")
             self.view.close()
         return self.summary()
@@ -101,28 +106,51 @@ class Controller:
         self.base_text, self.recipe_rel = self.study["recipe"], self.study["recipe_path"]
         self.base = validate_recipe(_yaml(self.base_text), source=self.recipe_rel)
         self.proposer = Proposer(self.ws, self.ledger, self.study, self.base, self.opts)
+        self.slots = Slots(self.opts.parallel, self.opts.ray_address, self.base)
         self._recover()
         self.view.study(f"study {self.study['name']}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
                         f"backend {self.base.backend}, recipe {rel}")
 
     def _loop(self) -> None:
-        done = 0
-        while self.stop_reason is None:
-            if self.opts.max_trials is not None and done >= self.opts.max_trials:
+        """Keep up to ``parallel`` trials in flight; finish each as it ends."""
+        running: dict[int, _Running] = {}
+        self.launched = 0
+        while True:
+            self._fill(running)
+            if not running:
                 break
-            if not self._fits():
-                self.ledger.event(self.study["id"], None, "budget", "next trial would not fit in the budget left")
-                break
+            for slot, r in list(running.items()):
+                out = r.watch.step()
+                if out is not None:
+                    self.finish(r.ctx, out)
+                    del running[slot]
+            time.sleep(0.2 if running else 0)
+
+    def _fill(self, running: dict[int, "_Running"]) -> None:
+        free = [s for s in range(self.opts.parallel) if s not in running]
+        for slot in free:
+            if not self._may_start():
+                return
             proposal = self.proposer.next()
             if proposal is None:
-                break
+                return
             ctx = self.prepare(proposal)
-            outcome = self.execute(ctx) if ctx.error is None else Outcome("config-error", None, ctx.error)
-            self.finish(ctx, outcome)
-            done += 1
-            if self.proposer.baseline_failed():
-                self.view.line("the baseline did not complete: fix the recipe (see `autorl triage`) before searching")
-                break
+            self.launched += 1
+            r = self.launch(ctx, slot) if ctx.error is None else None
+            if isinstance(r, _Running):
+                running[slot] = r
+            else:
+                self.finish(ctx, r or Outcome("config-error", None, ctx.error or "not launched"))
+
+    def _may_start(self) -> bool:
+        if self.stop_reason is not None or self.proposer.baseline_failed():
+            return False
+        if self.opts.max_trials is not None and self.launched >= self.opts.max_trials:
+            return False
+        if not self._fits():
+            self.ledger.event(self.study["id"], None, "budget", "next trial would not fit in the budget left")
+            return False
+        return True
 
     def _fits(self) -> bool:
         left = self.deadline - time.time()
@@ -133,8 +161,8 @@ class Controller:
         if self.opts.resume:
             return None, "", ""  # type: ignore[return-value]
         path = self.opts.recipe_path or _workspace_default(self.ws)
-        text = _apply_text_overrides(Path(path).read_text() if Path(path).is_file() else "", self.opts.overrides, path)
         recipe = load_recipe(path, self.opts.overrides)
+        text = _apply_text_overrides(Path(path).read_text(), self.opts.overrides, path)
         try:
             rel = self.ws.rel(Path(path))
         except ValueError:
@@ -156,6 +184,8 @@ class Controller:
         for row in self.ledger.trials(self.study["id"], "status = 'running'"):
             if row.get("pid"):
                 kill_group(int(row["pid"]), grace_s=2.0)
+            if row.get("job_id") and row.get("job_address"):
+                stop_job(row["job_address"], row["job_id"])
             self.ledger.update_trial(row["id"], event="recovered", status="interrupted", finished=time.time(),
                                      reason="the controller stopped during this trial; recovered on resume")
             gitops.remove_worktree(self.ws.root, self.ws.worktrees / row["attempt"])
@@ -200,19 +230,49 @@ class Controller:
         gitops.git(wt, "apply", str(patch))
         return [line.split("\t")[-1] for line in out.splitlines() if line.strip()]
 
-    def execute(self, ctx: TrialContext) -> Outcome:
+    def launch(self, ctx: TrialContext, slot: int = 0) -> "_Running | Outcome":
+        """Plan and start the trial on its backend; a Watch over it, or the Outcome if it never started."""
         recipe = ctx.recipe
-        backend = get_backend(recipe.backend, **self.opts.backend_options.get(recipe.backend, {}))
+        backend = self._backend(recipe.backend)
         spec = TrialSpec(attempt=ctx.attempt, recipe=recipe, worktree=ctx.worktree, run_dir=ctx.run_dir,
                          cache_dir=self.ws.cache)
+        failed = _preflight_failures(recipe, ctx.worktree)
+        if failed:
+            return Outcome("config-error", None, f"preflight failed, not launched: {failed}")
         try:
-            handle = backend.start(backend.plan(spec))
+            plan = self.slots.assign(backend.plan(spec), slot, recipe)
+            handle = self.slots.start(backend, plan, recipe)
         except UserError as exc:
             return Outcome("config-error", None, str(exc))
-        self.ledger.update_trial(ctx.row_id, pid=getattr(handle, "pid", None))
+        self.ledger.update_trial(ctx.row_id, pid=getattr(handle, "pid", None), job_id=getattr(handle, "job_id", None),
+                                 job_address=self.slots.address)
         state = _WatchState(ctx, self, time.time())
-        return watch(handle, timeout_s=recipe.timeout_s, deadline=None if self.opts.allow_overrun else self.deadline,
-                     silence_s=recipe.abort.silence_s, on_records=state.on_records, external=lambda: self.stop_reason)
+        w = Watch(handle, timeout_s=recipe.timeout_s, deadline=None if self.opts.allow_overrun else self.deadline,
+                  silence_s=recipe.abort.silence_s, on_records=state.on_records, external=lambda: self.stop_reason)
+        return _Running(ctx, w)
+
+    def execute(self, ctx: TrialContext) -> Outcome:
+        """Launch and follow one trial to its end (blocking)."""
+        r = self.launch(ctx)
+        if isinstance(r, Outcome):
+            return r
+        while (out := r.watch.step()) is None:
+            time.sleep(0.2)
+        return out
+
+    def _backend(self, name: str):
+        """One backend instance per study (a Ray head, if any, is started once)."""
+        if name not in self._backends:
+            options = {"ray_address": self.opts.ray_address} if name == "openrlhf" else {}
+            self._backends[name] = get_backend(name, **options)
+        return self._backends[name]
+
+    def _close_backends(self) -> None:
+        for b in self._backends.values():
+            if hasattr(b, "close"):
+                b.close()
+        if hasattr(self, "slots"):
+            self.slots.close()
 
     def finish(self, ctx: TrialContext, outcome: Outcome) -> None:
         row = self._judge(ctx, outcome)
@@ -239,23 +299,26 @@ class Controller:
             if row["objective"] is None:
                 row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
         row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, recipe.train.get("steps", 0))]
-        if row["status"] in ("crash", "hang", "timeout"):
-            row.update(self._diagnose(ctx, outcome, nonfinite))
+        if row["status"] == "config-error":
+            row.update(verdict="crash", crash_category="config_error", root_cause=outcome.reason,
+                       crash_signature=triage.signature("config_error", outcome.reason),
+                       remedy="fix the recipe or the environment named in the reason; nothing was launched")
+        elif row["status"] in ("crash", "hang", "timeout"):
+            row.update(status="crash", verdict="crash", **self._diagnose(ctx, outcome, nonfinite))
         elif row["status"] == "pruned":
             row["verdict"] = "pruned"
+            if (outcome.abort or {}).get("rule") == "nonfinite":
+                row.update({**self._diagnose(ctx, outcome, nonfinite or "step"), "reason": outcome.reason})
         elif row["status"] == "complete" and ctx.proposal.proposer != "baseline":
             row.update(self._compare(m, recipe, row["objective"]))
         return row
 
     def _diagnose(self, ctx: TrialContext, outcome: Outcome, nonfinite: str | None) -> dict[str, Any]:
         log = _read(ctx.run_dir / "train.log")
-        d = triage.classify(log, exit_code=outcome.exit_code, watchdog="silence" if outcome.status == "hang" else None,
-                            metrics_nonfinite=nonfinite)
-        if outcome.status == "timeout" and d.category == "unknown":
-            d = d.model_copy(update={"category": "hang_timeout", "remedy": "raise timeout_s or shorten the trial"})
-        return {"status": "crash", "verdict": "crash", "crash_category": d.category, "crash_signature": d.signature,
-                "root_cause": d.root_cause_line, "remedy": d.remedy,
-                "reason": outcome.reason or f"{d.category}: {d.root_cause_line[:120]}"}
+        watchdog = {"hang": "silence", "timeout": "timeout"}.get(outcome.status)
+        d = triage.classify(log, exit_code=outcome.exit_code, watchdog=watchdog, metrics_nonfinite=nonfinite)
+        return {"crash_category": d.category, "crash_signature": d.signature, "root_cause": d.root_cause_line,
+                "remedy": d.remedy, "reason": outcome.reason or f"{d.category}: {d.root_cause_line[:120]}"}
 
     def _compare(self, m: RunMetrics, recipe: Recipe, value: float) -> dict[str, Any]:
         base_runs = self.proposer.baseline_runs()
@@ -297,6 +360,12 @@ class Controller:
                 "wall_s": time.time() - self.started, "stopped_by": self.stop_reason.reason if self.stop_reason else None}
 
 
+@dataclass
+class _Running:
+    ctx: TrialContext
+    watch: Watch
+
+
 class _WatchState:
     """Per-trial callback for ``runner.watch``: ledger, view, early abort, pruner."""
 
@@ -334,6 +403,15 @@ class _WatchState:
 
 
 # ---- helpers -----------------------------------------------------------------------------
+def _preflight_failures(recipe: Recipe, worktree: Path) -> str:
+    """The failed preflight checks of an OpenRLHF recipe, as one line ('' when all pass)."""
+    if recipe.backend != "openrlhf":
+        return ""
+    from autorl.preflight import preflight
+
+    return "; ".join(f"{c.name}: {c.detail}" for c in preflight(recipe, worktree=worktree) if c.ok is False)
+
+
 def _objective(m: RunMetrics, recipe: Recipe) -> float | None:
     o = recipe.objective
     return reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")
@@ -350,16 +428,24 @@ def _workspace_default(ws: Workspace) -> Path:
 
 
 def _apply_text_overrides(text: str, overrides: list[str], path: Path | str) -> str:
-    """Bake ``--set`` train overrides into the recipe text the study commits."""
+    """Bake ``--set`` overrides into the recipe text the study commits.
+
+    Train values are edited in place (comments kept); any other key rewrites the
+    file from its parsed form.
+    """
     if not overrides:
         return text
+    import yaml
+
     data: dict = {}
     for item in overrides:
         apply_override(data, item)
-    extra = [k for k in data if k != "train"]
-    if extra:
-        raise RecipeError(f"--set {extra[0]}...: only train keys can be overridden for a study; edit {path} instead")
-    return set_train_values(text, data.get("train", {}))
+    if set(data) == {"train"}:
+        return set_train_values(text, data["train"])
+    full = yaml.safe_load(text) or {}
+    for item in overrides:
+        apply_override(full, item)
+    return yaml.safe_dump(full, sort_keys=False)
 
 
 def _yaml(text: str) -> dict:

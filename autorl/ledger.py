@@ -62,6 +62,8 @@ TRIAL_COLUMNS: dict[str, str] = {
     "metrics_path": "The run's metrics JSONL.",
     "exit_code": "Exit code of the run (NULL if it never exited).",
     "pid": "Process group of the running trial (for cleanup on resume).",
+    "job_id": "Ray job id of the running trial (for cleanup on resume).",
+    "job_address": "Ray dashboard address the job was submitted to.",
 }
 
 
@@ -72,7 +74,7 @@ def _v1(db: sqlite_utils.Database) -> None:
         "optuna_study": str, "baseline_value": float,
     }, pk="id")
     db["autorl_studies"].create_index(["name"], unique=True)
-    types = {c: str for c in TRIAL_COLUMNS}
+    types = {c: str for c in TRIAL_COLUMNS if c not in ("job_id", "job_address")}
     types.update({c: int for c in ("id", "study_id", "number", "seed", "optuna_number", "retry_of",
                                    "promoted_from", "exit_code", "pid", "n_items")})
     types.update({c: float for c in ("objective", "delta", "ci_low", "ci_high", "started", "finished", "duration_s")})
@@ -85,7 +87,12 @@ def _v1(db: sqlite_utils.Database) -> None:
                                 "kind": str, "message": str}, pk="id")
 
 
-MIGRATIONS = [("0001_initial", _v1)]
+def _v2(db: sqlite_utils.Database) -> None:
+    db["autorl_trials"].add_column("job_id", str)
+    db["autorl_trials"].add_column("job_address", str)
+
+
+MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2)]
 
 
 class Ledger:

@@ -64,26 +64,35 @@ class Proposer:
 
     # ---- the next proposal ------------------------------------------------------------
     def next(self) -> Proposal | None:
+        """The next proposal; None means 'nothing now' (e.g. wait for the baseline)."""
         if self.pending:
             return self.pending.pop(0)
-        base = self._next_baseline()
-        if base is not None:
+        need, base = self._baseline_need()
+        if need:
             return base
+        if not self.baseline_runs():
+            return None
         if self._hyp is not None:
             return self._hyp.propose()
         return self._optuna()
 
-    def _next_baseline(self) -> Proposal | None:
+    def _baseline_need(self) -> tuple[bool, Proposal | None]:
+        """(True, proposal) to run a baseline now, (True, None) to wait for one in flight."""
         rows = self._baselines()
-        done = [r for r in rows if r["status"] == "complete"]
-        if len(done) >= self.base.verdict.baseline_repeats or self.baseline_failed():
-            return None
-        k = len(rows)
+        done = sum(r["status"] == "complete" for r in rows)
+        active = sum(r["status"] == "running" for r in rows)
+        if done >= self.base.verdict.baseline_repeats or self.baseline_failed():
+            return False, None
+        if done + active >= self.base.verdict.baseline_repeats:
+            return True, None
+        return True, self._baseline(done + active, first=not rows)
+
+    def _baseline(self, k: int, first: bool) -> Proposal:
         seed0 = int(self.base.train.get("seed", 0) or 0)
         values = {} if k == 0 else {"seed": seed0 + k}
         why = "baseline: the recipe as written" if k == 0 else f"baseline repeat {k + 1} (seed {seed0 + k}) to measure seed noise"
         p = Proposal("baseline", values, why, "baseline" if k == 0 else f"baseline-seed{seed0 + k}")
-        if k == 0 and self.base.search:
+        if first and self.base.search:
             p.search = self.search()
             p.optuna_number, _ = p.search.ask(self.base.search, fixed={key: self.base.train[key] for key in self.base.search})
         return p
@@ -102,19 +111,20 @@ class Proposer:
         if p.search is not None and p.optuna_number is not None:
             state = {"complete": "complete", "pruned": "pruned"}.get(status, "fail")
             p.search.tell(p.optuna_number, state, row.get("objective"))
-        if row.get("crash_category") == "cuda_oom" and p.retry_of is None:
+        action = triage.crash_action(row["crash_category"]) if row.get("crash_category") else None
+        if action == "retry_reduced" and p.retry_of is None and row.get("status") == "crash":
             self._queue_oom_retry(p, row)
         if self._hyp is not None:
             self._hyp.tell(p, row, metrics)
 
     def _queue_oom_retry(self, p: Proposal, row: dict[str, Any]) -> None:
         params = {**self.base.train, **p.values}
-        reduced = triage.oom_retry_overrides(params, self.base.backend)
+        reduced = triage.oom_retry_overrides(params, self.base.backend, changed=tuple(p.values))
         if not reduced:
             return
         number = row.get("number")
         values = {**p.values, **reduced}
-        why = f"retry of a CUDA OOM with {dump_values(reduced)} (the most recent memory-expanding change reduced)"
+        why = f"retry of an out-of-memory crash with {dump_values(reduced)} (the most recent memory-expanding change reduced)"
         retry = Proposal("retry", values, why, "oom-retry-" + dump_values(reduced), hypothesis=p.hypothesis,
                          retry_of=number, patch=p.patch)
         self.pending.append(retry)

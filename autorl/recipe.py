@@ -103,6 +103,8 @@ class Recipe(_Model):
     verdict: VerdictSettings = Field(default_factory=VerdictSettings)
     abort: AbortRules = Field(default_factory=AbortRules)
     timeout_s: float = Field(300.0, gt=0, description="Per-trial wall-clock limit.")
+    cpus_per_trial: float = Field(1.0, gt=0, description="CPUs a trial asks Ray for (with --ray-address).")
+    gpus_per_trial: float = Field(0.0, ge=0, description="GPUs a trial asks Ray for (with --ray-address).")
     full: dict[str, Any] = Field(default_factory=dict, description="train overrides for a promoted full run.")
     hypothesis: str | None = Field(None, description="Hypothesis id this recipe tests (set by the controller).")
 

@@ -1,9 +1,10 @@
-"""Watch one launched trial until it ends, is aborted, times out or is cut.
+"""Watch launched trials until each ends, is aborted, times out or is cut.
 
-The controller passes callbacks; this module owns only the polling loop and the
-stop conditions, in order of precedence: an external stop (Ctrl-C, budget end),
-the per-trial timeout, the hang watchdog, then the rules the callback applies to
-new metric records (early abort, pruning).
+``Watch`` follows one run, one ``step()`` at a time, so the controller can follow
+several at once (``--parallel``) in a single thread. Stop conditions, in order of
+precedence: an external stop (Ctrl-C, budget end), the per-trial timeout, the
+hang watchdog, then the rules the callback applies to new metric records (early
+abort, pruning).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from autorl.metrics import RunMetrics
 class Outcome:
     """How a run ended."""
 
-    status: str  # complete | crash | pruned | timeout | hang | budget-cut | interrupted
+    status: str  # complete | crash | pruned | timeout | hang | budget-cut | interrupted | config-error
     exit_code: int | None
     reason: str = ""
     metrics: RunMetrics = field(default_factory=RunMetrics)
@@ -37,35 +38,54 @@ class Stop:
     details: dict | None = None
 
 
-def watch(handle: RunHandle, *, timeout_s: float, deadline: float | None, silence_s: float,
-          on_records: Callable[[list[dict], RunMetrics], Stop | None],
-          external: Callable[[], Stop | None], poll_s: float = 0.2) -> Outcome:
-    """Poll ``handle`` until it exits or a stop condition fires; cancel it then."""
-    start = time.time()
-    metrics = RunMetrics()
-    while True:
-        code = handle.poll()
-        records = handle.metrics()
-        metrics.extend(records)
-        stop = on_records(records, metrics) if records else None
+class Watch:
+    """One run under watch: call ``step()`` until it returns an Outcome."""
+
+    def __init__(self, handle: RunHandle, *, timeout_s: float, deadline: float | None, silence_s: float,
+                 on_records: Callable[[list[dict], RunMetrics], Stop | None], external: Callable[[], Stop | None]):
+        self.handle, self.timeout_s, self.deadline, self.silence_s = handle, timeout_s, deadline, silence_s
+        self.on_records, self.external = on_records, external
+        self.start = time.time()
+        self.metrics = RunMetrics()
+
+    def step(self) -> Outcome | None:
+        code = self.handle.poll()
+        records = self.handle.metrics()
+        self.metrics.extend(records)
+        stop = self.on_records(records, self.metrics) if records else None
         if code is not None:
-            metrics.extend(handle.metrics())
-            status = "complete" if code == 0 else "crash"
-            return Outcome(status, code, "" if code == 0 else f"exit code {code}", metrics, wall_s=time.time() - start)
-        stop = stop or external() or _limits(handle, start, timeout_s, deadline, silence_s)
-        if stop is not None:
-            handle.cancel()
-            metrics.extend(handle.metrics())
-            return Outcome(stop.status, handle.poll(), stop.reason, metrics, stop.details, time.time() - start)
+            return self._exited(code)
+        stop = stop or self.external() or self._limits()
+        if stop is None:
+            return None
+        self.handle.cancel()
+        self.metrics.extend(self.handle.metrics())
+        return Outcome(stop.status, self.handle.poll(), stop.reason, self.metrics, stop.details, time.time() - self.start)
+
+    def _exited(self, code: int) -> Outcome:
+        late = self.handle.metrics()
+        self.metrics.extend(late)
+        if late:
+            self.on_records(late, self.metrics)
+        status = "complete" if code == 0 else "crash"
+        return Outcome(status, code, "" if code == 0 else f"exit code {code}", self.metrics, wall_s=time.time() - self.start)
+
+    def _limits(self) -> Stop | None:
+        now = time.time()
+        if self.deadline is not None and now >= self.deadline:
+            return Stop("budget-cut", "the study's budget ran out during this trial")
+        if now - self.start >= self.timeout_s:
+            return Stop("timeout", f"ran past its {self.timeout_s:.0f} s timeout")
+        if now - self.handle.last_activity() >= self.silence_s:
+            return Stop("hang", f"no output or metrics for {self.silence_s:.0f} s (watchdog)")
+        return None
+
+
+def watch(handle: RunHandle, *, poll_s: float = 0.2, **kw) -> Outcome:
+    """Follow one run to its end (blocking)."""
+    w = Watch(handle, **kw)
+    while True:
+        out = w.step()
+        if out is not None:
+            return out
         time.sleep(poll_s)
-
-
-def _limits(handle: RunHandle, start: float, timeout_s: float, deadline: float | None, silence_s: float) -> Stop | None:
-    now = time.time()
-    if deadline is not None and now >= deadline:
-        return Stop("budget-cut", "the study's budget ran out during this trial")
-    if now - start >= timeout_s:
-        return Stop("timeout", f"ran past its {timeout_s:.0f} s timeout")
-    if now - handle.last_activity() >= silence_s:
-        return Stop("hang", f"no output or metrics for {silence_s:.0f} s (watchdog)")
-    return None

@@ -58,6 +58,7 @@ class LaunchPlan(BaseModel):
     shell: bool = Field(False, description="Run through /bin/sh (only when the recipe asks; values are quoted).")
     ray_address: str | None = None
     resources: dict[str, float] = Field(default_factory=dict)
+    cpus: list[int] | None = Field(None, description="Pin the local process to these CPUs (parallel slots).")
 
 
 class RunHandle(Protocol):
@@ -94,6 +95,7 @@ class LocalProcess:
             plan.argv if not plan.shell else ["/bin/sh", "-c", plan.argv[0]],
             cwd=plan.cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, plan.cpus)) if plan.cpus else None,
         )
         self.pid = self.proc.pid
         self._reader = reader or JsonlTail(plan.metrics_path).poll

@@ -1,0 +1,111 @@
+"""Where parallel trials run: disjoint CPU sets / GPUs locally, or Ray jobs.
+
+``--parallel N`` gives N slots. Without ``--ray-address`` each slot is a local
+process pinned to its own share of this machine's CPUs (and its own GPU, via
+``CUDA_VISIBLE_DEVICES``, when GPUs are visible). With ``--ray-address`` every
+trial is a Ray job asking for the recipe's ``cpus_per_trial`` / ``gpus_per_trial``;
+``local`` starts a private head for the study, ``auto`` uses ``$RAY_ADDRESS`` or
+the default dashboard address of a running cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from autorl.backends.base import LaunchPlan
+from autorl.metrics import JsonlTail
+
+DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
+
+
+class Slots:
+    """Assigns resources to a slot's plan and starts it."""
+
+    def __init__(self, n: int, ray_address: str | None, recipe):
+        self.n = n
+        self._requested = ray_address
+        self.address: str | None = _resolve(ray_address)
+        self._head = None
+        self.cpu_sets = _split(sorted(os.sched_getaffinity(0)), n) if n > 1 else [None]
+        self.gpus = gpu_count() if n > 1 else 0
+
+    def assign(self, plan: LaunchPlan, slot: int, recipe) -> LaunchPlan:
+        """The plan with this slot's CPUs/GPU (local) or resources (Ray)."""
+        update: dict = {}
+        if self._requested:
+            update["resources"] = {"entrypoint_num_cpus": recipe.cpus_per_trial, "entrypoint_num_gpus": recipe.gpus_per_trial}
+        elif self.n > 1:
+            update["cpus"] = self.cpu_sets[slot % len(self.cpu_sets)]
+            if self.gpus:
+                update["env"] = {**plan.env, "CUDA_VISIBLE_DEVICES": str(slot % self.gpus)}
+        return plan.model_copy(update=update) if update else plan
+
+    def start(self, backend, plan: LaunchPlan, recipe):
+        """Start on the backend itself, or as a Ray job when a Ray address was given."""
+        if not self._requested or plan.backend == "openrlhf":
+            return backend.start(plan)
+        from autorl.backends import ray_jobs
+
+        reader = _reader(plan)
+        return ray_jobs.submit(self._ensure_address(), plan.argv, working_dir=plan.cwd, log_path=plan.log_path,
+                               env=plan.env, entrypoint_num_cpus=plan.resources.get("entrypoint_num_cpus", 1),
+                               entrypoint_num_gpus=plan.resources.get("entrypoint_num_gpus", 0),
+                               reader=reader, on_exit=reader)
+
+    def _ensure_address(self) -> str:
+        if self.address is None:
+            from autorl.backends.ray_jobs import LocalRayHead
+
+            self._head = LocalRayHead(num_cpus=max(self.n, len(os.sched_getaffinity(0))))
+            self.address = self._head.start()
+        return self.address
+
+    def close(self) -> None:
+        if self._head is not None:
+            self._head.stop()
+            self._head = None
+
+
+def _resolve(address: str | None) -> str | None:
+    if address in (None, "local"):
+        return None
+    if address == "auto":
+        env = os.environ.get("RAY_ADDRESS", "")
+        return env if env.startswith("http") else DEFAULT_DASHBOARD
+    return address if address.startswith("http") else f"http://{address}"
+
+
+def _split(cpus: list[int], n: int) -> list[list[int]]:
+    """n disjoint, near-equal CPU sets (CPUs are shared round-robin if n > len(cpus))."""
+    if n >= len(cpus):
+        return [[cpus[i % len(cpus)]] for i in range(n)]
+    size = len(cpus) // n
+    return [cpus[i * size:(i + 1) * size] for i in range(n)]
+
+
+def _reader(plan: LaunchPlan):
+    if plan.metrics_format == "jsonl" and not plan.metric_map:
+        return JsonlTail(plan.metrics_path).poll
+    from autorl.backends.readers import make_reader
+
+    return make_reader(plan.metrics_format, plan.metrics_path, plan.metric_map)
+
+
+def gpu_count() -> int:
+    """GPUs visible through nvidia-smi (0 where there is none)."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def stop_job(address: str, job_id: str) -> None:
+    """Stop a Ray job left running by a killed controller (best effort)."""
+    try:
+        from autorl.backends.ray_jobs import client
+
+        client(address).stop_job(job_id)
+    except Exception:  # the cluster may be gone with the controller: nothing left to stop
+        pass

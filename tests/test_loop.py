@@ -1,0 +1,160 @@
+"""The trial loop end to end: real git, real SQLite, real Optuna, real engine runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import git, run_cli, tree_digest
+
+pytestmark = pytest.mark.slow
+
+# Short trials: the loop, not the learning, is under test here.
+FAST = ["--set", "steps=8", "--set", "eval_every=4", "--set", "batch_prompts=16"]
+
+
+def _ledger(ws: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(ws / "ledger.sqlite")
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _trials(ws: Path) -> list[dict]:
+    return [dict(r) for r in _ledger(ws).execute("SELECT * FROM autorl_trials ORDER BY number")]
+
+
+def test_run_end_to_end(workspace):
+    """`autorl run --budget 2m` completes >= 3 real trials, commit-scoped, user tree untouched."""
+    (workspace / "notes.txt").write_text("the user's uncommitted work\n")
+    before = tree_digest(workspace)
+    r = run_cli("-C", str(workspace), "run", "--budget", "2m", "--strategy", "optuna", *FAST, timeout=400)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert tree_digest(workspace) == before
+    trials = _trials(workspace)
+    done = [t for t in trials if t["status"] in ("complete", "pruned", "crash")]
+    assert len(done) >= 3, trials
+    assert [t["proposer"] for t in trials[:2]] == ["baseline", "baseline"]
+    assert all(t["verdict"] in ("improved", "regressed", "flat", "pruned", "crash") for t in done[2:])
+    for t in done:
+        assert git(workspace, "rev-parse", t["start_tag"]) == t["start_sha"]
+        assert git(workspace, "rev-parse", t["end_tag"]) == t["end_sha"]
+        assert git(workspace, "branch", "--list", t["branch"]).strip()
+        assert not (workspace / ".autorl" / "worktrees" / t["attempt"]).exists()
+    third = done[2]
+    diff = git(workspace, "diff", trials[0]["start_tag"], third["start_tag"])
+    changed = json.loads(third["changed"])
+    for key in changed:
+        assert f"+  {key}:" in diff
+    assert diff.count("\n+  ") == len(changed)
+    results = git(workspace, "show", f"{third['end_tag']}:results/{third['attempt']}.json")
+    assert json.loads(results)["verdict"] == third["verdict"]
+    log = git(workspace, "show", f"{third['end_tag']}:research_log.md")
+    assert third["attempt"] in log
+    conn = _ledger(workspace)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("SELECT count(*) FROM trials").fetchone()[0] >= 1  # Optuna's own table
+    out = run_cli("-C", str(workspace), "ledger", "--json")
+    assert out.returncode == 0 and len(json.loads(out.stdout)) == len(trials)
+    show = run_cli("-C", str(workspace), "show", str(third["number"]), "--json")
+    assert json.loads(show.stdout)["diff_vs_baseline"].strip() == diff.strip()
+
+
+def _start_run(ws: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "autorl.cli", "-C", str(ws), "run", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_running(ws: Path, timeout: float = 120) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (ws / "ledger.sqlite").exists():
+            try:
+                rows = [t for t in _trials(ws) if t["status"] == "running" and t["pid"]]
+            except sqlite3.OperationalError:
+                rows = []
+            if rows:
+                return rows[0]
+        time.sleep(0.2)
+    raise AssertionError("no trial started running")
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_kill9_then_resume(workspace):
+    """kill -9 mid-trial, then --resume: no trial lost or duplicated, orphan gone, numbers continue."""
+    proc = _start_run(workspace, "--budget", "10m", "--strategy", "optuna", *FAST, "--set", "steps=200")
+    row = _wait_running(workspace)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _alive(row["pid"])  # the trial's process group outlives the controller
+    r = run_cli("-C", str(workspace), "run", "--resume", "--budget", "3m", "--max-trials", "1", timeout=300)
+    assert r.returncode == 0, r.stderr
+    time.sleep(0.5)
+    assert not _alive(row["pid"])
+    trials = _trials(workspace)
+    numbers = [t["number"] for t in trials]
+    assert numbers == sorted(set(numbers)) and numbers[0] == 1
+    killed = next(t for t in trials if t["number"] == row["number"])
+    assert killed["status"] == "interrupted"
+    assert trials[-1]["number"] == row["number"] + 1
+    assert trials[-1]["status"] in ("complete", "crash", "pruned")
+    assert _ledger(workspace).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert not any(t["status"] == "running" for t in trials)
+
+
+def test_sigint_stops_cleanly_and_budget_is_respected(workspace):
+    """Ctrl-C ends the running trial, records it, exits 130; a budget never overruns by more than a trial."""
+    proc = _start_run(workspace, "--budget", "10m", "--strategy", "optuna", *FAST, "--set", "steps=200")
+    row = _wait_running(workspace)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    time.sleep(0.3)
+    assert not _alive(row["pid"])
+    trial = next(t for t in _trials(workspace) if t["number"] == row["number"])
+    assert trial["status"] == "interrupted" and trial["end_tag"]
+    start = time.time()
+    r = run_cli("-C", str(workspace), "run", "--budget", "25s", "--allow-overrun", "--strategy", "random",
+                *FAST, "--set", "timeout_s=20", timeout=200)
+    assert r.returncode == 0, r.stderr
+    assert time.time() - start < 25 + 20 + 15  # budget + one trial timeout + start-up slack
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--budget", "soon"], "budget 'soon' is not a duration"),
+    (["run", "--set", "learning_rate=1"], "unknown key 'train.learning_rate'"),
+    (["run", "--set", "search.lr.low=1"], "swap them"),
+    (["run", "--set", "search.warmup.low=1", "--set", "search.warmup.high=2"], "search names 'warmup'"),
+    (["--ledger", "/nonexistent/dir/ledger.sqlite", "run"], "does not exist"),
+    (["run", "recipes/missing.yaml"], "not found"),
+])
+def test_bad_input_is_one_line_exit_2_nothing_written(workspace, args, needle):
+    before = tree_digest(workspace)
+    refs = git(workspace, "for-each-ref")
+    r = run_cli("-C", str(workspace), *args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not (workspace / "ledger.sqlite").exists()
+    assert tree_digest(workspace) == before and git(workspace, "for-each-ref") == refs
+
+
+def test_not_a_git_repository(tmp_path):
+    r = run_cli("-C", str(tmp_path), "run", "--budget", "1m")
+    assert r.returncode == 2 and "not a git repository" in r.stderr and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
