@@ -203,6 +203,34 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
     _emit(data, as_json, review.format_trial_triage)
 
 
+@cli.command("hypotheses")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def hypotheses_cmd(c: _Ctx, as_json: bool) -> None:
+    """The hypothesis library with status and confidence from the trials' verdicts."""
+    from autorl import review
+
+    ws = c.workspace()
+    ledger = c.open_ledger() if ws.ledger_path.exists() else None
+    rows = review.hypothesis_rows(ws, ledger)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1, default=str))
+    else:
+        review.print_hypotheses(rows)
+
+
+@cli.command()
+@click.argument("number", type=int, required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
+    """The bottleneck and symptoms of trial NN (default: the latest finished trial)."""
+    from autorl import review
+
+    data = review.diagnose_trial(c.open_ledger(), number)
+    _emit(data, as_json, review.format_diagnosis)
+
+
 # ---- OpenRLHF: patches and preflight ------------------------------------------------------
 @cli.command()
 @click.argument("action", type=click.Choice(["check", "apply"]))

@@ -225,7 +225,9 @@ class Controller:
     def _apply_patch(self, wt: Path, p: Proposal) -> list[str]:
         if not p.patch:
             return []
-        patch = self.ws.root / "patches" / p.patch
+        patch = Path(p.patch)
+        if not patch.is_file():
+            raise UserError(f"patch {patch} of hypothesis {p.hypothesis} not found: add it to patches/ or fix the hypothesis")
         out = gitops.git(wt, "apply", "--numstat", str(patch))
         gitops.git(wt, "apply", str(patch))
         return [line.split("\t")[-1] for line in out.splitlines() if line.strip()]

@@ -50,8 +50,9 @@ class Proposer:
             self._hyp = HypothesisStrategy(self)
 
     # ---- searches ---------------------------------------------------------------
-    def search(self, suffix: str = "", sampler: str | None = None) -> Search:
-        name = self.study["optuna_study"] + (f"/{suffix}" if suffix else "")
+    def search(self, name: str | None = None, sampler: str | None = None) -> Search:
+        """The Optuna study ``name`` (default: the study's own), opened once."""
+        name = name or self.study["optuna_study"]
         if name not in self._searches:
             kind = sampler or ("random" if self.opts.strategy == "random" else "tpe")
             self._searches[name] = Search(self.ws.ledger_path, name, self.base.objective.direction, kind,
@@ -148,5 +149,12 @@ class Proposer:
 
 
 def changed(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``params`` whose value differs from ``base``."""
-    return {k: v for k, v in params.items() if base.get(k) != v}
+    """The entries of ``params`` whose value differs from ``base`` (floats to 4 significant digits)."""
+    rounded = {k: _round(v) for k, v in params.items()}
+    return {k: v for k, v in rounded.items() if base.get(k) != v}
+
+
+def _round(v: Any) -> Any:
+    if isinstance(v, float) and not isinstance(v, bool) and v != 0:
+        return float(f"{v:.4g}")
+    return v

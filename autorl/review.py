@@ -97,7 +97,8 @@ def print_show(d: dict) -> None:
     c.print(f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({(t.get('start_sha') or '')[:10]})")
     c.print(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
     if d["diff_vs_baseline"]:
-        c.print(f"[bold]diff vs {d['baseline_tag']}[/]\n{d['diff_vs_baseline']}", markup=False, highlight=False)
+        c.print(f"[bold]diff vs {d['baseline_tag']}[/]")
+        c.print(d["diff_vs_baseline"], markup=False, highlight=False)
     for key, values in d["curve"].items():
         vals = [v for v in values if isinstance(v, (int, float))]
         if vals:
@@ -168,3 +169,62 @@ def format_trial_triage(d: dict) -> str:
         return f"{d['attempt']}: {d['status']} ({d.get('verdict') or '-'}): this trial did not crash"
     return (f"{d['attempt']}: {d['category']}\nroot cause: {d['root_cause_line']}\nremedy: {d['remedy']}\n"
             f"signature: {d['signature']}\n--- log excerpt ---\n{d['excerpt']}")
+
+
+def hypothesis_rows(ws, ledger) -> list[dict]:
+    """Seed 002's status table: id, title, priority, status, confidence, counts."""
+    from autorl import hypotheses
+
+    dirs = [hypotheses.SHIPPED_DIR] + [d for d in [ws.root / "hypotheses"] if d.is_dir()]
+    trials = ledger.trials() if ledger else []
+    rows = []
+    for h in hypotheses.load_library(dirs):
+        st = hypotheses.status(h, trials)
+        rows.append({"id": h.id, "title": h.title, "priority": h.priority, "status": st.status,
+                     "confidence": st.confidence, "counts": st.counts, "demoted": st.demoted,
+                     "symptoms": h.symptoms, "backends": h.backends, "source": h.source})
+    return rows
+
+
+def print_hypotheses(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="hypotheses")
+    table.add_column("id", no_wrap=True)
+    for col in ("priority", "status", "confidence", "tried", "improved", "title"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        c = r["counts"]
+        table.add_row(r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
+                      str(c.get("tried", 0)), str(c.get("improved", 0)), r["title"])
+    Console().print(table)
+
+
+def diagnose_trial(ledger, number: int | None) -> dict[str, Any]:
+    """The diagnosis of one trial's metrics (the latest trial with metrics by default)."""
+    from autorl import diagnose
+
+    if number is None:
+        rows = [t for t in ledger.trials() if t.get("status") != "running" and ledger.metrics(t["id"])]
+        if not rows:
+            from autorl.errors import NotFoundError
+
+            raise NotFoundError("no finished trial with metrics yet: run a study first")
+        row = rows[-1]
+    else:
+        row = ledger.trial(number)
+    metrics = ledger.metrics(row["id"])
+    steps = [m for m in metrics if m.get("type", "step") == "step"]
+    evals = [m for m in metrics if m.get("type") == "eval"]
+    d = diagnose.diagnose(steps, evals, row.get("params") or {})
+    return {"attempt": row["attempt"], **d.model_dump()}
+
+
+def format_diagnosis(d: dict) -> str:
+    lines = [f"{d['attempt']}: bottleneck {d['bottleneck']} (look at: {', '.join(d['areas']) or '-'})"]
+    for s in d["symptoms"]:
+        lines.append(f"- {s['name']}: {s.get('evidence') or s}")
+    if not d["symptoms"]:
+        lines.append("- no symptoms")
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""The hypotheses strategy: diagnose the latest run, pick a hypothesis, search inside it.
+
+Each proposal tests exactly one hypothesis. ``hypotheses.rank`` orders the library
+by symptom match with the latest diagnosis, priority and history (demotion after
+repeated non-improvement, exploitation of validated ideas); the top one's
+overrides are applied to the incumbent (the best trial judged *improved*, else
+the baseline) and Optuna proposes values inside its resolved space — one Optuna
+study per hypothesis and incumbent, the smallest change enqueued first (see
+``autorl.hypotheses`` for why). The trial's commit message and research-log
+entry carry the diagnosis that led there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autorl import diagnose, hypotheses
+from autorl.metrics import RunMetrics
+from autorl.recipe import dump_values
+
+
+class HypothesisStrategy:
+    """Proposes the next trial for ``--strategy hypotheses``."""
+
+    def __init__(self, proposer):
+        self.p = proposer
+        dirs = [hypotheses.SHIPPED_DIR] + [d for d in [proposer.ws.root / "hypotheses"] if d.is_dir()]
+        backend = proposer.base.backend
+        self.library = [h for h in hypotheses.load_library(dirs) if h.backends is None or backend in h.backends]
+        self.last_diagnosis: diagnose.Diagnosis | None = None
+
+    def propose(self):
+        from autorl.proposers import Proposal, changed
+
+        trials = self.p.ledger.trials(self.p.study["id"])
+        diag = self._diagnosis(trials)
+        ranked = hypotheses.rank(self.library, diag, trials, self.p.base.backend)
+        if not ranked:
+            return self.p._optuna()
+        top, inc = ranked[0], self.incumbent(trials)
+        h = top.hypothesis
+        space = hypotheses.resolve_search(h, inc, self.p.base.search)
+        fixed = hypotheses.fixed_values(h, inc)
+        search = self.p.search(hypotheses.study_name(h, inc, prefix=self.p.study["optuna_study"]))
+        first = not search.study.get_trials(deepcopy=False)
+        number, params = search.ask(space, fixed=hypotheses.seed_params(space, inc) if first and space else None)
+        values = changed(self.p.base.train, {**fixed, **params})
+        delta = changed(inc, {**fixed, **params})
+        why = f"tests {h.id} ({h.title}); {top.why}; diagnosis: {diag.summary() if diag else 'none yet'}"
+        return Proposal("hypothesis", values, why, f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
+                        hypothesis=h.id, search=search, optuna_number=number, patch=_patch_path(h))
+
+    def incumbent(self, trials: list[dict]) -> dict[str, Any]:
+        """Train values of the best improved trial (by objective), else the baseline's."""
+        better = [t for t in trials if t.get("verdict") == "improved" and t.get("objective") is not None]
+        if not better:
+            return dict(self.p.base.train)
+        sign = 1 if self.p.base.objective.direction == "maximize" else -1
+        best = max(better, key=lambda t: sign * t["objective"])
+        return {**self.p.base.train, **(best.get("params") or {})}
+
+    def _diagnosis(self, trials: list[dict]) -> diagnose.Diagnosis | None:
+        """Diagnose the latest finished trial that has metrics (the incumbent's if it is newer)."""
+        for t in reversed(trials):
+            if t.get("status") in ("complete", "pruned") or t.get("verdict") == "crash":
+                m = RunMetrics(self.p.ledger.metrics(t["id"]))
+                if m.steps:
+                    self.last_diagnosis = diagnose.diagnose(m.steps, m.evals, t.get("params") or self.p.base.train)
+                    return self.last_diagnosis
+        return None
+
+    def tell(self, proposal, row: dict, metrics: RunMetrics) -> None:
+        """Nothing to keep: status and ranking are recomputed from the ledger each time."""
+
+
+def _patch_path(h) -> str | None:
+    if not h.patch:
+        return None
+    base = Path(h.source).resolve().parent.parent if h.source else Path.cwd()
+    return str((base / h.patch).resolve())
