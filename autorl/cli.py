@@ -203,6 +203,37 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
     _emit(data, as_json, review.format_trial_triage)
 
 
+@cli.command()
+@click.argument("number", type=int, required=False)
+@click.option("--steps", type=click.IntRange(min=1), help="Full-run length in steps (overrides the recipe's full block).")
+@click.option("--episodes", type=click.IntRange(min=1), help="Full-run episodes (OpenRLHF).")
+@click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True, help="Fresh seeds for re-validation.")
+@click.option("--dry-run", is_flag=True, help="Show what would be promoted and with which values; run nothing.")
+@click.option("--force", is_flag=True, help="Promote even if re-validation does not confirm the gain (recorded).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def promote(c: _Ctx, number: int | None, steps: int | None, episodes: int | None, repeats: int, dry_run: bool,
+            force: bool, as_json: bool) -> None:
+    """Promote trial NN (default: the best by verdicts) to a detached full run, after re-validating it."""
+    from autorl.promote import promote as do_promote
+
+    say = (lambda _msg: None) if as_json else click.echo
+    result = do_promote(c.workspace(), c.open_ledger(), number, steps=steps, episodes=episodes, repeats=repeats,
+                        dry_run=dry_run, force=force, view=say)
+    _emit(result, as_json, lambda d: "\n".join(f"{k}: {v}" for k, v in d.items()))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def status(c: _Ctx, as_json: bool) -> None:
+    """What is running now: trials and full runs, their last step and eval."""
+    from autorl import review
+
+    data = review.status_rows(c.open_ledger())
+    _emit(data, as_json, review.format_status)
+
+
 @cli.command("hypotheses")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
@@ -229,6 +260,33 @@ def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
 
     data = review.diagnose_trial(c.open_ledger(), number)
     _emit(data, as_json, review.format_diagnosis)
+
+
+@cli.command()
+@click.option("--out", "out_dir", type=click.Path(), help="Folder to write (default: <workspace>/.autorl/report).")
+@click.option("--study", "study_name", help="The study to report (default: the latest).")
+@pass_ctx
+def report(c: _Ctx, out_dir: str | None, study_name: str | None) -> None:
+    """The study as a page: index.html and report.md with PNG plots, best trials, diffs, hypotheses."""
+    from autorl.report import report as write_report
+
+    out = Path(c.directory) / out_dir if out_dir else None
+    index = write_report(c.workspace(), c.open_ledger(), out, study=study_name)
+    click.echo(f"report written: {index} (Markdown: {index.with_name('report.md')})")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--check", "names", multiple=True, metavar="NAME", help="Run only this check (repeatable).")
+@pass_ctx
+def doctor(c: _Ctx, as_json: bool, names: tuple[str, ...]) -> None:
+    """Is this machine ready: git, packages, backends, disk, GPUs, GNU patch. Exit 1 if a required check fails."""
+    from autorl import doctor as dr
+
+    checks = dr.doctor(c.directory, list(names) or None)
+    _emit([x.model_dump() for x in checks], as_json, lambda _rows: dr.format_checks(checks))
+    if not dr.all_required_ok(checks):
+        sys.exit(1)
 
 
 # ---- OpenRLHF: patches and preflight ------------------------------------------------------

@@ -228,3 +228,42 @@ def format_diagnosis(d: dict) -> str:
     if not d["symptoms"]:
         lines.append("- no symptoms")
     return "\n".join(lines)
+
+
+def status_rows(ledger) -> dict[str, Any]:
+    """Studies, running trials and full runs with their latest step and eval."""
+    running = []
+    for r in ledger.trials(None, "status = 'running' OR (kind = 'full' AND end_tag IS NULL)"):
+        metrics = ledger.metrics(r["id"])
+        steps = [m for m in metrics if m.get("type", "step") == "step"]
+        evals = [{k: v for k, v in m.items() if not k.endswith("/items")} for m in metrics if m.get("type") == "eval"]
+        running.append({"attempt": r["attempt"], "kind": r["kind"], "status": r["status"], "pid": r.get("pid"),
+                        "step": steps[-1].get("step") if steps else 0, "last_eval": evals[-1] if evals else None,
+                        "promoted_from": r.get("promoted_from"), "alive": _alive(r.get("pid"))})
+    studies = [dict(s) for s in ledger.db["autorl_studies"].rows_where(order_by="id desc", limit=5)]
+    full = [{k: r.get(k) for k in ("attempt", "status", "objective", "reason", "promoted_from", "end_tag")}
+            for r in ledger.trials(None, "kind = 'full'")]
+    return {"studies": [{k: s[k] for k in ("name", "status", "strategy", "budget_s")} for s in studies],
+            "running": running, "full_runs": full}
+
+
+def _alive(pid: int | None) -> bool:
+    import os
+
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def format_status(d: dict) -> str:
+    lines = [f"study {s['name']}: {s['status']} ({s['strategy']})" for s in d["studies"][:1]]
+    for r in d["running"]:
+        ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items() if k.startswith("eval/"))
+        lines.append(f"running {r['attempt']} ({r['kind']}): step {r['step']} {ev} {'alive' if r['alive'] else 'NOT RUNNING'}")
+    for f in d["full_runs"]:
+        lines.append(f"full run {f['attempt']} from {f['promoted_from']:02d}: {f['status']} {f.get('reason') or ''}")
+    return "\n".join(lines) or "nothing running"
