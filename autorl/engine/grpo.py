@@ -1,0 +1,432 @@
+"""GRPO, top to bottom: config -> seeding -> model -> task -> reference -> loop.
+
+Each step samples ``gens`` completions for each of ``batch_prompts`` prompts,
+scores them, turns rewards into group-relative advantages, and runs
+``ppo_epochs`` optimizer passes of the clipped surrogate over the batch (with
+true gradient accumulation over ``micro_batch`` completions). Metrics go to a
+JSONL file in autorl's schema (``autorl.metrics``), one flushed line at a time.
+
+Departures from the GRPO paper (DeepSeekMath, Shao et al. 2024), on purpose:
+
+- One rollout batch per step, reused for ``ppo_epochs`` passes; old log-probs
+  are computed once after sampling, so with ``ppo_epochs=1`` the ratio is 1 and
+  clipping is inert (the paper's "single update" case).
+- Log-probs are those of the sampling distribution (logits / temperature).
+- Advantages divide by the group's sample std floored at 1e-4 (``scale_rewards``;
+  off = Dr. GRPO); a group with equal rewards gets advantage 0.
+- The KL penalty is added to the per-token loss (as the paper does) but only
+  when ``kl_coef > 0``; otherwise no reference model exists. k1 or k3 estimator.
+- ``asymmetric clipping`` (``eps_clip_high``, DAPO) and an entropy bonus are
+  optional extras; ``dr_grpo`` aggregation divides token sums by
+  ``max_new_tokens`` instead of each sequence's own length.
+- AdamW betas (0.9, 0.99), no weight decay, linear warmup then constant lr,
+  gradient clipping at ``max_grad_norm``. Dropout is off throughout (eval mode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autorl.engine.config import EngineConfig
+from autorl.engine.evaluate import evaluate_split
+from autorl.engine.model import load_policy
+from autorl.engine.reward import load_reward, score
+from autorl.engine.task import load_task
+from autorl.engine.warmup import SFT_SETTINGS, prepare_base
+
+STD_FLOOR = 1e-4
+ADAM_BETAS = (0.9, 0.99)
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss, gradient norm or sampling distribution turned NaN/inf."""
+
+
+# ---------------------------------------------------------------------------
+# Loss math (pure functions on tensors; tests/test_loss.py checks each by hand)
+# ---------------------------------------------------------------------------
+
+def group_advantages(rewards: torch.Tensor, gens: int, scale: bool, std_floor: float = STD_FLOOR) -> torch.Tensor:
+    """Reward minus its group's mean, divided by max(group std, floor) when ``scale``; equal groups give 0."""
+    groups = rewards.view(-1, gens)
+    centred = groups - groups.mean(dim=1, keepdim=True)
+    std = groups.std(dim=1, keepdim=True)
+    if scale:
+        centred = centred / std.clamp(min=std_floor)
+    return torch.where(std == 0, torch.zeros_like(centred), centred).view(-1)  # NaN rewards stay NaN
+
+
+def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, eps_low: float,
+                      eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO loss -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A), and where the clip was active."""
+    ratio = torch.exp(logp - old_logp)
+    a = adv.unsqueeze(-1)
+    unclipped, clipped = ratio * a, torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * a
+    return -torch.minimum(unclipped, clipped), clipped < unclipped
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL(pi || ref) estimate from samples of pi: k1 = log(pi/ref), k3 = ref/pi - log(ref/pi) - 1."""
+    if estimator == "k1":
+        return logp - ref_logp
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of each position's next-token distribution."""
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log p(token) under ``logits`` at each position."""
+    return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, loss_type: str, max_new_tokens: int, n_total: int) -> torch.Tensor:
+    """Per-token values -> scalar. grpo: each sequence's mean over its own tokens; dr_grpo: token sum /
+    max_new_tokens; then summed over these sequences and divided by ``n_total`` (the whole batch), so
+    micro-batch losses add up to the full-batch loss."""
+    m = mask.to(values.dtype)
+    sums = (values * m).sum(-1)
+    per_seq = sums / m.sum(-1).clamp(min=1) if loss_type == "grpo" else sums / max_new_tokens
+    return per_seq.sum() / n_total
+
+
+# ---------------------------------------------------------------------------
+# Setup
+# ---------------------------------------------------------------------------
+
+def pick_device(config: EngineConfig) -> torch.device:
+    """CUDA when asked or available ('auto'), else CPU with the configured thread count."""
+    use_cuda = config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available())
+    if not use_cuda:
+        torch.set_num_threads(config.threads)
+    return torch.device("cuda" if use_cuda else "cpu")
+
+
+def autocast_for(config: EngineConfig, device: torch.device):
+    """A context factory: bf16 autocast on CUDA ('auto') or when dtype is bfloat16, else a no-op."""
+    bf16 = config.dtype == "bfloat16" or (config.dtype == "auto" and device.type == "cuda")
+    if not bf16:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def seed_everything(seed: int) -> random.Random:
+    """Seed torch (sampling) and return the prompt-order RNG."""
+    torch.manual_seed(seed)
+    return random.Random(seed)
+
+
+def build_reference(policy, kl_coef: float):
+    """A frozen copy of the policy's module, or None when kl_coef is 0 (no reference is built)."""
+    if kl_coef <= 0:
+        return None
+    ref = copy.deepcopy(policy.module)
+    ref.requires_grad_(False)
+    return ref
+
+
+def make_optimizer(params: list, config: EngineConfig):
+    """AdamW (betas 0.9/0.99, no weight decay) with linear warmup, then a constant lr."""
+    opt = torch.optim.AdamW(params, lr=config.lr, betas=ADAM_BETAS, weight_decay=0.0)
+    warm = config.warmup_steps
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: min(1.0, (t + 1) / warm) if warm else 1.0)
+    return opt, sched
+
+
+# ---------------------------------------------------------------------------
+# Rollout
+# ---------------------------------------------------------------------------
+
+@dataclass
+class Rollout:
+    """One step's sampled batch: full sequences, completion masks, rewards and cached log-probs."""
+
+    ids: torch.Tensor          # (B, P+T) prompt + completion
+    mask: torch.Tensor         # (B, P+T) attention mask
+    completion: torch.Tensor   # (B, T)
+    cmask: torch.Tensor        # (B, T) completion tokens up to and including EOS
+    rewards: torch.Tensor      # (B,)
+    correct: torch.Tensor      # (B,)
+    truncated: torch.Tensor    # (B,)
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+    time_generate_s: float = 0.0
+    time_reward_s: float = 0.0
+
+
+def sample_rollout(policy, task, rng: random.Random, config: EngineConfig, reward, autocast) -> Rollout:
+    """Sample ``gens`` completions per prompt and score them."""
+    batch = task.batch(config.batch_prompts, rng)
+    prompts = [p for p in batch.prompts for _ in range(config.gens)]
+    labels = [a for a in batch.labels for _ in range(config.gens)]
+    t0 = time.perf_counter()
+    ids, pmask = policy.encode(prompts)
+    with autocast():
+        comp, cmask = policy.sample(ids, pmask, config.max_new_tokens, config.temperature)
+    eos = policy.tokenizer.eos_id if policy.kind == "builtin" else policy.eos_id
+    truncated = ~(comp == eos).any(-1)
+    t1 = time.perf_counter()
+    scores = [score(*reward, t, g, bool(tr)) for t, g, tr in zip(policy.decode(comp), labels, truncated.tolist())]
+    as_tensor = lambda key: torch.tensor([s[key] for s in scores], dtype=torch.float32, device=ids.device)  # noqa: E731
+    return Rollout(torch.cat([ids, comp], 1), torch.cat([pmask, torch.ones_like(cmask)], 1), comp, cmask,
+                   as_tensor("reward"), as_tensor("correctness"), truncated.float(),
+                   time_generate_s=t1 - t0, time_reward_s=time.perf_counter() - t1)
+
+
+def completion_logits(module_fn, roll: Rollout, rows: slice, temperature: float) -> torch.Tensor:
+    """Float logits at the positions that predict the completion tokens of ``rows``, divided by temperature."""
+    t = roll.completion.shape[1]
+    logits = module_fn(roll.ids[rows, :-1], roll.mask[rows, :-1])
+    return logits[:, -t:].float() / temperature
+
+
+def chunks(n: int, micro_batch: int) -> list[slice]:
+    """Row slices of size micro_batch (all rows when 0)."""
+    size = micro_batch or n
+    return [slice(i, i + size) for i in range(0, n, size)]
+
+
+@torch.no_grad()
+def cache_logprobs(policy, ref, roll: Rollout, config: EngineConfig, autocast) -> None:
+    """Old (and reference) log-probs, once, in the same micro-batches the update uses."""
+    olds, refs = [], []
+    ref_fn = (lambda i, m: _ref_logits(policy, ref, i, m)) if ref is not None else None
+    for rows in chunks(len(roll.ids), config.micro_batch):
+        with autocast():
+            olds.append(token_logprobs(completion_logits(policy.logits, roll, rows, config.temperature), roll.completion[rows]))
+            if ref_fn is not None:
+                refs.append(token_logprobs(completion_logits(ref_fn, roll, rows, config.temperature), roll.completion[rows]))
+    roll.old_logp = torch.cat(olds)
+    roll.ref_logp = torch.cat(refs) if refs else None
+
+
+def _ref_logits(policy, ref, ids, mask):
+    live = policy.module
+    policy.module = ref
+    try:
+        return policy.logits(ids, mask)
+    finally:
+        policy.module = live
+
+
+# ---------------------------------------------------------------------------
+# Update
+# ---------------------------------------------------------------------------
+
+class StepStats:
+    """Accumulates the update's diagnostics over micro-batches and epochs."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.log_ratios: list[torch.Tensor] = []
+
+    def add(self, **values: float) -> None:
+        for k, v in values.items():
+            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+
+    def result(self, epochs: int, tokens: float, first_tokens: float) -> dict[str, float]:
+        lr_abs = torch.cat(self.log_ratios) if self.log_ratios else torch.zeros(1)
+        return {"loss": self.sums.get("loss", 0.0) / epochs, "grad_norm": self.sums.get("grad_norm", 0.0) / epochs,
+                "kl": self.sums.get("kl", 0.0) / tokens, "clip_ratio": self.sums.get("clipped", 0.0) / tokens,
+                "entropy_mean": self.sums.get("entropy", 0.0) / first_tokens,
+                "log_ratio_abs_max": float(lr_abs.max()), "log_ratio_abs_p99": float(torch.quantile(lr_abs, 0.99)),
+                "ratio_max": float(torch.exp(lr_abs.max()))}
+
+
+def micro_batch_loss(policy, roll: Rollout, adv: torch.Tensor, rows: slice, config: EngineConfig,
+                     stats: StepStats, first_epoch: bool) -> torch.Tensor:
+    """The loss of one micro-batch (already divided by the full batch size); records diagnostics."""
+    logits = completion_logits(policy.logits, roll, rows, config.temperature)
+    logp, mask = token_logprobs(logits, roll.completion[rows]), roll.cmask[rows]
+    per_token, clipped = clipped_surrogate(logp, roll.old_logp[rows], adv[rows], config.eps_clip, config.eps_clip_high or config.eps_clip)
+    if roll.ref_logp is not None:
+        kl = kl_estimate(logp, roll.ref_logp[rows], config.kl_estimator)
+        per_token = per_token + config.kl_coef * kl
+        stats.add(kl=(kl.detach() * mask).sum())
+    with contextlib.nullcontext() if config.entropy_coef > 0 else torch.no_grad():
+        entropy = token_entropy(logits)
+    if config.entropy_coef > 0:
+        per_token = per_token - config.entropy_coef * entropy
+    loss = aggregate(per_token, mask, config.loss_type, config.max_new_tokens, len(roll.ids))
+    stats.add(clipped=(clipped & mask).sum(), loss=loss.detach())
+    if first_epoch:
+        stats.add(entropy=(entropy.detach() * mask).sum())
+    stats.log_ratios.append((logp.detach() - roll.old_logp[rows]).abs()[mask].float().cpu())
+    return loss
+
+
+def optimizer_pass(policy, params, opt, sched, roll, adv, config, stats, autocast, first_epoch: bool) -> None:
+    """One optimizer step over the whole batch, accumulating gradients over micro-batches."""
+    opt.zero_grad(set_to_none=True)
+    total = 0.0
+    for rows in chunks(len(roll.ids), config.micro_batch):
+        with autocast():
+            loss = micro_batch_loss(policy, roll, adv, rows, config, stats, first_epoch)
+        loss.backward()
+        total += float(loss.detach())
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+    if config.nan_check and not (math.isfinite(total) and math.isfinite(grad_norm)):
+        raise NonFiniteError(f"loss {total} / grad_norm {grad_norm}")
+    stats.add(grad_norm=grad_norm)
+    opt.step()
+    sched.step()
+
+
+def update(policy, params, opt, sched, roll: Rollout, adv: torch.Tensor, config: EngineConfig, autocast) -> dict:
+    """``ppo_epochs`` optimizer passes over the rollout; returns the step's update diagnostics."""
+    stats = StepStats()
+    for epoch in range(config.ppo_epochs):
+        optimizer_pass(policy, params, opt, sched, roll, adv, config, stats, autocast, epoch == 0)
+    tokens = float(roll.cmask.sum())
+    return stats.result(config.ppo_epochs, tokens * config.ppo_epochs, tokens)
+
+
+# ---------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------
+
+class MetricsWriter:
+    """Writes one JSON object per line and flushes it at once."""
+
+    def __init__(self, path: str | Path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.fh = open(path, "w")
+
+    def write(self, record: dict) -> None:
+        self.fh.write(json.dumps(record, allow_nan=True) + "\n")
+        self.fh.flush()
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def rollout_metrics(roll: Rollout, adv: torch.Tensor, gens: int) -> dict[str, float]:
+    """Reward, length and advantage statistics of a rollout."""
+    groups = roll.rewards.view(-1, gens)
+    return {"reward_mean": float(roll.rewards.mean()), "reward_std": float(roll.rewards.std(correction=0)),
+            "correctness": float(roll.correct.mean()), "truncated_rate": float(roll.truncated.mean()),
+            "response_length_mean": float(roll.cmask.sum(-1).float().mean()),
+            "advantage_mean": float(adv.mean()), "advantage_std": float(adv.std(correction=0)),
+            "advantage_abs_max": float(adv.abs().max()),
+            "frac_zero_std_groups": float((groups.std(dim=1) == 0).float().mean())}
+
+
+def run_eval(policy, task, config: EngineConfig, reward, autocast, step: int) -> dict:
+    """An eval record over every split of the task."""
+    judge = lambda text, label, tr: score(*reward, text, label, tr)["correctness"]  # noqa: E731
+    record: dict[str, Any] = {"type": "eval", "step": step}
+    for name, split in task.evals.items():
+        record.update(evaluate_split(policy, name, split, config.max_new_tokens, judge, config.eval_k,
+                                     config.eval_temperature, autocast))
+    return record
+
+
+# ---------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------
+
+def grpo_step(step: int, state: dict, config: EngineConfig) -> dict:
+    """Sample, score, compute advantages and update; the step's metric record."""
+    policy, autocast = state["policy"], state["autocast"]
+    t0 = time.perf_counter()
+    roll = sample_rollout(policy, state["task"], state["rng"], config, state["reward"], autocast)
+    t1 = time.perf_counter()
+    adv = group_advantages(roll.rewards, config.gens, config.scale_rewards)
+    cache_logprobs(policy, state["ref"], roll, config, autocast)
+    lr = state["opt"].param_groups[0]["lr"]
+    upd = update(policy, state["params"], state["opt"], state["sched"], roll, adv, config, autocast)
+    t2 = time.perf_counter()
+    return {"type": "step", "step": step, **rollout_metrics(roll, adv, config.gens), **upd, "lr": lr,
+            "kl": upd["kl"] if state["ref"] is not None else 0.0,
+            "tokens_per_s": float(roll.cmask.sum()) / (t2 - t0), "time_generate_s": roll.time_generate_s,
+            "time_reward_s": roll.time_reward_s, "time_update_s": t2 - t1}
+
+
+def setup(config: EngineConfig, cache_dir: str | Path, log) -> dict:
+    """Device, task, reward, base model, reference and optimizer: everything the loop needs."""
+    device = pick_device(config)
+    task = load_task(config.task, config.eval_size, config.eval_id, config.eval_ood)
+    reward = load_reward(config.reward, task.builtin)
+    torch.manual_seed(SFT_SETTINGS["seed"])  # the base model's init does not depend on the run's seed
+    policy = load_policy(config.model, task.tokenizer, device)
+    policy.module.eval()
+    if task.builtin:
+        judge = lambda text, label, tr: score(*reward, text, label, tr)["correctness"]  # noqa: E731
+        prepare_base(policy, task, config, cache_dir, judge, log)
+    rng = seed_everything(config.seed)
+    params = [p for p in policy.module.parameters() if p.requires_grad]
+    opt, sched = make_optimizer(params, config)
+    return {"policy": policy, "task": task, "reward": reward, "ref": build_reference(policy, config.kl_coef),
+            "rng": rng, "params": params, "opt": opt, "sched": sched, "autocast": autocast_for(config, device)}
+
+
+def _progress(rec: dict, steps: int) -> str:
+    return (f"step {rec['step']}/{steps} reward {rec['reward_mean']:.3f} kl {rec['kl']:.4f} "
+            f"clip {rec['clip_ratio']:.3f} grad {rec['grad_norm']:.3f} {rec['tokens_per_s']:.0f} tok/s")
+
+
+def _eval_line(rec: dict) -> str:
+    parts = [f"{k.split('/')[1]} {v:.3f}" for k, v in rec.items() if k.endswith("greedy_pass@1")]
+    return f"eval step {rec['step']}: greedy pass@1 " + ", ".join(parts)
+
+
+def train_loop(config: EngineConfig, state: dict, writer: MetricsWriter, log) -> int:
+    """Steps 1..config.steps with evals at 0, every eval_every and the end; returns steps done."""
+    def evaluate(step: int) -> None:
+        rec = run_eval(state["policy"], state["task"], config, state["reward"], state["autocast"], step)
+        writer.write(rec)
+        log(_eval_line(rec))
+
+    evaluate(0)
+    done = state["done"] = 0
+    for step in range(1, config.steps + 1):
+        rec = grpo_step(step, state, config)
+        writer.write(rec)
+        log(_progress(rec, config.steps))
+        done = state["done"] = step
+        if (config.eval_every and step % config.eval_every == 0) or step == config.steps:
+            evaluate(step)
+    return done
+
+
+def run(config: EngineConfig, metrics_out: str | Path, cache_dir: str | Path, log=None) -> dict:
+    """Run GRPO as configured, writing metrics to ``metrics_out``; returns the summary record.
+
+    A NaN/inf loss, gradient norm or sampling distribution ends the run with
+    status 'nan' (the CLI exits 3). User mistakes raise UserError subclasses.
+    """
+    log = log or (lambda msg: print(msg, flush=True))
+    t0 = time.time()
+    writer = MetricsWriter(metrics_out)
+    state: dict = {"done": 0}
+    summary = {"type": "summary", "steps_done": 0, "wall_s": 0.0, "status": "ok"}
+    try:
+        state.update(setup(config, cache_dir, log))
+        summary["steps_done"] = train_loop(config, state, writer, log)
+    except FloatingPointError as exc:
+        summary["status"] = "nan"
+        summary["steps_done"] = state.get("done", 0)
+        log(f"stopped: non-finite values at step {summary['steps_done'] + 1} ({exc}); lower lr or check the reward")
+    except BaseException:
+        summary.update(status="error", wall_s=round(time.time() - t0, 3))
+        writer.write(summary)
+        writer.close()
+        raise
+    summary["wall_s"] = round(time.time() - t0, 3)
+    writer.write(summary)
+    writer.close()
+    return summary
