@@ -4,9 +4,11 @@
 vocabulary (``<pad> <bos> <eos> 0-9 + =``): the prompt ``<bos>37+45=`` asks for
 ``82<eos>``. The ID split is a, b in [10, 99] (8100 problems; a fixed shuffle
 holds ``eval_size`` of them out for evaluation, the rest are training prompts).
-The OOD split is a in [100, 999], b in [10, 99]: one more digit, one position
-further right, never trained on. Every prompt of a split has the same length, so
-no padding is needed within a split.
+The OOD split holds every problem whose first operand ends in ``OOD_DIGIT`` (7):
+the same format, but a digit in a position the model never trains on (nor warms
+up on) — it has seen 7 only as the second operand's digit and in sums, so it
+must compose; the base model solves a minority of them, which makes OOD a signal
+that can rise and fall. Every prompt has the same length, so no padding is needed.
 
 A JSONL task is a file of ``{"input": ..., "label": ...}`` lines, with optional
 ID/OOD eval files of the same shape.
@@ -22,6 +24,8 @@ from pathlib import Path
 from autorl.errors import UserError
 
 EVAL_SEED = 1234  # the held-out shuffle never changes with the run's seed
+OOD_DIGIT = 7  # problems whose first operand ends in this digit are held out as the OOD split
+TASK_VERSION = 2  # bump when the built-in task changes (invalidates cached base models)
 
 
 class TaskError(UserError):
@@ -83,13 +87,15 @@ class Task:
 
 def addition_task(eval_size: int) -> Task:
     """The built-in addition task with ``eval_size`` items per eval split."""
-    pairs = [(a, b) for a in range(10, 100) for b in range(10, 100)]
+    every = [(a, b) for a in range(10, 100) for b in range(10, 100)]
+    pairs = [p for p in every if p[0] % 10 != OOD_DIGIT]
+    ood = [p for p in every if p[0] % 10 == OOD_DIGIT]
     random.Random(EVAL_SEED).shuffle(pairs)
+    random.Random(EVAL_SEED + 1).shuffle(ood)
     if eval_size >= len(pairs) // 2:
         raise TaskError(f"eval_size {eval_size} leaves too few training prompts: use eval_size < {len(pairs) // 2}")
     as_split = lambda ps: Split([f"{a}+{b}=" for a, b in ps], [str(a + b) for a, b in ps])  # noqa: E731
-    ood_rng = random.Random(EVAL_SEED + 1)
-    ood = [(ood_rng.randrange(100, 1000), ood_rng.randrange(10, 100)) for _ in range(eval_size)]
+    ood = ood[:eval_size]
     return Task("builtin:addition", as_split(pairs[eval_size:]),
                 {"id": as_split(pairs[:eval_size]), "ood": as_split(ood)}, CharTokenizer())
 

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from autorl.engine.evaluate import correct_flags
+from autorl.engine.task import TASK_VERSION
 
 SFT_SETTINGS = {"batch": 128, "eval_every": 25, "max_steps": 3000, "seed": 0, "threads": 2,
                 "betas": (0.9, 0.98), "max_grad_norm": 1.0, "version": 1}
@@ -45,7 +46,7 @@ def base_key(config, device_type: str) -> str:
     model_id = config.model
     if not model_id.startswith("builtin:"):
         model_id = str(Path(model_id).resolve()) + (Path(model_id) / "config.json").read_text()
-    blob = json.dumps([model_id, config.task, config.eval_size, config.sft_target, device_type, SFT_SETTINGS],
+    blob = json.dumps([model_id, config.task, TASK_VERSION, config.eval_size, config.sft_target, device_type, SFT_SETTINGS],
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -87,6 +88,7 @@ def supervised_warmup(policy, task, config, judge, log=print) -> dict:
         if step % SFT_SETTINGS["eval_every"] == 0:
             flags = correct_flags(policy, split.prompts, split.labels, config.max_new_tokens, 0.0, judge)
             score = sum(flags) / len(flags)
+            log(f"warm-up step {step}: greedy ID pass@1 {score:.3f}")
             if score >= config.sft_target:
                 break
     log(f"warm-up: {step} steps, greedy ID pass@1 {score:.3f}, {time.time() - t0:.1f} s")

@@ -1,0 +1,178 @@
+"""The command backend: run any training script, with recipe values filled into its command line.
+
+The recipe's ``train`` block holds the command as a template and the values to
+put in it::
+
+    backend: command
+    train:
+      argv: [accelerate, launch, scripts/train.py, --learning-rate, "{lr}", --output-dir, "{run_dir}/out"]
+      metrics: "{run_dir}/out"
+      metrics_format: trainer_state
+      lr: 1.0e-5
+
+Every ``{name}`` names a key of ``train`` (structural fields included), or one
+of the values autorl always provides: ``run_dir``, ``seed``, ``cache_dir``,
+``attempt`` and ``worktree``. A Python format spec is allowed (``{lr:.1e}``).
+By default the command runs without a shell: a string template is split
+shell-style first and each value lands in exactly one argument. With
+``shell: true`` the template is one string given to ``/bin/sh -c`` and every
+value is ``shlex.quote``-d, so a value can never add a command.
+"""
+
+from __future__ import annotations
+
+import shlex
+import string
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autorl.backends.base import LaunchPlan, LocalProcess, TrialSpec
+from autorl.backends.readers import make_reader
+from autorl.errors import RecipeError
+
+# Values every template may use besides the train keys; filled in by plan().
+PROVIDED_KEYS = ("run_dir", "seed", "cache_dir", "attempt", "worktree")
+
+_STRUCTURAL = ("argv", "shell", "env", "cwd", "metrics", "metrics_format", "metric_map")
+
+
+class CommandParams(BaseModel):
+    """The ``train`` block of a command recipe. Extra keys are placeholder values."""
+
+    model_config = ConfigDict(extra="allow")
+
+    argv: list[str] | str = Field(description="The command template: a list of arguments, or one string (split shell-style, or run by /bin/sh when shell is true). '{key}' is replaced by train.key.")
+    shell: bool = Field(False, description="Run the template through /bin/sh -c; every substituted value is shell-quoted.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables added for the run; values are templates too.")
+    cwd: str = Field(".", description="Working directory, relative to the trial's worktree.")
+    metrics: str = Field("{run_dir}/metrics.jsonl", description="Metrics file or directory, relative to cwd (template; '{run_dir}' allowed). Ignored for stdout_dicts.")
+    metrics_format: Literal["jsonl", "tensorboard", "trainer_state", "stdout_dicts"] = Field("jsonl", description="How the script logs: JSONL lines, TensorBoard events, trainer_state.json, or printed dicts on stdout.")
+    metric_map: dict[str, str] = Field(default_factory=dict, description="Script key -> autorl key, on top of the TRL defaults (e.g. {'rewards/em/mean': 'correctness'}).")
+    seed: int = Field(0, description="Seed, available as '{seed}'; a baseline repeat overrides it.")
+    lr: float | None = Field(None, ge=0, description="Learning rate, available as '{lr}'.")
+    eps_clip: float | None = Field(None, gt=0, description="PPO clip epsilon, available as '{eps_clip}'.")
+    kl_coef: float | None = Field(None, ge=0, description="KL coefficient, available as '{kl_coef}'.")
+    gens: int | None = Field(None, ge=1, description="Completions per prompt, available as '{gens}'.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "CommandParams":
+        if self.shell and not isinstance(self.argv, str) and len(self.argv) != 1:
+            raise ValueError("shell: true takes the command as one string: write argv as a string")
+        if not self.shell and not self.argv:
+            raise ValueError("argv is empty: give the command to run")
+        if Path(self.cwd).is_absolute():
+            raise ValueError(f"cwd '{self.cwd}' must be relative to the worktree")
+        for key, value in (self.model_extra or {}).items():
+            if not isinstance(value, (str, int, float, bool)) and value is not None:
+                raise ValueError(f"train.{key} must be a scalar to be used in the command (got {type(value).__name__})")
+        missing = sorted(set(template_fields(self)) - set(self.values()) - set(PROVIDED_KEYS))
+        if missing:
+            raise ValueError(f"the command uses '{{{missing[0]}}}', which names no train key with a value: add {missing[0]} to train or fix the placeholder")
+        return self
+
+    def values(self) -> dict[str, Any]:
+        """Every train key with a value (structural fields and extras), for the templates."""
+        data = self.model_dump(exclude=set(_STRUCTURAL))
+        return {k: v for k, v in data.items() if v is not None}
+
+    def templates(self) -> list[str]:
+        """Every string that is filled in: argv, env values and the metrics path."""
+        argv = [self.argv] if isinstance(self.argv, str) else list(self.argv)
+        return argv + list(self.env.values()) + [self.metrics]
+
+
+def template_fields(params: CommandParams) -> list[str]:
+    """The placeholder names used by the command, env and metrics templates."""
+    names = []
+    for text in params.templates():
+        try:
+            names += [field for _, field, _, _ in _parse(text) if field is not None]
+        except RecipeError as exc:
+            raise ValueError(str(exc)) from None
+    return names
+
+
+def render(template: str, values: dict[str, Any], quote: bool = False) -> str:
+    """Fill ``{name}`` / ``{name:spec}`` placeholders; ``quote`` shell-quotes each value."""
+    out = []
+    for literal, field, spec, conversion in _parse(template):
+        out.append(literal)
+        if field is None:
+            continue
+        if field not in values:
+            raise RecipeError(f"the command uses '{{{field}}}', which names no train key with a value: add {field} to train or fix the placeholder")
+        value = values[field]
+        value = repr(value) if conversion == "r" else str(value) if conversion == "s" else value
+        text = format(value, spec or "")
+        out.append(shlex.quote(text) if quote else text)
+    return "".join(out)
+
+
+def _parse(template: str) -> list[tuple[str, str | None, str | None, str | None]]:
+    try:
+        return list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise RecipeError(f"command template {template!r}: {exc} (write literal braces as '{{{{' and '}}}}')") from None
+
+
+class CommandRun(LocalProcess):
+    """A LocalProcess whose reader is told when the run has exited (to release held-back steps)."""
+
+    def metrics(self) -> list[dict[str, Any]]:
+        recs = self._reader(final=self.proc.poll() is not None)
+        if recs:
+            self._activity = time.time()
+        return recs
+
+
+class CommandBackend:
+    """Plans and starts a recipe's own command; metrics come back through a reader."""
+
+    name = "command"
+
+    def __init__(self, extra_env: dict[str, str] | None = None):
+        self.extra_env = extra_env or {}
+
+    def plan(self, spec: TrialSpec) -> LaunchPlan:
+        params = _params(spec.recipe.train)
+        run_dir = Path(spec.run_dir).resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        values = {**params.values(), **_provided(spec, params, run_dir)}
+        cwd = (Path(spec.worktree) / params.cwd).resolve()
+        log_path = run_dir / "train.log"
+        metrics = log_path if params.metrics_format == "stdout_dicts" else cwd / render(params.metrics, values)
+        env = {**self.extra_env, "AUTORL_RUN_DIR": str(run_dir), "AUTORL_SEED": str(values["seed"]),
+               **{k: render(v, values) for k, v in params.env.items()}}
+        return LaunchPlan(argv=_argv(params, values), env=env, cwd=str(cwd), log_path=str(log_path),
+                          metrics_path=str(metrics), metrics_format=params.metrics_format,
+                          metric_map=dict(params.metric_map), backend=self.name, shell=params.shell)
+
+    def start(self, plan: LaunchPlan) -> CommandRun:
+        reader = make_reader(plan.metrics_format, plan.metrics_path, plan.metric_map)
+        return CommandRun(plan, reader)
+
+
+def _params(train: dict[str, Any]) -> CommandParams:
+    try:
+        return CommandParams.model_validate(train)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "train"
+        raise RecipeError(f"train.{where}: {err['msg'].removeprefix('Value error, ')}") from None
+
+
+def _provided(spec: TrialSpec, params: CommandParams, run_dir: Path) -> dict[str, Any]:
+    seed = spec.seed if spec.seed is not None else params.seed
+    return {"run_dir": str(run_dir), "seed": seed, "cache_dir": str(Path(spec.cache_dir).resolve()),
+            "attempt": spec.attempt, "worktree": str(Path(spec.worktree).resolve())}
+
+
+def _argv(params: CommandParams, values: dict[str, Any]) -> list[str]:
+    if params.shell:
+        template = params.argv if isinstance(params.argv, str) else params.argv[0]
+        return [render(template, values, quote=True)]
+    tokens = shlex.split(params.argv) if isinstance(params.argv, str) else params.argv
+    return [render(token, values) for token in tokens]

@@ -1,0 +1,133 @@
+"""The TRL backend: one trial = one ``GRPOTrainer`` run in a child process.
+
+``TRLParams`` is the recipe's ``train`` block, named like the embedded engine's
+(``lr``, ``eps_clip``, ``kl_coef``, ``gens`` ...) so recipes move between the two
+backends. ``grpo_config_kwargs`` maps it onto TRL's ``GRPOConfig`` field names
+(``TRL_FIELDS`` is the table); ``autorl.backends.trl_runner`` builds the model,
+the task and the trainer and writes metrics in autorl's schema.
+
+This module does not import trl or torch: recipes validate without them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autorl.backends.base import LaunchPlan, LocalProcess, TrialSpec
+
+# TRLParams key -> GRPOConfig field (values copied as they are).
+TRL_FIELDS: dict[str, str] = {
+    "lr": "learning_rate",
+    "eps_clip": "epsilon",
+    "eps_clip_high": "epsilon_high",
+    "kl_coef": "beta",
+    "gens": "num_generations",
+    "steps": "max_steps",
+    "max_new_tokens": "max_completion_length",
+    "temperature": "temperature",
+    "loss_type": "loss_type",
+    "max_grad_norm": "max_grad_norm",
+    "warmup_steps": "warmup_steps",
+    "seed": "seed",
+    "ppo_epochs": "num_iterations",
+}
+
+# GRPOConfig fields autorl always sets: TRL's GPU-leaning defaults off, logging every
+# step, no checkpoints, AdamW betas as in the embedded engine.
+TRL_FIXED: dict[str, Any] = {
+    "bf16": False,
+    "fp16": False,
+    "activation_checkpointing": False,
+    "lr_scheduler_type": "constant_with_warmup",
+    "report_to": "none",
+    "save_strategy": "no",
+    "eval_strategy": "no",
+    "logging_steps": 1,
+    "disable_tqdm": True,
+    "adam_beta2": 0.99,
+    "weight_decay": 0.0,
+    "dataloader_num_workers": 0,
+}
+
+SCALE_REWARDS = {True: "group", False: "none", "group": "group", "batch": "batch", "none": "none"}
+
+
+class TRLParams(BaseModel):
+    """The ``train`` block of a TRL recipe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("builtin:tiny", description="'builtin:tiny' (a Hugging Face LlamaForCausalLM of the embedded engine's tiny size, warmed up by supervised training and cached) or a local Hugging Face model directory.")
+    task: str = Field("builtin:addition", description="'builtin:addition' or a JSONL file of {\"input\", \"label\"} prompts.")
+    eval_id: str | None = Field(None, description="JSONL file of ID eval prompts (JSONL tasks only).")
+    eval_ood: str | None = Field(None, description="JSONL file of OOD eval prompts (JSONL tasks only).")
+    reward: str = Field("builtin:exact_match", description="'builtin:exact_match', 'module:function' or a .py path, as in the embedded engine.")
+    sft_target: float = Field(0.4, gt=0, lt=1, description="builtin model: the supervised warm-up stops at this greedy ID pass@1.")
+    lr: float = Field(1e-4, ge=0, description="Learning rate (GRPOConfig.learning_rate), constant after warmup.")
+    eps_clip: float = Field(0.2, gt=0, description="Lower ratio clip (GRPOConfig.epsilon).")
+    eps_clip_high: float | None = Field(None, gt=0, description="Upper ratio clip (GRPOConfig.epsilon_high); None = eps_clip.")
+    kl_coef: float = Field(0.0, ge=0, description="KL weight (GRPOConfig.beta); 0 loads no reference model.")
+    gens: int = Field(8, ge=2, description="Completions per prompt (GRPOConfig.num_generations).")
+    batch_prompts: int = Field(32, ge=1, description="Prompts per step; per_device_train_batch_size = batch_prompts * gens.")
+    steps: int = Field(50, ge=1, description="Optimizer steps (GRPOConfig.max_steps).")
+    ppo_epochs: int = Field(1, ge=1, description="Optimizer steps per generated batch (GRPOConfig.num_iterations); with 1 clipping is inert.")
+    max_new_tokens: int = Field(5, ge=1, description="Completion length limit (GRPOConfig.max_completion_length).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = Field("dapo", description="TRL loss normalisation (GRPOConfig.loss_type).")
+    scale_rewards: bool | Literal["group", "batch", "none"] = Field(True, description="Divide advantages by the group std (true/'group'), the batch std ('batch'), or not (false/'none').")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    warmup_steps: int = Field(0, ge=0, description="Linear LR warmup steps.")
+    seed: int = Field(0, description="Seed (GRPOConfig.seed); a baseline repeat overrides it.")
+    eval_every: int = Field(10, ge=0, description="Greedy evaluation every N steps (and at 0 and the end); 0 = only at 0 and the end.")
+    eval_size: int = Field(500, ge=1, description="Built-in task: items per eval split.")
+    threads: int = Field(2, ge=1, description="torch.set_num_threads for the run.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TRLParams":
+        if self.model.startswith("builtin:") and self.task != "builtin:addition":
+            raise ValueError(f"{self.model} only trains on builtin:addition: use a Hugging Face model directory for JSONL tasks")
+        if self.task == "builtin:addition" and (self.eval_id or self.eval_ood):
+            raise ValueError("eval_id/eval_ood are for JSONL tasks: builtin:addition has its own eval splits, remove them")
+        return self
+
+
+def grpo_config_kwargs(params: TRLParams, output_dir: str, use_cpu: bool = True) -> dict[str, Any]:
+    """Keyword arguments for ``trl.GRPOConfig`` that run ``params``."""
+    kwargs = {field: getattr(params, key) for key, field in TRL_FIELDS.items()}
+    kwargs.update(TRL_FIXED)
+    kwargs.update(output_dir=output_dir, use_cpu=use_cpu, data_seed=params.seed,
+                  per_device_train_batch_size=params.batch_prompts * params.gens,
+                  scale_rewards=SCALE_REWARDS[params.scale_rewards])
+    return kwargs
+
+
+class TRLBackend:
+    """Plans ``python -m autorl.backends.trl_runner`` on the trial's train block."""
+
+    name = "trl"
+
+    def __init__(self, extra_env: dict[str, str] | None = None):
+        self.extra_env = extra_env or {}
+
+    def plan(self, spec: TrialSpec) -> LaunchPlan:
+        run_dir = Path(spec.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        params = dict(spec.recipe.train)
+        if spec.seed is not None:
+            params["seed"] = spec.seed
+        config_path = run_dir / "trl_config.json"
+        config_path.write_text(json.dumps(TRLParams.model_validate(params).model_dump(mode="json"), indent=1, sort_keys=True))
+        metrics = run_dir / "metrics.jsonl"
+        argv = [sys.executable, "-m", "autorl.backends.trl_runner", "--config", str(config_path),
+                "--metrics-out", str(metrics), "--cache-dir", str(spec.cache_dir)]
+        env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **self.extra_env}
+        return LaunchPlan(argv=argv, env=env, cwd=str(spec.worktree), log_path=str(run_dir / "train.log"),
+                          metrics_path=str(metrics), backend=self.name)
+
+    def start(self, plan: LaunchPlan) -> LocalProcess:
+        return LocalProcess(plan)
