@@ -124,7 +124,7 @@ class Controller:
                 if out is not None:
                     self.finish(r.ctx, out)
                     del running[slot]
-            time.sleep(0.2 if running else 0)
+            time.sleep(0.05 if running else 0)
 
     def _fill(self, running: dict[int, "_Running"]) -> None:
         free = [s for s in range(self.opts.parallel) if s not in running]

@@ -21,8 +21,17 @@ def git(cwd: Path, *args: str) -> str:
 
 @pytest.fixture(scope="session")
 def engine_cache(tmp_path_factory) -> Path:
-    """One engine cache (the warmed-up base model) for the whole session."""
-    return tmp_path_factory.mktemp("engine-cache")
+    """One engine cache for the whole session, holding the warmed-up builtin:tiny base model.
+
+    The base is content-hashed and locked, so the supervised warm-up runs once per session
+    (a few seconds on two idle cores) and every engine run and study shares it.
+    """
+    from autorl.engine.config import EngineConfig
+    from autorl.engine.grpo import run
+
+    cache = tmp_path_factory.getbasetemp() / "engine-cache"
+    run(EngineConfig(steps=0), cache / "warm.jsonl", cache, log=lambda m: None)
+    return cache
 
 
 @pytest.fixture

@@ -20,15 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST = {"steps": 3, "batch_prompts": 4, "gens": 4, "eval_every": 2}
 
 
-@pytest.fixture(scope="session")
-def engine_cache(tmp_path_factory):
-    """A session-wide cache dir holding the warmed-up builtin:tiny base (built once, shared by all files)."""
-    from autorl.engine.grpo import run
-
-    cache = tmp_path_factory.getbasetemp() / "engine-cache"
-    run(EngineConfig(steps=0), cache / "warm.jsonl", cache, log=lambda m: None)
-    return cache
-
 
 def run_cli(tmp_path: Path, config: dict, cache: Path, **env) -> tuple[subprocess.CompletedProcess, Path]:
     cfg, metrics = tmp_path / "cfg.json", tmp_path / "metrics.jsonl"

@@ -19,13 +19,6 @@ from autorl.engine.grpo import run
 from autorl.metrics import RunMetrics, iter_records
 
 
-@pytest.fixture(scope="session")
-def engine_cache(tmp_path_factory):
-    """The same session-wide base-model cache as tests/test_engine.py (content-hashed, built once)."""
-    cache = tmp_path_factory.getbasetemp() / "engine-cache"
-    run(EngineConfig(steps=0), cache / "warm.jsonl", cache, log=lambda m: None)
-    return cache
-
 
 def train(tmp_path, cache, name: str, **overrides) -> RunMetrics:
     config = EngineConfig(**{"steps": 50, "batch_prompts": 32, "gens": 8, "eval_every": 25, **overrides})
