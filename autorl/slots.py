@@ -46,8 +46,12 @@ class Slots:
         """Start on the backend itself, or as a Ray job when a Ray address was given."""
         if not self._requested or plan.backend == "openrlhf":
             return backend.start(plan)
+        import logging
+
         from autorl.backends import ray_jobs
 
+        for name in ("ray", "ray.dashboard", "ray._private"):
+            logging.getLogger(name).setLevel(logging.WARNING)
         reader = _reader(plan)
         return ray_jobs.submit(self._ensure_address(), plan.argv, working_dir=plan.cwd, log_path=plan.log_path,
                                env=plan.env, entrypoint_num_cpus=plan.resources.get("entrypoint_num_cpus", 1),

@@ -1,0 +1,94 @@
+"""Parallel trials: local CPU slots and a real local Ray head, with kill -9 and --resume."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import git, run_cli
+from test_loop import _start_run, _trials
+
+pytestmark = pytest.mark.slow
+
+FAST = ["--strategy", "optuna", "--set", "steps=8", "--set", "eval_every=4", "--set", "batch_prompts=16",
+        "--set", "threads=1"]
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["started"] < b["finished"] and b["started"] < a["finished"]
+
+
+def _check_landed(ws: Path, trials: list[dict]) -> None:
+    for t in trials:
+        assert git(ws, "rev-parse", t["start_tag"]) == t["start_sha"]
+        assert git(ws, "rev-parse", t["end_tag"]) == t["end_sha"]
+        assert not (ws / ".autorl" / "worktrees" / t["attempt"]).exists()
+    assert len({t["attempt"] for t in trials}) == len(trials)
+
+
+def test_two_local_slots_run_concurrently(workspace):
+    r = run_cli("-C", str(workspace), "run", "--budget", "5m", "--max-trials", "4", "--parallel", "2", *FAST, timeout=400)
+    assert r.returncode == 0, r.stderr
+    trials = _trials(workspace)
+    assert len(trials) == 4 and all(t["status"] == "complete" for t in trials)
+    assert _overlap(trials[0], trials[1]) and _overlap(trials[2], trials[3])
+    assert [t["number"] for t in trials] == [1, 2, 3, 4]
+    _check_landed(workspace, trials)
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    from autorl.backends.ray_jobs import LocalRayHead
+
+    with LocalRayHead(num_cpus=2) as head:
+        yield head.address
+
+
+def _jobs(address: str) -> list:
+    from autorl.backends.ray_jobs import client
+
+    return client(address).list_jobs()
+
+
+def test_ray_jobs_run_concurrently_and_resume_leaves_none_running(workspace, ray_head):
+    r = run_cli("-C", str(workspace), "run", "--budget", "5m", "--max-trials", "2", "--parallel", "2",
+                "--ray-address", ray_head, *FAST, timeout=400)
+    assert r.returncode == 0, r.stderr
+    trials = _trials(workspace)
+    assert len(trials) == 2 and all(t["job_id"] for t in trials) and _overlap(trials[0], trials[1])
+    _check_landed(workspace, trials)
+
+    proc = _start_run(workspace, "--budget", "5m", "--parallel", "2", "--ray-address", ray_head, *FAST,
+                      "--set", "steps=400")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        running = [t for t in _safe_trials(workspace) if t["status"] == "running" and t["job_id"]]
+        if running:
+            break
+        time.sleep(0.3)
+    assert running, "no Ray trial started"
+    time.sleep(2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    live = [j for j in _jobs(ray_head) if str(j.status) in ("RUNNING", "PENDING", "JobStatus.RUNNING", "JobStatus.PENDING")]
+    assert live, "the killed controller's Ray job should still be running before --resume"
+    r = run_cli("-C", str(workspace), "run", "--resume", "--budget", "3m", "--max-trials", "1",
+                "--parallel", "1", "--ray-address", ray_head, timeout=300)
+    assert r.returncode == 0, r.stderr
+    time.sleep(1)
+    states = {str(j.status).split(".")[-1] for j in _jobs(ray_head)}
+    assert not states & {"RUNNING", "PENDING"}, states
+    trials = _trials(workspace)
+    assert not any(t["status"] == "running" for t in trials)
+    assert any(t["status"] == "interrupted" for t in trials)
+
+
+def _safe_trials(ws: Path) -> list[dict]:
+    try:
+        return _trials(ws)
+    except sqlite3.OperationalError:
+        return []
