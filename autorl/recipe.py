@@ -99,14 +99,13 @@ class Recipe(_Model):
     backend: Literal["embedded", "command", "openrlhf", "trl"] = Field("embedded", description="Which backend runs the trials.")
     train: dict[str, Any] = Field(default_factory=dict, description="Backend parameters (see the backend's parameter model).")
     search: dict[str, SearchParam] = Field(default_factory=dict, description="Keys of train that the search may vary.")
-    objective: Objective = Field(default_factory=Objective)
-    verdict: VerdictSettings = Field(default_factory=VerdictSettings)
-    abort: AbortRules = Field(default_factory=AbortRules)
+    objective: Objective = Field(default_factory=Objective, description="What a trial is scored on.")
+    verdict: VerdictSettings = Field(default_factory=VerdictSettings, description="How a trial is judged against the baseline.")
+    abort: AbortRules = Field(default_factory=AbortRules, description="Early-abort thresholds and the hang watchdog.")
     timeout_s: float = Field(300.0, gt=0, description="Per-trial wall-clock limit.")
     cpus_per_trial: float = Field(1.0, gt=0, description="CPUs a trial asks Ray for (with --ray-address).")
     gpus_per_trial: float = Field(0.0, ge=0, description="GPUs a trial asks Ray for (with --ray-address).")
     full: dict[str, Any] = Field(default_factory=dict, description="train overrides for a promoted full run.")
-    hypothesis: str | None = Field(None, description="Hypothesis id this recipe tests (set by the controller).")
 
     @model_validator(mode="after")
     def _check(self) -> "Recipe":
