@@ -10,7 +10,7 @@ bf16 autocast, ppo_epochs 1, no KL) on the addition task:
 Each engine run first builds its warmed-up base (not timed; ``sft_target`` is
 set low because only throughput is measured here). Peak memory is
 ``torch.cuda.max_memory_allocated`` over the timed run only. Needs torch,
-transformers and trl (and pydantic, which the engine config uses); no optuna or
+transformers, trl and pydantic (the engine config uses it); no optuna or
 ray. Prints one JSON object.
 
     python benchmarks/engine_gpu.py [--steps 30] [--skip-trl]
@@ -30,37 +30,6 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-
-def _install_pydantic_shim() -> None:
-    """Machines with only torch/transformers/trl lack pydantic, which EngineConfig imports. This stand-in
-    supports what EngineConfig uses (defaults from Field, keyword construction) without validation."""
-    import types
-
-    class FieldInfo:
-        def __init__(self, default=None, **_):
-            self.default = default
-
-    class BaseModel:
-        def __init__(self, **values):
-            names = [n for c in reversed(type(self).__mro__) for n in getattr(c, "__annotations__", {})]
-            unknown = set(values) - set(names)
-            if unknown:
-                raise TypeError(f"unknown config keys: {sorted(unknown)}")
-            for name in names:
-                default = getattr(type(self), name, None)
-                setattr(self, name, values.get(name, default.default if isinstance(default, FieldInfo) else default))
-
-    shim = types.ModuleType("pydantic")
-    shim.BaseModel, shim.Field, shim.ConfigDict = BaseModel, FieldInfo, dict
-    shim.model_validator = lambda **_: (lambda fn: fn)
-    shim.ValidationError = ValueError
-    sys.modules["pydantic"] = shim
-
-
-try:
-    import pydantic  # noqa: F401,E402
-except ImportError:
-    _install_pydantic_shim()
 
 SHARED = {"batch_prompts": 64, "gens": 8, "max_new_tokens": 5, "temperature": 1.0, "lr": 1e-5, "ppo_epochs": 1,
           "kl_coef": 0.0, "eval_every": 0, "eval_size": 500, "device": "cuda", "sft_target": 0.05}
@@ -115,7 +84,7 @@ def trl_run(model_dir: Path, steps: int, work: Path) -> dict:
                      per_device_train_batch_size=SHARED["batch_prompts"] * SHARED["gens"],
                      max_completion_length=SHARED["max_new_tokens"], temperature=SHARED["temperature"],
                      learning_rate=SHARED["lr"], lr_scheduler_type="constant", beta=0.0, loss_type="grpo",
-                     max_steps=steps, save_strategy="no", logging_steps=10, activation_checkpointing=False)
+                     max_steps=steps, save_strategy="no", logging_steps=10, gradient_checkpointing=False)
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=exact_match, train_dataset=data,
                           args=cfg, callbacks=[Clock()])
     t0 = time.perf_counter()
