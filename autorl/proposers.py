@@ -98,9 +98,31 @@ class Proposer:
             p.optuna_number, _ = p.search.ask(self.base.search, fixed={key: self.base.train[key] for key in self.base.search})
         return p
 
+    def ask(self, search: Search, space: dict, fixed: dict | None = None) -> tuple[int, dict[str, Any]]:
+        """Ask Optuna, skipping points next to a crash that repeated (told FAIL without running)."""
+        for _ in range(AVOID_TRIES):
+            number, params = search.ask(space, fixed=fixed)
+            near = self._near_repeated_crash(space, params)
+            if fixed or near is None:
+                return number, params
+            search.tell(number, "fail")
+            self.ledger.event(self.study["id"], None, "avoided",
+                              f"skipped {dump_values(params)}: next to {near}, whose crash signature repeated")
+        return number, params
+
+    def _near_repeated_crash(self, space: dict, params: dict[str, Any]) -> str | None:
+        rows = self.ledger.trials(self.study["id"], "verdict = 'crash' AND crash_signature IS NOT NULL")
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["crash_signature"]] = counts.get(r["crash_signature"], 0) + 1
+        for r in rows:
+            if counts[r["crash_signature"]] >= 2 and distance(space, params, r.get("params") or {}) < AVOID_RADIUS:
+                return r["attempt"]
+        return None
+
     def _optuna(self) -> Proposal:
         search = self.search()
-        number, params = search.ask(self.base.search)
+        number, params = self.ask(search, self.base.search)
         values = changed(self.base.train, params)
         label = "random" if self.opts.strategy == "random" else "optuna"
         why = f"{label} proposal: {dump_values(values) or 'baseline values'}"
@@ -146,6 +168,26 @@ class Proposer:
                 self._baseline_cache[r["id"]] = RunMetrics(self.ledger.metrics(r["id"]))
             out.append(self._baseline_cache[r["id"]])
         return out
+
+
+AVOID_RADIUS = 0.1  # normalised distance to a repeatedly crashing point that is not sampled again
+AVOID_TRIES = 10
+
+
+def distance(space: dict, a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Chebyshev distance in the search space, each axis scaled to [0, 1] (log axes in log space)."""
+    import math
+
+    worst = 0.0
+    for key, p in space.items():
+        x, y = a.get(key), b.get(key)
+        if p.choices is not None or not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
+            worst = max(worst, 0.0 if x == y else 1.0)
+            continue
+        lo, hi = (math.log(p.low), math.log(p.high)) if p.log else (p.low, p.high)
+        fx, fy = (math.log(max(x, 1e-300)), math.log(max(y, 1e-300))) if p.log else (x, y)
+        worst = max(worst, abs(fx - fy) / ((hi - lo) or 1.0))
+    return worst
 
 
 def changed(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:

@@ -71,3 +71,14 @@ def test_set_train_values_changes_only_those_lines():
     data = yaml.safe_load(out)
     assert data["train"]["entropy_coef"] == 0.01 and data["search"] == yaml.safe_load(text)["search"]
     assert len(out.splitlines()) == len(text.splitlines()) + 1
+
+
+def test_search_distance_for_crash_avoidance():
+    from autorl.proposers import distance
+    from autorl.recipe import SearchParam
+
+    space = {"lr": SearchParam(low=1e-6, high=1e-2, log=True), "gens": SearchParam(choices=[4, 8])}
+    assert distance(space, {"lr": 1e-3, "gens": 8}, {"lr": 1e-3, "gens": 8}) == 0
+    assert distance(space, {"lr": 1e-3, "gens": 8}, {"lr": 1.2e-3, "gens": 8}) < 0.1
+    assert distance(space, {"lr": 1e-3, "gens": 8}, {"lr": 1e-5, "gens": 8}) == pytest.approx(0.5)
+    assert distance(space, {"lr": 1e-3, "gens": 8}, {"lr": 1e-3, "gens": 4}) == 1.0
