@@ -10,10 +10,15 @@ PY=${PYTHON:-python3}
 want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
 
-if ! command -v git >/dev/null || { [ $want_test = 1 ] && ! command -v patch >/dev/null; }; then
-  if command -v apt-get >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq git patch >/dev/null
-  fi
+# System packages: git always; for the tests also GNU patch (OpenRLHF patches) and Chromium (report test).
+need=""
+command -v git >/dev/null || need="git"
+if [ $want_test = 1 ]; then
+  command -v patch >/dev/null || need="$need patch"
+  command -v chromium >/dev/null || need="$need chromium"
+fi
+if [ -n "$need" ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
 fi
 
 if ! $PY -c "import torch" 2>/dev/null; then
