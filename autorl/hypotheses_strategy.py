@@ -5,7 +5,7 @@ by symptom match with the latest diagnosis, priority and history (demotion after
 repeated non-improvement, exploitation of validated ideas); the top one's
 overrides are applied to the incumbent (the best trial judged *improved*, else
 the baseline) and Optuna proposes values inside its resolved space — one Optuna
-study per hypothesis and incumbent, the smallest change enqueued first (see
+study per hypothesis and incumbent, its primary lever probed first (see
 ``autorl.hypotheses`` for why). The trial's commit message and research-log
 entry carry the diagnosis that led there.
 """
@@ -44,7 +44,7 @@ class HypothesisStrategy:
         fixed = hypotheses.fixed_values(h, inc)
         search = self.p.search(hypotheses.study_name(h, inc, prefix=self.p.study["optuna_study"]))
         first = not search.study.get_trials(deepcopy=False)
-        number, params = search.ask(space, fixed=hypotheses.seed_params(space, inc) if first and space else None)
+        number, params = search.ask(space, fixed=hypotheses.probe_params(h, space, inc) if first and space else None)
         values = changed(self.p.base.train, {**fixed, **params})
         delta = changed(inc, {**fixed, **params})
         why = f"tests {h.id} ({h.title}); {top.why}; diagnosis: {diag.summary() if diag else 'none yet'}"

@@ -185,10 +185,10 @@ def test_relative_range_resolves_against_incumbent(library):
     h = by_id(library, "h13-flat-learning")
     space = resolve_search(h, {**INCUMBENT, "lr": 1e-4, "kl_coef": 0.2, "gens": 8}, {})
     assert set(space) == set(h.search)
-    assert (space["lr"].low, space["lr"].high, space["lr"].log) == (pytest.approx(1.5e-4), pytest.approx(1e-3), True)
+    assert (space["lr"].low, space["lr"].high, space["lr"].log) == (pytest.approx(1.5e-4), pytest.approx(1e-2), True)
     assert (space["kl_coef"].low, space["kl_coef"].high) == (0.0, pytest.approx(0.2))
     assert (space["gens"].low, space["gens"].high, space["gens"].int) == (8, 16, True)
-    assert "lr=[0.00015, 0.001] log" in describe_space(space)
+    assert "lr=[0.00015, 0.01] log" in describe_space(space)
 
 
 def test_recipe_search_limits_the_space(library):
@@ -364,3 +364,18 @@ def test_real_embedded_runs_are_diagnosed(tmp_path, library):
     assert got[3e-3].bottleneck == "unstable"
     assert rank(library, got[0.0], [], "embedded")[0].hypothesis.id == "h13-flat-learning"
     assert rank(library, got[3e-3], [], "embedded")[0].hypothesis.id == "h14-instability"
+
+
+def test_probe_params_tests_the_idea_not_the_incumbent(library):
+    """The first trial of a hypothesis sits mid-range on its first key, so it can confirm or refute it."""
+    from autorl.hypotheses import probe_params
+
+    h05 = by_id(library, "h05-reward-signal")
+    space = resolve_search(h05, {**INCUMBENT, "gens": 2}, {})
+    probe = probe_params(h05, space, {**INCUMBENT, "gens": 2})
+    first = next(iter(h05.search))
+    assert probe[first] != {**INCUMBENT, "gens": 2}.get(first)
+    h13 = by_id(library, "h13-flat-learning")
+    space = resolve_search(h13, {**INCUMBENT, "lr": 1e-7}, {"lr": SearchParam(low=1e-6, high=1e-2, log=True)})
+    probe = probe_params(h13, space, {**INCUMBENT, "lr": 1e-7})
+    assert probe["lr"] == pytest.approx((1e-6 * 1e-5) ** 0.5, rel=1e-6)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +32,25 @@ class EmbeddedBackend:
                           log_path=str(run_dir / "train.log"), metrics_path=str(run_dir / "metrics.jsonl"),
                           backend=self.name)
         return plan
+
+    def prepare(self, recipe, cache_dir: Path, run_dir: Path, timeout_s: float = 1800.0) -> int:
+        """Build the cached base model once, before any trial (so no trial's timeout pays for it).
+
+        Runs the engine with ``steps: 0`` in a child process; returns its exit code. A failure
+        is not fatal here: the first trial then fails with the real error and is triaged.
+        """
+        params = {**recipe.train, "steps": 0, "eval_every": 0}
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg = run_dir / "prepare_config.json"
+        cfg.write_text(json.dumps(params, indent=1, sort_keys=True))
+        argv = [sys.executable, "-m", "autorl.engine", "--config", str(cfg), "--metrics-out",
+                str(run_dir / "prepare_metrics.jsonl"), "--cache-dir", str(cache_dir)]
+        with open(run_dir / "prepare.log", "ab") as log:
+            try:
+                return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      timeout=timeout_s).returncode
+            except subprocess.TimeoutExpired:
+                return -1
 
     def start(self, plan: LaunchPlan) -> LocalProcess:
         return LocalProcess(plan)

@@ -1,0 +1,172 @@
+"""Does the hypotheses strategy pay? Trials to the first improvement, per strategy, from poor recipes.
+
+Each poor base recipe in benchmarks/recipes/ (lr far too small, lr far too
+large, groups of 2) is searched by each strategy (``autorl run --strategy
+hypotheses|optuna|random``) with several search seeds. Every study runs in its
+own fresh workspace (``autorl init``); all workspaces share one engine cache
+(the base model is built once, content-hashed and locked). Baseline trials are
+counted apart: "trials to first improvement" is the index of the first trial
+judged ``improved`` among the trials after the baseline, 'never' if none within
+``--max-trials``.
+
+Target: hypotheses needs at most half the trials of random, and no more than
+plain optuna, to its first improvement (medians over seeds).
+
+    python benchmarks/strategies.py [--seeds 5] [--max-trials 8] [--parallel 2]
+
+Prints a table; writes one JSON per study and a summary to benchmarks/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "benchmarks" / "recipes"
+OUT = ROOT / "benchmarks" / "out"
+STRATEGIES = ("hypotheses", "optuna", "random")
+TARGET_VS_RANDOM = 0.5  # hypotheses' median trials to first improvement <= half of random's
+
+
+def _cli(ws: Path, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "autorl.cli", "-C", str(ws), *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def make_workspace(work: Path, cache: Path, recipe: Path, name: str) -> Path:
+    """A fresh workspace holding ``recipe``, its engine cache linked to the shared one."""
+    ws = work / name
+    subprocess.run([sys.executable, "-m", "autorl.cli", "init", str(ws)], check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    (ws / ".autorl").mkdir(exist_ok=True)
+    (ws / ".autorl" / "cache").symlink_to(cache, target_is_directory=True)
+    shutil.copy(recipe, ws / "recipes" / recipe.name)
+    return ws
+
+
+def run_study(work: Path, cache: Path, recipe: Path, strategy: str, seed: int, max_trials: int) -> dict:
+    """One study; its trials, first improvement and best objective."""
+    ws = make_workspace(work, cache, recipe, f"{recipe.stem}-{strategy}-s{seed}")
+    repeats = int((yaml.safe_load(recipe.read_text()).get("verdict") or {}).get("baseline_repeats", 2))
+    t0 = time.time()
+    proc = _cli(ws, "run", f"recipes/{recipe.name}", "--strategy", strategy, "--seed", str(seed),
+                "--max-trials", str(max_trials + repeats), "--budget", "2h", "--quiet")
+    trials = json.loads(_cli(ws, "ledger", "--json").stdout or "[]")
+    result = summarize(trials, repeats)
+    result.update(recipe=recipe.stem, strategy=strategy, seed=seed, wall_s=round(time.time() - t0, 1),
+                  exit_code=proc.returncode, diagnosis_1=_diagnosis(ws), trials=trials)
+    if proc.returncode not in (0, 130):
+        result["stderr_tail"] = proc.stderr[-2000:]
+    return result
+
+
+def _diagnosis(ws: Path) -> dict | None:
+    proc = _cli(ws, "diagnose", "1", "--json")
+    return json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def summarize(trials: list[dict], repeats: int) -> dict:
+    """Trials to the first ``improved`` verdict (1-based, after the baselines) and the best objective."""
+    base = [t for t in trials if t.get("proposer") == "baseline"]
+    search = [t for t in trials if t.get("proposer") != "baseline"]
+    first = next((i + 1 for i, t in enumerate(search) if t.get("verdict") == "improved"), None)
+    values = [t["objective"] for t in trials if t.get("objective") is not None]
+    return {"baseline_objective": base[0].get("objective") if base else None, "search_trials": len(search),
+            "first_improved": first, "best_objective": max(values) if values else None,
+            "verdicts": [t.get("verdict") for t in search], "hypotheses": [t.get("hypothesis") for t in search]}
+
+
+def table(results: list[dict], max_trials: int) -> list[dict]:
+    """One row per recipe x strategy: median and per-seed trials to first improvement, best objective."""
+    rows = []
+    for recipe in sorted({r["recipe"] for r in results}):
+        for strategy in STRATEGIES:
+            mine = sorted((r for r in results if r["recipe"] == recipe and r["strategy"] == strategy), key=lambda r: r["seed"])
+            if not mine:
+                continue
+            firsts = [r["first_improved"] for r in mine]
+            ranked = [f if f is not None else max_trials + 1 for f in firsts]  # 'never' ranks after the budget
+            med = statistics.median(ranked)
+            best = [r["best_objective"] for r in mine if r["best_objective"] is not None]
+            rows.append({"recipe": recipe, "strategy": strategy, "median_first": med if med <= max_trials else "never",
+                         "median_rank": med, "per_seed": ["never" if f is None else f for f in firsts],
+                         "best_median": statistics.median(best) if best else None, "best_max": max(best) if best else None,
+                         "baseline": mine[0]["baseline_objective"]})
+    return rows
+
+
+def verdicts(rows: list[dict]) -> dict[str, dict]:
+    """Per recipe: does hypotheses meet the target against random and optuna?"""
+    out = {}
+    for recipe in sorted({r["recipe"] for r in rows}):
+        by = {r["strategy"]: r["median_rank"] for r in rows if r["recipe"] == recipe}
+        if set(STRATEGIES) <= set(by):
+            out[recipe] = {"half_of_random": by["hypotheses"] <= TARGET_VS_RANDOM * by["random"],
+                           "no_worse_than_optuna": by["hypotheses"] <= by["optuna"]}
+    return out
+
+
+def print_table(rows: list[dict], checks: dict[str, dict]) -> None:
+    print(f"{'recipe':<14} {'strategy':<11} {'baseline':>8} {'median':>7}  {'per seed':<28} {'best med':>8} {'best max':>8}")
+    for r in rows:
+        seeds = " ".join(str(x) for x in r["per_seed"])
+        print(f"{r['recipe']:<14} {r['strategy']:<11} {r['baseline'] or 0:>8.3f} {str(r['median_first']):>7}  "
+              f"{seeds:<28} {r['best_median'] or 0:>8.3f} {r['best_max'] or 0:>8.3f}")
+    for recipe, c in checks.items():
+        print(f"{recipe}: hypotheses <= 1/2 random: {c['half_of_random']}; <= optuna: {c['no_worse_than_optuna']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipes", nargs="*", default=None, help="Recipe names in benchmarks/recipes (default: all).")
+    parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES), choices=STRATEGIES)
+    parser.add_argument("--seeds", type=int, default=5, help="Search seeds 0..N-1 per recipe x strategy.")
+    parser.add_argument("--max-trials", type=int, default=8, help="Trials after the baseline.")
+    parser.add_argument("--parallel", type=int, default=2, help="Studies at once (each trial uses 1 thread).")
+    parser.add_argument("--work", default=None, help="Folder for the workspaces (default: a temp dir, removed).")
+    args = parser.parse_args()
+    recipes = sorted(RECIPES.glob("*.yaml")) if not args.recipes else [RECIPES / f"{n}.yaml" for n in args.recipes]
+    jobs = [(r, s, k) for k in range(args.seeds) for r in recipes for s in args.strategies]  # seed-major: any prefix is balanced
+    OUT.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="autorl-strategies-"))
+    cache = work / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    results = []
+
+    def job(spec):
+        recipe, strategy, seed = spec
+        res = run_study(work, cache, recipe, strategy, seed, args.max_trials)
+        (OUT / f"strategies-{stamp}-{recipe.stem}-{strategy}-s{seed}.json").write_text(json.dumps(res, indent=1))
+        print(f"{recipe.stem} {strategy} seed {seed}: first improved {res['first_improved'] or 'never'}, "
+              f"best {res['best_objective']}, {res['wall_s']} s, hypotheses {res['hypotheses']}", flush=True)
+        return res
+
+    try:
+        with ThreadPoolExecutor(max(1, args.parallel)) as pool:
+            results = list(pool.map(job, jobs))
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    rows = table(results, args.max_trials)
+    checks = verdicts(rows)
+    (OUT / f"strategies-{stamp}.json").write_text(json.dumps({"max_trials": args.max_trials, "seeds": args.seeds,
+                                                              "rows": rows, "checks": checks}, indent=1))
+    print_table(rows, checks)
+
+
+if __name__ == "__main__":
+    main()
