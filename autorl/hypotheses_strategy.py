@@ -44,7 +44,7 @@ class HypothesisStrategy:
         fixed = hypotheses.fixed_values(h, inc)
         search = self.p.search(hypotheses.study_name(h, inc, prefix=self.p.study["optuna_study"]))
         first = not search.study.get_trials(deepcopy=False)
-        number, params = search.ask(space, fixed=hypotheses.probe_params(h, space, inc) if first and space else None)
+        number, params = self.p.ask(search, space, fixed=hypotheses.probe_params(h, space, inc) if first and space else None)
         values = changed(self.p.base.train, {**fixed, **params})
         delta = changed(inc, {**fixed, **params})
         why = f"tests {h.id} ({h.title}); {top.why}; diagnosis: {diag.summary() if diag else 'none yet'}"
