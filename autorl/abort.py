@@ -9,7 +9,9 @@ Rules:
 
 - ``nonfinite``: any step value is NaN/inf: immediate.
 - ``reward_stuck_zero`` / ``reward_stuck_one``: reward_mean within ``reward_stuck_eps`` of 0
-  (data or reward bug) or of 1 (the task is too easy) on each of the first ``window`` steps.
+  (data or reward bug, or a collapse on the first update) or of 1 (the task is too easy) on
+  each of the first ``window`` steps. Every window rule also accepts the window that starts
+  at step 2, because step 1 is sampled before any update.
 - ``grad_norm_zero``: grad_norm == 0 on each of the first ``window`` steps (frozen weights).
 - ``zero_std_groups``: frac_zero_std_groups == 1 on each of the first ``window`` steps: every
   group's rewards are equal, so every advantage is 0 and nothing is learned.
@@ -99,14 +101,22 @@ def _number(row: dict, key: str) -> float | None:
 
 
 def _first_window(steps: list[dict], rules: AbortRules, name: str, key: str, test: WindowTest, reason: str) -> AbortDecision | None:
-    if len(steps) < rules.window:
-        return None
-    values = [_number(row, key) for row in steps[: rules.window]]
-    if any(v is None for v in values) or not all(test(v, rules) for v in values):
-        return None
-    limit = getattr(rules, _LIMITS.get(name, "window"))
-    text = reason.format(n=rules.window, limit=limit)
-    return AbortDecision(rule=name, reason=text, step=steps[rules.window - 1].get("step"), values=values)
+    """The rule holds on each of the first ``window`` steps, counted from step 1 or from step 2.
+
+    Step 1 is sampled before any update, so a run that collapses with its first update (lr far
+    too high: reward 0, grad norm 0 and all-equal groups from step 2 on) is caught too —
+    seed 004 §12's "stuck at 0 beyond step 1".
+    """
+    for start in (0, 1):
+        window = steps[start:start + rules.window]
+        if len(window) < rules.window:
+            return None
+        values = [_number(row, key) for row in window]
+        if all(v is not None for v in values) and all(test(v, rules) for v in values):
+            limit = getattr(rules, _LIMITS.get(name, "window"))
+            text = reason.format(n=rules.window, limit=limit)
+            return AbortDecision(rule=name, reason=text, step=window[-1].get("step"), values=values)
+    return None
 
 
 def _grad_explosion(steps: list[dict], rules: AbortRules, max_grad_norm: float | None) -> AbortDecision | None:

@@ -108,8 +108,18 @@ class Controller:
         self.proposer = Proposer(self.ws, self.ledger, self.study, self.base, self.opts)
         self.slots = Slots(self.opts.parallel, self.opts.ray_address, self.base)
         self._recover()
+        self._prepare()
         self.view.study(f"study {self.study['name']}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
                         f"backend {self.base.backend}, recipe {rel}")
+
+    def _prepare(self) -> None:
+        """Let the backend build what every trial shares (the embedded base model) outside any trial."""
+        backend = self._backend(self.base.backend)
+        if hasattr(backend, "prepare"):
+            self.view.line(f"preparing {self.base.backend} backend (base model cache)...")
+            t0 = time.time()
+            code = backend.prepare(self.base, self.ws.cache, self.ws.runs / "prepare")
+            self.ledger.event(self.study["id"], None, "prepare", f"exit {code} in {time.time() - t0:.1f} s")
 
     def _loop(self) -> None:
         """Keep up to ``parallel`` trials in flight; finish each as it ends."""
@@ -296,7 +306,7 @@ class Controller:
         nonfinite = m.has_nonfinite()
         if outcome.status == "complete" and nonfinite:
             row.update(status="crash")
-        if outcome.status == "complete":
+        if row["status"] == "complete":  # a run that logged NaN/inf is never scored, even with exit 0
             row["objective"] = _objective(m, recipe)
             if row["objective"] is None:
                 row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
@@ -382,15 +392,16 @@ class _WatchState:
         if rules.enabled and self.ctx.proposal.proposer != "baseline":
             d = check_abort(metrics.steps, rules, self.recipe.train.get("max_grad_norm"))
             if d is not None:
-                return Stop("pruned", f"early abort ({d.rule}): {d.reason}", d.model_dump())
+                seen = ", ".join(f"{v:.4g}" for v in d.values)
+                return Stop("pruned", f"early abort ({d.rule}): {d.reason} (step {d.step}; values {seen})", d.model_dump())
         return self._prune(records)
 
     def _prune(self, records: list[dict]) -> Stop | None:
         if not self.recipe.abort.pruner or self.ctx.proposal.search is None:
             return None
-        key = self.recipe.objective.metric
-        for rec in records:
-            if rec.get("type") == "eval" and isinstance(rec.get(key), (int, float)) and rec.get("step", 0) > 0:
+        key, last = self.recipe.objective.metric, int(self.recipe.train.get("steps") or 0)
+        for rec in records:  # the final eval is the result, not an intermediate value: never pruned on it
+            if rec.get("type") == "eval" and isinstance(rec.get(key), (int, float)) and 0 < rec.get("step", 0) < (last or 1e18):
                 if self.ctx.proposal.search.report(self.ctx.proposal.optuna_number, rec[key], int(rec["step"])):
                     return Stop("pruned", f"Optuna median pruner at step {rec['step']} ({key} = {rec[key]:.3f})")
         return None

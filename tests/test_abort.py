@@ -102,3 +102,13 @@ def test_healthy_edge_values_do_not_trip():
 def test_disabled_rules_never_trip():
     assert check_abort(stream(4, reward_mean=0.0), AbortRules(enabled=False, window=4), MAX_GRAD_NORM) is None
     assert check_abort([], RULES, MAX_GRAD_NORM) is None
+
+
+def test_collapse_after_the_first_update_is_caught():
+    """lr far too high: step 1 looks healthy (sampled before any update), then reward, grads and groups die."""
+    rules = AbortRules(window=4)
+    steps = [{"step": 1, "reward_mean": 0.31, "grad_norm": 2.05, "frac_zero_std_groups": 0.3}]
+    steps += [{"step": k, "reward_mean": 0.0, "grad_norm": 0.0, "frac_zero_std_groups": 1.0} for k in range(2, 6)]
+    d = check_abort(steps, rules, max_grad_norm=1.0)
+    assert d is not None and d.rule == "reward_stuck_zero" and d.step == 5
+    assert check_abort(steps[:4], rules, max_grad_norm=1.0) is None  # not yet a full window
