@@ -79,6 +79,12 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
     result = run_single(spec, plan, quiet=as_json)
     if as_json:
         click.echo(json.dumps(result, indent=1, default=str))
+    elif result["exit_code"]:
+        last = next((x for x in reversed(result.get("log_tail") or []) if x.strip()), "")
+        click.echo(f"autorl: error: the run failed (exit {result['exit_code']}, log {result['log_path']}): {last}", err=True)
+    else:
+        click.echo(f"done: {result['steps']} steps in {result['wall_s']} s; " + ", ".join(
+            f"{k} {v:.3f}" for k, v in result["final_eval"].items()))
     sys.exit(result["exit_code"] or 0)
 
 

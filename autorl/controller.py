@@ -172,6 +172,9 @@ class Controller:
             return None, "", ""  # type: ignore[return-value]
         path = self.opts.recipe_path or _workspace_default(self.ws)
         recipe = load_recipe(path, self.opts.overrides)
+        backend = self._backend(recipe.backend)
+        if hasattr(backend, "check"):
+            backend.check(recipe, self.ws.root)
         text = _apply_text_overrides(Path(path).read_text(), self.opts.overrides, path)
         try:
             rel = self.ws.rel(Path(path))
@@ -345,8 +348,18 @@ class Controller:
                           trial_values=[value], baseline_values=base_values,
                           min_effect=recipe.verdict.min_effect, direction=recipe.objective.direction,
                           n_boot=recipe.verdict.bootstrap, seed=self.opts.seed)
+        gap = self._gap_to_best(value, recipe)
+        note = f"; {gap:+.4f} vs the best so far" if gap is not None else ""
         return {"verdict": v.verdict, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
-                "method": v.method, "n_items": v.n, "reason": v.explanation}
+                "method": v.method, "n_items": v.n, "reason": v.explanation + note, "gap_to_best": gap}
+
+    def _gap_to_best(self, value: float, recipe: Recipe) -> float | None:
+        """The objective against the best earlier trial of the study (positive = better)."""
+        done = [t["objective"] for t in self.ledger.trials(self.study["id"], "objective IS NOT NULL AND kind = 'trial'")]
+        if not done:
+            return None
+        sign = 1 if recipe.objective.direction == "maximize" else -1
+        return sign * (value - (max(done) if sign > 0 else min(done)))
 
     def _commit_results(self, ctx: TrialContext, row: dict[str, Any], outcome: Outcome) -> str:
         results = ctx.worktree / "results" / f"{ctx.attempt}.json"

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 JSON_SHAPES = {
     "ledger": "list of trial objects with keys " + ", ".join("`%s`" % k for k in (
         "number", "attempt", "proposer", "hypothesis", "changed", "status", "verdict", "objective", "delta",
-        "ci_low", "ci_high", "method", "duration_s", "crash_category", "reason")),
+        "ci_low", "ci_high", "method", "n_items", "gap_to_best", "duration_s", "crash_category", "reason")),
     "show": "object: `trial` (every ledger column, see ledger.md), `diff_vs_baseline`, `baseline_tag`, `steps`, "
             "`curve` (reward_mean, kl, grad_norm, clip_ratio lists), `evals` (eval lines without items), `log_tail`",
     "triage": "list of crash groups: `signature`, `category`, `count`, `root_cause_line`, `remedy`, `attempts`, `actions`",

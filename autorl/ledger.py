@@ -43,6 +43,7 @@ TRIAL_COLUMNS: dict[str, str] = {
     "reason": "One line: why this status/verdict.",
     "objective": "Objective value (NULL for a crash; never a placeholder).",
     "delta": "Objective minus the baseline's.",
+    "gap_to_best": "Objective minus the best objective of the study's earlier trials (the incumbent), better-is-positive.",
     "ci_low": "Lower end of the 95% interval for delta.",
     "ci_high": "Upper end of the 95% interval for delta.",
     "method": "How the interval was computed.",
@@ -74,7 +75,7 @@ def _v1(db: sqlite_utils.Database) -> None:
         "optuna_study": str, "baseline_value": float,
     }, pk="id")
     db["autorl_studies"].create_index(["name"], unique=True)
-    types = {c: str for c in TRIAL_COLUMNS if c not in ("job_id", "job_address")}
+    types = {c: str for c in TRIAL_COLUMNS if c not in ("job_id", "job_address", "gap_to_best")}
     types.update({c: int for c in ("id", "study_id", "number", "seed", "optuna_number", "retry_of",
                                    "promoted_from", "exit_code", "pid", "n_items")})
     types.update({c: float for c in ("objective", "delta", "ci_low", "ci_high", "started", "finished", "duration_s")})
@@ -92,7 +93,11 @@ def _v2(db: sqlite_utils.Database) -> None:
     db["autorl_trials"].add_column("job_address", str)
 
 
-MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2)]
+def _v3(db: sqlite_utils.Database) -> None:
+    db["autorl_trials"].add_column("gap_to_best", float)
+
+
+MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3)]
 
 
 class Ledger:

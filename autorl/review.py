@@ -15,7 +15,7 @@ from autorl.budget import format_duration
 from autorl.recipe import dump_values
 
 LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "changed", "status", "verdict", "objective", "delta",
-                 "ci_low", "ci_high", "method", "duration_s", "crash_category", "reason"]
+                 "ci_low", "ci_high", "method", "n_items", "gap_to_best", "duration_s", "crash_category", "reason"]
 
 
 def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from autorl.backends.base import LaunchPlan, LocalProcess, TrialSpec
+from autorl.engine.config import EngineConfig, check_files
+from autorl.errors import RecipeError
 
 
 class EmbeddedBackend:
@@ -18,7 +20,14 @@ class EmbeddedBackend:
     def __init__(self, extra_env: dict[str, str] | None = None):
         self.extra_env = extra_env or {}
 
+    def check(self, recipe, cwd: Path) -> None:
+        """Fail before launch, with one line, when the recipe names files that are not there."""
+        problem = check_files(EngineConfig.model_validate(recipe.train), Path(cwd))
+        if problem:
+            raise RecipeError(problem)
+
     def plan(self, spec: TrialSpec) -> LaunchPlan:
+        self.check(spec.recipe, spec.worktree)
         run_dir = Path(spec.run_dir)
         params = dict(spec.recipe.train)
         if spec.seed is not None:

@@ -7,6 +7,7 @@ engine. The four keys the search tunes by default are ``lr``, ``eps_clip``,
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -61,3 +62,54 @@ class EngineConfig(BaseModel):
         if self.micro_batch and (self.batch_prompts * self.gens) % self.micro_batch:
             raise ValueError(f"micro_batch {self.micro_batch} must divide batch_prompts*gens = {self.batch_prompts * self.gens}")
         return self
+
+
+def check_files(config: EngineConfig, cwd: Path) -> str | None:
+    """The first problem with the files a config names (relative to ``cwd``), or None.
+
+    Runs on the controller side before launch, without importing torch or the user's
+    code: paths must exist, and a custom reward must be found and compile.
+    """
+    for field in ("task", "eval_id", "eval_ood"):
+        value = getattr(config, field)
+        if value and not value.startswith("builtin:") and not (cwd / value).is_file():
+            return f"train.{field}: file {value} not found (relative to {cwd}): give an existing JSONL path"
+    if not config.model.startswith("builtin:") and not (cwd / config.model / "config.json").is_file():
+        return f"train.model: {config.model} is not a local Hugging Face model directory (no config.json): give one or builtin:tiny"
+    return _check_reward(config.reward, cwd)
+
+
+def _check_reward(spec: str, cwd: Path) -> str | None:
+    if spec.startswith("builtin:"):
+        return None
+    if spec.endswith(".py"):
+        path = cwd / spec
+    elif ":" in spec:
+        module = spec.split(":", 1)[0]
+        found = _find_module(module, cwd)
+        if found is None:
+            return f"train.reward: module {module} not found (from {cwd}): check the name or use a .py path"
+        path = Path(found)
+    else:
+        return f"train.reward: '{spec}' is neither module:function nor a .py file"
+    if not path.is_file():
+        return f"train.reward: file {spec} not found (relative to {cwd}): give an existing .py path"
+    try:
+        compile(path.read_text(), str(path), "exec")
+    except SyntaxError as exc:
+        return f"train.reward: {path.name} line {exc.lineno} does not compile ({exc.msg}): fix the reward"
+    return None
+
+
+def _find_module(module: str, cwd: Path) -> str | None:
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(cwd))
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    finally:
+        sys.path.remove(str(cwd))
+    return spec.origin if spec is not None and spec.origin not in (None, "built-in") else None

@@ -9,7 +9,8 @@ JSONL file in autorl's schema (``autorl.metrics``), one flushed line at a time.
 Departures from the GRPO paper (DeepSeekMath, Shao et al. 2024), on purpose:
 
 - One rollout batch per step, reused for ``ppo_epochs`` passes; old log-probs
-  are computed once after sampling, so with ``ppo_epochs=1`` the ratio is 1 and
+  are the (detached) log-probs of the first pass, taken before any optimizer step
+  of this batch — no extra forward — so with ``ppo_epochs=1`` the ratio is 1 and
   clipping is inert (the paper's "single update" case).
 - Log-probs are those of the sampling distribution (logits / temperature).
 - Advantages divide by the group's sample std floored at 1e-4 (``scale_rewards``;
@@ -202,16 +203,20 @@ def chunks(n: int, micro_batch: int) -> list[slice]:
 
 @torch.no_grad()
 def cache_logprobs(policy, ref, roll: Rollout, config: EngineConfig, autocast) -> None:
-    """Old (and reference) log-probs, once, in the same micro-batches the update uses."""
-    olds, refs = [], []
-    ref_fn = (lambda i, m: _ref_logits(policy, ref, i, m)) if ref is not None else None
+    """Reference log-probs, once, in the same micro-batches the update uses (none without a reference).
+
+    Old log-probs need no pass of their own: the first optimizer pass records them.
+    """
+    roll.old_logp = None
+    if ref is None:
+        roll.ref_logp = None
+        return
+    refs = []
     for rows in chunks(len(roll.ids), config.micro_batch):
         with autocast():
-            olds.append(token_logprobs(completion_logits(policy.logits, roll, rows, config.temperature), roll.completion[rows]))
-            if ref_fn is not None:
-                refs.append(token_logprobs(completion_logits(ref_fn, roll, rows, config.temperature), roll.completion[rows]))
-    roll.old_logp = torch.cat(olds)
-    roll.ref_logp = torch.cat(refs) if refs else None
+            logits = completion_logits(lambda i, m: _ref_logits(policy, ref, i, m), roll, rows, config.temperature)
+            refs.append(token_logprobs(logits, roll.completion[rows]))
+    roll.ref_logp = torch.cat(refs)
 
 
 def _ref_logits(policy, ref, ids, mask):
@@ -233,6 +238,7 @@ class StepStats:
     def __init__(self):
         self.sums: dict[str, float] = {}
         self.log_ratios: list[torch.Tensor] = []
+        self.old_logps: list[torch.Tensor] = []
 
     def add(self, **values: float) -> None:
         for k, v in values.items():
@@ -252,7 +258,10 @@ def micro_batch_loss(policy, roll: Rollout, adv: torch.Tensor, rows: slice, conf
     """The loss of one micro-batch (already divided by the full batch size); records diagnostics."""
     logits = completion_logits(policy.logits, roll, rows, config.temperature)
     logp, mask = token_logprobs(logits, roll.completion[rows]), roll.cmask[rows]
-    per_token, clipped = clipped_surrogate(logp, roll.old_logp[rows], adv[rows], config.eps_clip, config.eps_clip_high or config.eps_clip)
+    old = logp.detach() if first_epoch else roll.old_logp[rows]
+    if first_epoch:
+        stats.old_logps.append(old)
+    per_token, clipped = clipped_surrogate(logp, old, adv[rows], config.eps_clip, config.eps_clip_high or config.eps_clip)
     if roll.ref_logp is not None:
         kl = kl_estimate(logp, roll.ref_logp[rows], config.kl_estimator)
         per_token = per_token + config.kl_coef * kl
@@ -265,7 +274,7 @@ def micro_batch_loss(policy, roll: Rollout, adv: torch.Tensor, rows: slice, conf
     stats.add(clipped=(clipped & mask).sum(), loss=loss.detach())
     if first_epoch:
         stats.add(entropy=(entropy.detach() * mask).sum())
-    stats.log_ratios.append((logp.detach() - roll.old_logp[rows]).abs()[mask].float().cpu())
+    stats.log_ratios.append((logp.detach() - old).abs()[mask].float().cpu())
     return loss
 
 
@@ -291,6 +300,8 @@ def update(policy, params, opt, sched, roll: Rollout, adv: torch.Tensor, config:
     stats = StepStats()
     for epoch in range(config.ppo_epochs):
         optimizer_pass(policy, params, opt, sched, roll, adv, config, stats, autocast, epoch == 0)
+        if epoch == 0:
+            roll.old_logp = torch.cat(stats.old_logps)
     tokens = float(roll.cmask.sum())
     return stats.result(config.ppo_epochs, tokens * config.ppo_epochs, tokens)
 
