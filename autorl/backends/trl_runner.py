@@ -34,9 +34,8 @@ from pydantic import ValidationError
 
 from autorl.backends.readers import DEFAULT_METRIC_MAP, to_record
 from autorl.backends.trl import TRLParams, grpo_config_kwargs
+from autorl.engine.__main__ import exit_code
 from autorl.errors import UserError
-
-EXIT_NAN = 3
 REWARD_NAME = "task_reward"  # the reward function's __name__, hence TRL's "rewards/task_reward/mean"
 TRL_METRIC_MAP = dict(DEFAULT_METRIC_MAP)
 NAN_KEYS = ("loss", "grad_norm")  # autorl keys whose NaN/inf stops the run
@@ -292,11 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    if summary["status"] == "nan":
-        print(f"error: NaN/inf loss or gradient norm after step {summary['steps_done']}: lower lr or check the reward",
-              file=sys.stderr)
-        return EXIT_NAN
-    return 0
+    return exit_code(summary)
 
 
 if __name__ == "__main__":

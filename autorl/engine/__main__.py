@@ -66,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    return exit_code(summary)
+
+
+def exit_code(summary: dict) -> int:
+    """0, or EXIT_NAN with one line on stderr when the run stopped on a NaN/inf (shared by the TRL runner)."""
     if summary["status"] == "nan":
         print(f"error: NaN/inf loss or gradient norm after step {summary['steps_done']}: lower lr or check the reward",
               file=sys.stderr)
