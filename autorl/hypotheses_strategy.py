@@ -35,11 +35,14 @@ class HypothesisStrategy:
 
         trials = self.p.ledger.trials(self.p.study["id"])
         diag = self._diagnosis(trials)
-        ranked = hypotheses.rank(self.library, diag, trials, self.p.base.backend)
-        if not ranked:
-            return self.p._optuna()
-        top, inc = ranked[0], self.incumbent(trials)
-        h = top.hypothesis
+        follow = continuation(trials, self.library)
+        if follow is not None:
+            h, inc, reason = follow[0], {**self.p.base.train, **follow[1]}, follow[2]
+        else:
+            ranked = hypotheses.rank(self.library, diag, trials, self.p.base.backend)
+            if not ranked:
+                return self.p._optuna()
+            h, inc, reason = ranked[0].hypothesis, self.incumbent(trials), ranked[0].why
         space = hypotheses.resolve_search(h, inc, self.p.base.search)
         fixed = hypotheses.fixed_values(h, inc)
         search = self.p.search(hypotheses.study_name(h, inc, prefix=self.p.study["optuna_study"]))
@@ -47,7 +50,7 @@ class HypothesisStrategy:
         number, params = self.p.ask(search, space, fixed=hypotheses.probe_params(h, space, inc) if first and space else None)
         values = changed(self.p.base.train, {**fixed, **params})
         delta = changed(inc, {**fixed, **params})
-        why = f"tests {h.id} ({h.title}); {top.why}; diagnosis: {diag.summary() if diag else 'none yet'}"
+        why = f"tests {h.id} ({h.title}); {reason}; diagnosis: {diag.summary() if diag else 'none yet'}"
         return Proposal("hypothesis", values, why, f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
                         hypothesis=h.id, search=search, optuna_number=number, patch=_patch_path(h))
 
@@ -72,6 +75,36 @@ class HypothesisStrategy:
 
     def tell(self, proposal, row: dict, metrics: RunMetrics) -> None:
         """Nothing to keep: status and ranking are recomputed from the ledger each time."""
+
+
+MAX_CHAIN = 3  # flat-but-better steps in a row that one hypothesis may take from its own last trial
+
+
+def continuation(trials: list[dict], library: list) -> tuple[Any, dict, str] | None:
+    """Keep pushing a hypothesis whose latest trial moved the objective the right way but not enough.
+
+    Seed 004's playbook for flat learning steps the lr up again when a raise was still flat
+    (5e-7 -> 1e-6 -> 2e-6). So when the last finished trial tested hypothesis H, was judged
+    flat and its gain was positive, H is tested again with its relative ranges resolved around
+    that trial's values, for at most MAX_CHAIN such steps in a row. Returns (hypothesis, params
+    to resolve against, why) or None.
+    """
+    done = [t for t in trials if t.get("verdict") in ("improved", "regressed", "flat", "crash", "pruned")]
+    tail = []
+    for t in reversed(done):
+        if t.get("proposer") != "hypothesis" or t.get("verdict") != "flat" or (t.get("delta") or 0) <= 0:
+            break
+        if tail and t.get("hypothesis") != tail[0].get("hypothesis"):
+            break
+        tail.append(t)
+    if not tail or len(tail) >= MAX_CHAIN:
+        return None
+    last = tail[0]
+    h = next((x for x in library if x.id == last.get("hypothesis")), None)
+    if h is None or not h.search:
+        return None
+    why = f"continues {h.id}: {last['attempt']} moved the objective {last['delta']:+.4f} but not beyond the noise"
+    return h, dict(last.get("params") or {}), why
 
 
 def _patch_path(h) -> str | None:

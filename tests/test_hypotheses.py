@@ -379,3 +379,18 @@ def test_probe_params_tests_the_idea_not_the_incumbent(library):
     space = resolve_search(h13, {**INCUMBENT, "lr": 1e-7}, {"lr": SearchParam(low=1e-6, high=1e-2, log=True)})
     probe = probe_params(h13, space, {**INCUMBENT, "lr": 1e-7})
     assert probe["lr"] == pytest.approx((1e-6 * 1e-5) ** 0.5, rel=1e-6)
+
+
+def test_continuation_pushes_a_flat_but_better_hypothesis(library):
+    """Flat with a positive gain: test the same hypothesis again around that trial; not after MAX_CHAIN, not if worse."""
+    from autorl.hypotheses_strategy import MAX_CHAIN, continuation
+
+    base = {"number": 1, "attempt": "attempt-01-baseline", "proposer": "baseline", "verdict": None}
+    step = {"number": 2, "attempt": "attempt-02-h13", "proposer": "hypothesis", "hypothesis": "h13-flat-learning",
+            "verdict": "flat", "delta": 0.024, "params": {"lr": 3.2e-6}}
+    h, params, why = continuation([base, step], library)
+    assert h.id == "h13-flat-learning" and params == {"lr": 3.2e-6} and "+0.0240" in why
+    assert continuation([base, {**step, "delta": -0.01}], library) is None
+    assert continuation([base, {**step, "verdict": "improved"}], library) is None
+    chain = [base] + [{**step, "number": 2 + i, "attempt": f"attempt-{2 + i:02d}"} for i in range(MAX_CHAIN)]
+    assert continuation(chain, library) is None
