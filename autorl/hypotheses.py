@@ -72,7 +72,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from autorl.diagnose import Diagnosis, bottleneck_names, bottleneck_symptoms, symptom_names
 from autorl.errors import UserError
-from autorl.recipe import PARAMS_MODELS, SearchParam, params_model
+from autorl.recipe import PARAMS_MODELS, SearchParam, params_model, yaml_error_text
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "hypotheses"
 """The library shipped with autorl (one .md per hypothesis)."""
@@ -241,9 +241,7 @@ def _split_front_matter(path: Path) -> tuple[dict, str]:
     try:
         meta = yaml.safe_load(m.group(1))
     except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        where = f" line {line + 2}" if line is not None else ""
-        raise HypothesisError(f"{path}{where}: front matter is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raise HypothesisError(f"{path}{yaml_error_text(exc, first_line=2)} in the front matter") from None
     if not isinstance(meta, dict):
         raise HypothesisError(f"{path}: front matter must be a YAML mapping of fields")
     return meta, text[m.end():]

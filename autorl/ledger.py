@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import sqlite_utils
 
-from autorl.errors import LedgerError, NotFoundError, WorkspaceError
+from autorl.errors import NotFoundError, WorkspaceError
 
 TRIAL_COLUMNS: dict[str, str] = {
     "id": "Row id.",
@@ -264,7 +264,3 @@ def _check_readable(path: Path) -> None:
         conn.close()
     except sqlite3.DatabaseError as exc:
         raise WorkspaceError(f"ledger {path} is not a SQLite database ({exc}): move it away or pass another --ledger") from None
-
-
-def raise_ledger(exc: Exception) -> None:
-    raise LedgerError(f"ledger write failed: {exc}") from exc

@@ -177,12 +177,17 @@ def read_recipe_data(path: str | Path) -> dict:
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        where = f" line {line + 1}" if line is not None else ""
-        raise RecipeError(f"{p}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raise RecipeError(f"{p}{yaml_error_text(exc)}") from None
     if not isinstance(data, dict):
         raise RecipeError(f"{p}: a recipe is a YAML mapping of keys to values")
     return data
+
+
+def yaml_error_text(exc: yaml.YAMLError, first_line: int = 1) -> str:
+    """' line N: not valid YAML (problem)' for a parse error; ``first_line`` is the file line of the text's line 1."""
+    line = getattr(getattr(exc, "problem_mark", None), "line", None)
+    where = f" line {line + first_line}" if line is not None else ""
+    return f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})"
 
 
 def apply_override(data: dict, item: str) -> None:

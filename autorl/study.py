@@ -90,12 +90,6 @@ class Search:
             self.tell(n, "fail")
         return len(stale)
 
-    def importances(self) -> dict[str, float]:
-        try:
-            return _optuna().importance.get_param_importances(self.study)
-        except (ValueError, RuntimeError, ZeroDivisionError):
-            return {}
-
 
 def _sampler(kind: str, seed: int, parallel: bool):
     optuna = _optuna()
