@@ -70,7 +70,7 @@ def init(c: _Ctx, directory: str | None) -> None:
 @pass_ctx
 def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | None, dry_run: bool, as_json: bool) -> None:
     """Run one training run of RECIPE (no search, no git)."""
-    from autorl.train import plan_single, run_single
+    from autorl.trial.train import plan_single, run_single
 
     spec, plan = plan_single(Path(c.directory), Path(c.directory) / recipe, list(overrides), metrics_out)
     if dry_run:
@@ -107,8 +107,8 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
         seed: int, quiet: bool) -> None:
     """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent."""
     from autorl.budget import parse_duration
-    from autorl.controller import Controller, RunOptions
-    from autorl.view import make_view
+    from autorl.trial.controller import Controller, RunOptions
+    from autorl.present.live import make_view
 
     budget_s = parse_duration(budget)
     ws = c.workspace()
@@ -134,7 +134,7 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
 @pass_ctx
 def ledger(c: _Ctx, as_json: bool, verdict: str | None, last: int | None, study_name: str | None) -> None:
     """The trials: attempt, proposer, changed values, verdict, objective, delta, duration."""
-    from autorl import review
+    from autorl.present import review
 
     rows = review.ledger_rows(c.open_ledger(), verdict=verdict, last=last, study=study_name)
     if as_json:
@@ -149,7 +149,7 @@ def ledger(c: _Ctx, as_json: bool, verdict: str | None, last: int | None, study_
 @pass_ctx
 def show(c: _Ctx, number: int, as_json: bool) -> None:
     """One trial: params and diff vs baseline, metrics, evals, log tail, git refs."""
-    from autorl import review
+    from autorl.present import review
 
     data = review.show_trial(c.workspace(), c.open_ledger(), number)
     if as_json:
@@ -173,7 +173,7 @@ class _TriageGroup(click.Group):
 def triage(ctx: click.Context, as_json: bool) -> None:
     """Crashes grouped by signature, with root cause, remedy and what was done."""
     if ctx.invoked_subcommand is None:
-        from autorl import review
+        from autorl.present import review
 
         groups = review.crash_groups(ctx.find_object(_Ctx).open_ledger())
         if as_json:
@@ -188,7 +188,7 @@ def triage(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def triage_classify(logfile: str, exit_code: int | None, as_json: bool) -> None:
     """Classify a run log: category, root-cause line, remedy, signature."""
-    from autorl import triage as tr
+    from autorl.judge import triage as tr
 
     p = Path(logfile)
     if not p.is_file():
@@ -203,7 +203,7 @@ def triage_classify(logfile: str, exit_code: int | None, as_json: bool) -> None:
 @pass_ctx
 def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
     """One trial's diagnosis with the log excerpt around the root cause."""
-    from autorl import review
+    from autorl.present import review
 
     data = review.trial_triage(c.open_ledger(), number)
     _emit(data, as_json, review.format_trial_triage)
@@ -221,7 +221,7 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
 def promote(c: _Ctx, number: int | None, steps: int | None, episodes: int | None, repeats: int, dry_run: bool,
             force: bool, as_json: bool) -> None:
     """Promote trial NN (default: the best by verdicts) to a detached full run, after re-validating it."""
-    from autorl.promote import promote as do_promote
+    from autorl.trial.promote import promote as do_promote
 
     say = (lambda _msg: None) if as_json else click.echo
     result = do_promote(c.workspace(), c.open_ledger(), number, steps=steps, episodes=episodes, repeats=repeats,
@@ -234,7 +234,7 @@ def promote(c: _Ctx, number: int | None, steps: int | None, episodes: int | None
 @pass_ctx
 def status(c: _Ctx, as_json: bool) -> None:
     """What is running now: trials and full runs, their last step and eval."""
-    from autorl import review
+    from autorl.present import review
 
     data = review.status_rows(c.open_ledger())
     _emit(data, as_json, review.format_status)
@@ -245,7 +245,7 @@ def status(c: _Ctx, as_json: bool) -> None:
 @pass_ctx
 def hypotheses_cmd(c: _Ctx, as_json: bool) -> None:
     """The hypothesis library with status and confidence from the trials' verdicts."""
-    from autorl import review
+    from autorl.present import review
 
     ws = c.workspace()
     ledger = c.open_ledger() if ws.ledger_path.exists() else None
@@ -262,7 +262,7 @@ def hypotheses_cmd(c: _Ctx, as_json: bool) -> None:
 @pass_ctx
 def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
     """The bottleneck and symptoms of trial NN (default: the latest finished trial)."""
-    from autorl import review
+    from autorl.present import review
 
     data = review.diagnose_trial(c.open_ledger(), number)
     _emit(data, as_json, review.format_diagnosis)
@@ -274,7 +274,7 @@ def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
 @pass_ctx
 def report(c: _Ctx, out_dir: str | None, study_name: str | None) -> None:
     """The study as a page: index.html and report.md with PNG plots, best trials, diffs, hypotheses."""
-    from autorl.report import report as write_report
+    from autorl.present.report import report as write_report
 
     out = Path(c.directory) / out_dir if out_dir else None
     index = write_report(c.workspace(), c.open_ledger(), out, study=study_name)
@@ -287,7 +287,7 @@ def report(c: _Ctx, out_dir: str | None, study_name: str | None) -> None:
 @pass_ctx
 def doctor(c: _Ctx, as_json: bool, names: tuple[str, ...]) -> None:
     """Is this machine ready: git, packages, backends, disk, GPUs, GNU patch. Exit 1 if a required check fails."""
-    from autorl import doctor as dr
+    from autorl.present import doctor as dr
 
     checks = dr.doctor(c.directory, list(names) or None)
     _emit([x.model_dump() for x in checks], as_json, lambda _rows: dr.format_checks(checks))
@@ -304,7 +304,7 @@ def doctor(c: _Ctx, as_json: bool, names: tuple[str, ...]) -> None:
 @pass_ctx
 def patches(c: _Ctx, action: str, site_packages: str | None, patches_dir: str | None, as_json: bool) -> None:
     """Check or apply the OpenRLHF patches (applied / not applied / conflicts each)."""
-    from autorl import patches as pt
+    from autorl.backends.openrlhf import patches as pt
 
     folder = Path(patches_dir) if patches_dir else _patches_dir(c)
     site = Path(site_packages) if site_packages else pt.site_packages_of()
@@ -317,7 +317,7 @@ def patches(c: _Ctx, action: str, site_packages: str | None, patches_dir: str | 
 
 
 def _patches_dir(c: _Ctx) -> Path:
-    from autorl.patches import DEFAULT_DIR
+    from autorl.backends.openrlhf.patches import DEFAULT_DIR
 
     try:
         local = c.workspace().root / "patches"
@@ -333,7 +333,7 @@ def _patches_dir(c: _Ctx) -> Path:
 @pass_ctx
 def preflight(c: _Ctx, recipe: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Cheap checks before a launch: steps, LR at step 20, disk, patches, GPUs. Exit 1 if any fails."""
-    from autorl.preflight import preflight as run_checks
+    from autorl.backends.openrlhf.preflight import preflight as run_checks
     from autorl.recipe import load_recipe
 
     r = load_recipe(Path(c.directory) / recipe, list(overrides))

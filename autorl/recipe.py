@@ -28,7 +28,7 @@ from autorl.errors import RecipeError
 PARAMS_MODELS = {
     "embedded": "autorl.engine.config:EngineConfig",
     "command": "autorl.backends.command:CommandParams",
-    "openrlhf": "autorl.backends.openrlhf:OpenRLHFParams",
+    "openrlhf": "autorl.backends.openrlhf.backend:OpenRLHFParams",
     "trl": "autorl.backends.trl:TRLParams",
 }
 

@@ -12,14 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autorl import gitops
+from autorl.data import shipped
 from autorl.errors import WorkspaceError
 
 RUN_DIR = ".autorl"
 LEDGER = "ledger.sqlite"
 IGNORES = [f"/{RUN_DIR}/", f"/{LEDGER}", f"/{LEDGER}-*"]
-PACKAGE_DATA = Path(__file__).resolve().parent
-
-
 @dataclass(frozen=True)
 class Workspace:
     root: Path
@@ -65,10 +63,10 @@ class Workspace:
 
 def default_recipe_source() -> Path:
     """The shipped default recipe (recipes/default.yaml of the installed package or checkout)."""
-    for cand in (PACKAGE_DATA.parent / "recipes" / "default.yaml", PACKAGE_DATA / "data" / "default.yaml"):
-        if cand.is_file():
-            return cand
-    raise WorkspaceError("the default recipe is missing from this installation: reinstall autorl")
+    path = shipped("recipes", "default.yaml")
+    if not path.is_file():
+        raise WorkspaceError("the default recipe is missing from this installation: reinstall autorl")
+    return path
 
 
 def init_workspace(path: str | Path) -> Path:

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Install autorl and what it needs on a fresh machine.
-#   bash scripts/setup.sh          # autorl + the embedded engine (CPU torch unless a torch is present)
+# Install autorl and what it needs on a fresh machine, into the project venv `.venv/`.
+#   bash scripts/setup.sh          # autorl + the embedded engine (CPU torch unless the venv has a torch)
 #   bash scripts/setup.sh --test   # also everything the test suite uses (TRL, Ray, TensorBoard, GNU patch)
-# For a CUDA machine, install the CUDA build of torch first; this script keeps an existing torch.
+# The venv sees no system site-packages, so what autorl imports is exactly what pyproject.toml declares.
+# Enter it with `. .venv/bin/activate` (or call `.venv/bin/autorl`). AUTORL_VENV picks another folder.
+# For a CUDA machine: create the venv, install the CUDA build of torch into it first; this script keeps it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+VENV=${AUTORL_VENV:-.venv}
 
 want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
@@ -21,14 +24,19 @@ if [ -n "$need" ] && command -v apt-get >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
 fi
 
-if ! $PY -c "import torch" 2>/dev/null; then
+[ -x "$VENV/bin/python" ] || $PY -m venv "$VENV"
+VPY="$VENV/bin/python"
+$VPY -m pip install -q --upgrade pip >/dev/null
+
+if ! $VPY -c "import torch" 2>/dev/null; then
   # The CPU build: a bare `torch` requirement would pull the multi-GB CUDA build.
-  $PY -m pip install -q "torch==2.13.0"
+  $VPY -m pip install -q "torch==2.13.0"
 fi
 
 if [ $want_test = 1 ]; then
-  $PY -m pip install -q -e ".[engine,dev,trl,ray,report]"
+  $VPY -m pip install -q -e ".[engine,dev,trl,ray]"
 else
-  $PY -m pip install -q -e ".[engine]"
+  $VPY -m pip install -q -e ".[engine]"
 fi
-echo "autorl installed: $($PY -m autorl.cli --version 2>/dev/null || echo '?')"
+echo "autorl installed in $VENV: $($VENV/bin/autorl --version 2>/dev/null || echo '?')"
+echo "enter it with: . $VENV/bin/activate"

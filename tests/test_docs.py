@@ -32,5 +32,5 @@ def test_every_command_has_help_and_is_in_the_readme(name, cmd):
 def test_readme_test_command_is_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    command = "bash scripts/setup.sh --test && python3 -m pytest -q"
+    command = "bash scripts/setup.sh --test && .venv/bin/python -m pytest -q"
     assert command in readme and command in ci

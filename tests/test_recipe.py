@@ -74,7 +74,7 @@ def test_set_train_values_changes_only_those_lines():
 
 
 def test_search_distance_for_crash_avoidance():
-    from autorl.proposers import distance
+    from autorl.search.proposer import distance
     from autorl.recipe import SearchParam
 
     space = {"lr": SearchParam(low=1e-6, high=1e-2, log=True), "gens": SearchParam(choices=[4, 8])}

@@ -160,7 +160,7 @@ def _group_alive(pgid: int) -> bool:
 BACKENDS = {
     "embedded": "autorl.backends.embedded:EmbeddedBackend",
     "command": "autorl.backends.command:CommandBackend",
-    "openrlhf": "autorl.backends.openrlhf:OpenRLHFBackend",
+    "openrlhf": "autorl.backends.openrlhf.backend:OpenRLHFBackend",
     "trl": "autorl.backends.trl:TRLBackend",
 }
 

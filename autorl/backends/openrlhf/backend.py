@@ -1,0 +1,218 @@
+"""The OpenRLHF backend: GRPO trials as ``openrlhf.cli.train_ppo_ray`` Ray jobs.
+
+``OpenRLHFParams`` is the recipe's ``train`` block for this backend. ``plan``
+turns it into the exact ``train_ppo_ray`` argv for the target OpenRLHF version
+(flat or dotted flags, see ``openrlhf_flags``), with the environment the metrics
+patch reads (``METRICS_LOG_DIR`` and friends). ``start`` submits the plan as a
+Ray job, to ``ray_address`` or to a private local head that the backend starts
+on first use and stops in ``close()``.
+
+Seed 004's 8xH100 setup is the reference: actor on 4 GPUs with ZeRO-3 and LoRA,
+2 vLLM engines x TP=2, GRPO through ``--advantage_estimator group_norm``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autorl.backends.base import LaunchPlan, TrialSpec
+from autorl.backends.openrlhf.flags import FLAG_BY_FIELD, to_args
+from autorl.errors import RecipeError
+
+METRICS_FORMAT = "openrlhf"
+NOT_FLAGS = {"openrlhf_version", "extra_args", "eval_split_names", "entrypoint_num_gpus", "pool_size", "checkpoint_gb"}
+
+
+class OpenRLHFParams(BaseModel):
+    """The ``train`` block of an OpenRLHF recipe. None means: leave OpenRLHF's default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    openrlhf_version: str | None = Field(None, description="OpenRLHF version on the cluster; default: the installed package's.")
+    pretrain: str = Field(description="Base model: HF name or path (the actor and the vLLM engines load it).")
+    lr: float = Field(5e-7, gt=0, description="Actor learning rate (peak, after warmup).")
+    eps_clip: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip range [1-eps, 1+eps].")
+    kl_coef: float = Field(0.001, ge=0, description="KL coefficient (init_kl_coef); > 0 loads a reference model.")
+    gens: int = Field(8, ge=2, description="Completions per prompt (n_samples_per_prompt), the GRPO group size.")
+    advantage_estimator: Literal["group_norm", "dr_grpo"] = Field("group_norm", description="GRPO (r-mean)/std, or Dr. GRPO r-mean.")
+    use_kl_loss: bool = Field(False, description="Put KL in the actor loss instead of the reward.")
+    kl_estimator: Literal["k1", "k2", "k3"] | None = Field(None, description="KL estimator; k3 with use_kl_loss.")
+    entropy_loss_coef: float | None = Field(0.0, description="Entropy loss coefficient; 0 logs entropy without using it.")
+    lora_rank: int = Field(0, ge=0, description="LoRA rank; 0 trains the full model.")
+    lora_alpha: int | None = Field(None, ge=1, description="LoRA alpha (seed 004: 2 x rank).")
+    target_modules: list[str] | None = Field(None, description="LoRA target modules (attention-only for MoE).")
+    vllm_num_engines: int = Field(1, ge=1, description="vLLM rollout engines.")
+    vllm_tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine.")
+    vllm_gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="vLLM GPU memory fraction.")
+    zero_stage: Literal[0, 1, 2, 3] | None = Field(None, description="DeepSpeed ZeRO stage.")
+    param_dtype: Literal["bf16", "fp16"] | None = Field(None, description="Training dtype.")
+    offload: bool = Field(False, description="ZeRO-3 parameter offload to CPU (flat CLI + offload_cli.patch only).")
+    adam_offload: bool = Field(False, description="Offload Adam states to CPU.")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
+    gradient_checkpointing_use_reentrant: bool = Field(False, description="Reentrant checkpointing (ZeRO-3 + offload).")
+    prompt_max_len: int | None = Field(None, ge=1, description="Prompt token limit (OpenRLHF < 0.9.8).")
+    generate_max_len: int | None = Field(None, ge=1, description="Generation token limit (OpenRLHF < 0.9.8).")
+    max_len: int | None = Field(None, ge=1, description="Prompt + response token limit (OpenRLHF >= 0.9.8).")
+    max_new_tokens: int | None = Field(None, ge=1, description="Generation token limit (OpenRLHF >= 0.9.8).")
+    rollout_batch_size: int = Field(16, ge=1, description="Prompts per rollout (global step).")
+    micro_rollout_batch_size: int | None = Field(None, ge=1, description="Prompts per micro rollout batch.")
+    train_batch_size: int = Field(16, ge=1, description="Global training batch size.")
+    micro_train_batch_size: int = Field(1, ge=1, description="Per-GPU micro batch.")
+    num_episodes: int = Field(1, ge=1, description="Passes over the prompt pool.")
+    max_samples: int | None = Field(None, ge=1, description="Cap on prompts read from prompt_data (the trial's pool).")
+    lr_warmup_ratio: float = Field(0.03, ge=0, lt=1, description="Fraction of total steps of linear warmup.")
+    max_norm: float | None = Field(None, gt=0, description="Gradient clipping norm.")
+    temperature: float | None = Field(None, ge=0, description="Rollout sampling temperature.")
+    seed: int | None = Field(None, description="Training seed.")
+    prompt_data: str = Field(description="Prompt dataset: JSONL path (relative to the worktree) or HF name.")
+    input_key: str = Field("input", description="Prompt key in prompt_data rows.")
+    label_key: str | None = Field("label", description="Answer key passed to the reward function.")
+    apply_chat_template: bool = Field(False, description="Wrap prompts with the tokenizer's chat template.")
+    reward_func: str | None = Field(None, description="Reward function file (.py, relative to the worktree) or URL: --remote_rm_url.")
+    eval_dataset: str | None = Field(None, description="Eval prompts (needs reward_func).")
+    eval_steps: int | None = Field(None, description="Evaluate every this many steps (-1 never).")
+    eval_temperature: float | None = Field(0.0, ge=0, description="Eval sampling temperature; 0 is greedy.")
+    eval_n_samples_per_prompt: int | None = Field(1, ge=1, description="Eval samples per prompt.")
+    eval_split_names: dict[str, str] = Field(default_factory=lambda: {"default": "ood"}, description="Eval rows' datasource -> autorl split name (eval/<split>/...).")
+    save_path: str | None = Field(None, description="Final model directory.")
+    ckpt_path: str | None = Field(None, description="Checkpoint directory.")
+    save_steps: int | None = Field(None, description="Checkpoint every this many steps (-1 never).")
+    max_ckpt_num: int | None = Field(None, ge=1, description="Checkpoints kept.")
+    disable_ds_ckpt: bool = Field(False, description="Skip DeepSpeed's own checkpoint files.")
+    save_hf_ckpt: bool = Field(False, description="Also write HF-format checkpoints.")
+    checkpoint_gb: float | None = Field(None, gt=0, description="Expected size of one checkpoint (preflight disk check); default estimated.")
+    tensorboard_dir: str | None = Field(None, description="TensorBoard root; default <run_dir>/tensorboard.")
+    logging_steps: int | None = Field(None, ge=1, description="Log every this many steps.")
+    actor_num_nodes: int = Field(1, ge=1, description="Nodes for the actor.")
+    actor_num_gpus_per_node: int = Field(1, ge=1, description="Actor GPUs per node.")
+    ref_num_nodes: int | None = Field(None, ge=1, description="Nodes for the reference model; default actor's.")
+    ref_num_gpus_per_node: int | None = Field(None, ge=1, description="Reference GPUs per node; default actor's.")
+    colocate_actor_ref: bool = Field(False, description="Reference model shares the actor's GPUs.")
+    pool_size: int | None = Field(None, ge=1, description="Prompt pool size when prompt_data is not a local file (preflight).")
+    entrypoint_num_gpus: float = Field(0, ge=0, description="GPUs Ray reserves for the driver itself (the actors get their own).")
+    extra_args: list[str] = Field(default_factory=list, description="Extra train_ppo_ray words, appended as given.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "OpenRLHFParams":
+        if self.eval_dataset and not self.reward_func:
+            raise ValueError("eval_dataset needs reward_func (OpenRLHF scores eval samples with it)")
+        if self.lora_rank and self.lora_alpha is None:
+            self.lora_alpha = 2 * self.lora_rank
+        return self
+
+    def gpus_needed(self) -> int:
+        """Actor GPUs plus vLLM GPUs (reference GPUs too unless colocated or there is no reference)."""
+        actor = self.actor_num_nodes * self.actor_num_gpus_per_node
+        ref = 0 if self.colocate_actor_ref or self.kl_coef == 0 else self._ref_gpus()
+        return actor + ref + self.vllm_num_engines * self.vllm_tensor_parallel_size
+
+    def _ref_gpus(self) -> int:
+        return (self.ref_num_nodes or self.actor_num_nodes) * (self.ref_num_gpus_per_node or self.actor_num_gpus_per_node)
+
+
+def installed_version() -> str | None:
+    """The installed openrlhf version, or None."""
+    try:
+        return metadata.version("openrlhf")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def target_version(params: OpenRLHFParams) -> str:
+    """The OpenRLHF version the argv is written for."""
+    version = params.openrlhf_version or installed_version()
+    if version is None:
+        raise RecipeError("openrlhf is not installed here: set train.openrlhf_version to the cluster's version (e.g. 0.9.3)")
+    return version
+
+
+def build_argv(params: OpenRLHFParams, run_name: str, tensorboard_dir: str, python: str = "python") -> list[str]:
+    """The full ``train_ppo_ray`` argv for ``params`` in its target version's dialect."""
+    version = target_version(params)
+    values = params.model_dump()
+    values.update(run_name=run_name, tensorboard_dir=tensorboard_dir)
+    if values["kl_coef"] > 0:
+        values["ref_num_nodes"] = params.ref_num_nodes or params.actor_num_nodes
+        values["ref_num_gpus_per_node"] = params.ref_num_gpus_per_node or params.actor_num_gpus_per_node
+    argv = [python, "-m", "openrlhf.cli.train_ppo_ray"]
+    for field in FLAG_BY_FIELD:
+        argv += to_args(field, values.get(field), version)
+    return argv + list(params.extra_args)
+
+
+class OpenRLHFBackend:
+    """Plans ``train_ppo_ray`` runs and submits them as Ray jobs."""
+
+    name = "openrlhf"
+
+    def __init__(self, ray_address: str | None = None, python: str | None = None, extra_env: dict[str, str] | None = None):
+        self.ray_address = ray_address
+        self.python = python or ("python" if ray_address else sys.executable)
+        self.extra_env = extra_env or {}
+        self._head = None
+
+    def plan(self, spec: TrialSpec) -> LaunchPlan:
+        """The argv, env and paths of one trial; writes nothing."""
+        params = OpenRLHFParams.model_validate(spec.recipe.train)
+        if spec.seed is not None:
+            params = params.model_copy(update={"seed": spec.seed})
+        run_dir = Path(spec.run_dir).resolve()
+        tb_root = params.tensorboard_dir or str(run_dir / "tensorboard")
+        argv = build_argv(params, spec.attempt, tb_root, self.python)
+        env = {**self.extra_env, **run_env(run_dir), "AUTORL_TENSORBOARD_DIR": str(Path(tb_root) / spec.attempt)}
+        return LaunchPlan(argv=argv, env=env, cwd=str(spec.worktree), log_path=str(run_dir / "train.log"),
+                          metrics_path=env["METRICS_LOG_DIR"] + "/training_metrics.jsonl", metrics_format=METRICS_FORMAT,
+                          metric_map=eval_metric_map(params), backend=self.name, ray_address=self.ray_address,
+                          resources={"entrypoint_num_gpus": params.entrypoint_num_gpus})
+
+    def start(self, plan: LaunchPlan):
+        """Submit the plan as a Ray job; returns a ``RayJobHandle`` at once."""
+        from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
+        from autorl.backends.ray_jobs import submit
+
+        reader = OpenRLHFMetricsReader.from_plan(plan)
+        return submit(self.address(plan), plan.argv, working_dir=plan.cwd, log_path=plan.log_path, env=plan.env,
+                      entrypoint_num_gpus=plan.resources.get("entrypoint_num_gpus", 0), reader=reader.poll,
+                      on_exit=reader.flush)
+
+    def address(self, plan: LaunchPlan) -> str:
+        """The plan's Ray address, or a local head started now (and stopped by ``close``)."""
+        if plan.ray_address or self.ray_address:
+            return plan.ray_address or self.ray_address
+        if self._head is None:
+            from autorl.backends.ray_jobs import LocalRayHead
+
+            self._head = LocalRayHead()
+            atexit.register(self.close)
+        return self._head.start()
+
+    def close(self) -> None:
+        """Stop the local Ray head if this backend started one."""
+        if self._head is not None:
+            self._head.stop()
+            self._head = None
+
+
+def run_env(run_dir: Path) -> dict[str, str]:
+    """The environment the metrics patches read: where the JSONL, samples and spike logs go."""
+    metrics = run_dir / "metrics"
+    return {"METRICS_LOG_DIR": str(metrics), "SAMPLES_LOG_DIR": str(run_dir / "samples"),
+            "SPIKE_LOG_PATH": str(metrics / "spike_log.jsonl"), "PYTHONUNBUFFERED": "1"}
+
+
+def eval_metric_map(params: OpenRLHFParams) -> dict[str, str]:
+    """OpenRLHF eval keys -> autorl eval keys, per datasource and eval mode."""
+    greedy = (params.eval_temperature or 0.0) == 0.0
+    n = params.eval_n_samples_per_prompt or 1
+    out = {}
+    for source, split in params.eval_split_names.items():
+        out[f"eval_{source}_pass1"] = f"eval/{split}/{'greedy' if greedy else 'sampling'}_pass@1"
+        if n > 1:
+            out[f"eval_{source}_pass{n}"] = f"eval/{split}/{'nondet_proxy' if greedy else 'sampling'}_pass@{n}"
+    return out

@@ -1,0 +1,118 @@
+"""The OpenRLHF patches autorl relies on: find them, check them, apply them.
+
+``patches/*.patch`` are unified diffs with ``a/openrlhf/...`` / ``b/openrlhf/...``
+paths, applied with ``patch -p1`` from the site-packages directory that holds
+``openrlhf`` (seed 004 §3: never edit site-packages by hand). ``check`` reads
+each patch's state without touching a file:
+
+- ``applied``: the reverse dry run (``-R --dry-run``) succeeds;
+- ``not applied``: the forward dry run (``--forward --dry-run``) succeeds;
+- ``conflicts``: neither does (another version, or the files were edited).
+
+``apply`` applies the ``not applied`` ones and leaves the rest. GNU ``patch``
+must be on PATH. Commands are argv lists; no shell.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sysconfig
+from importlib import util
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autorl.data import shipped
+from autorl.errors import AutorlError, UserError
+
+State = Literal["applied", "not applied", "conflicts"]
+DEFAULT_DIR = shipped("patches")
+
+
+class PatchError(UserError):
+    """A patch cannot be checked or applied (no GNU patch, no openrlhf, conflicts)."""
+
+
+class PatchStatus(BaseModel):
+    """The state of one patch file against one site-packages directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Patch file name, e.g. metrics_trainer.patch.")
+    state: State = Field(description="applied, not applied, or conflicts.")
+    files: list[str] = Field(default_factory=list, description="Files the patch touches (relative to site-packages).")
+    detail: str = Field("", description="patch's own output when the state is conflicts.")
+
+
+def patch_files(patches_dir: str | Path) -> list[Path]:
+    """The ``*.patch`` files of ``patches_dir``, sorted by name."""
+    path = Path(patches_dir)
+    if not path.is_dir():
+        raise PatchError(f"patches directory {path} not found: pass the folder that holds the .patch files")
+    return sorted(path.glob("*.patch"))
+
+
+def site_packages_of(package: str = "openrlhf") -> Path | None:
+    """The directory that holds ``package`` (its parent), or None if it is not installed."""
+    spec = util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).parent
+
+
+def default_site_packages() -> Path:
+    """Where openrlhf is installed, else this interpreter's purelib."""
+    return site_packages_of() or Path(sysconfig.get_paths()["purelib"])
+
+
+def check(patches_dir: str | Path, site_packages: str | Path) -> list[PatchStatus]:
+    """The state of every patch in ``patches_dir`` against ``site_packages``; changes nothing."""
+    return [_status(p, Path(site_packages)) for p in patch_files(patches_dir)]
+
+
+def apply(patches_dir: str | Path, site_packages: str | Path) -> list[PatchStatus]:
+    """Apply every ``not applied`` patch; return the states afterwards. Conflicts raise PatchError first."""
+    statuses = check(patches_dir, site_packages)
+    bad = [s.name for s in statuses if s.state == "conflicts"]
+    if bad:
+        raise PatchError(f"patches {', '.join(bad)} conflict with {site_packages}: reinstall openrlhf 0.9.3 and retry")
+    for status in statuses:
+        if status.state == "not applied":
+            proc = _run(["--forward", "--batch"], Path(patches_dir) / status.name, Path(site_packages))
+            if proc.returncode != 0:
+                raise AutorlError(f"patch {status.name} failed after a clean dry run: {_tail(proc)}")
+    return check(patches_dir, site_packages)
+
+
+def touched_files(patch_path: str | Path) -> list[str]:
+    """The target files of a unified diff, with the ``b/`` prefix stripped."""
+    out = []
+    for line in Path(patch_path).read_text().splitlines():
+        if line.startswith("+++ "):
+            name = line[4:].split("\t")[0].strip()
+            out.append(name.split("/", 1)[1] if "/" in name else name)
+    return out
+
+
+def _status(patch_path: Path, site: Path) -> PatchStatus:
+    files = touched_files(patch_path)
+    if _run(["-R", "--dry-run", "--force"], patch_path, site).returncode == 0:
+        return PatchStatus(name=patch_path.name, state="applied", files=files)
+    forward = _run(["--forward", "--dry-run", "--batch"], patch_path, site)
+    if forward.returncode == 0:
+        return PatchStatus(name=patch_path.name, state="not applied", files=files)
+    return PatchStatus(name=patch_path.name, state="conflicts", files=files, detail=_tail(forward))
+
+
+def _run(flags: list[str], patch_path: Path, site: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("patch")
+    if exe is None:
+        raise PatchError("GNU patch is not installed: install it (apt-get install patch) and retry")
+    argv = [exe, "-p1", "--silent", "--no-backup-if-mismatch", "-d", str(site), "-i", str(patch_path.resolve()), *flags]
+    return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+
+def _tail(proc: subprocess.CompletedProcess) -> str:
+    return " ".join((proc.stdout + proc.stderr).split())[-300:]

@@ -1,0 +1,398 @@
+"""Crash triage: a failed run's log becomes one category, one line, one remedy and a signature.
+
+``classify`` reads the log text of any engine (OpenRLHF, Ray, vLLM, DeepSpeed, NCCL,
+TRL/transformers, PyTorch) against the rules table in ``autorl/data/rules/crash_rules.yaml``:
+
+1. Each line is cleaned (ANSI colours, Ray ``(Actor pid=N)`` and ``[rankN]:`` prefixes
+   removed) and matched against every rule. Lines that look like warnings are skipped
+   unless the rule allows them, so a harmless "high memory pressure" warning earlier in the
+   log cannot decide the category.
+2. The root cause is the matching line of highest rule priority; ties go to exception lines,
+   then to the later line. Priority says which error is the cause when one wraps another:
+   a CUDA OOM outranks the NCCL error it triggers on the same rank.
+3. With no matching line, the innermost exception (the last one that is not a Ray/elastic
+   wrapper) is reported as ``unknown``; with no exception at all, the exit code decides
+   (137 = host OOM; a bare -9 is an external kill, not an OOM).
+4. The controller's own observations come first: ``watchdog`` ('silence', 'timeout') means
+   a hang unless a real cause (priority >= ``watchdog_yields_to``) is in the log, and
+   ``metrics_nonfinite`` (a NaN loss or grad norm) means ``nan_divergence`` even with exit 0.
+
+The signature hashes the category with the root line stripped of numbers, addresses,
+paths and timestamps, so the same failure in two trials groups together.
+Pure: no subprocess, no torch; ``autorl triage classify LOGFILE --json`` prints
+``classify(...).model_dump()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import accumulate
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from autorl.data import shipped
+from autorl.errors import UserError
+
+RULES_PATH = shipped("rules", "crash_rules.yaml")
+MAX_LINES = 50_000  # only the log's tail is read: the cause of a crash is near its end
+
+Category = Literal[
+    "cuda_oom", "host_oom", "nan_divergence", "distributed_timeout", "backend_incompat",
+    "config_error", "user_code_error", "disk_full", "hang_timeout", "illegal_memory_access",
+    "network_unavailable", "killed_external", "unknown",
+]
+Action = Literal["retry_reduced", "retry_once", "no_retry", "stop"]
+
+
+class RulesError(UserError):
+    """A crash-rules file that does not load or validate."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CrashRule(_Model):
+    """One pattern group: any pattern matching a log line means this category."""
+
+    id: str = Field(description="Short stable name of the rule.")
+    category: Category = Field(description="The failure class the rule's lines mean.")
+    priority: int = Field(description="Higher wins; causes rank above the errors they trigger.")
+    patterns: list[str] = Field(min_length=1, description="Python regexes, searched in one cleaned log line.")
+    remedy: str = Field(description="One line: what to do about it.")
+    in_warnings: bool = Field(False, description="Also match lines that look like warnings.")
+
+
+class Outcome(_Model):
+    """A category and remedy decided by something other than a log line."""
+
+    category: Category = Field(description="The failure class.")
+    remedy: str = Field(description="One line: what to do about it.")
+
+
+class CrashRules(_Model):
+    """The whole crash-rules table (see autorl/data/rules/crash_rules.yaml)."""
+
+    rules: list[CrashRule] = Field(description="Line rules, in any order (priority decides).")
+    wrappers: list[str] = Field(default_factory=list, description="Exception names that only wrap a cause.")
+    exit_codes: dict[int, Outcome] = Field(default_factory=dict, description="Category by exit code when the log says nothing.")
+    watchdog: dict[str, Outcome] = Field(default_factory=dict, description="Category by controller watchdog reason.")
+    watchdog_yields_to: int = Field(75, description="A log line of this priority or more beats the watchdog.")
+    nonfinite_remedy: str = Field(description="Remedy when the metrics turned NaN/inf.")
+    unknown_remedy: str = Field(description="Remedy when nothing matched.")
+    actions: dict[Category, Action] = Field(default_factory=dict, description="What the controller does per category.")
+    repeat_limit: int = Field(2, ge=1, description="Same signature this often in a study: stop sampling that region.")
+    _compiled: list[tuple[CrashRule, re.Pattern]] | None = PrivateAttr(None)
+
+    def compiled(self) -> list[tuple[CrashRule, re.Pattern]]:
+        """(rule, regex) for every pattern, compiled once. Patterns stay separate: a pattern
+        that starts with a literal is scanned for that literal first, which an alternation
+        of all of them would prevent."""
+        if self._compiled is None:
+            self._compiled = [(r, re.compile(p, re.M)) for r in self.rules for p in r.patterns]
+        return self._compiled
+
+
+class Diagnosis(_Model):
+    """The verdict on one crashed run."""
+
+    category: Category = Field(description="The failure class.")
+    root_cause_line: str = Field(description="The log line a person would point at, verbatim.")
+    remedy: str = Field(description="One line: what to do about it.")
+    signature: str = Field(description="category-hash of the normalised root line; equal for repeats of one failure.")
+
+
+# ---------------------------------------------------------------------------- loading rules
+
+def load_rules(path: str | Path | None = None) -> CrashRules:
+    """The crash rules at ``path`` (default: the packaged table), validated."""
+    if path is None:
+        return _default_rules()
+    return _read_rules(Path(path))
+
+
+@lru_cache(maxsize=1)
+def _default_rules() -> CrashRules:
+    return _read_rules(RULES_PATH)
+
+
+def _read_rules(path: Path) -> CrashRules:
+    try:
+        rules = CrashRules.model_validate(yaml.safe_load(path.read_text()))
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        raise RulesError(f"crash rules {path}: {str(exc).splitlines()[0]}: fix the file (see docs/triage.md)") from None
+    for rule in rules.rules:
+        for pat in rule.patterns:
+            _check_regex(path, rule.id, pat)
+    return rules
+
+
+def _check_regex(path: Path, rule_id: str, pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise RulesError(f"crash rules {path}: rule '{rule_id}' pattern {pattern!r} is not a valid regex ({exc})") from None
+
+
+# ---------------------------------------------------------------------------- reading lines
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_PREFIX = re.compile(r"^\s*(?:\((?:[\w.]+ )?pid=\d+[^)]*\)\s*|\(raylet[^)]*\)\s*|\[rank\d+\]:\s*)+")
+_WARNING = re.compile(
+    r"\b(?:WARN|WARNING|Warning|warning)\b|\w+Warning:|^\[?W\d{4} |\[W(?:\d{4}| )", re.M
+)
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*_?(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Failure)\b(?:\([\w.]*\))?(?::|\s*$)"
+)
+
+
+def _clean(line: str) -> str:
+    return _PREFIX.sub("", _ANSI.sub("", line)).strip()
+
+
+def _exception_name(cleaned: str) -> str | None:
+    m = _EXCEPTION.match(cleaned)
+    return m.group(0).rstrip(":").strip() if m else None
+
+
+@dataclass(frozen=True)
+class _Hit:
+    rule: CrashRule
+    index: int
+    line: str
+    is_exception: bool
+
+    def key(self) -> tuple[int, bool, int]:
+        return (self.rule.priority, self.is_exception, self.index)
+
+
+def _hits(lines: list[str], rules: CrashRules) -> list[_Hit]:
+    """Every (rule, line) match; each rule is run once over the whole cleaned text (fast on big logs)."""
+    cleaned = [_clean(raw) for raw in lines]
+    text = "\n".join(cleaned)
+    starts = list(accumulate((len(c) + 1 for c in cleaned), initial=0))
+    warnings = _matching_lines(_WARNING, text, starts)
+    found: set[tuple[int, int]] = set()
+    for rule, rx in rules.compiled():
+        found |= {(i, id(rule)) for i in _matching_lines(rx, text, starts)}
+    by_id = {id(r): r for r in rules.rules}
+    hits = []
+    for i, rule_id in sorted(found):
+        rule, is_exception = by_id[rule_id], bool(_exception_name(cleaned[i]))
+        if rule.in_warnings or is_exception or i not in warnings:
+            hits.append(_Hit(rule, i, lines[i].rstrip(), is_exception))
+    return hits
+
+
+def _matching_lines(rx: re.Pattern, text: str, starts: list[int]) -> set[int]:
+    return {bisect_right(starts, m.start()) - 1 for m in rx.finditer(text)}
+
+
+def _innermost_exception(lines: list[str], wrappers: list[str]) -> str | None:
+    """The last exception line that is not a wrapper (else the last wrapper line)."""
+    found: list[tuple[bool, str]] = []
+    for raw in lines:
+        name = _exception_name(_clean(raw))
+        if name:
+            found.append((any(w in name for w in wrappers), raw.rstrip()))
+    real = [line for wrapped, line in found if not wrapped]
+    return (real or [line for _, line in found] or [None])[-1]
+
+
+def _last_line(lines: list[str]) -> str:
+    return next((raw.rstrip() for raw in reversed(lines) if raw.strip()), "")
+
+
+# ---------------------------------------------------------------------------- classify
+
+def classify(log_text: str, exit_code: int | None = None, watchdog: str | None = None,
+             metrics_nonfinite: str | None = None) -> Diagnosis:
+    """Diagnose one failed run from its log text and what the controller observed.
+
+    ``watchdog`` is the controller's reason for killing it ('silence' or 'timeout');
+    ``metrics_nonfinite`` names the first NaN/inf metric ('loss@12'), see RunMetrics.has_nonfinite.
+    """
+    rules = load_rules()
+    lines = log_text.splitlines()[-MAX_LINES:]
+    hits = _hits(lines, rules)
+    best = max(hits, key=_Hit.key) if hits else None
+    if metrics_nonfinite:
+        return _nonfinite(lines, hits, metrics_nonfinite, rules)
+    if watchdog and watchdog in rules.watchdog and not (best and best.rule.priority >= rules.watchdog_yields_to):
+        outcome = rules.watchdog[watchdog]
+        return _diagnosis(outcome.category, best.line if best else _last_line(lines), outcome.remedy)
+    if best:
+        return _diagnosis(best.rule.category, best.line, best.rule.remedy)
+    return _unmatched(lines, exit_code, rules)
+
+
+def _nonfinite(lines: list[str], hits: list[_Hit], key: str, rules: CrashRules) -> Diagnosis:
+    """NaN metrics: the engine's own NaN error line, else the first line showing the key as nan/inf."""
+    nan_hits = [h for h in hits if h.rule.category == "nan_divergence"]
+    line = max(nan_hits, key=_Hit.key).line if nan_hits else _first_nonfinite_line(lines, key)
+    return _diagnosis("nan_divergence", line, rules.nonfinite_remedy)
+
+
+_NONFINITE_VALUE = re.compile(r"(?i)[=:\s'\"](?:nan|-?inf)\b")
+
+
+def _first_nonfinite_line(lines: list[str], key: str) -> str:
+    name = key.split("@")[0]
+    for raw in lines:
+        if name in raw and _NONFINITE_VALUE.search(raw):
+            return raw.rstrip()
+    return f"non-finite metric: {key}"
+
+
+def _unmatched(lines: list[str], exit_code: int | None, rules: CrashRules) -> Diagnosis:
+    exc = _innermost_exception(lines, rules.wrappers)
+    if exc is None and exit_code in rules.exit_codes:
+        outcome = rules.exit_codes[exit_code]
+        line = _last_line(lines) or f"exit code {exit_code}"
+        return _diagnosis(outcome.category, line, outcome.remedy, basis=f"exit code {exit_code}")
+    line = exc or _last_line(lines) or (f"exit code {exit_code}" if exit_code is not None else "")
+    return _diagnosis("unknown", line, rules.unknown_remedy)
+
+
+def _diagnosis(category: str, line: str, remedy: str, basis: str | None = None) -> Diagnosis:
+    """``basis`` replaces the line in the signature when the line is incidental (exit-code cases)."""
+    sig = signature(category, basis if basis is not None else line)
+    return Diagnosis(category=category, root_cause_line=line, remedy=remedy, signature=sig)
+
+
+# ---------------------------------------------------------------------------- signature, excerpt
+
+_NORMALISE = [
+    (re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"), "<time>"),
+    (re.compile(r"\b\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?"), "<time>"),
+    (re.compile(r"\b[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+"), "<time>"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
+    (re.compile(r"\b[0-9a-fA-F]{12,}\b"), "<id>"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:[\w.\-~]*/)+[\w.\-]+"), "<path>"),
+    (re.compile(r"\d+(?:\.\d+)?"), "#"),
+    (re.compile(r"\s+"), " "),
+]
+
+
+def normalise(line: str) -> str:
+    """The root line with numbers, addresses, ids, paths, pids and timestamps stripped."""
+    text = _clean(line)
+    for rx, repl in _NORMALISE:
+        text = rx.sub(repl, text)
+    return text.strip()
+
+
+def signature(category: str, line: str) -> str:
+    """Stable short id of one failure: '<category>-<10 hex of the normalised line>'."""
+    digest = hashlib.sha1(f"{category}|{normalise(line)}".encode()).hexdigest()[:10]
+    return f"{category}-{digest}"
+
+
+def excerpt(log_text: str, root_cause_line: str, context: int = 8) -> str:
+    """``context`` lines either side of the root line's last occurrence, the root marked '>> '."""
+    lines = log_text.splitlines()
+    target = root_cause_line.rstrip()
+    idx = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].rstrip() == target), None)
+    if idx is None:
+        return "\n".join("   " + ln for ln in lines[-(2 * context + 1):])
+    lo, hi = max(0, idx - context), min(len(lines), idx + context + 1)
+    return "\n".join((">> " if i == idx else "   ") + lines[i] for i in range(lo, hi))
+
+
+# ---------------------------------------------------------------------------- policy
+
+def crash_action(category: str) -> str:
+    """What the controller does with a crash of this category (see ``actions`` in the rules)."""
+    return load_rules().actions.get(category, "no_retry")
+
+
+# Keys that grow GPU memory, by role, in the order an OOM retry reduces them. Each role lists
+# the spellings of the backends (embedded, OpenRLHF, TRL); the first one present in train is used.
+OOM_KNOBS: list[dict[str, Any]] = [
+    {"role": "micro", "keys": ["micro_batch", "micro_train_batch_size", "per_device_train_batch_size"], "min": 1},
+    {"role": "gens", "keys": ["gens", "n_samples_per_prompt", "num_generations"], "min": 2},
+    {"role": "tokens", "keys": ["max_new_tokens", "generate_max_len", "max_completion_length"], "min": 1},
+]
+# TRL: halving the per-device batch doubles accumulation so the generation batch (which must be
+# divisible by num_generations) and the effective batch stay the same.
+_COMPENSATE = {"per_device_train_batch_size": "gradient_accumulation_steps"}
+
+
+def oom_retry_overrides(train: dict, backend: str, changed: Iterable[str] = ()) -> dict | None:
+    """The train overrides for one OOM retry, or None when nothing can be reduced.
+
+    Halves the micro-batch if > 1 (the embedded engine's 0 = "all completions at once" is
+    first made explicit), else the group size (not below 2), else max_new_tokens. A key in
+    ``changed`` (what this trial changed versus its parent) is reduced first: the seeds say
+    to undo the most recent memory-expanding change before abandoning the axis.
+    """
+    knobs = sorted(OOM_KNOBS, key=lambda k: not any(key in changed for key in k["keys"]))
+    for knob in knobs:
+        key = next((k for k in knob["keys"] if isinstance(train.get(k), int) and not isinstance(train.get(k), bool)), None)
+        out = _halve(train, key, knob["min"]) if key else None
+        if out:
+            return out
+    return None
+
+
+def _halve(train: dict, key: str, floor: int) -> dict | None:
+    value = train[key]
+    if key == "micro_batch" and value == 0:
+        value = int(train.get("batch_prompts", 0)) * int(train.get("gens", 0))
+        if value % 2:
+            return None
+    new = max(floor, value // 2)
+    if new >= value:
+        return None
+    out = {key: new}
+    if key in _COMPENSATE:
+        acc = _COMPENSATE[key]
+        out[acc] = int(train.get(acc, 1)) * 2
+    return out
+
+
+def group_crashes(rows: list[dict]) -> list[dict]:
+    """Crashed trial rows grouped by signature, most frequent first.
+
+    Reads ledger rows ('crash_signature', 'crash_category', 'root_cause', 'remedy') or
+    Diagnosis dumps ('signature', 'category', 'root_cause_line'); rows without a signature are
+    skipped. Trials are named by 'attempt', 'number', 'trial' or 'id'. A group whose
+    ``repeated`` is true reached the rules' repeat_limit: stop sampling that region.
+    """
+    limit = load_rules().repeat_limit
+    groups: dict[str, dict] = {}
+    for row in rows:
+        sig = _field(row, "crash_signature", "signature")
+        if not sig:
+            continue
+        group = groups.setdefault(sig, _new_group(sig, row))
+        group["count"] += 1
+        trial = _field(row, "attempt", "number", "trial", "id")
+        if trial is not None:
+            group["trials"].append(trial)
+    out = sorted(groups.values(), key=lambda g: -g["count"])
+    for group in out:
+        group["repeated"] = group["count"] >= limit
+    return out
+
+
+def _field(row: dict, *keys: str) -> Any:
+    return next((row[k] for k in keys if row.get(k) is not None), None)
+
+
+def _new_group(sig: str, row: dict) -> dict:
+    return {
+        "signature": sig,
+        "category": _field(row, "crash_category", "category") or sig.rsplit("-", 1)[0],
+        "count": 0,
+        "trials": [],
+        "root_cause_line": _field(row, "root_cause", "root_cause_line"),
+        "remedy": row.get("remedy"),
+    }

@@ -1,0 +1,555 @@
+"""``autorl report``: the page a reviewer opens in the morning.
+
+``report(ws, ledger, out_dir)`` writes one folder that stands on its own:
+
+- ``index.html`` (inline CSS, no network) and ``report.md`` with the same content;
+- ``plots/*.png`` (matplotlib, Agg): objective over trials coloured by verdict,
+  objective against each searched parameter, Optuna's parameter importances,
+  reward and eval curves of the best trials against the baseline;
+- ``logs/attempt-NN.log``: the tail of each trial's log, linked from its row.
+
+The best trials are ranked by verdict first (improved, then flat, then
+regressed) and by objective inside a verdict, so a high raw value that the
+paired test could not tell from noise never outranks a real improvement. Eval
+curves are labelled with their metric key, which names split and mode
+(``eval/ood/greedy_pass@1``), because seed 004 forbids comparing across modes.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from autorl import gitops
+from autorl.budget import format_duration
+from autorl.errors import GitError, UserError
+from autorl.recipe import Objective, SearchParam, dump_values
+from autorl.present.review import crash_groups, hypothesis_rows, show_trial
+
+REPORT_DIR = "report"
+TOP_N = 5
+CURVE_TRIALS = 3
+PARAM_COLUMNS = 4
+LOG_TAIL_LINES = 200
+VERDICT_ORDER = ["improved", "flat", "regressed"]
+VERDICT_COLOURS = {"baseline": "#1f5fbf", "improved": "#1b8a3a", "flat": "#8a8a8a", "regressed": "#c0392b",
+                   "crash": "#111111", "pruned": "#e0a100", "other": "#7b3fa0"}
+IMPORTANCE_ERRORS = (ValueError, RuntimeError, ZeroDivisionError, KeyError, IndexError)
+
+
+class Link(NamedTuple):
+    """A table cell or paragraph that points somewhere (relative path or file: URL)."""
+
+    text: str
+    href: str
+
+
+class Block(NamedTuple):
+    """One piece of the page: kind is h1, h2, p, note, table, img or details (open says if unfolded)."""
+
+    kind: str
+    body: Any
+    extra: Any = None
+    open: bool = False
+
+
+# ---- entry point ----------------------------------------------------------------------
+def report(ws, ledger, out_dir: str | Path | None = None, study: str | None = None) -> Path:
+    """Write the report of ``study`` (default: the latest) into ``out_dir``; returns index.html."""
+    out = Path(out_dir) if out_dir else ws.run_dir / REPORT_DIR
+    _prepare_dir(out)
+    data = collect(ws, ledger, study)
+    plots = make_plots(data, out / "plots")
+    blocks = build_blocks(data, plots, _copy_logs(data["trials"], out / "logs"))
+    (out / "report.md").write_text(render_markdown(blocks))
+    index = out / "index.html"
+    index.write_text(render_html(blocks, title=f"autorl report: {data['study']['name']}"))
+    return index
+
+
+def _prepare_dir(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"report folder {out} is a file: pass another --out DIR")
+    for sub in ("plots", "logs"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+
+
+# ---- data -------------------------------------------------------------------------------
+def collect(ws, ledger, study: str | None = None) -> dict[str, Any]:
+    """Everything the page shows, as plain data."""
+    st = ledger.study(study)
+    recipe = yaml.safe_load(st.get("recipe") or "") or {}
+    objective = Objective.model_validate(recipe.get("objective") or {})
+    trials = ledger.trials(st["id"])
+    numbers = {t["number"] for t in trials}
+    best = rank_best(trials, objective.direction)[:TOP_N]
+    space = {k: SearchParam.model_validate(v) for k, v in (recipe.get("search") or {}).items()}
+    return {
+        "study": st, "objective": objective, "trials": trials, "best": best,
+        "space": space,
+        "baselines": [t for t in trials if t.get("proposer") == "baseline"],
+        "counts": verdict_counts(trials), "budget": budget_used(st, trials),
+        "baseline_value": baseline_value(st, trials),
+        "crashes": [g for g in crash_groups(ledger) if numbers & set(g["attempts"])],
+        "hypotheses": hypothesis_rows(ws, ledger),
+        "importances": _importances(ledger.path, st, trials, space, objective.direction),
+        "shown": {t["number"]: _show(ws, ledger, t["number"]) for t in best},
+        "curves": {t["number"]: ledger.metrics(t["id"]) for t in _curve_trials(trials, best)},
+        "refs": _refs(ws.root),
+    }
+
+
+def rank_best(trials: list[dict], direction: str = "maximize") -> list[dict]:
+    """Non-baseline trials with a verdict in VERDICT_ORDER: by verdict, then by objective."""
+    sign = -1.0 if direction == "maximize" else 1.0
+    ranked = [t for t in trials if t.get("verdict") in VERDICT_ORDER and t.get("proposer") != "baseline"
+              and _finite(t.get("objective"))]
+    return sorted(ranked, key=lambda t: (VERDICT_ORDER.index(t["verdict"]), sign * t["objective"], t["number"]))
+
+
+def baseline_value(study: dict, trials: list[dict]) -> float | None:
+    """The study's baseline value, else the mean objective of its finished baseline runs."""
+    if _finite(study.get("baseline_value")):
+        return study["baseline_value"]
+    values = [t["objective"] for t in trials if t.get("proposer") == "baseline" and _finite(t.get("objective"))]
+    return sum(values) / len(values) if values else None
+
+
+def verdict_counts(trials: list[dict]) -> dict[str, int]:
+    """Trials by verdict (baselines counted as 'baseline', unjudged ones by status)."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        key = _verdict_key(t)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def budget_used(study: dict, trials: list[dict]) -> dict[str, float]:
+    """Wall time from the study's start to its last finished trial, against its budget."""
+    ends = [t["finished"] for t in trials if t.get("finished")]
+    wall = (max(ends) - study["created"]) if ends else 0.0
+    return {"wall_s": max(wall, 0.0), "budget_s": study.get("budget_s") or 0.0,
+            "trial_s": sum(t.get("duration_s") or 0.0 for t in trials)}
+
+
+def importances(ledger_path: str | Path, study_name: str) -> tuple[dict[str, float], str]:
+    """Optuna's parameter importances of ``study_name``, or ({}, why not)."""
+    complete = _complete_trials(Path(ledger_path), study_name)
+    if complete is None:
+        return {}, f"no Optuna study {study_name} in the ledger"
+    if complete < 2:
+        return {}, f"the Optuna study has {complete} complete trial(s); importances need at least 2 with varied values"
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        st = optuna.load_study(study_name=study_name, storage=f"sqlite:///{Path(ledger_path).resolve()}")
+        values = optuna.importance.get_param_importances(st)
+    except IMPORTANCE_ERRORS as exc:
+        return {}, f"Optuna could not compute importances from {complete} complete trials ({exc})"
+    if not values:
+        return {}, f"no parameter varied across the {complete} complete trials of the Optuna study"
+    return dict(values), f"fANOVA over {complete} complete trials of Optuna study {study_name}"
+
+
+def pooled_importances(trials: list[dict], space: dict[str, SearchParam], direction: str) -> tuple[dict[str, float], str]:
+    """Importances over the ledger's finished trials (searched keys only), or ({}, why not)."""
+    import optuna
+
+    from autorl.search.study import distributions
+
+    dists, study = distributions(space), optuna.create_study(direction=direction)
+    for t in trials:
+        params = {k: (t.get("params") or {}).get(k) for k in dists}
+        if _finite(t.get("objective")) and None not in params.values():
+            try:
+                study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=t["objective"]))
+            except ValueError:
+                continue
+    n = len(study.trials)
+    varied = [k for k in dists if len({repr(t.params[k]) for t in study.trials}) > 1]
+    try:
+        values = optuna.importance.get_param_importances(study, params=varied) if n >= 2 and varied else {}
+    except IMPORTANCE_ERRORS:
+        values = {}
+    return dict(values), f"fANOVA over {n} finished trials of this study in the ledger (searched keys that varied)"
+
+
+def _importances(path: Path, st: dict, trials: list[dict], space: dict, direction: str) -> tuple[dict[str, float], str]:
+    """The main Optuna study's importances; pooled over the ledger's trials when it has too few."""
+    values, note = importances(path, st.get("optuna_study") or st["name"])
+    if values or not space:
+        return values, note
+    pooled, how = pooled_importances(trials, space, direction)
+    return (pooled, f"main study: {note}; pooled instead: {how}") if pooled else ({}, note)
+
+
+def _complete_trials(path: Path, study_name: str) -> int | None:
+    """Complete trials of an Optuna study, read without letting Optuna create tables."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'studies'").fetchone():
+            return None
+        row = conn.execute("SELECT study_id FROM studies WHERE study_name = ?", [study_name]).fetchone()
+        if row is None:
+            return None
+        q = "SELECT count(*) FROM trials WHERE study_id = ? AND state = 'COMPLETE'"
+        return conn.execute(q, [row[0]]).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _refs(root: Path) -> dict[str, str]:
+    """Every branch and tag with the commit it points at (tags peeled)."""
+    fmt = "%(refname:short) %(objectname) %(*objectname)"
+    out = gitops.git(root, "for-each-ref", f"--format={fmt}", "refs/heads", "refs/tags", check=False)
+    refs = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            refs[parts[0]] = parts[-1]
+    return refs
+
+
+def _show(ws, ledger, number: int) -> dict[str, Any]:
+    """``autorl show``'s data; a missing ref leaves a note instead of the diff."""
+    try:
+        return show_trial(ws, ledger, number)
+    except GitError as exc:
+        return {"diff_vs_baseline": f"(diff unavailable: {exc})", "baseline_tag": None}
+
+
+def _curve_trials(trials: list[dict], best: list[dict]) -> list[dict]:
+    return [t for t in trials if t.get("proposer") == "baseline"] + best[:CURVE_TRIALS]
+
+
+def _verdict_key(t: dict) -> str:
+    if t.get("verdict") in ("crash", "pruned") or t.get("status") == "crash":
+        return t.get("verdict") or "crash"
+    if t.get("proposer") == "baseline":
+        return "baseline"
+    return t.get("verdict") or t.get("status") or "other"
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _copy_logs(trials: list[dict], dest: Path) -> dict[int, str]:
+    """Copy each log's tail into ``dest``; returns {number: path relative to the report}."""
+    links = {}
+    for t in trials:
+        src = Path(t["log_path"]) if t.get("log_path") else None
+        if src is None or not src.is_file():
+            continue
+        lines = src.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        name = f"{t['attempt']}.log"
+        (dest / name).write_text(f"# last {len(lines)} lines of {src}\n" + "\n".join(lines) + "\n")
+        links[t["number"]] = f"logs/{name}"
+    return links
+
+
+# ---- plots ------------------------------------------------------------------------------
+def make_plots(data: dict, dest: Path) -> dict[str, str]:
+    """Write every plot as a PNG in ``dest``; returns {plot name: path relative to the report}."""
+    plt = _pyplot()
+    made = {}
+    for name, draw in (("objective", _plot_objective), ("params", _plot_params),
+                       ("importances", _plot_importances), ("curves", _plot_curves)):
+        fig = draw(plt, data)
+        if fig is None:
+            continue
+        fig.savefig(dest / f"{name}.png", dpi=90, bbox_inches="tight")
+        plt.close(fig)
+        made[name] = f"plots/{name}.png"
+    return made
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError("matplotlib is missing from this installation: reinstall autorl (pip install autorl)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plot_objective(plt, data: dict):
+    trials, obj = data["trials"], data["objective"]
+    if not trials:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    scored = [t["objective"] for t in trials if _finite(t.get("objective"))]
+    floor = min(scored) if scored else 0.0
+    for key, colour in VERDICT_COLOURS.items():
+        pts = [t for t in trials if _verdict_key(t) == key]
+        if pts:
+            ys = [t["objective"] if _finite(t.get("objective")) else floor for t in pts]
+            marker = "x" if key == "crash" else "o"
+            ax.scatter([t["number"] for t in pts], ys, c=colour, marker=marker, s=45, label=key, zorder=3)
+    if data["baseline_value"] is not None:
+        ax.axhline(data["baseline_value"], color=VERDICT_COLOURS["baseline"], ls="--", lw=1, label="baseline value")
+    ax.set(xlabel="attempt", ylabel=obj.metric, title=f"objective over trials ({obj.direction}; crashes drawn at the floor)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _plot_params(plt, data: dict):
+    space, trials = data["space"], [t for t in data["trials"] if _finite(t.get("objective"))]
+    if not space or not trials:
+        return None
+    cols = min(PARAM_COLUMNS, len(space))
+    rows = math.ceil(len(space) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.2 * rows), squeeze=False)
+    for ax, (key, sp) in zip(axes.flat, space.items()):
+        _param_axis(ax, key, sp, trials)
+    for ax in list(axes.flat)[len(space):]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel(data["objective"].metric)
+    fig.suptitle("objective vs each searched parameter (colour = verdict)")
+    fig.tight_layout()
+    return fig
+
+
+def _param_axis(ax, key: str, sp: SearchParam, trials: list[dict]) -> None:
+    pts = [t for t in trials if (t.get("params") or {}).get(key) is not None]
+    xs = [t["params"][key] for t in pts]
+    if sp.choices is not None:
+        labels = [str(c) for c in sp.choices]
+        xs = [labels.index(str(x)) if str(x) in labels else len(labels) for x in xs]
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_xlim(-0.5, len(labels) - 0.5)
+    else:
+        ax.set_xscale("log" if sp.log else "linear")
+        ax.set_xlim(sp.low, sp.high)
+    ax.scatter(xs, [t["objective"] for t in pts], c=[VERDICT_COLOURS.get(_verdict_key(t), "#7b3fa0") for t in pts], s=40)
+    ax.set_xlabel(key)
+    ax.grid(alpha=0.3)
+
+
+def _plot_importances(plt, data: dict):
+    values, _note = data["importances"]
+    if not values:
+        return None
+    keys = sorted(values, key=values.get)
+    fig, ax = plt.subplots(figsize=(6, 0.5 + 0.45 * len(keys)))
+    ax.barh(keys, [values[k] for k in keys], color="#1f5fbf")
+    ax.set(xlabel="importance (fANOVA, sums to 1)", title="parameter importances")
+    return fig
+
+
+def _plot_curves(plt, data: dict):
+    curves = data["curves"]
+    if not any(_finite(r.get("reward_mean")) for records in curves.values() for r in records):
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
+    by_number = {t["number"]: t for t in data["trials"]}
+    metric = data["objective"].metric
+    for i, (number, records) in enumerate(curves.items()):
+        t = by_number[number]
+        style = dict(color=f"C{i % 10}", ls="--" if t.get("proposer") == "baseline" else "-")
+        _curve(left, records, "step", "reward_mean", t["attempt"], style)
+        _curve(right, records, "eval", metric, t["attempt"], style)
+    left.set(xlabel="step", ylabel="reward_mean", title="reward_mean: best trials vs baseline")
+    right.set(xlabel="step", ylabel=metric, title=f"eval: {metric}")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return fig
+
+
+def _curve(ax, records: list[dict], kind: str, key: str, label: str, style: dict) -> None:
+    pts = [(r.get("step"), r.get(key)) for r in records if r.get("type", "step") == kind and _finite(r.get(key))]
+    if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="." if kind == "step" else "o", label=label, **style)
+
+
+# ---- the page as blocks -------------------------------------------------------------------
+def build_blocks(data: dict, plots: dict[str, str], logs: dict[int, str]) -> list[Block]:
+    """The page, top to bottom, independent of HTML or Markdown."""
+    st, obj = data["study"], data["objective"]
+    blocks = [Block("h1", f"Study {st['name']}"),
+              Block("p", f"objective {obj.metric} ({obj.direction}, {obj.reduction}); strategy {st.get('strategy')}; "
+                         f"recipe {st.get('recipe_path')}; base commit {(st.get('base_sha') or '')[:10]}; "
+                         f"generated {time.strftime('%Y-%m-%d %H:%M')}")]
+    blocks += _summary_blocks(data)
+    blocks += _best_blocks(data, logs)
+    blocks += _plot_blocks(data, plots)
+    blocks += _hypothesis_blocks(data["hypotheses"])
+    blocks += [Block("h2", "All trials"), _trials_table(data, data["trials"], logs)]
+    return blocks
+
+
+def _summary_blocks(data: dict) -> list[Block]:
+    b, counts = data["budget"], data["counts"]
+    share = f" ({100 * b['wall_s'] / b['budget_s']:.0f} %)" if b["budget_s"] else ""
+    out = [Block("h2", "Summary"),
+           Block("p", f"{len(data['trials'])} trials; budget used {format_duration(b['wall_s'])} of "
+                      f"{format_duration(b['budget_s'])}{share}; trial time {format_duration(b['trial_s'])}; "
+                      f"baseline value {_num(data['baseline_value'])}"),
+           Block("table", ["verdict", "trials"], [[k, str(v)] for k, v in sorted(counts.items(), key=lambda kv: -kv[1])])]
+    if data["crashes"]:
+        rows = [[g["category"] or "-", str(g["count"]), ", ".join(f"{n:02d}" for n in g["attempts"]),
+                 g.get("root_cause_line") or "-", g.get("remedy") or "-"] for g in data["crashes"]]
+        out += [Block("h2", "Crashes by category"), Block("table", ["category", "count", "attempts", "root cause", "remedy"], rows)]
+    return out
+
+
+def _best_blocks(data: dict, logs: dict[int, str]) -> list[Block]:
+    out = [Block("h2", "Best trials"),
+           Block("note", "Ranked by verdict first (improved, flat, regressed), then by objective; baselines excluded.")]
+    if not data["best"]:
+        return out + [Block("note", "No judged trial yet besides the baseline.")]
+    out.append(_trials_table(data, data["best"], logs))
+    for i, t in enumerate(data["best"]):
+        shown = data["shown"][t["number"]]
+        diff = shown["diff_vs_baseline"] or "(no difference in the committed files)"
+        out.append(Block("details", f"{t['attempt']}: diff vs {shown['baseline_tag'] or 'baseline'}", diff, i == 0))
+    return out
+
+
+def _plot_blocks(data: dict, plots: dict[str, str]) -> list[Block]:
+    out = [Block("h2", "Plots")]
+    captions = {"objective": "Objective over trials", "params": "Objective vs searched parameters",
+                "importances": "Parameter importances", "curves": "Reward and eval curves: best trials vs baseline"}
+    for name, caption in captions.items():
+        if name in plots:
+            out.append(Block("img", plots[name], caption))
+        if name == "importances":
+            out.append(Block("note", ("" if name in plots else "Parameter importances: not plotted: ") + data["importances"][1]))
+        elif name not in plots:
+            out.append(Block("note", f"{caption}: nothing to plot yet."))
+    return out
+
+
+def _hypothesis_blocks(rows: list[dict]) -> list[Block]:
+    if not rows:
+        return []
+    order = {"validated": 0, "testing": 1, "inconclusive": 2, "invalidated": 3, "pending": 4}
+    rows = sorted(rows, key=lambda r: (order.get(r["status"], 9), r["id"]))
+    body = [[r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
+             str(r["counts"].get("tried", 0)), str(r["counts"].get("improved", 0)), r["title"]] for r in rows]
+    return [Block("h2", "Hypotheses"),
+            Block("table", ["id", "priority", "status", "confidence", "tried", "improved", "title"], body)]
+
+
+def _trials_table(data: dict, trials: list[dict], logs: dict[int, str]) -> Block:
+    head = ["NN", "proposer", "changed", "verdict", "objective", "Δ [95% CI]", "time", "refs", "log"]
+    rows = []
+    for t in trials:
+        who = t["proposer"] + (f" / {t['hypothesis']}" if t.get("hypothesis") else "")
+        log = Link("log tail", logs[t["number"]]) if t["number"] in logs else "-"
+        rows.append([f"{t['number']:02d}", who, dump_values(t.get("changed") or {}) or "-", _verdict_text(t),
+                     _num(t.get("objective")), _delta(t), format_duration(t.get("duration_s") or 0),
+                     _ref_text(t, data["refs"]), log])
+    return Block("table", head, rows)
+
+
+def _ref_text(t: dict, refs: dict[str, str]) -> str:
+    names = [(t.get("branch"), None), (t.get("start_tag"), t.get("start_sha")), (t.get("end_tag"), t.get("end_sha"))]
+    parts = [f"{n} @ {(refs.get(n) or sha or '?')[:10]}" for n, sha in names if n]
+    return "; ".join(parts) or "-"
+
+
+def _verdict_text(t: dict) -> str:
+    v = _verdict_key(t)
+    return v + (f" ({t['crash_category']})" if t.get("crash_category") else "")
+
+
+def _num(v: Any) -> str:
+    return f"{v:.4f}" if _finite(v) else "-"
+
+
+def _delta(t: dict) -> str:
+    if not _finite(t.get("delta")):
+        return "-"
+    ci = f" [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}]" if _finite(t.get("ci_low")) and _finite(t.get("ci_high")) else ""
+    return f"{t['delta']:+.4f}{ci}"
+
+
+# ---- rendering ----------------------------------------------------------------------------
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#1d1d1d;padding:0 16px}
+h1{font-size:22px;margin:0 0 6px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:3px}
+table{border-collapse:collapse;margin:6px 0;font-size:12.5px}th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}tr:nth-child(even) td{background:#fafafa}.note{color:#555;font-style:italic}
+pre{background:#f6f8fa;padding:8px;overflow-x:auto;font-size:12px}figure{margin:10px 0}figcaption{color:#555;font-size:12px}
+img{max-width:100%;border:1px solid #eee}details{margin:4px 0}summary{cursor:pointer;font-family:monospace}
+"""
+
+IMG_CHECK = """<script>
+window.addEventListener('load', function () {
+  var imgs = document.images, ok = 0;
+  for (var i = 0; i < imgs.length; i++) {
+    var loaded = imgs[i].complete && imgs[i].naturalWidth > 0;
+    imgs[i].setAttribute('data-loaded', loaded ? '1' : '0');
+    if (loaded) { ok += 1; }
+  }
+  document.body.setAttribute('data-images', ok + '/' + imgs.length);
+});
+</script>"""
+
+
+def render_html(blocks: list[Block], title: str) -> str:
+    """A self-contained HTML page; the script marks images that failed to load."""
+    body = "\n".join(_html_block(b) for b in blocks)
+    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head>\n<body>\n{body}\n{IMG_CHECK}\n</body></html>\n")
+
+
+def _html_block(b: Block) -> str:
+    e = html.escape
+    if b.kind in ("h1", "h2"):
+        return f"<{b.kind}>{e(b.body)}</{b.kind}>"
+    if b.kind in ("p", "note"):
+        return f"<p class='{b.kind}'>{e(b.body)}</p>"
+    if b.kind == "img":
+        return f"<figure><img src='{e(b.body)}' alt='{e(b.extra)}'><figcaption>{e(b.extra)}</figcaption></figure>"
+    if b.kind == "details":
+        return f"<details{' open' if b.open else ''}><summary>{e(b.body)}</summary><pre>{e(b.extra)}</pre></details>"
+    head = "".join(f"<th>{e(h)}</th>" for h in b.body)
+    rows = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in b.extra)
+    return f"<table><tr>{head}</tr>{rows}</table>"
+
+
+def _html_cell(cell: Any) -> str:
+    if isinstance(cell, Link):
+        return f"<a href='{html.escape(cell.href)}'>{html.escape(cell.text)}</a>"
+    return html.escape(str(cell))
+
+
+def render_markdown(blocks: list[Block]) -> str:
+    """The same page as Markdown (images and links relative to the report folder)."""
+    return "\n\n".join(_md_block(b) for b in blocks) + "\n"
+
+
+def _md_block(b: Block) -> str:
+    if b.kind in ("h1", "h2"):
+        return f"{'#' * int(b.kind[1])} {b.body}"
+    if b.kind == "note":
+        return f"_{b.body}_"
+    if b.kind == "img":
+        return f"![{b.extra}]({b.body})"
+    if b.kind == "details":
+        return f"**{b.body}**\n\n```diff\n{b.extra.rstrip()}\n```"
+    if b.kind == "table":
+        lines = ["| " + " | ".join(b.body) + " |", "|" + "---|" * len(b.body)]
+        return "\n".join(lines + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.extra])
+    return str(b.body)
+
+
+def _md_cell(cell: Any) -> str:
+    text = f"[{cell.text}]({cell.href})" if isinstance(cell, Link) else str(cell)
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,269 @@
+"""The review commands' data and rendering: ledger table, one trial, crash groups.
+
+Each ``*_rows``/``show_*`` function returns plain JSON-able data (what ``--json``
+prints); each ``print_*`` renders it with rich. Shapes are documented in
+docs/cli.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autorl import gitops
+from autorl.budget import format_duration
+from autorl.recipe import dump_values
+
+LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "changed", "status", "verdict", "objective", "delta",
+                 "ci_low", "ci_high", "method", "n_items", "gap_to_best", "duration_s", "crash_category", "reason"]
+
+
+def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:
+    """Trials as dicts with LEDGER_FIELDS, oldest first."""
+    where, args = "1", []
+    if verdict:
+        where, args = "verdict = ?", [verdict]
+    sid = ledger.study(study)["id"] if study else None
+    rows = ledger.trials(sid, where, args)
+    rows = rows[-last:] if last else rows
+    return [{k: r.get(k) for k in LEDGER_FIELDS} for r in rows]
+
+
+def print_ledger(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} trials", show_lines=False)
+    for col in ("NN", "proposer / hypothesis", "changed", "verdict", "objective", "Δ vs baseline [95% CI]", "time"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(f"{r['number']:02d}", _who(r), dump_values(r.get("changed") or {}) or "-",
+                      _verdict_cell(r), _num(r.get("objective")), _delta(r), format_duration(r.get("duration_s") or 0))
+    Console().print(table)
+
+
+def _who(r: dict) -> str:
+    return r["proposer"] + (f" / {r['hypothesis']}" if r.get("hypothesis") else "")
+
+
+def _verdict_cell(r: dict) -> str:
+    v = r.get("verdict") or r.get("status") or "-"
+    colour = {"improved": "green", "regressed": "red", "crash": "bold red", "pruned": "yellow", "flat": "white"}.get(v)
+    extra = f" ({r['crash_category']})" if r.get("crash_category") else ""
+    return f"[{colour}]{v}{extra}[/]" if colour else v + extra
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def _delta(r: dict) -> str:
+    if r.get("delta") is None:
+        return "-"
+    ci = f" [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r.get("ci_low") is not None else ""
+    return f"{r['delta']:+.4f}{ci}"
+
+
+def show_trial(ws, ledger, number: int) -> dict[str, Any]:
+    """Everything about one trial: row, diff vs the baseline, metric summary, evals, log tail."""
+    row = ledger.trial(number)
+    metrics = ledger.metrics(row["id"])
+    steps = [m for m in metrics if m.get("type", "step") == "step"]
+    evals = [{k: v for k, v in m.items() if not k.endswith("/items")} for m in metrics if m.get("type") == "eval"]
+    base = _baseline_tag(ledger, row)
+    diff = gitops.diff(ws.root, base, row["start_tag"]) if base and base != row["start_tag"] else ""
+    return {"trial": row, "diff_vs_baseline": diff, "baseline_tag": base, "steps": len(steps),
+            "curve": {k: [s.get(k) for s in steps] for k in ("reward_mean", "kl", "grad_norm", "clip_ratio")},
+            "evals": evals, "log_tail": _tail(row.get("log_path"), 15)}
+
+
+def _baseline_tag(ledger, row: dict) -> str | None:
+    base = ledger.trials(row["study_id"], "proposer = 'baseline'")
+    return base[0]["start_tag"] if base else None
+
+
+def _tail(path: str | None, n: int) -> list[str]:
+    if not path or not Path(path).exists():
+        return []
+    return Path(path).read_text(errors="replace").splitlines()[-n:]
+
+
+def print_show(d: dict) -> None:
+    from rich.console import Console
+
+    c, t = Console(), d["trial"]
+    c.print(f"[bold]{t['attempt']}[/]  {t['status']}  verdict {t.get('verdict') or '-'}  objective {_num(t.get('objective'))}  Δ {_delta(t)}")
+    c.print(f"proposer {_who(t)}; why: {t.get('why')}")
+    c.print(f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({(t.get('start_sha') or '')[:10]})")
+    c.print(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
+    if d["diff_vs_baseline"]:
+        c.print(f"[bold]diff vs {d['baseline_tag']}[/]")
+        c.print(d["diff_vs_baseline"], markup=False, highlight=False)
+    for key, values in d["curve"].items():
+        vals = [v for v in values if isinstance(v, (int, float))]
+        if vals:
+            c.print(f"{key:>12} {sparkline(vals)}  {vals[0]:.3g} → {vals[-1]:.3g}")
+    for e in d["evals"][-3:]:
+        c.print("eval @%s: %s" % (e.get("step"), dump_values({k: v for k, v in e.items() if k.startswith("eval/")})))
+    if t.get("crash_category"):
+        c.print(f"[red]crash {t['crash_category']}[/]: {t.get('root_cause')}\nremedy: {t.get('remedy')}")
+    if d["log_tail"]:
+        c.print("[bold]log tail[/]\n" + "\n".join(d["log_tail"]), markup=False, highlight=False)
+
+
+def sparkline(values: list[float], width: int = 40) -> str:
+    """A one-line curve of ``values`` (resampled to ``width``)."""
+    blocks = "▁▂▃▄▅▆▇█"
+    if len(values) > width:
+        values = [values[int(i * len(values) / width)] for i in range(width)]
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or 1.0
+    return "".join(blocks[min(7, int((v - lo) / span * 7.999))] for v in values)
+
+
+def crash_groups(ledger) -> list[dict]:
+    """Crashed trials grouped by signature, most frequent first."""
+    rows = ledger.trials(None, "verdict = 'crash' OR status = 'crash'")
+    groups: dict[str, dict] = {}
+    for r in rows:
+        g = groups.setdefault(r.get("crash_signature") or "unknown", {
+            "signature": r.get("crash_signature"), "category": r.get("crash_category"), "count": 0,
+            "root_cause_line": r.get("root_cause"), "remedy": r.get("remedy"), "attempts": [], "actions": []})
+        g["count"] += 1
+        g["attempts"].append(r["number"])
+        retries = ledger.trials(None, "retry_of = ?", [r["number"]])
+        g["actions"] += [f"retried as {x['attempt']} ({x.get('verdict') or x['status']})" for x in retries]
+    for g in groups.values():
+        g["actions"].append("told Optuna FAIL" + ("; region avoided after repeats" if g["count"] > 1 else ""))
+    return sorted(groups.values(), key=lambda g: -g["count"])
+
+
+def print_crash_groups(groups: list[dict]) -> None:
+    from rich.console import Console
+
+    c = Console()
+    if not groups:
+        c.print("no crashes")
+    for g in groups:
+        c.print(f"[bold red]{g['category']}[/] ×{g['count']}  signature {g['signature']}  attempts {g['attempts']}")
+        c.print(f"  root cause: {g['root_cause_line']}", markup=False, highlight=False)
+        c.print(f"  remedy: {g['remedy']}\n  done: {'; '.join(g['actions'])}", markup=False, highlight=False)
+
+
+def trial_triage(ledger, number: int) -> dict[str, Any]:
+    """One trial's diagnosis with the log excerpt around its root cause."""
+    from autorl.judge import triage
+
+    row = ledger.trial(number)
+    log = Path(row["log_path"]).read_text(errors="replace") if row.get("log_path") and Path(row["log_path"]).exists() else ""
+    if row.get("status") not in ("crash",) and not row.get("crash_category"):
+        return {"attempt": row["attempt"], "status": row["status"], "verdict": row.get("verdict"),
+                "category": None, "message": "this trial did not crash", "reason": row.get("reason")}
+    return {"attempt": row["attempt"], "status": row["status"], "category": row.get("crash_category"),
+            "root_cause_line": row.get("root_cause"), "remedy": row.get("remedy"), "signature": row.get("crash_signature"),
+            "excerpt": triage.excerpt(log, row.get("root_cause") or "") if log else ""}
+
+
+def format_trial_triage(d: dict) -> str:
+    if not d.get("category"):
+        return f"{d['attempt']}: {d['status']} ({d.get('verdict') or '-'}): this trial did not crash"
+    return (f"{d['attempt']}: {d['category']}\nroot cause: {d['root_cause_line']}\nremedy: {d['remedy']}\n"
+            f"signature: {d['signature']}\n--- log excerpt ---\n{d['excerpt']}")
+
+
+def hypothesis_rows(ws, ledger) -> list[dict]:
+    """Seed 002's status table: id, title, priority, status, confidence, counts."""
+    from autorl.search import hypotheses
+
+    dirs = [hypotheses.SHIPPED_DIR] + [d for d in [ws.root / "hypotheses"] if d.is_dir()]
+    trials = ledger.trials() if ledger else []
+    rows = []
+    for h in hypotheses.load_library(dirs):
+        st = hypotheses.status(h, trials)
+        rows.append({"id": h.id, "title": h.title, "priority": h.priority, "status": st.status,
+                     "confidence": st.confidence, "counts": st.counts, "demoted": st.demoted,
+                     "symptoms": h.symptoms, "backends": h.backends, "source": h.source})
+    return rows
+
+
+def print_hypotheses(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="hypotheses")
+    table.add_column("id", no_wrap=True)
+    for col in ("priority", "status", "confidence", "tried", "improved", "title"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        c = r["counts"]
+        table.add_row(r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
+                      str(c.get("tried", 0)), str(c.get("improved", 0)), r["title"])
+    Console().print(table)
+
+
+def diagnose_trial(ledger, number: int | None) -> dict[str, Any]:
+    """The diagnosis of one trial's metrics (the latest trial with metrics by default)."""
+    from autorl.judge import diagnose
+
+    if number is None:
+        rows = [t for t in ledger.trials() if t.get("status") != "running" and ledger.metrics(t["id"])]
+        if not rows:
+            from autorl.errors import NotFoundError
+
+            raise NotFoundError("no finished trial with metrics yet: run a study first")
+        row = rows[-1]
+    else:
+        row = ledger.trial(number)
+    metrics = ledger.metrics(row["id"])
+    steps = [m for m in metrics if m.get("type", "step") == "step"]
+    evals = [m for m in metrics if m.get("type") == "eval"]
+    d = diagnose.diagnose(steps, evals, row.get("params") or {})
+    return {"attempt": row["attempt"], **d.model_dump()}
+
+
+def format_diagnosis(d: dict) -> str:
+    lines = [f"{d['attempt']}: bottleneck {d['bottleneck']} (look at: {', '.join(d['areas']) or '-'})"]
+    for s in d["symptoms"]:
+        lines.append(f"- {s['name']}: {s.get('evidence') or s}")
+    if not d["symptoms"]:
+        lines.append("- no symptoms")
+    return "\n".join(lines)
+
+
+def status_rows(ledger) -> dict[str, Any]:
+    """Studies, running trials and full runs with their latest step and eval."""
+    running = []
+    for r in ledger.trials(None, "status = 'running' OR (kind = 'full' AND end_tag IS NULL)"):
+        metrics = ledger.metrics(r["id"])
+        steps = [m for m in metrics if m.get("type", "step") == "step"]
+        evals = [{k: v for k, v in m.items() if not k.endswith("/items")} for m in metrics if m.get("type") == "eval"]
+        running.append({"attempt": r["attempt"], "kind": r["kind"], "status": r["status"], "pid": r.get("pid"),
+                        "step": steps[-1].get("step") if steps else 0, "last_eval": evals[-1] if evals else None,
+                        "promoted_from": r.get("promoted_from"), "alive": _alive(r.get("pid"))})
+    studies = [dict(s) for s in ledger.db["autorl_studies"].rows_where(order_by="id desc", limit=5)]
+    full = [{k: r.get(k) for k in ("attempt", "status", "objective", "reason", "promoted_from", "end_tag")}
+            for r in ledger.trials(None, "kind = 'full'")]
+    return {"studies": [{k: s[k] for k in ("name", "status", "strategy", "budget_s")} for s in studies],
+            "running": running, "full_runs": full}
+
+
+def _alive(pid: int | None) -> bool:
+    import os
+
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def format_status(d: dict) -> str:
+    lines = [f"study {s['name']}: {s['status']} ({s['strategy']})" for s in d["studies"][:1]]
+    for r in d["running"]:
+        ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items() if k.startswith("eval/"))
+        lines.append(f"running {r['attempt']} ({r['kind']}): step {r['step']} {ev} {'alive' if r['alive'] else 'NOT RUNNING'}")
+    for f in d["full_runs"]:
+        lines.append(f"full run {f['attempt']} from {f['promoted_from']:02d}: {f['status']} {f.get('reason') or ''}")
+    return "\n".join(lines) or "nothing running"

@@ -1,0 +1,115 @@
+"""The hypotheses strategy: diagnose the latest run, pick a hypothesis, search inside it.
+
+Each proposal tests exactly one hypothesis. ``hypotheses.rank`` orders the library
+by symptom match with the latest diagnosis, priority and history (demotion after
+repeated non-improvement, exploitation of validated ideas); the top one's
+overrides are applied to the incumbent (the best trial judged *improved*, else
+the baseline) and Optuna proposes values inside its resolved space — one Optuna
+study per hypothesis and incumbent, its primary lever probed first (see
+``autorl.search.hypotheses`` for why). The trial's commit message and research-log
+entry carry the diagnosis that led there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autorl.judge import diagnose
+from autorl.search import hypotheses
+from autorl.metrics import RunMetrics
+from autorl.recipe import dump_values
+
+
+class HypothesisStrategy:
+    """Proposes the next trial for ``--strategy hypotheses``."""
+
+    def __init__(self, proposer):
+        self.p = proposer
+        dirs = [hypotheses.SHIPPED_DIR] + [d for d in [proposer.ws.root / "hypotheses"] if d.is_dir()]
+        backend = proposer.base.backend
+        self.library = [h for h in hypotheses.load_library(dirs) if h.backends is None or backend in h.backends]
+        self.last_diagnosis: diagnose.Diagnosis | None = None
+
+    def propose(self):
+        from autorl.search.proposer import Proposal, changed
+
+        trials = self.p.ledger.trials(self.p.study["id"])
+        diag = self._diagnosis(trials)
+        follow = continuation(trials, self.library)
+        if follow is not None:
+            h, inc, reason = follow[0], {**self.p.base.train, **follow[1]}, follow[2]
+        else:
+            ranked = hypotheses.rank(self.library, diag, trials, self.p.base.backend)
+            if not ranked:
+                return self.p._optuna()
+            h, inc, reason = ranked[0].hypothesis, self.incumbent(trials), ranked[0].why
+        space = hypotheses.resolve_search(h, inc, self.p.base.search)
+        fixed = hypotheses.fixed_values(h, inc)
+        search = self.p.search(hypotheses.study_name(h, inc, prefix=self.p.study["optuna_study"]))
+        first = not search.study.get_trials(deepcopy=False)
+        number, params = self.p.ask(search, space, fixed=hypotheses.probe_params(h, space, inc) if first and space else None)
+        values = changed(self.p.base.train, {**fixed, **params})
+        delta = changed(inc, {**fixed, **params})
+        why = f"tests {h.id} ({h.title}); {reason}; diagnosis: {diag.summary() if diag else 'none yet'}"
+        return Proposal("hypothesis", values, why, f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
+                        hypothesis=h.id, search=search, optuna_number=number, patch=_patch_path(h))
+
+    def incumbent(self, trials: list[dict]) -> dict[str, Any]:
+        """Train values of the best improved trial (by objective), else the baseline's."""
+        better = [t for t in trials if t.get("verdict") == "improved" and t.get("objective") is not None]
+        if not better:
+            return dict(self.p.base.train)
+        sign = 1 if self.p.base.objective.direction == "maximize" else -1
+        best = max(better, key=lambda t: sign * t["objective"])
+        return {**self.p.base.train, **(best.get("params") or {})}
+
+    def _diagnosis(self, trials: list[dict]) -> diagnose.Diagnosis | None:
+        """Diagnose the latest finished trial that has metrics (the incumbent's if it is newer)."""
+        for t in reversed(trials):
+            if t.get("status") in ("complete", "pruned") or t.get("verdict") == "crash":
+                m = RunMetrics(self.p.ledger.metrics(t["id"]))
+                if m.steps:
+                    self.last_diagnosis = diagnose.diagnose(m.steps, m.evals, t.get("params") or self.p.base.train)
+                    return self.last_diagnosis
+        return None
+
+    def tell(self, proposal, row: dict, metrics: RunMetrics) -> None:
+        """Nothing to keep: status and ranking are recomputed from the ledger each time."""
+
+
+MAX_CHAIN = 3  # flat-but-better steps in a row that one hypothesis may take from its own last trial
+
+
+def continuation(trials: list[dict], library: list) -> tuple[Any, dict, str] | None:
+    """Keep pushing a hypothesis whose latest trial moved the objective the right way but not enough.
+
+    Seed 004's playbook for flat learning steps the lr up again when a raise was still flat
+    (5e-7 -> 1e-6 -> 2e-6). So when the last finished trial tested hypothesis H, was judged
+    flat and its gain was positive, H is tested again with its relative ranges resolved around
+    that trial's values, for at most MAX_CHAIN such steps in a row. Returns (hypothesis, params
+    to resolve against, why) or None.
+    """
+    done = [t for t in trials if t.get("verdict") in ("improved", "regressed", "flat", "crash", "pruned")]
+    tail = []
+    for t in reversed(done):
+        if t.get("proposer") != "hypothesis" or t.get("verdict") != "flat" or (t.get("delta") or 0) <= 0:
+            break
+        if tail and t.get("hypothesis") != tail[0].get("hypothesis"):
+            break
+        tail.append(t)
+    if not tail or len(tail) >= MAX_CHAIN:
+        return None
+    last = tail[0]
+    h = next((x for x in library if x.id == last.get("hypothesis")), None)
+    if h is None or not h.search:
+        return None
+    why = f"continues {h.id}: {last['attempt']} moved the objective {last['delta']:+.4f} but not beyond the noise"
+    return h, dict(last.get("params") or {}), why
+
+
+def _patch_path(h) -> str | None:
+    if not h.patch:
+        return None
+    base = Path(h.source).resolve().parent.parent if h.source else Path.cwd()
+    return str((base / h.patch).resolve())

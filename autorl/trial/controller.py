@@ -1,0 +1,532 @@
+"""The study loop: propose, commit, launch, watch, judge, record — until the budget ends.
+
+One trial, in order (each step is one function below):
+
+1. ``propose``  — the baseline first (``baseline_repeats`` seeds), then OOM retries,
+   then the strategy (hypotheses, plain Optuna TPE, or random) picks values;
+2. ``prepare``  — worktree at the study's base commit, branch ``attempt-NN-slug``,
+   the recipe edited in place, a commit saying why, tag ``attempt-NN-start``;
+3. ``execute``  — the backend launches the run outside this process; ``runner.watch``
+   follows its metrics, applies early abort and the pruner, the timeout, the budget;
+4. ``finish``   — objective, verdict against the baseline (``verdict.judge``) or crash
+   diagnosis (``triage.classify``), Optuna told, one ledger transaction, results
+   file and research-log entry committed on the branch, tag ``attempt-NN-end``,
+   worktree removed.
+
+The controller never imports torch: trials are child processes or Ray jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autorl import gitops
+from autorl.judge import triage
+from autorl.judge import verdict
+from autorl.judge.abort import check_abort
+from autorl.backends.base import TrialSpec, get_backend, kill_group
+from autorl.trial.slots import stop_job
+from autorl.budget import format_duration
+from autorl.errors import RecipeError, UserError
+from autorl.ledger import Ledger, ledger_guard
+from autorl.metrics import RunMetrics, reduce_series
+from autorl.search.proposer import Proposal, Proposer
+from autorl.recipe import Recipe, apply_override, dump_values, load_recipe, set_train_values, validate_recipe
+from autorl.trial.watch import Outcome, Stop, Watch
+from autorl.trial.slots import Slots
+from autorl.present.live import PlainView
+from autorl.workspace import Workspace, default_recipe_source
+
+
+@dataclass
+class RunOptions:
+    """What `autorl run` was asked to do."""
+
+    recipe_path: Path | None = None
+    overrides: list[str] = field(default_factory=list)
+    budget_s: float = 3600.0
+    max_trials: int | None = None
+    strategy: str = "hypotheses"
+    resume: bool = False
+    study_name: str | None = None
+    allow_overrun: bool = False
+    seed: int = 0
+    parallel: int = 1
+    ray_address: str | None = None
+
+
+@dataclass
+class TrialContext:
+    """A prepared trial: its refs, files and ledger row."""
+
+    proposal: Proposal
+    number: int
+    attempt: str
+    worktree: Path
+    run_dir: Path
+    recipe: Recipe | None
+    row_id: int
+    start_sha: str
+    error: str | None = None
+
+
+class Controller:
+    """Runs one study in one workspace."""
+
+    def __init__(self, ws: Workspace, opts: RunOptions, view: PlainView | None = None):
+        self.ws, self.opts, self.view = ws, opts, view or PlainView()
+        self.stop_reason: Stop | None = None
+        self.started = time.time()
+        self.deadline = self.started + opts.budget_s
+        self._backends: dict[str, Any] = {}
+
+    # ---- the loop -------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        self._setup()
+        old = _install_signals(self._on_signal)
+        try:
+            self._loop()
+        finally:
+            _restore_signals(old)
+            self._close_backends()
+            self.ledger.update_study(self.study["id"], status="stopped")
+            self.view.close()
+        return self.summary()
+
+    def _setup(self) -> None:
+        ledger_guard(self.ws.ledger_path)
+        base_recipe, text, rel = self._base_recipe()
+        self.ws.ensure_ignored()
+        self.ledger = Ledger(self.ws.ledger_path)
+        self.study = self._open_study(base_recipe, text, rel)
+        self.base_text, self.recipe_rel = self.study["recipe"], self.study["recipe_path"]
+        self.base = validate_recipe(_yaml(self.base_text), source=self.recipe_rel)
+        self.proposer = Proposer(self.ws, self.ledger, self.study, self.base, self.opts)
+        self.slots = Slots(self.opts.parallel, self.opts.ray_address, self.base)
+        self._recover()
+        self._prepare()
+        self.view.study(f"study {self.study['name']}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
+                        f"backend {self.base.backend}, recipe {rel}")
+
+    def _prepare(self) -> None:
+        """Let the backend build what every trial shares (the embedded base model) outside any trial."""
+        backend = self._backend(self.base.backend)
+        if hasattr(backend, "prepare"):
+            self.view.line(f"preparing {self.base.backend} backend (base model cache)...")
+            t0 = time.time()
+            code = backend.prepare(self.base, self.ws.cache, self.ws.runs / "prepare")
+            self.ledger.event(self.study["id"], None, "prepare", f"exit {code} in {time.time() - t0:.1f} s")
+
+    def _loop(self) -> None:
+        """Keep up to ``parallel`` trials in flight; finish each as it ends."""
+        running: dict[int, _Running] = {}
+        self.launched = 0
+        while True:
+            self._fill(running)
+            if not running:
+                break
+            for slot, r in list(running.items()):
+                out = r.watch.step()
+                if out is not None:
+                    self.finish(r.ctx, out)
+                    del running[slot]
+            time.sleep(0.05 if running else 0)
+
+    def _fill(self, running: dict[int, "_Running"]) -> None:
+        free = [s for s in range(self.opts.parallel) if s not in running]
+        for slot in free:
+            if not self._may_start():
+                return
+            proposal = self.proposer.next()
+            if proposal is None:
+                return
+            ctx = self.prepare(proposal)
+            self.launched += 1
+            r = self.launch(ctx, slot) if ctx.error is None else None
+            if isinstance(r, _Running):
+                running[slot] = r
+            else:
+                self.finish(ctx, r or Outcome("config-error", None, ctx.error or "not launched"))
+
+    def _may_start(self) -> bool:
+        if self.stop_reason is not None or self.proposer.baseline_failed():
+            return False
+        if self.opts.max_trials is not None and self.launched >= self.opts.max_trials:
+            return False
+        if not self._fits():
+            self.ledger.event(self.study["id"], None, "budget", "next trial would not fit in the budget left")
+            return False
+        return True
+
+    def _fits(self) -> bool:
+        left = self.deadline - time.time()
+        return left > 0 and (self.opts.allow_overrun or left >= self.base.timeout_s)
+
+    # ---- study and recovery -----------------------------------------------------
+    def _base_recipe(self) -> tuple[Recipe, str, str]:
+        if self.opts.resume:
+            return None, "", ""  # type: ignore[return-value]
+        path = self.opts.recipe_path or _workspace_default(self.ws)
+        recipe = load_recipe(path, self.opts.overrides)
+        backend = self._backend(recipe.backend)
+        if hasattr(backend, "check"):
+            backend.check(recipe, self.ws.root)
+        text = _apply_text_overrides(Path(path).read_text(), self.opts.overrides, path)
+        try:
+            rel = self.ws.rel(Path(path))
+        except ValueError:
+            rel = f"recipes/{Path(path).name}"
+        return recipe, text, rel
+
+    def _open_study(self, recipe: Recipe | None, text: str, rel: str) -> dict:
+        if self.opts.resume:
+            return self.ledger.study(self.opts.study_name)
+        name = self.opts.study_name or f"{gitops.slugify(recipe.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if self.ledger.db.execute("SELECT 1 FROM autorl_studies WHERE name = ?", [name]).fetchone():
+            raise UserError(f"study {name} exists already: continue it with `autorl run --resume --study {name}`")
+        sid = self.ledger.create_study(name=name, recipe_path=rel, recipe=text, base_sha=gitops.head_sha(self.ws.root),
+                                       strategy=self.opts.strategy, budget_s=self.opts.budget_s, optuna_study=name)
+        return self.ledger.study(study_id=sid)
+
+    def _recover(self) -> None:
+        """After a kill: stop orphaned runs, mark their trials interrupted, clean worktrees."""
+        for row in self.ledger.trials(self.study["id"], "status = 'running'"):
+            if row.get("pid"):
+                kill_group(int(row["pid"]), grace_s=2.0)
+            if row.get("job_id") and row.get("job_address"):
+                stop_job(row["job_address"], row["job_id"])
+            self.ledger.update_trial(row["id"], event="recovered", status="interrupted", finished=time.time(),
+                                     reason="the controller stopped during this trial; recovered on resume")
+            gitops.remove_worktree(self.ws.root, self.ws.worktrees / row["attempt"])
+        self.proposer.recover()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.stop_reason = Stop("interrupted", f"stopped by {signal.Signals(signum).name}")
+
+    # ---- one trial -------------------------------------------------------------------
+    def prepare(self, p: Proposal) -> TrialContext:
+        number = max(gitops.next_attempt_number(self.ws.root), self.ledger.max_number() + 1)
+        attempt = gitops.attempt_name(number, p.slug)
+        wt, run_dir = self.ws.worktrees / attempt, self.ws.runs / attempt
+        gitops.add_worktree(self.ws.root, wt, attempt, self.study["base_sha"])
+        recipe, error = self._write_recipe(wt, p)
+        paths = [self.recipe_rel] + self._apply_patch(wt, p)
+        sha = gitops.commit(wt, _commit_message(attempt, p, self.base.train), paths)
+        gitops.tag(self.ws.root, gitops.start_tag(number), sha)
+        row = self.ledger.add_trial(
+            study_id=self.study["id"], number=number, attempt=attempt, branch=attempt, start_tag=gitops.start_tag(number),
+            start_sha=sha, proposer=p.proposer, hypothesis=p.hypothesis, why=p.why, changed=p.values,
+            params=recipe.train if recipe else None, seed=(recipe.train.get("seed") if recipe else None),
+            optuna_number=p.optuna_number, retry_of=p.retry_of, started=time.time(),
+            log_path=str(run_dir / "train.log"), metrics_path=str(run_dir / "metrics.jsonl"))
+        self.view.trial_start(attempt, p.why)
+        return TrialContext(p, number, attempt, wt, run_dir, recipe, row, sha, error)
+
+    def _write_recipe(self, wt: Path, p: Proposal) -> tuple[Recipe | None, str | None]:
+        target = wt / self.recipe_rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(set_train_values(self.base_text, p.values) if p.values else self.base_text)
+        try:
+            return load_recipe(target), None
+        except RecipeError as exc:
+            return None, str(exc)
+
+    def _apply_patch(self, wt: Path, p: Proposal) -> list[str]:
+        if not p.patch:
+            return []
+        patch = Path(p.patch)
+        if not patch.is_file():
+            raise UserError(f"patch {patch} of hypothesis {p.hypothesis} not found: add it to patches/ or fix the hypothesis")
+        out = gitops.git(wt, "apply", "--numstat", str(patch))
+        gitops.git(wt, "apply", str(patch))
+        return [line.split("\t")[-1] for line in out.splitlines() if line.strip()]
+
+    def launch(self, ctx: TrialContext, slot: int = 0) -> "_Running | Outcome":
+        """Plan and start the trial on its backend; a Watch over it, or the Outcome if it never started."""
+        recipe = ctx.recipe
+        backend = self._backend(recipe.backend)
+        spec = TrialSpec(attempt=ctx.attempt, recipe=recipe, worktree=ctx.worktree, run_dir=ctx.run_dir,
+                         cache_dir=self.ws.cache)
+        failed = _preflight_failures(recipe, ctx.worktree)
+        if failed:
+            return Outcome("config-error", None, f"preflight failed, not launched: {failed}")
+        try:
+            plan = self.slots.assign(backend.plan(spec), slot, recipe)
+            handle = self.slots.start(backend, plan, recipe)
+        except UserError as exc:
+            return Outcome("config-error", None, str(exc))
+        self.ledger.update_trial(ctx.row_id, pid=getattr(handle, "pid", None), job_id=getattr(handle, "job_id", None),
+                                 job_address=self.slots.address)
+        state = _WatchState(ctx, self, time.time())
+        w = Watch(handle, timeout_s=recipe.timeout_s, deadline=None if self.opts.allow_overrun else self.deadline,
+                  silence_s=recipe.abort.silence_s, on_records=state.on_records, external=lambda: self.stop_reason)
+        return _Running(ctx, w)
+
+    def execute(self, ctx: TrialContext) -> Outcome:
+        """Launch and follow one trial to its end (blocking)."""
+        r = self.launch(ctx)
+        if isinstance(r, Outcome):
+            return r
+        while (out := r.watch.step()) is None:
+            time.sleep(0.2)
+        return out
+
+    def _backend(self, name: str):
+        """One backend instance per study (a Ray head, if any, is started once)."""
+        if name not in self._backends:
+            options = {"ray_address": self.opts.ray_address} if name == "openrlhf" else {}
+            self._backends[name] = get_backend(name, **options)
+        return self._backends[name]
+
+    def _close_backends(self) -> None:
+        for b in self._backends.values():
+            if hasattr(b, "close"):
+                b.close()
+        if hasattr(self, "slots"):
+            self.slots.close()
+
+    def finish(self, ctx: TrialContext, outcome: Outcome) -> None:
+        row = self._judge(ctx, outcome)
+        self.proposer.tell(ctx.proposal, {**row, "number": ctx.number}, outcome.metrics)
+        sha = self._commit_results(ctx, row, outcome)
+        gitops.tag(self.ws.root, gitops.end_tag(ctx.number), sha)
+        row.update(end_tag=gitops.end_tag(ctx.number), end_sha=sha, pid=None)
+        self.ledger.update_trial(ctx.row_id, event="trial-end", **row)
+        gitops.remove_worktree(self.ws.root, ctx.worktree)
+        self.view.verdict({"attempt": ctx.attempt, **row})
+
+    # ---- judging -------------------------------------------------------------------
+    def _judge(self, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:
+        now = time.time()
+        row: dict[str, Any] = {"finished": now, "duration_s": outcome.wall_s, "exit_code": outcome.exit_code,
+                               "status": outcome.status, "reason": outcome.reason}
+        recipe = ctx.recipe or self.base
+        m = outcome.metrics
+        nonfinite = m.has_nonfinite()
+        if outcome.status == "complete" and nonfinite:
+            row.update(status="crash")
+        if row["status"] == "complete":  # a run that logged NaN/inf is never scored, even with exit 0
+            row["objective"] = _objective(m, recipe)
+            if row["objective"] is None:
+                row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
+        row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, recipe.train.get("steps", 0))]
+        if row["status"] == "config-error":
+            row.update(verdict="crash", crash_category="config_error", root_cause=outcome.reason,
+                       crash_signature=triage.signature("config_error", outcome.reason),
+                       remedy="fix the recipe or the environment named in the reason; nothing was launched")
+        elif row["status"] in ("crash", "hang", "timeout"):
+            row.update(status="crash", verdict="crash", **self._diagnose(ctx, outcome, nonfinite))
+        elif row["status"] == "pruned":
+            row["verdict"] = "pruned"
+            if (outcome.abort or {}).get("rule") == "nonfinite":
+                row.update({**self._diagnose(ctx, outcome, nonfinite or "step"), "reason": outcome.reason})
+        elif row["status"] == "complete" and ctx.proposal.proposer != "baseline":
+            row.update(self._compare(m, recipe, row["objective"]))
+        return row
+
+    def _diagnose(self, ctx: TrialContext, outcome: Outcome, nonfinite: str | None) -> dict[str, Any]:
+        log = _read(ctx.run_dir / "train.log")
+        watchdog = {"hang": "silence", "timeout": "timeout"}.get(outcome.status)
+        d = triage.classify(log, exit_code=outcome.exit_code, watchdog=watchdog, metrics_nonfinite=nonfinite)
+        return {"crash_category": d.category, "crash_signature": d.signature, "root_cause": d.root_cause_line,
+                "remedy": d.remedy, "reason": outcome.reason or f"{d.category}: {d.root_cause_line[:120]}"}
+
+    def _compare(self, m: RunMetrics, recipe: Recipe, value: float) -> dict[str, Any]:
+        base_runs = self.proposer.baseline_runs()
+        if not base_runs:
+            return {"verdict": "flat", "reason": "no completed baseline to compare with"}
+        split = _split_of(recipe.objective.metric)
+        items = m.items(split) if split else None
+        base_items = [b.items(split) for b in base_runs] if split else []
+        base_values = [v for v in (_objective(b, recipe) for b in base_runs) if v is not None]
+        v = verdict.judge(trial_items=[items] if items else None,
+                          baseline_items=[b for b in base_items if b] or None,
+                          trial_values=[value], baseline_values=base_values,
+                          min_effect=recipe.verdict.min_effect, direction=recipe.objective.direction,
+                          n_boot=recipe.verdict.bootstrap, seed=self.opts.seed)
+        gap = self._gap_to_best(value, recipe)
+        note = f"; {gap:+.4f} vs the best so far" if gap is not None else ""
+        return {"verdict": v.verdict, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
+                "method": v.method, "n_items": v.n, "reason": v.explanation + note, "gap_to_best": gap}
+
+    def _gap_to_best(self, value: float, recipe: Recipe) -> float | None:
+        """The objective against the best earlier trial of the study (positive = better)."""
+        done = [t["objective"] for t in self.ledger.trials(self.study["id"], "objective IS NOT NULL AND kind = 'trial'")]
+        if not done:
+            return None
+        sign = 1 if recipe.objective.direction == "maximize" else -1
+        return sign * (value - (max(done) if sign > 0 else min(done)))
+
+    def _commit_results(self, ctx: TrialContext, row: dict[str, Any], outcome: Outcome) -> str:
+        results = ctx.worktree / "results" / f"{ctx.attempt}.json"
+        results.parent.mkdir(parents=True, exist_ok=True)
+        summary = {"attempt": ctx.attempt, "proposer": ctx.proposal.proposer, "hypothesis": ctx.proposal.hypothesis,
+                   "why": ctx.proposal.why, "changed": ctx.proposal.values, **row,
+                   "final_eval": outcome.metrics.evals[-1] if outcome.metrics.evals else None}
+        summary["final_eval"] = _strip_items(summary["final_eval"])
+        results.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
+        log = ctx.worktree / "research_log.md"
+        log.write_text(_read(log) + _log_entry(ctx, row))
+        return gitops.commit(ctx.worktree, f"{ctx.attempt}: {row.get('verdict') or row['status']}"
+                                           f"{_obj_text(row)}\n\n{row.get('reason') or ''}",
+                             [str(results.relative_to(ctx.worktree)), "research_log.md"])
+
+    def summary(self) -> dict[str, Any]:
+        trials = self.ledger.trials(self.study["id"])
+        counts: dict[str, int] = {}
+        for t in trials:
+            key = t.get("verdict") or t.get("status")
+            counts[key] = counts.get(key, 0) + 1
+        return {"study": self.study["name"], "trials": len(trials), "counts": counts,
+                "wall_s": time.time() - self.started, "stopped_by": self.stop_reason.reason if self.stop_reason else None}
+
+
+@dataclass
+class _Running:
+    ctx: TrialContext
+    watch: Watch
+
+
+class _WatchState:
+    """Per-trial callback for ``runner.watch``: ledger, view, early abort, pruner."""
+
+    def __init__(self, ctx: TrialContext, ctl: Controller, start: float):
+        self.ctx, self.ctl, self.start = ctx, ctl, start
+        self.recipe = ctx.recipe
+
+    def on_records(self, records: list[dict], metrics: RunMetrics) -> Stop | None:
+        self.ctl.ledger.add_metrics(self.ctx.row_id, records)
+        self._show(metrics)
+        rules = self.recipe.abort
+        if rules.enabled and self.ctx.proposal.proposer != "baseline":
+            d = check_abort(metrics.steps, rules, self.recipe.train.get("max_grad_norm"))
+            if d is not None:
+                seen = ", ".join(f"{v:.4g}" for v in d.values)
+                return Stop("pruned", f"early abort ({d.rule}): {d.reason} (step {d.step}; values {seen})", d.model_dump())
+        return self._prune(records)
+
+    def _prune(self, records: list[dict]) -> Stop | None:
+        if not self.recipe.abort.pruner or self.ctx.proposal.search is None:
+            return None
+        key, last = self.recipe.objective.metric, int(self.recipe.train.get("steps") or 0)
+        for rec in records:  # the final eval is the result, not an intermediate value: never pruned on it
+            if rec.get("type") == "eval" and isinstance(rec.get(key), (int, float)) and 0 < rec.get("step", 0) < (last or 1e18):
+                if self.ctx.proposal.search.report(self.ctx.proposal.optuna_number, rec[key], int(rec["step"])):
+                    return Stop("pruned", f"Optuna median pruner at step {rec['step']} ({key} = {rec[key]:.3f})")
+        return None
+
+    def _show(self, m: RunMetrics) -> None:
+        last = m.steps[-1] if m.steps else {}
+        evals = m.series(self.recipe.objective.metric)
+        now = time.time()
+        self.ctl.view.progress(self.ctx.attempt, int(last.get("step", 0)), int(self.recipe.train.get("steps", 0) or 0),
+                               last.get("reward_mean"), evals[-1] if evals else None,
+                               now - self.ctl.started, self.ctl.deadline - now)
+
+
+# ---- helpers -----------------------------------------------------------------------------
+def _preflight_failures(recipe: Recipe, worktree: Path) -> str:
+    """The failed preflight checks of an OpenRLHF recipe, as one line ('' when all pass)."""
+    if recipe.backend != "openrlhf":
+        return ""
+    from autorl.backends.openrlhf.preflight import preflight
+
+    return "; ".join(f"{c.name}: {c.detail}" for c in preflight(recipe, worktree=worktree) if c.ok is False)
+
+
+def _objective(m: RunMetrics, recipe: Recipe) -> float | None:
+    o = recipe.objective
+    return reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")
+
+
+def _split_of(metric: str) -> str | None:
+    parts = metric.split("/")
+    return parts[1] if len(parts) == 3 and parts[0] == "eval" else None
+
+
+def _workspace_default(ws: Workspace) -> Path:
+    local = ws.root / "recipes" / "default.yaml"
+    return local if local.is_file() else default_recipe_source()
+
+
+def _apply_text_overrides(text: str, overrides: list[str], path: Path | str) -> str:
+    """Bake ``--set`` overrides into the recipe text the study commits.
+
+    Train values are edited in place (comments kept); any other key rewrites the
+    file from its parsed form.
+    """
+    if not overrides:
+        return text
+    import yaml
+
+    data: dict = {}
+    for item in overrides:
+        apply_override(data, item)
+    if set(data) == {"train"}:
+        return set_train_values(text, data["train"])
+    full = yaml.safe_load(text) or {}
+    for item in overrides:
+        apply_override(full, item)
+    return yaml.safe_dump(full, sort_keys=False)
+
+
+def _yaml(text: str) -> dict:
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _strip_items(rec: dict | None) -> dict | None:
+    return {k: v for k, v in rec.items() if not k.endswith("/items")} if rec else None
+
+
+def _obj_text(row: dict[str, Any]) -> str:
+    if row.get("objective") is None:
+        return ""
+    delta = f", delta {row['delta']:+.4f}" if row.get("delta") is not None else ""
+    return f" (objective {row['objective']:.4f}{delta})"
+
+
+def _commit_message(attempt: str, p: Proposal, base: dict[str, Any]) -> str:
+    changes = "\n".join(f"- {k}: {base.get(k)!r} -> {v!r}" for k, v in p.values.items()) or "- none (the recipe as written)"
+    hyp = f"hypothesis: {p.hypothesis}\n" if p.hypothesis else ""
+    return f"{attempt}: {p.why}\n\nproposer: {p.proposer}\n{hyp}changed values (previous -> tested):\n{changes}\n"
+
+
+def _log_entry(ctx: TrialContext, row: dict[str, Any]) -> str:
+    p = ctx.proposal
+    lines = [f"\n## {ctx.attempt}\n", f"- proposer: {p.proposer}" + (f", hypothesis {p.hypothesis}" if p.hypothesis else ""),
+             f"- why: {p.why}", f"- changed: {dump_values(p.values) or 'nothing (baseline)'}",
+             f"- status: {row['status']}; verdict: {row.get('verdict') or '-'}{_obj_text(row)}"]
+    if row.get("ci_low") is not None:
+        lines.append(f"- 95% interval for delta: [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}] ({row.get('method')})")
+    if row.get("crash_category"):
+        lines.append(f"- crash: {row['crash_category']}: `{row.get('root_cause')}`; remedy: {row.get('remedy')}")
+    for f in row.get("flags") or []:
+        lines.append(f"- flag {f['name']}: {f['evidence']}")
+    return "\n".join(lines) + "\n"
+
+
+def _install_signals(handler) -> dict:
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        old[sig] = signal.signal(sig, handler)
+    return old
+
+
+def _restore_signals(old: dict) -> None:
+    for sig, h in old.items():
+        signal.signal(sig, h)

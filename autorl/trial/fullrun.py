@@ -1,0 +1,105 @@
+"""The detached monitor of a promoted full run: ``python -m autorl.trial.fullrun``.
+
+Launched by ``autorl promote`` in its own session so the user can log out. It
+runs the full-run recipe on its backend, follows the eval protocol of seed 004
+§7/§9 — greedy pass@1 on the ID and OOD probes at every eval, early stop when
+the OOD value drops on two consecutive evals, the best eval (step, value)
+recorded as the checkpoint to keep, train/eval divergence flagged — and records
+everything in the ledger, the results commit and tag ``attempt-MM-end``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from autorl import gitops
+from autorl.judge import verdict
+from autorl.backends.base import TrialSpec, get_backend
+from autorl.ledger import Ledger
+from autorl.metrics import RunMetrics
+from autorl.recipe import load_recipe
+from autorl.trial.watch import Stop, watch
+from autorl.workspace import Workspace
+
+OOD_KEY = "eval/ood/greedy_pass@1"
+
+
+def ood_drop_stop(evals: list[dict], key: str = OOD_KEY, drops: int = 2) -> Stop | None:
+    """Stop when ``key`` fell on ``drops`` consecutive evals (seed 004 §12)."""
+    vals = [e[key] for e in evals if isinstance(e.get(key), (int, float))]
+    if len(vals) <= drops:
+        return None
+    tail = vals[-(drops + 1):]
+    if all(b < a for a, b in zip(tail, tail[1:])):
+        return Stop("early-stopped", f"{key} dropped on {drops} consecutive evals: " + " -> ".join(f"{v:.3f}" for v in tail))
+    return None
+
+
+def best_eval(evals: list[dict], metric: str, maximize: bool = True) -> tuple[int | None, float | None]:
+    """(step, value) of the best eval of ``metric``."""
+    pts = [(e.get("step"), e[metric]) for e in evals if isinstance(e.get(metric), (int, float))]
+    if not pts:
+        return None, None
+    return max(pts, key=lambda p: p[1] if maximize else -p[1])
+
+
+def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
+    row = ledger.trial(number)
+    study = ledger.db["autorl_studies"].get(row["study_id"])
+    wt = ws.worktrees / row["attempt"]
+    recipe = load_recipe(wt / study["recipe_path"])
+    run_dir = ws.runs / row["attempt"]
+    spec = TrialSpec(attempt=row["attempt"], recipe=recipe, worktree=wt, run_dir=run_dir, cache_dir=ws.cache)
+    backend = get_backend(recipe.backend)
+    handle = backend.start(backend.plan(spec))
+    ledger.update_trial(row["id"], pid=getattr(handle, "pid", None))
+
+    def on_records(records: list[dict], m: RunMetrics) -> Stop | None:
+        ledger.add_metrics(row["id"], records)
+        return ood_drop_stop(m.evals) if any(r.get("type") == "eval" for r in records) else None
+
+    out = watch(handle, timeout_s=float("inf"), deadline=None, silence_s=recipe.abort.silence_s,
+                on_records=on_records, external=lambda: None)
+    return _record(ws, ledger, row, recipe, out, wt)
+
+
+def _record(ws, ledger, row, recipe, out, wt: Path) -> dict[str, Any]:
+    m = out.metrics
+    maximize = recipe.objective.direction == "maximize"
+    step, value = best_eval(m.evals, recipe.objective.metric, maximize)
+    ok = out.status in ("complete", "early-stopped")
+    flags = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, recipe.train.get("steps", 0))]
+    result = {"status": out.status if ok else "crash", "reason": out.reason, "objective": value, "exit_code": out.exit_code,
+              "finished": time.time(), "duration_s": out.wall_s, "flags": flags,
+              "best_checkpoint": {"step": step, "value": value, "metric": recipe.objective.metric}}
+    (wt / "results").mkdir(exist_ok=True)
+    (wt / "results" / f"{row['attempt']}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    sha = gitops.commit(wt, f"{row['attempt']}: full run {result['status']}, best {recipe.objective.metric} "
+                            f"{value} at step {step}\n\n{out.reason}", [f"results/{row['attempt']}.json"])
+    gitops.tag(ws.root, gitops.end_tag(row["number"]), sha)
+    reason = f"best {recipe.objective.metric} {value} at step {step}" + (f"; {out.reason}" if out.reason else "")
+    ledger.update_trial(row["id"], event="full-run-end", status=result["status"], objective=value, reason=reason,
+                        exit_code=out.exit_code, finished=result["finished"], duration_s=out.wall_s, flags=flags,
+                        end_tag=gitops.end_tag(row["number"]), end_sha=sha, pid=None)
+    gitops.remove_worktree(ws.root, wt)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m autorl.trial.fullrun", description=__doc__.splitlines()[0])
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--ledger", required=True)
+    ap.add_argument("--number", type=int, required=True)
+    args = ap.parse_args(argv)
+    ws = Workspace.open(args.root, args.ledger)
+    result = run_full(ws, Ledger(ws.ledger_path), args.number)
+    print(json.dumps(result, default=str), flush=True)
+    return 0 if result["status"] != "crash" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,166 @@
+"""Promote a trial's recipe to a full run, after re-validating that it still wins.
+
+``promote(ws, ledger, number)`` in order:
+
+1. pick the trial: the one named, or the best by verdicts (an *improved* trial
+   with the highest lower bound of its interval — the most confidently better,
+   not the luckiest raw value), and say why;
+2. re-validate: the trial's recipe and the baseline's, each run with R fresh
+   seeds on the full eval set; continue only if the paired test still says
+   *improved* (``--force`` overrides, and the ledger says so). Short trials
+   favour fast learners; this guards against that;
+3. a full-run recipe (the recipe's ``full`` overrides, ``--steps`` / ``--episodes``)
+   committed on branch ``attempt-MM-full-<slug>`` from the trial's start commit,
+   tag ``attempt-MM-start``, the preflight;
+4. the launch, detached (``python -m autorl.trial.fullrun``) so the user can log out;
+   ``autorl status`` / ``autorl show MM`` follow it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from autorl import gitops
+from autorl.judge import verdict
+from autorl.backends.base import TrialSpec, get_backend
+from autorl.errors import AutorlError, NotFoundError, UserError
+from autorl.metrics import RunMetrics, reduce_series
+from autorl.recipe import Recipe, load_recipe, set_train_values
+from autorl.trial.watch import watch
+
+
+class PromotionRefused(AutorlError):
+    """Re-validation did not confirm the gain (exit 1; --force overrides)."""
+
+
+def pick_best(ledger, study: str | None = None) -> tuple[dict, str]:
+    """The best trial by verdicts, and why it was picked."""
+    sid = ledger.study(study)["id"] if study else None
+    improved = [t for t in ledger.trials(sid, "verdict = 'improved' AND kind = 'trial'")]
+    if not improved:
+        raise NotFoundError("no trial was judged improved: nothing to promote (name one with `autorl promote NN --force`)")
+    best = max(improved, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
+    why = (f"{best['attempt']} has the highest lower bound of the gain over the baseline among "
+           f"{len(improved)} improved trials: {best['delta']:+.4f} [{best['ci_low']:+.4f}, {best['ci_high']:+.4f}]")
+    return best, why
+
+
+def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
+    """The recipe a trial ran (from its start commit), its text and path in the repo."""
+    study = ledger.db["autorl_studies"].get(row["study_id"])
+    rel = study["recipe_path"]
+    text = gitops.show_file(ws.root, row["start_tag"], rel)
+    if text is None:
+        raise NotFoundError(f"{row['start_tag']} has no {rel}: the trial's refs were removed")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / Path(rel).name
+        path.write_text(text)
+        return load_recipe(path), text, rel
+
+
+def revalidate(ws, ledger, row: dict, repeats: int, view=print) -> verdict.Verdict:
+    """Re-run the trial and the baseline with ``repeats`` fresh seeds each; the paired verdict."""
+    base_row = ledger.trials(row["study_id"], "proposer = 'baseline'")[0]
+    trial, _, _ = trial_recipe(ws, ledger, row)
+    base, _, _ = trial_recipe(ws, ledger, base_row)
+    seeds = [10_000 + 7 * i for i in range(repeats)]
+    t_runs = [_run_once(ws, trial, row["start_tag"], s, f"revalidate-{row['number']:02d}-trial-s{s}", view) for s in seeds]
+    b_runs = [_run_once(ws, base, base_row["start_tag"], s, f"revalidate-{row['number']:02d}-base-s{s}", view) for s in seeds]
+    split = trial.objective.metric.split("/")[1]
+    values = lambda runs, r: [v for v in (_value(m, r) for m in runs) if v is not None]  # noqa: E731
+    return verdict.judge(trial_items=[m.items(split) for m in t_runs if m.items(split)] or None,
+                         baseline_items=[m.items(split) for m in b_runs if m.items(split)] or None,
+                         trial_values=values(t_runs, trial), baseline_values=values(b_runs, base),
+                         min_effect=trial.verdict.min_effect, direction=trial.objective.direction,
+                         n_boot=trial.verdict.bootstrap, seed=0)
+
+
+def _value(m: RunMetrics, r: Recipe) -> float | None:
+    o = r.objective
+    return reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")
+
+
+def _run_once(ws, recipe: Recipe, rev: str, seed: int, name: str, view) -> RunMetrics:
+    """One run of ``recipe`` at commit ``rev`` with ``seed``, in a throwaway detached worktree."""
+    wt = ws.worktrees / name
+    gitops.remove_worktree(ws.root, wt)
+    gitops.git(ws.root, "worktree", "add", "-q", "--detach", str(wt), rev)
+    try:
+        run_dir = ws.runs / name
+        spec = TrialSpec(attempt=name, recipe=recipe, worktree=wt, run_dir=run_dir, cache_dir=ws.cache, seed=seed)
+        backend = get_backend(recipe.backend)
+        out = watch(backend.start(backend.plan(spec)), timeout_s=recipe.timeout_s * 4, deadline=None,
+                    silence_s=recipe.abort.silence_s, on_records=lambda r, m: None, external=lambda: None)
+    finally:
+        gitops.remove_worktree(ws.root, wt)
+    view(f"  {name}: {out.status}, objective {_value(out.metrics, recipe)}")
+    return out.metrics
+
+
+def full_values(recipe: Recipe, steps: int | None, episodes: int | None) -> dict[str, Any]:
+    """Train values of the full run: the recipe's ``full`` block plus the command-line lengths."""
+    values = dict(recipe.full)
+    if steps is not None:
+        values["steps" if recipe.backend == "embedded" else "max_steps"] = steps
+    if episodes is not None:
+        values["num_episodes"] = episodes
+    return values
+
+
+def promote(ws, ledger, number: int | None, *, steps: int | None = None, episodes: int | None = None,
+            repeats: int = 2, dry_run: bool = False, force: bool = False, view=print) -> dict[str, Any]:
+    """Re-validate trial NN (or the best), then commit and launch its full run detached."""
+    row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger)
+    if row.get("kind") != "trial" or row.get("status") != "complete":
+        raise UserError(f"{row['attempt']} did not complete as a trial ({row['status']}): promote a completed trial")
+    view(f"promoting {row['attempt']}: {why}")
+    recipe, text, rel = trial_recipe(ws, ledger, row)
+    values = full_values(recipe, steps, episodes)
+    full = recipe.with_train(**values)
+    if dry_run:
+        return {"attempt": row["attempt"], "why": why, "full_values": values, "train": full.train}
+    check = revalidate(ws, ledger, row, repeats, view)
+    view(f"re-validation: {check.verdict} {check.delta:+.4f} [{check.ci_low:+.4f}, {check.ci_high:+.4f}] ({check.method})")
+    if check.verdict != "improved" and not force:
+        ledger.event(row["study_id"], row["id"], "promote-refused", check.explanation)
+        raise PromotionRefused(f"{row['attempt']} no longer beats the baseline ({check.explanation}); use --force to promote anyway")
+    return _launch_full(ws, ledger, row, text, rel, values, why, check, force)
+
+
+def _launch_full(ws, ledger, row, text, rel, values, why, check, force) -> dict[str, Any]:
+    number = max(gitops.next_attempt_number(ws.root), ledger.max_number() + 1)
+    attempt = gitops.attempt_name(number, f"full-{row['attempt'].split('-', 2)[-1]}")
+    wt = ws.worktrees / attempt
+    gitops.add_worktree(ws.root, wt, attempt, row["start_tag"])
+    (wt / rel).write_text(set_train_values(text, values))
+    forced = " (forced: re-validation did not confirm)" if force and check.verdict != "improved" else ""
+    msg = (f"{attempt}: full run promoted from {row['attempt']}{forced}\n\n{why}\nre-validation: {check.explanation}\n"
+           + "".join(f"- {k}: {v!r}\n" for k, v in values.items()))
+    sha = gitops.commit(wt, msg, [rel])
+    gitops.tag(ws.root, gitops.start_tag(number), sha)
+    trial_id = ledger.add_trial(
+        study_id=row["study_id"], number=number, attempt=attempt, branch=attempt, start_tag=gitops.start_tag(number),
+        start_sha=sha, proposer="promote", hypothesis=row.get("hypothesis"), kind="full", promoted_from=row["number"],
+        why=f"{why}; re-validation {check.verdict} {check.delta:+.4f}{forced}", changed=values, started=time.time(),
+        delta=check.delta, ci_low=check.ci_low, ci_high=check.ci_high, method=check.method, n_items=check.n,
+        log_path=str(ws.runs / attempt / "train.log"), metrics_path=str(ws.runs / attempt / "metrics.jsonl"))
+    pid = _spawn(ws, number)
+    ledger.update_trial(trial_id, event="full-run-launched", pid=pid, reason=f"monitor pid {pid}")
+    return {"attempt": attempt, "number": number, "promoted_from": row["number"], "monitor_pid": pid,
+            "revalidation": check.model_dump(), "forced": bool(forced)}
+
+
+def _spawn(ws, number: int) -> int:
+    """Start the detached monitor of full run ``number`` (survives the user logging out)."""
+    log = ws.runs / f"fullrun-{number:02d}.monitor.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "autorl.trial.fullrun", "--root", str(ws.root), "--ledger",
+                                 str(ws.ledger_path), "--number", str(number)], stdout=fh, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=ws.root)
+    return proc.pid

@@ -1,0 +1,94 @@
+"""Preflight checks: step count, LR at step 20, disk, patches, GPUs; each passing and failing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autorl.backends.openrlhf.backend import OpenRLHFParams
+from autorl.backends.openrlhf.patches import apply
+from autorl.backends.openrlhf.preflight import (check_disk, check_gpus, check_patches, check_schedule, lr_at, preflight,
+                              total_steps)
+from autorl.recipe import validate_recipe
+from conftest_openrlhf import site_093, wheel_dir  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _params(**kw) -> OpenRLHFParams:
+    base = dict(pretrain="m", prompt_data="data/pool.jsonl", gens=8, train_batch_size=16, num_episodes=1,
+                lr=5e-7, lr_warmup_ratio=0.05)
+    return OpenRLHFParams(**{**base, **kw})
+
+
+def _pool(tmp_path: Path, n: int) -> Path:
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data/pool.jsonl").write_text("".join('{"input": "q", "label": "1"}\n' for _ in range(n)))
+    return tmp_path
+
+
+def test_total_steps_matches_seed_formula():
+    assert total_steps(400, 8, 16, 1) == 200
+    assert total_steps(50000, 8, 16, 20) == 500000
+
+
+def test_lr_schedule_shape():
+    assert lr_at(0, 200, 1.0, 0.05) == 0.0
+    assert lr_at(5, 200, 1.0, 0.05) == pytest.approx(0.5)
+    assert lr_at(10, 200, 1.0, 0.05) == pytest.approx(1.0)
+    assert lr_at(200, 200, 1.0, 0.05) == pytest.approx(0.1)
+
+
+def test_schedule_passes_on_a_short_pool(tmp_path):
+    steps, lr = check_schedule(_params(), _pool(tmp_path, 400))
+    assert steps.ok and "= 200 steps" in steps.detail and "400 lines" in steps.detail
+    assert lr.ok and "99% of target" in lr.detail
+
+
+def test_schedule_fails_on_a_long_pool(tmp_path):
+    _, lr = check_schedule(_params(pool_size=50000, prompt_data="hub/name", num_episodes=20), tmp_path)
+    assert lr.ok is False and "warmup 25000 of 500000" in lr.detail and "lr_warmup_ratio" in lr.detail
+
+
+def test_max_samples_caps_the_pool(tmp_path):
+    steps, _ = check_schedule(_params(max_samples=100), _pool(tmp_path, 400))
+    assert "= 50 steps" in steps.detail and "capped by max_samples=100" in steps.detail
+
+
+def test_unknown_pool_is_not_checked(tmp_path):
+    steps, lr = check_schedule(_params(prompt_data="hub/name"), tmp_path)
+    assert steps.ok is None and lr.ok is None
+
+
+def test_disk(tmp_path):
+    free_gb = shutil.disk_usage(tmp_path).free / 1024**3
+    ok = check_disk(_params(save_path="out", ckpt_path="ck/deep", lora_rank=8), tmp_path)
+    assert [c.ok for c in ok] == [True, True] and "3 x 0.10 GB" in ok[1].detail
+    big = check_disk(_params(ckpt_path="ck", checkpoint_gb=free_gb * 2, max_ckpt_num=2), tmp_path)
+    assert big[0].ok is False and "GB free" in big[0].detail
+    assert check_disk(_params(ckpt_path="ck", pretrain="hub/model"), tmp_path)[0].ok is None
+
+
+def test_patches_check(site_093, tmp_path):
+    site = tmp_path / "site"
+    shutil.copytree(site_093 / "openrlhf", site / "openrlhf")
+    before = check_patches(ROOT / "patches", site)
+    assert before.ok is False and "0/" in before.detail
+    apply(ROOT / "patches", site)
+    assert check_patches(ROOT / "patches", site).ok is True
+    assert check_patches(ROOT / "patches", None).ok is None
+
+
+def test_gpus():
+    params = _params(actor_num_gpus_per_node=4, vllm_num_engines=2, vllm_tensor_parallel_size=2, kl_coef=0.0)
+    assert check_gpus(params, 8).ok and "need 8" in check_gpus(params, 8).detail
+    assert check_gpus(params, 0).ok is False
+
+
+def test_preflight_on_a_recipe(tmp_path):
+    recipe = validate_recipe({"backend": "openrlhf", "train": {"pretrain": "m", "prompt_data": "data/pool.jsonl"}})
+    checks = {c.name: c for c in preflight(recipe, worktree=_pool(tmp_path, 64), site_packages=None, visible=0)}
+    assert set(checks) == {"steps", "lr_at_step_20", "patches", "gpus"}
+    assert checks["steps"].ok and checks["patches"].ok is None and checks["gpus"].ok is False

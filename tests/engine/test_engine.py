@@ -1,0 +1,136 @@
+"""The engine's command line: config errors, the metrics file, NaN handling, custom rewards, JSONL + HF models.
+
+The base model cache is shared by every engine test in the session (see ``engine_cache``): the
+supervised warm-up runs once (about 5-9 s on two cores) and each CLI run below then takes a few seconds.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autorl.engine.config import EngineConfig
+from autorl.metrics import STEP_KEYS, RunMetrics, iter_records
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = {"steps": 3, "batch_prompts": 4, "gens": 4, "eval_every": 2}
+
+
+
+def run_cli(tmp_path: Path, config: dict, cache: Path, **env) -> tuple[subprocess.CompletedProcess, Path]:
+    cfg, metrics = tmp_path / "cfg.json", tmp_path / "metrics.jsonl"
+    cfg.write_text(json.dumps(config))
+    proc = subprocess.run([sys.executable, "-m", "autorl.engine", "--config", str(cfg), "--metrics-out", str(metrics),
+                           "--cache-dir", str(cache)], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    return proc, metrics
+
+
+@pytest.mark.parametrize("config,fragment", [
+    ({"lr": -1}, "config lr"),
+    ({"learning_rate": 1e-4}, "unknown config key 'learning_rate'"),
+    ({"gens": 8, "batch_prompts": 3, "micro_batch": 5}, "micro_batch 5 must divide"),
+    ({"model": "builtin:huge"}, "unknown built-in model"),
+    ({"model": "/no/such/dir"}, "neither builtin"),
+    ({"task": "/no/such/task.jsonl"}, "not found"),
+    ({"reward": "no_such_module_qq:reward"}, "failed to import"),
+])
+def test_bad_config_is_one_line_exit_2(tmp_path, config, fragment):
+    proc, metrics = run_cli(tmp_path, config, tmp_path / "cache")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_unreadable_config_file(tmp_path):
+    (tmp_path / "cfg.json").write_text("{not json")
+    proc = subprocess.run([sys.executable, "-m", "autorl.engine", "--config", str(tmp_path / "cfg.json"),
+                           "--metrics-out", str(tmp_path / "m.jsonl"), "--cache-dir", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_metrics_file_schema(tmp_path, engine_cache):
+    proc, path = run_cli(tmp_path, {**FAST, "eval_k": 2}, engine_cache)
+    assert proc.returncode == 0, proc.stderr
+    assert "step 3/3 reward" in proc.stdout and "eval step 0" in proc.stdout
+    run = RunMetrics(iter_records(path))
+    assert [s["step"] for s in run.steps] == [1, 2, 3]
+    for rec in run.steps:
+        assert set(STEP_KEYS) <= set(rec), set(STEP_KEYS) - set(rec)
+        assert all(isinstance(rec[k], (int, float)) and math.isfinite(rec[k]) for k in STEP_KEYS)
+    assert [e["step"] for e in run.evals] == [0, 2, 3]
+    for ev in run.evals:
+        for split in ("id", "ood"):
+            items = ev[f"eval/{split}/items"]
+            assert len(items) == 500 and set(items) <= {0, 1}
+            assert ev[f"eval/{split}/greedy_pass@1"] == pytest.approx(sum(items) / 500)
+            assert 0 <= ev[f"eval/{split}/sampling_pass@2"] <= 1
+    assert run.summary["status"] == "ok" and run.summary["steps_done"] == 3 and run.summary["wall_s"] > 0
+    assert run.evals[0]["eval/id/greedy_pass@1"] >= EngineConfig().sft_target  # the warmed-up base
+
+
+def test_every_line_is_flushed_json(tmp_path, engine_cache):
+    proc, path = run_cli(tmp_path, {**FAST, "steps": 1}, engine_cache)
+    lines = path.read_text().splitlines()
+    assert proc.returncode == 0 and [json.loads(x)["type"] for x in lines] == ["eval", "step", "eval", "summary"]
+
+
+def test_nan_reward_stops_with_exit_3(tmp_path, engine_cache):
+    reward = tmp_path / "nan_reward.py"
+    reward.write_text("def reward(completion, label):\n    return float('nan')\n")
+    proc, path = run_cli(tmp_path, {**FAST, "reward": str(reward)}, engine_cache)
+    assert proc.returncode == 3, proc.stderr
+    assert "NaN" in proc.stderr and "Traceback" not in proc.stderr
+    run = RunMetrics(iter_records(path))
+    assert run.summary["status"] == "nan" and run.summary["steps_done"] == 0 and run.steps == []
+
+
+def test_huge_lr_diverges_to_exit_3(tmp_path, engine_cache):
+    proc, path = run_cli(tmp_path, {**FAST, "lr": 1e30, "steps": 6}, engine_cache)
+    assert proc.returncode == 3, proc.stdout[-500:] + proc.stderr
+    summary = RunMetrics(iter_records(path)).summary
+    # the second optimizer pass of step 1 already sees the diverged weights (ppo_epochs 2)
+    assert summary["status"] == "nan" and summary["steps_done"] < 6
+
+
+def test_custom_reward_drives_training(tmp_path, engine_cache):
+    """A reward that pays for short answers: the mean response length falls."""
+    reward = tmp_path / "short.py"
+    reward.write_text("def reward(completion, label):\n    return {'reward': -len(completion), 'correctness': float(completion == label)}\n")
+    proc, path = run_cli(tmp_path, {"steps": 15, "batch_prompts": 16, "gens": 4, "eval_every": 0, "lr": 3e-3,
+                                    "reward": str(reward)}, engine_cache)
+    assert proc.returncode == 0, proc.stderr
+    lengths = RunMetrics(iter_records(path)).series("response_length_mean")
+    assert sum(lengths[-3:]) / 3 < sum(lengths[:3]) / 3 - 0.3
+
+
+def test_python_api_returns_summary(tmp_path, engine_cache):
+    from autorl.engine.grpo import run
+
+    lines: list[str] = []
+    summary = run(EngineConfig(**{**FAST, "steps": 2}), tmp_path / "m.jsonl", engine_cache, log=lines.append)
+    assert summary["status"] == "ok" and summary["steps_done"] == 2
+    assert any(x.startswith("step 2/2") for x in lines)
+
+
+@pytest.mark.slow
+def test_jsonl_task_with_hf_model(tmp_path):
+    """The Hugging Face path: a local Llama dir, a JSONL task, math exact match, left-padded prompts."""
+    from autorl.engine.hf_tiny import save_llama
+
+    model = save_llama(tmp_path / "llama")
+    rows = [{"input": f"{a}+{b}=", "label": str(a + b)} for a, b in [(1, 2), (13, 4), (120, 5), (7, 70)]]
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (tmp_path / "ood.jsonl").write_text(json.dumps({"input": "999+1=", "label": "1,000"}))
+    config = {"model": str(model), "task": str(tmp_path / "train.jsonl"), "eval_ood": str(tmp_path / "ood.jsonl"),
+              "steps": 2, "batch_prompts": 2, "gens": 3, "max_new_tokens": 4, "eval_every": 1, "micro_batch": 2}
+    proc, path = run_cli(tmp_path, config, tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = RunMetrics(iter_records(path))
+    assert len(run.steps) == 2 and len(run.items("id")) == 4 and len(run.items("ood")) == 1
+    assert not list((tmp_path / "cache").glob("base-*.pt"))  # no warm-up for JSONL tasks

@@ -1,0 +1,228 @@
+"""Crash triage: real-looking engine logs -> category, root line, remedy, signature; OOM retries."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autorl.judge.triage import (
+    Diagnosis, RulesError, classify, crash_action, excerpt, group_crashes, load_rules, normalise,
+    oom_retry_overrides, signature,
+)
+
+LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
+CATEGORIES = set(Diagnosis.model_fields["category"].annotation.__args__)
+
+# file, exit code, watchdog, nonfinite metric -> category, a piece of the root-cause line
+CASES = [
+    ("cuda_oom_trl.log", 1, None, None, "cuda_oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB"),
+    ("cuda_oom_nccl_wrapped.log", 1, None, None, "cuda_oom", "Cuda failure 'out of memory'"),
+    ("ray_nested_cuda_oom.log", 1, None, None, "cuda_oom", "Tried to allocate 9.27 GiB"),
+    ("vllm_kv_cache.log", 1, None, None, "cuda_oom", "No available memory for the cache blocks"),
+    ("ray_host_oom.log", 1, None, None, "host_oom", "ray.exceptions.OutOfMemoryError: Task was killed"),
+    ("host_oom_killed.log", 137, None, None, "host_oom", "Killed"),
+    ("nan_deepspeed_fp16.log", 1, None, None, "nan_divergence", "Current loss scale already at minimum"),
+    ("nan_multinomial.log", 1, None, None, "nan_divergence", "probability tensor contains"),
+    ("nan_exit0.log", 0, None, "loss@4", "nan_divergence", "step 4 reward_mean 0.00 loss nan"),
+    ("distributed_timeout.log", 1, None, None, "distributed_timeout", "Watchdog caught collective operation timeout"),
+    ("backend_incompat_trl.log", 1, None, None, "backend_incompat", "unexpected keyword argument 'tokenizer'"),
+    ("backend_incompat_flags.log", 2, None, None, "backend_incompat", "unrecognized arguments: --pretrain"),
+    ("ray_actor_died_import.log", 1, None, None, "backend_incompat", "No module named 'vllm.worker'"),
+    ("config_error_divisible.log", 1, None, None, "config_error", "must be evenly divisible by the number of generations"),
+    ("config_error_misleading.log", 1, None, None, "config_error", "FileNotFoundError: [Errno 2]"),
+    ("user_code_misleading_warnings.log", 1, None, None, "user_code_error", "KeyError: 'answer'"),
+    ("ray_nested_reward_error.log", 1, None, None, "user_code_error", "Failed to fetch reward from remote RM"),
+    ("disk_full.log", 1, None, None, "disk_full", "inline_container.cc"),
+    ("hang_silence.log", -9, "silence", None, "hang_timeout", "update_weight: model.layers.11"),
+    ("illegal_memory_access.log", 1, None, None, "illegal_memory_access", "RuntimeError: CUDA error: an illegal memory access"),
+    ("segfault.log", -11, None, None, "illegal_memory_access", "Fatal Python error: Segmentation fault"),
+    ("network_unavailable.log", 1, None, None, "network_unavailable", "huggingface.co"),
+    ("killed_external.log", -15, None, None, "killed_external", "CANCELLED AT"),
+    ("unknown_wrapped.log", 1, None, None, "unknown", "RuntimeError: replay buffer got experiences"),
+    ("ray_worker_died.log", 1, None, None, "unknown", "A worker died or was killed"),
+]
+
+
+def _read(name: str) -> str:
+    return (LOGS / name).read_text()
+
+
+@pytest.mark.parametrize("name,code,watchdog,nonfinite,category,root", CASES, ids=[c[0] for c in CASES])
+def test_classify_log(name, code, watchdog, nonfinite, category, root):
+    text = _read(name)
+    d = classify(text, exit_code=code, watchdog=watchdog, metrics_nonfinite=nonfinite)
+    assert d.category == category, d
+    assert root in d.root_cause_line
+    assert d.root_cause_line in text.splitlines() or d.root_cause_line.rstrip() in [ln.rstrip() for ln in text.splitlines()]
+    assert d.remedy and "\n" not in d.remedy
+    assert d.signature.startswith(category + "-")
+
+
+def test_every_category_has_a_log():
+    covered = {c[4] for c in CASES}
+    assert covered == CATEGORIES
+    assert {c[0] for c in CASES} == {p.name for p in LOGS.glob("*.log")}
+
+
+def test_diagnosis_has_exactly_the_cli_fields():
+    d = classify(_read("cuda_oom_trl.log"), exit_code=1)
+    assert set(d.model_dump()) == {"category", "root_cause_line", "remedy", "signature"}
+
+
+# ---- misleading text ------------------------------------------------------------------
+
+def test_warnings_about_memory_nan_and_timeouts_do_not_decide():
+    # every harmless line alone: nothing matches, the run is unknown (exit code 1, no exception)
+    warnings = [ln for ln in _read("user_code_misleading_warnings.log").splitlines() if "Warning" in ln or "WARNING" in ln]
+    assert len(warnings) >= 4
+    d = classify("\n".join(warnings), exit_code=1)
+    assert d.category == "unknown"
+
+
+def test_ray_text_listing_oom_as_a_possible_cause_is_not_host_oom():
+    d = classify(_read("ray_worker_died.log"), exit_code=1)
+    assert d.category not in ("host_oom", "illegal_memory_access")
+
+
+def test_ray_host_oom_is_not_cuda_oom():
+    # ray.exceptions.OutOfMemoryError shares its class name with torch.OutOfMemoryError
+    assert classify(_read("ray_host_oom.log")).category == "host_oom"
+
+
+def test_cause_outranks_the_surface_error_it_triggers():
+    text = _read("illegal_memory_access.log")
+    assert "DistBackendError" in text.splitlines()[-1]
+    assert classify(text).category == "illegal_memory_access"
+    nccl_only = "\n".join(ln for ln in text.splitlines() if "illegal memory" not in ln)
+    assert classify(nccl_only).category == "distributed_timeout"
+
+
+def test_nested_ray_chain_reports_innermost_cause_not_wrapper():
+    d = classify(_read("ray_nested_cuda_oom.log"))
+    assert "RayTaskError" not in d.root_cause_line
+    d = classify(_read("unknown_wrapped.log"))
+    assert d.root_cause_line.startswith("RuntimeError: replay buffer")
+
+
+# ---- exit codes, watchdog, metrics --------------------------------------------------
+
+@pytest.mark.parametrize("code,category", [(137, "host_oom"), (-9, "killed_external"), (143, "killed_external"),
+                                           (139, "illegal_memory_access"), (1, "unknown")])
+def test_exit_code_without_python_error(code, category):
+    assert classify("epoch 1\nstep 3/100\n", exit_code=code).category == category
+
+
+def test_exit_137_with_a_python_error_follows_the_error():
+    log = "Traceback (most recent call last):\n  File \"r.py\", line 3\nKeyError: 'label'\n"
+    assert classify(log, exit_code=137).category == "user_code_error"
+
+
+def test_watchdog_silence_is_a_hang_unless_a_real_cause_is_logged():
+    assert classify("step 3\nbroadcast weights 12/291\n", exit_code=-9, watchdog="silence").category == "hang_timeout"
+    assert classify(_read("cuda_oom_trl.log"), exit_code=-9, watchdog="silence").category == "cuda_oom"
+    assert classify("step 3\n", exit_code=-9, watchdog="timeout").category == "hang_timeout"
+
+
+def test_embedded_engine_nan_stop_line():
+    log = "step 3 reward_mean 0.41\nstopped: non-finite values at step 4 (loss nan / grad_norm nan); lower lr or check the reward\n"
+    d = classify(log, exit_code=3)
+    assert d.category == "nan_divergence" and d.root_cause_line.startswith("stopped: non-finite")
+
+
+def test_nonfinite_metrics_mean_nan_even_with_exit_zero():
+    d = classify("step 1 ok\nstep 2 ok\ndone\n", exit_code=0, metrics_nonfinite="grad_norm@2")
+    assert d.category == "nan_divergence"
+    assert d.root_cause_line == "non-finite metric: grad_norm@2"
+
+
+# ---- signature and excerpt -------------------------------------------------------------
+
+def test_signature_is_stable_across_numbers_paths_pids_and_times():
+    a = "(PolicyModelActor pid=3411) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.27 GiB. GPU 0 has 79.11 GiB"
+    b = "(PolicyModelActor pid=9120) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 3 has 79.11 GiB"
+    assert signature("cuda_oom", a) == signature("cuda_oom", b)
+    assert signature("cuda_oom", a) != signature("host_oom", a)
+    p = normalise("2025-03-01 11:34:02,918 /opt/x/y.py at 0x7f1c2d84be50 id 58d0b1fa6b3bd0ea7d1be4c4 took 12 s")
+    assert all(ch not in p for ch in "0123456789") and "/opt" not in p
+    other = signature("user_code_error", "KeyError: 'label'")
+    assert other != signature("user_code_error", "KeyError: 'answer'")
+
+
+def test_same_failure_in_two_runs_has_one_signature():
+    one = classify(_read("ray_nested_cuda_oom.log"))
+    two = classify(_read("ray_nested_cuda_oom.log").replace("9.27 GiB", "3.02 GiB").replace("pid=3411", "pid=77"))
+    assert one.signature == two.signature
+
+
+def test_excerpt_marks_the_root_line_with_context():
+    text = _read("ray_nested_cuda_oom.log")
+    d = classify(text)
+    ex = excerpt(text, d.root_cause_line, context=2).splitlines()
+    assert len(ex) == 3 and ex[-1].startswith(">> ") and d.root_cause_line in ex[-1]
+    tail = excerpt(text, "not in the log", context=1).splitlines()
+    assert len(tail) == 3
+
+
+# ---- policy -------------------------------------------------------------------------------
+
+def test_every_category_has_an_action():
+    assert set(load_rules().actions) == CATEGORIES
+    assert crash_action("cuda_oom") == "retry_reduced"
+    assert crash_action("user_code_error") == "stop"
+
+
+@pytest.mark.parametrize("train,backend,expected", [
+    ({"micro_batch": 8, "gens": 8, "max_new_tokens": 64}, "embedded", {"micro_batch": 4}),
+    ({"micro_batch": 0, "batch_prompts": 32, "gens": 8, "max_new_tokens": 5}, "embedded", {"micro_batch": 128}),
+    ({"micro_batch": 1, "gens": 8, "max_new_tokens": 64}, "embedded", {"gens": 4}),
+    ({"micro_batch": 1, "gens": 2, "max_new_tokens": 64}, "embedded", {"max_new_tokens": 32}),
+    ({"micro_batch": 1, "gens": 3, "max_new_tokens": 64}, "embedded", {"gens": 2}),
+    ({"micro_train_batch_size": 4, "n_samples_per_prompt": 8}, "openrlhf", {"micro_train_batch_size": 2}),
+    ({"micro_train_batch_size": 1, "n_samples_per_prompt": 16, "generate_max_len": 4096}, "openrlhf", {"n_samples_per_prompt": 8}),
+    ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "num_generations": 8}, "trl",
+     {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4}),
+])
+def test_oom_retry_overrides(train, backend, expected):
+    assert oom_retry_overrides(train, backend) == expected
+
+
+def test_oom_retry_reduces_the_recent_change_first_and_gives_up_at_the_floor():
+    train = {"micro_batch": 8, "gens": 16, "max_new_tokens": 64}
+    assert oom_retry_overrides(train, "embedded", changed=["gens"]) == {"gens": 8}
+    assert oom_retry_overrides({"micro_batch": 1, "gens": 2, "max_new_tokens": 1}, "embedded") is None
+    assert oom_retry_overrides({"micro_batch": 0, "batch_prompts": 1, "gens": 3, "max_new_tokens": 1}, "embedded") == {"gens": 2}
+
+
+def test_group_crashes_counts_by_signature():
+    rows = [
+        {"attempt": "attempt-03", "crash_signature": "cuda_oom-aaaa", "crash_category": "cuda_oom", "root_cause": "OOM"},
+        {"attempt": "attempt-05", "crash_signature": "cuda_oom-aaaa", "crash_category": "cuda_oom"},
+        {"number": 7, "signature": "user_code_error-bbbb", "category": "user_code_error"},
+        {"attempt": "attempt-08", "status": "complete"},
+    ]
+    groups = group_crashes(rows)
+    assert [g["count"] for g in groups] == [2, 1]
+    assert groups[0]["trials"] == ["attempt-03", "attempt-05"] and groups[0]["repeated"] is True
+    assert groups[0]["root_cause_line"] == "OOM"
+    assert groups[1]["category"] == "user_code_error" and groups[1]["repeated"] is False
+
+
+def test_bad_rules_file_is_a_user_error(tmp_path):
+    bad = tmp_path / "rules.yaml"
+    bad.write_text("rules:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    patterns: ['(unclosed']\n"
+                   "    remedy: r\nnonfinite_remedy: n\nunknown_remedy: u\n")
+    with pytest.raises(RulesError, match="not a valid regex"):
+        load_rules(bad)
+    bad.write_text("rules:\n  - id: x\n    category: gpu_sad\n")
+    with pytest.raises(RulesError):
+        load_rules(bad)
+
+
+def test_triage_does_not_import_heavy_frameworks():
+    code = ("import sys, autorl.judge.triage, autorl.judge.verdict, autorl.judge.abort; "
+            "print([m for m in ('torch', 'transformers', 'trl', 'ray', 'openrlhf') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,165 @@
+"""Triage inside the live loop: early abort, OOM auto-retry, crash triage and exit-0 NaN.
+
+Each test runs the real `autorl run` (real git, SQLite, Optuna and child processes) in
+a fresh workspace on a small recipe it writes itself, then reads the ledger, Optuna's
+storage and the `autorl triage` commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "scripts"
+LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
+
+ZERO_REWARD = '''"""A reward that never pays: every completion scores 0 (slowly, like a remote judge)."""
+import time
+
+
+def reward(completion, label):
+    time.sleep(0.002)
+    return 0.0
+'''
+
+
+@pytest.fixture
+def command_ws(tmp_path) -> Path:
+    """A workspace for command-backend studies: no engine cache needed, so none is warmed."""
+    ws = tmp_path / "ws"
+    r = run_cli("init", str(ws))
+    assert r.returncode == 0, r.stderr
+    return ws
+
+
+def _trials(ws: Path) -> list[dict]:
+    conn = sqlite3.connect(ws / "ledger.sqlite")
+    conn.row_factory = sqlite3.Row
+    return [dict(r) for r in conn.execute("SELECT * FROM autorl_trials ORDER BY number")]
+
+
+def _step_rows(ws: Path, trial_id: int) -> list[dict]:
+    conn = sqlite3.connect(ws / "ledger.sqlite")
+    rows = conn.execute("SELECT data FROM autorl_metrics WHERE trial_id = ? AND type = 'step'", [trial_id])
+    return [json.loads(r[0]) for r in rows]
+
+
+def _optuna_states(ws: Path) -> dict[int, str]:
+    import optuna
+
+    conn = sqlite3.connect(ws / "ledger.sqlite")
+    name = conn.execute("SELECT optuna_study FROM autorl_studies ORDER BY id DESC").fetchone()[0]
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{ws / 'ledger.sqlite'}")
+    return {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
+
+
+def _write_recipe(ws: Path, name: str, recipe: dict) -> str:
+    path = ws / "recipes" / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return f"recipes/{name}.yaml"
+
+
+def _run(ws: Path, recipe: str, *args: str, timeout: float = 300):
+    r = run_cli("-C", str(ws), "run", recipe, "--budget", "10m", "--strategy", "optuna", *args, timeout=timeout)
+    assert r.returncode == 0, r.stderr + r.stdout
+    return r
+
+
+def _command_recipe(name: str, script: str, key: str, value, space: dict, extra: list[str] = ()) -> dict:
+    argv = [sys.executable, str(SCRIPTS / script), f"--{key.replace('_', '-')}", f"{{{key}}}",
+            "--out", "{run_dir}/metrics.jsonl", *extra]
+    return {"name": name, "backend": "command", "train": {"argv": argv, key: value},
+            "search": {key: space}, "verdict": {"baseline_repeats": 1}, "timeout_s": 60}
+
+
+def test_early_abort_prunes_a_trial_whose_reward_is_stuck_at_zero(workspace):
+    """A reward that always returns 0: the searched trial is stopped at the window, PRUNED everywhere."""
+    reward = workspace / "zero_reward.py"
+    reward.write_text(ZERO_REWARD)
+    window, steps = 4, 12
+    recipe = {"name": "reward-zero", "backend": "embedded",
+              "train": {"model": "builtin:tiny", "task": "builtin:addition", "reward": str(reward), "lr": 1.0e-4,
+                        "gens": 8, "batch_prompts": 16, "steps": steps, "eval_every": 0, "seed": 0, "threads": 1},
+              "search": {"lr": {"low": 1.0e-4, "high": 2.0e-4, "log": True}},
+              "verdict": {"baseline_repeats": 1}, "abort": {"window": window}, "timeout_s": 120}
+    _run(workspace, _write_recipe(workspace, "reward-zero", recipe), "--max-trials", "2")
+    base, trial = _trials(workspace)
+    assert base["proposer"] == "baseline" and base["status"] == "complete"  # the baseline is never aborted
+    assert (trial["status"], trial["verdict"]) == ("pruned", "pruned"), trial
+    assert "reward_stuck_zero" in trial["reason"] and "0, 0, 0, 0" in trial["reason"], trial["reason"]
+    assert f"step {window}" in trial["reason"]
+    assert trial["objective"] is None and trial["crash_category"] is None
+    seen = _step_rows(workspace, trial["id"])
+    assert window <= len(seen) < steps and all(s["reward_mean"] == 0 for s in seen)
+    assert trial["duration_s"] < base["duration_s"]
+    assert _optuna_states(workspace)[trial["optuna_number"]] == "PRUNED"
+
+
+def test_cuda_oom_is_retried_once_with_half_the_micro_batch(command_ws):
+    """micro_batch 6-8 'OOMs' (the real PyTorch message): cuda_oom, one retry with half, linked and grouped."""
+    recipe = _command_recipe("fake-oom", "fake_oom.py", "micro_batch", 2, {"low": 6, "high": 8, "int": True})
+    _run(command_ws, _write_recipe(command_ws, "oom", recipe), "--max-trials", "3")
+    base, crashed, retry = _trials(command_ws)
+    assert base["status"] == "complete"
+    assert crashed["status"] == "crash" and crashed["crash_category"] == "cuda_oom", crashed
+    assert "torch.OutOfMemoryError: CUDA out of memory" in crashed["root_cause"]
+    tried = json.loads(crashed["changed"])["micro_batch"]
+    assert tried > 4
+    assert retry["proposer"] == "retry" and retry["retry_of"] == crashed["number"]
+    assert json.loads(retry["changed"])["micro_batch"] == tried // 2
+    assert retry["status"] == "complete" and retry["objective"] is not None
+    assert _optuna_states(command_ws)[crashed["optuna_number"]] == "FAIL"
+    r = run_cli("-C", str(command_ws), "triage", "--json")
+    assert r.returncode == 0, r.stderr
+    (group,) = json.loads(r.stdout)
+    assert group["category"] == "cuda_oom" and group["attempts"] == [crashed["number"]]
+    assert group["signature"] == crashed["crash_signature"]
+    assert any(a.startswith(f"retried as {retry['attempt']}") for a in group["actions"]), group["actions"]
+
+
+def test_crash_triage_of_a_trial_and_of_a_log_file(command_ws):
+    """`autorl triage NN --json` explains a crashed trial; `triage classify LOG --json` gives four keys."""
+    recipe = _command_recipe("fake-oom", "fake_oom.py", "micro_batch", 16, {"low": 8, "high": 16, "int": True})
+    _run(command_ws, _write_recipe(command_ws, "oom-baseline", recipe))
+    (row,) = _trials(command_ws)  # the baseline crashed: the study stops there
+    assert row["status"] == "crash"
+    r = run_cli("-C", str(command_ws), "triage", str(row["number"]), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["category"] == "cuda_oom" and d["signature"] == row["crash_signature"]
+    assert d["root_cause_line"].startswith("torch.OutOfMemoryError") and "micro-batch" in d["remedy"]
+    assert ">> torch.OutOfMemoryError" in d["excerpt"] and "Traceback" in d["excerpt"]
+    r = run_cli("-C", str(command_ws), "triage", "classify", str(LOGS / "disk_full.log"), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d) == {"category", "root_cause_line", "remedy", "signature"} and d["category"] == "disk_full"
+
+
+@pytest.mark.parametrize("base_lr, expected_status", [
+    (1.0e-4, ("crash", "pruned")),  # a searched trial: caught live by the nonfinite abort, or after its exit
+    (3.0e-2, ("crash",)),           # the baseline (never aborted): exits 0, then judged a crash
+])
+def test_exit_zero_with_a_nan_loss_is_nan_divergence(command_ws, base_lr, expected_status):
+    """A run that exits 0 but logged a NaN loss is never scored: it is triaged nan_divergence."""
+    recipe = _command_recipe("nan", "nan_exit0.py", "lr", base_lr, {"low": 0.02, "high": 0.05, "log": True})
+    _run(command_ws, _write_recipe(command_ws, "nan", recipe), "--max-trials", "2")
+    rows = _trials(command_ws)
+    trial = rows[-1]
+    if base_lr < 1e-2:
+        assert rows[0]["status"] == "complete" and rows[0]["objective"] is not None
+    else:
+        assert len(rows) == 1  # a failed baseline ends the study
+    assert trial["status"] in expected_status and trial["crash_category"] == "nan_divergence", trial
+    assert "loss" in trial["root_cause"] and "nan" in trial["root_cause"].lower()
+    assert trial["objective"] is None
+    state = {"crash": "FAIL", "pruned": "PRUNED"}[trial["status"]]
+    assert _optuna_states(command_ws)[trial["optuna_number"]] == state
