@@ -1,7 +1,7 @@
 """Recipes: the YAML file that says what to train, what to search and how to judge.
 
 A recipe is validated once, here, into a :class:`Recipe`. Its ``train`` block is
-validated by the backend's own parameter model (``PARAMS_MODELS``), so a typo in
+validated by the backend's own parameter model (``autorl.backends.registry``), so a typo in
 ``train.lr`` or a negative value fails before anything launches.
 
     name: addition-default
@@ -23,14 +23,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from autorl.backends.registry import BACKENDS, BackendName
 from autorl.errors import RecipeError
 
-PARAMS_MODELS = {
-    "embedded": "autorl.engine.config:EngineConfig",
-    "command": "autorl.backends.command:CommandParams",
-    "openrlhf": "autorl.backends.openrlhf.backend:OpenRLHFParams",
-    "trl": "autorl.backends.trl:TRLParams",
-}
 
 
 class _Model(BaseModel):
@@ -96,7 +91,7 @@ class Recipe(_Model):
 
     name: str = Field("recipe", description="Short name, used in slugs.")
     description: str = Field("", description="Free text.")
-    backend: Literal["embedded", "command", "openrlhf", "trl"] = Field("embedded", description="Which backend runs the trials.")
+    backend: BackendName = Field("embedded", description="Which backend runs the trials.")
     train: dict[str, Any] = Field(default_factory=dict, description="Backend parameters (see the backend's parameter model).")
     search: dict[str, SearchParam] = Field(default_factory=dict, description="Keys of train that the search may vary.")
     objective: Objective = Field(default_factory=Objective, description="What a trial is scored on.")
@@ -129,7 +124,7 @@ class Recipe(_Model):
 
 def params_model(backend: str) -> type[BaseModel]:
     """The pydantic model that validates ``train`` for ``backend``."""
-    module, _, attr = PARAMS_MODELS[backend].partition(":")
+    module, _, attr = BACKENDS[backend].params.partition(":")
     return getattr(importlib.import_module(module), attr)
 
 

@@ -75,12 +75,49 @@ class RunHandle(Protocol):
         """time.time() of the last output or metric (for the hang watchdog)."""
 
 
-class Backend(Protocol):
-    name: str
+class Backend:
+    """What every backend is: a name, how to plan and start one trial, and optional hooks with defaults.
 
-    def plan(self, spec: TrialSpec) -> LaunchPlan: ...
+    Called by the trial lifecycle (``autorl.trial``), in this order:
 
-    def start(self, plan: LaunchPlan) -> RunHandle: ...
+    - ``check(recipe, root)`` once per study, before anything is written: raise ``RecipeError`` for a recipe this
+      backend cannot run (missing files, a flag the installed version lacks);
+    - ``prepare(recipe, cache_dir, run_dir)`` once per study, outside every trial's timeout: build what all trials
+      share (the embedded base model); returns an exit code or None;
+    - ``preflight(recipe, worktree)`` before each launch: the failed checks as one line ('' when all pass);
+    - ``plan(spec)`` then ``start(plan)`` for each run;
+    - ``close()`` once at the end of the study (stop a Ray head this backend started).
+
+    ``runs_on_ray`` says that ``start`` submits a Ray job itself (the lifecycle then never wraps it in one).
+    """
+
+    name = "base"
+    runs_on_ray = False
+
+    def __init__(self, ray_address: str | None = None, extra_env: dict[str, str] | None = None):
+        self.ray_address = ray_address
+        self.extra_env = extra_env or {}
+
+    def check(self, recipe: Any, root: Path) -> None:
+        """Raise RecipeError naming what is wrong; the default accepts every recipe."""
+
+    def prepare(self, recipe: Any, cache_dir: Path, run_dir: Path) -> int | None:
+        """Build what every trial shares; the default has nothing to build."""
+        return None
+
+    def preflight(self, recipe: Any, worktree: Path) -> str:
+        """The failed pre-launch checks as one line; the default has none."""
+        return ""
+
+    def plan(self, spec: TrialSpec) -> LaunchPlan:
+        raise NotImplementedError
+
+    def start(self, plan: LaunchPlan) -> RunHandle:
+        """Launch outside the controller's process and return at once; the default is a local process group."""
+        return LocalProcess(plan)
+
+    def close(self) -> None:
+        """Release what the backend holds across trials; the default holds nothing."""
 
 
 class LocalProcess:
@@ -157,15 +194,9 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-BACKENDS = {
-    "embedded": "autorl.backends.embedded:EmbeddedBackend",
-    "command": "autorl.backends.command:CommandBackend",
-    "openrlhf": "autorl.backends.openrlhf.backend:OpenRLHFBackend",
-    "trl": "autorl.backends.trl:TRLBackend",
-}
-
-
 def get_backend(name: str, **options: Any) -> Backend:
     """Instantiate a backend by name (imports it lazily)."""
-    module, _, attr = BACKENDS[name].partition(":")
+    from autorl.backends.registry import BACKENDS
+
+    module, _, attr = BACKENDS[name].backend.partition(":")
     return getattr(importlib.import_module(module), attr)(**options)

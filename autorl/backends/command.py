@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from autorl.backends.base import LaunchPlan, LocalProcess, TrialSpec
+from autorl.backends.base import Backend, LaunchPlan, LocalProcess, TrialSpec
 from autorl.backends.readers import make_reader
 from autorl.errors import RecipeError
 
@@ -128,13 +128,10 @@ class CommandRun(LocalProcess):
         return recs
 
 
-class CommandBackend:
+class CommandBackend(Backend):
     """Plans and starts a recipe's own command; metrics come back through a reader."""
 
     name = "command"
-
-    def __init__(self, extra_env: dict[str, str] | None = None):
-        self.extra_env = extra_env or {}
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         params = _params(spec.recipe.train)

@@ -7,22 +7,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autorl.backends.base import LaunchPlan, LocalProcess, TrialSpec
+from autorl.backends.base import Backend, LaunchPlan, TrialSpec
 from autorl.engine.config import EngineConfig, check_files
 from autorl.errors import RecipeError
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(Backend):
     """Plans a run of the embedded GRPO engine on the trial's resolved recipe."""
 
     name = "embedded"
 
-    def __init__(self, extra_env: dict[str, str] | None = None):
-        self.extra_env = extra_env or {}
-
-    def check(self, recipe, cwd: Path) -> None:
+    def check(self, recipe, root: Path) -> None:
         """Fail before launch, with one line, when the recipe names files that are not there."""
-        problem = check_files(EngineConfig.model_validate(recipe.train), Path(cwd))
+        problem = check_files(EngineConfig.model_validate(recipe.train), Path(root))
         if problem:
             raise RecipeError(problem)
 
@@ -42,7 +39,7 @@ class EmbeddedBackend:
                           backend=self.name)
         return plan
 
-    def prepare(self, recipe, cache_dir: Path, run_dir: Path, timeout_s: float = 1800.0) -> int:
+    def prepare(self, recipe, cache_dir: Path, run_dir: Path, timeout_s: float = 1800.0) -> int | None:
         """Build the cached base model once, before any trial (so no trial's timeout pays for it).
 
         Runs the engine with ``steps: 0`` in a child process; returns its exit code. A failure
@@ -60,6 +57,3 @@ class EmbeddedBackend:
                                       timeout=timeout_s).returncode
             except subprocess.TimeoutExpired:
                 return -1
-
-    def start(self, plan: LaunchPlan) -> LocalProcess:
-        return LocalProcess(plan)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import sys
 import signal
 import socket
 import subprocess
@@ -170,7 +171,7 @@ class LocalRayHead:
 
     def command(self, gcs_port: int, dashboard_port: int) -> list[str]:
         """The ``ray start`` argv for this head."""
-        ray = shutil.which("ray") or "ray"
+        ray = _ray_cli()
         argv = [ray, "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=true",
                 f"--temp-dir={self.temp_dir}", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
                 "--dashboard-host=127.0.0.1", f"--ray-client-server-port={free_port()}",
@@ -223,3 +224,9 @@ class LocalRayHead:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _ray_cli() -> str:
+    """The ``ray`` command of the Python running autorl (a venv's bin/, activated or not), else the PATH's."""
+    beside = Path(sys.executable).parent / "ray"
+    return str(beside) if beside.is_file() else (shutil.which("ray") or "ray")

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from autorl.backends.base import LaunchPlan, LocalProcess, TrialSpec
+from autorl.backends.base import Backend, LaunchPlan, TrialSpec
 
 # TRLParams key -> GRPOConfig field (values copied as they are).
 TRL_FIELDS: dict[str, str] = {
@@ -106,13 +106,10 @@ def grpo_config_kwargs(params: TRLParams, output_dir: str, use_cpu: bool = True)
     return kwargs
 
 
-class TRLBackend:
+class TRLBackend(Backend):
     """Plans ``python -m autorl.backends.trl_runner`` on the trial's train block."""
 
     name = "trl"
-
-    def __init__(self, extra_env: dict[str, str] | None = None):
-        self.extra_env = extra_env or {}
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         run_dir = Path(spec.run_dir)
@@ -128,6 +125,3 @@ class TRLBackend:
         env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **self.extra_env}
         return LaunchPlan(argv=argv, env=env, cwd=str(spec.worktree), log_path=str(run_dir / "train.log"),
                           metrics_path=str(metrics), backend=self.name)
-
-    def start(self, plan: LaunchPlan) -> LocalProcess:
-        return LocalProcess(plan)

@@ -73,7 +73,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from autorl.judge.diagnose import Diagnosis, bottleneck_names, bottleneck_symptoms, symptom_names
 from autorl.errors import UserError
 from autorl.data import shipped
-from autorl.recipe import PARAMS_MODELS, SearchParam, params_model, yaml_error_text
+from autorl.backends.registry import BACKENDS, BackendName
+from autorl.recipe import SearchParam, params_model, yaml_error_text
 
 SHIPPED_DIR = shipped("hypotheses")
 """The library shipped with autorl (one .md per hypothesis)."""
@@ -93,7 +94,6 @@ SCORE = {
 
 PRIORITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 VERDICTS = ("improved", "regressed", "flat", "crash", "pruned")
-Backend = Literal["embedded", "command", "openrlhf", "trl"]
 
 
 class HypothesisError(UserError):
@@ -148,7 +148,7 @@ class Hypothesis(_Model):
     search: dict[str, HypothesisParam] = Field(default_factory=dict, description="Train keys Optuna may vary, and their ranges.")
     success: Success = Field(description="What confirms or refutes it.")
     patch: str | None = Field(None, description="Patch file applied to the trial's worktree, relative to the library's parent folder (e.g. patches/x.patch).")
-    backends: list[Backend] | None = Field(None, description="Backends it applies to; omitted = all.")
+    backends: list[BackendName] | None = Field(None, description="Backends it applies to; omitted = all.")
     body: str = Field("", description="The Markdown text below the front matter (set by the loader).")
     source: str | None = Field(None, description="File it was loaded from (set by the loader).")
 
@@ -229,7 +229,7 @@ def load_hypothesis(path: Path) -> Hypothesis:
     if h.id != path.stem:
         raise HypothesisError(f"{path}: field 'id' is {h.id!r} but the file is {path.name}: make them match")
     _check_patch(h, path)
-    for backend in h.backends or list(PARAMS_MODELS):
+    for backend in h.backends or list(BACKENDS):
         check_keys(h, backend, path)
     return h
 

@@ -117,10 +117,9 @@ class Controller:
     def _prepare(self) -> None:
         """Let the backend build what every trial shares (the embedded base model) outside any trial."""
         backend = self._backend(self.base.backend)
-        if hasattr(backend, "prepare"):
-            self.view.line(f"preparing {self.base.backend} backend (base model cache)...")
-            t0 = time.time()
-            code = backend.prepare(self.base, self.ws.cache, self.ws.runs / "prepare")
+        t0 = time.time()
+        code = backend.prepare(self.base, self.ws.cache, self.ws.runs / "prepare")
+        if code is not None:
             self.ledger.event(self.study["id"], None, "prepare", f"exit {code} in {time.time() - t0:.1f} s")
 
     def _loop(self) -> None:
@@ -174,9 +173,7 @@ class Controller:
             return None, "", ""  # type: ignore[return-value]
         path = self.opts.recipe_path or _workspace_default(self.ws)
         recipe = load_recipe(path, self.opts.overrides)
-        backend = self._backend(recipe.backend)
-        if hasattr(backend, "check"):
-            backend.check(recipe, self.ws.root)
+        self._backend(recipe.backend).check(recipe, self.ws.root)
         text = _apply_text_overrides(Path(path).read_text(), self.opts.overrides, path)
         try:
             rel = self.ws.rel(Path(path))
@@ -253,7 +250,7 @@ class Controller:
         backend = self._backend(recipe.backend)
         spec = TrialSpec(attempt=ctx.attempt, recipe=recipe, worktree=ctx.worktree, run_dir=ctx.run_dir,
                          cache_dir=self.ws.cache)
-        failed = _preflight_failures(recipe, ctx.worktree)
+        failed = backend.preflight(recipe, ctx.worktree)
         if failed:
             return Outcome("config-error", None, f"preflight failed, not launched: {failed}")
         try:
@@ -280,15 +277,13 @@ class Controller:
     def _backend(self, name: str):
         """One backend instance per study (a Ray head, if any, is started once)."""
         if name not in self._backends:
-            options = {"ray_address": self.opts.ray_address} if name == "openrlhf" else {}
-            self._backends[name] = get_backend(name, **options)
+            self._backends[name] = get_backend(name, ray_address=self.opts.ray_address)
         return self._backends[name]
 
     def _close_backends(self) -> None:
         for b in self._backends.values():
-            if hasattr(b, "close"):
-                b.close()
-        if hasattr(self, "slots"):
+            b.close()
+        if getattr(self, "slots", None) is not None:
             self.slots.close()
 
     def finish(self, ctx: TrialContext, outcome: Outcome) -> None:
@@ -431,15 +426,6 @@ class _WatchState:
 
 
 # ---- helpers -----------------------------------------------------------------------------
-def _preflight_failures(recipe: Recipe, worktree: Path) -> str:
-    """The failed preflight checks of an OpenRLHF recipe, as one line ('' when all pass)."""
-    if recipe.backend != "openrlhf":
-        return ""
-    from autorl.backends.openrlhf.preflight import preflight
-
-    return "; ".join(f"{c.name}: {c.detail}" for c in preflight(recipe, worktree=worktree) if c.ok is False)
-
-
 def _objective(m: RunMetrics, recipe: Recipe) -> float | None:
     o = recipe.objective
     return reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")

@@ -44,7 +44,7 @@ class Slots:
 
     def start(self, backend, plan: LaunchPlan, recipe):
         """Start on the backend itself, or as a Ray job when a Ray address was given."""
-        if not self._requested or plan.backend == "openrlhf":
+        if not self._requested or backend.runs_on_ray:
             return backend.start(plan)
         import logging
 

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from autorl.backends.base import LaunchPlan, TrialSpec
+from autorl.backends.base import Backend, LaunchPlan, TrialSpec
 from autorl.backends.openrlhf.flags import FLAG_BY_FIELD, to_args
 from autorl.errors import RecipeError
 
@@ -146,16 +146,22 @@ def build_argv(params: OpenRLHFParams, run_name: str, tensorboard_dir: str, pyth
     return argv + list(params.extra_args)
 
 
-class OpenRLHFBackend:
+class OpenRLHFBackend(Backend):
     """Plans ``train_ppo_ray`` runs and submits them as Ray jobs."""
 
     name = "openrlhf"
+    runs_on_ray = True
 
-    def __init__(self, ray_address: str | None = None, python: str | None = None, extra_env: dict[str, str] | None = None):
-        self.ray_address = ray_address
+    def __init__(self, ray_address: str | None = None, extra_env: dict[str, str] | None = None, python: str | None = None):
+        super().__init__(ray_address, extra_env)
         self.python = python or ("python" if ray_address else sys.executable)
-        self.extra_env = extra_env or {}
         self._head = None
+
+    def preflight(self, recipe, worktree: Path) -> str:
+        """The failed preflight checks (steps, LR at step 20, disk, patches, GPUs) as one line."""
+        from autorl.backends.openrlhf.preflight import preflight
+
+        return "; ".join(f"{c.name}: {c.detail}" for c in preflight(recipe, worktree=worktree) if c.ok is False)
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         """The argv, env and paths of one trial; writes nothing."""
