@@ -86,6 +86,9 @@ class Backend:
       share (the embedded base model); returns an exit code or None;
     - ``preflight(recipe, worktree)`` before each launch: the failed checks as one line ('' when all pass);
     - ``plan(spec)`` then ``start(plan)`` for each run;
+    - ``eval_plan(spec)`` after a training run that exited 0: the per-item evaluation of the policy it trained
+      (``python -m autorl.evaluate`` on its checkpoint), run as a second child process whose eval records join the
+      trial's metrics; None when the training run already evaluates per item (the embedded engine);
     - ``close()`` once at the end of the study (stop a Ray head this backend started).
 
     ``runs_on_ray`` says that ``start`` submits a Ray job itself (the lifecycle then never wraps it in one).
@@ -115,6 +118,10 @@ class Backend:
     def start(self, plan: LaunchPlan) -> RunHandle:
         """Launch outside the controller's process and return at once; the default is a local process group."""
         return LocalProcess(plan)
+
+    def eval_plan(self, spec: TrialSpec) -> LaunchPlan | None:
+        """The per-item evaluation run after training; the default: the training run evaluates itself."""
+        return None
 
     def close(self) -> None:
         """Release what the backend holds across trials; the default holds nothing."""
