@@ -145,6 +145,23 @@ class Ledger:
             raise NotFoundError(f"no study {name or study_id or ''} in {self.path}: start one with `autorl run`".replace("  ", " "))
         return rows[0]
 
+    def has_study(self, name: str) -> bool:
+        return bool(self.db.execute("SELECT 1 FROM autorl_studies WHERE name = ?", [name]).fetchone())
+
+    def studies(self, limit: int = 5) -> list[dict]:
+        """The latest studies, newest first."""
+        return [dict(s) for s in self.db["autorl_studies"].rows_where(order_by="id desc", limit=limit)]
+
+    def optuna_complete_count(self, optuna_study: str) -> int | None:
+        """COMPLETE trials of an Optuna study in this file, read without letting Optuna create its tables."""
+        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'studies'").fetchone():
+            return None
+        row = self.db.execute("SELECT study_id FROM studies WHERE study_name = ?", [optuna_study]).fetchone()
+        if row is None:
+            return None
+        q = "SELECT count(*) FROM trials WHERE study_id = ? AND state = 'COMPLETE'"
+        return self.db.execute(q, [row[0]]).fetchone()[0]
+
     def update_study(self, study_id: int, **values: Any) -> None:
         with self.tx():
             self.db["autorl_studies"].update(study_id, values)
@@ -171,11 +188,38 @@ class Ledger:
             raise NotFoundError(f"no trial {number:02d} in the ledger: list them with `autorl ledger`")
         return _decode(rows[0])
 
-    def trials(self, study_id: int | None = None, where: str = "1", args: list | None = None) -> list[dict]:
-        clause, params = where, list(args or [])
+    def trials(self, study_id: int | None = None, **equal: Any) -> list[dict]:
+        """Trials in attempt order, optionally of one study and with columns equal to values (e.g. kind="full")."""
+        unknown = set(equal) - set(TRIAL_COLUMNS)
+        if unknown:
+            raise ValueError(f"no trial column {sorted(unknown)}")
+        return self._trials(" AND ".join([f"{k} = ?" for k in equal] or ["1"]), list(equal.values()), study_id)
+
+    # named queries: every condition on trials beyond plain equality lives here
+    def baselines(self, study_id: int) -> list[dict]:
+        """The study's baseline runs (the recipe as written, every seed)."""
+        return self.trials(study_id, proposer="baseline", kind="trial")
+
+    def crashed(self, study_id: int | None = None) -> list[dict]:
+        """Trials that crashed (verdict or status crash)."""
+        return self._trials("verdict = 'crash' OR status = 'crash'", [], study_id)
+
+    def crash_signatures(self, study_id: int) -> list[dict]:
+        """Crashed trials that have a triage signature."""
+        return self._trials("verdict = 'crash' AND crash_signature IS NOT NULL", [], study_id)
+
+    def scored(self, study_id: int) -> list[dict]:
+        """The study's trials (not full runs) that have an objective value."""
+        return self._trials("objective IS NOT NULL AND kind = 'trial'", [], study_id)
+
+    def unfinished(self) -> list[dict]:
+        """Trials still marked running, and full runs that have not been closed."""
+        return self._trials("status = 'running' OR (kind = 'full' AND end_tag IS NULL)", [], None)
+
+    def _trials(self, where: str, args: list, study_id: int | None) -> list[dict]:
         if study_id is not None:
-            clause, params = f"({where}) AND study_id = ?", params + [study_id]
-        return [_decode(r) for r in self.db["autorl_trials"].rows_where(clause, params, order_by="number")]
+            where, args = f"({where}) AND study_id = ?", args + [study_id]
+        return [_decode(r) for r in self.db["autorl_trials"].rows_where(where, args, order_by="number")]
 
     def max_number(self) -> int:
         row = self.db.execute("SELECT max(number) FROM autorl_trials").fetchone()
@@ -205,9 +249,6 @@ class Ledger:
     def _event(self, study_id: int | None, trial_id: int | None, kind: str, message: str) -> None:
         self.db["autorl_events"].insert({"time": time.time(), "study_id": study_id, "trial_id": trial_id,
                                          "kind": kind, "message": message})
-
-    def integrity_ok(self) -> bool:
-        return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
     def close(self) -> None:
         self.db.close()

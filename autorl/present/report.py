@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import html
 import math
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -98,7 +97,7 @@ def collect(ws, ledger, study: str | None = None) -> dict[str, Any]:
         "baseline_value": baseline_value(st, trials),
         "crashes": [g for g in crash_groups(ledger) if numbers & set(g["attempts"])],
         "hypotheses": hypothesis_rows(ws, ledger),
-        "importances": _importances(ledger.path, st, trials, space, objective.direction),
+        "importances": _importances(ledger, st, trials, space, objective.direction),
         "shown": {t["number"]: _show(ws, ledger, t["number"]) for t in best},
         "curves": {t["number"]: ledger.metrics(t["id"]) for t in _curve_trials(trials, best)},
         "refs": _refs(ws.root),
@@ -138,9 +137,9 @@ def budget_used(study: dict, trials: list[dict]) -> dict[str, float]:
             "trial_s": sum(t.get("duration_s") or 0.0 for t in trials)}
 
 
-def importances(ledger_path: str | Path, study_name: str) -> tuple[dict[str, float], str]:
-    """Optuna's parameter importances of ``study_name``, or ({}, why not)."""
-    complete = _complete_trials(Path(ledger_path), study_name)
+def importances(ledger, study_name: str) -> tuple[dict[str, float], str]:
+    """Optuna's parameter importances of ``study_name`` in the ledger's file, or ({}, why not)."""
+    complete = ledger.optuna_complete_count(study_name)
     if complete is None:
         return {}, f"no Optuna study {study_name} in the ledger"
     if complete < 2:
@@ -149,7 +148,7 @@ def importances(ledger_path: str | Path, study_name: str) -> tuple[dict[str, flo
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        st = optuna.load_study(study_name=study_name, storage=f"sqlite:///{Path(ledger_path).resolve()}")
+        st = optuna.load_study(study_name=study_name, storage=f"sqlite:///{Path(ledger.path).resolve()}")
         values = optuna.importance.get_param_importances(st)
     except IMPORTANCE_ERRORS as exc:
         return {}, f"Optuna could not compute importances from {complete} complete trials ({exc})"
@@ -181,28 +180,13 @@ def pooled_importances(trials: list[dict], space: dict[str, SearchParam], direct
     return dict(values), f"fANOVA over {n} finished trials of this study in the ledger (searched keys that varied)"
 
 
-def _importances(path: Path, st: dict, trials: list[dict], space: dict, direction: str) -> tuple[dict[str, float], str]:
+def _importances(ledger, st: dict, trials: list[dict], space: dict, direction: str) -> tuple[dict[str, float], str]:
     """The main Optuna study's importances; pooled over the ledger's trials when it has too few."""
-    values, note = importances(path, st.get("optuna_study") or st["name"])
+    values, note = importances(ledger, st.get("optuna_study") or st["name"])
     if values or not space:
         return values, note
     pooled, how = pooled_importances(trials, space, direction)
     return (pooled, f"main study: {note}; pooled instead: {how}") if pooled else ({}, note)
-
-
-def _complete_trials(path: Path, study_name: str) -> int | None:
-    """Complete trials of an Optuna study, read without letting Optuna create tables."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'studies'").fetchone():
-            return None
-        row = conn.execute("SELECT study_id FROM studies WHERE study_name = ?", [study_name]).fetchone()
-        if row is None:
-            return None
-        q = "SELECT count(*) FROM trials WHERE study_id = ? AND state = 'COMPLETE'"
-        return conn.execute(q, [row[0]]).fetchone()[0]
-    finally:
-        conn.close()
 
 
 def _refs(root: Path) -> dict[str, str]:

@@ -20,11 +20,8 @@ LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "changed", "stat
 
 def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:
     """Trials as dicts with LEDGER_FIELDS, oldest first."""
-    where, args = "1", []
-    if verdict:
-        where, args = "verdict = ?", [verdict]
     sid = ledger.study(study)["id"] if study else None
-    rows = ledger.trials(sid, where, args)
+    rows = ledger.trials(sid, **({"verdict": verdict} if verdict else {}))
     rows = rows[-last:] if last else rows
     return [{k: r.get(k) for k in LEDGER_FIELDS} for r in rows]
 
@@ -78,7 +75,7 @@ def show_trial(ws, ledger, number: int) -> dict[str, Any]:
 
 
 def _baseline_tag(ledger, row: dict) -> str | None:
-    base = ledger.trials(row["study_id"], "proposer = 'baseline'")
+    base = ledger.baselines(row["study_id"])
     return base[0]["start_tag"] if base else None
 
 
@@ -123,7 +120,7 @@ def sparkline(values: list[float], width: int = 40) -> str:
 
 def crash_groups(ledger) -> list[dict]:
     """Crashed trials grouped by signature, most frequent first."""
-    rows = ledger.trials(None, "verdict = 'crash' OR status = 'crash'")
+    rows = ledger.crashed()
     groups: dict[str, dict] = {}
     for r in rows:
         g = groups.setdefault(r.get("crash_signature") or "unknown", {
@@ -131,7 +128,7 @@ def crash_groups(ledger) -> list[dict]:
             "root_cause_line": r.get("root_cause"), "remedy": r.get("remedy"), "attempts": [], "actions": []})
         g["count"] += 1
         g["attempts"].append(r["number"])
-        retries = ledger.trials(None, "retry_of = ?", [r["number"]])
+        retries = ledger.trials(retry_of=r["number"])
         g["actions"] += [f"retried as {x['attempt']} ({x.get('verdict') or x['status']})" for x in retries]
     for g in groups.values():
         g["actions"].append("told Optuna FAIL" + ("; region avoided after repeats" if g["count"] > 1 else ""))
@@ -233,16 +230,16 @@ def format_diagnosis(d: dict) -> str:
 def status_rows(ledger) -> dict[str, Any]:
     """Studies, running trials and full runs with their latest step and eval."""
     running = []
-    for r in ledger.trials(None, "status = 'running' OR (kind = 'full' AND end_tag IS NULL)"):
+    for r in ledger.unfinished():
         metrics = ledger.metrics(r["id"])
         steps = [m for m in metrics if m.get("type", "step") == "step"]
         evals = [{k: v for k, v in m.items() if not k.endswith("/items")} for m in metrics if m.get("type") == "eval"]
         running.append({"attempt": r["attempt"], "kind": r["kind"], "status": r["status"], "pid": r.get("pid"),
                         "step": steps[-1].get("step") if steps else 0, "last_eval": evals[-1] if evals else None,
                         "promoted_from": r.get("promoted_from"), "alive": _alive(r.get("pid"))})
-    studies = [dict(s) for s in ledger.db["autorl_studies"].rows_where(order_by="id desc", limit=5)]
+    studies = ledger.studies(limit=5)
     full = [{k: r.get(k) for k in ("attempt", "status", "objective", "reason", "promoted_from", "end_tag")}
-            for r in ledger.trials(None, "kind = 'full'")]
+            for r in ledger.trials(kind="full")]
     return {"studies": [{k: s[k] for k in ("name", "status", "strategy", "budget_s")} for s in studies],
             "running": running, "full_runs": full}
 

@@ -74,8 +74,6 @@ class HypothesisStrategy:
                     return self.last_diagnosis
         return None
 
-    def tell(self, proposal, row: dict, metrics: RunMetrics) -> None:
-        """Nothing to keep: status and ranking are recomputed from the ledger each time."""
 
 
 MAX_CHAIN = 3  # flat-but-better steps in a row that one hypothesis may take from its own last trial

@@ -18,6 +18,7 @@ from autorl.judge import triage
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe, dump_values
 from autorl.search.study import Search
+from autorl.trial.result import TrialResult
 
 
 @dataclass
@@ -111,7 +112,7 @@ class Proposer:
         return number, params
 
     def _near_repeated_crash(self, space: dict, params: dict[str, Any]) -> str | None:
-        rows = self.ledger.trials(self.study["id"], "verdict = 'crash' AND crash_signature IS NOT NULL")
+        rows = self.ledger.crash_signatures(self.study["id"])
         counts: dict[str, int] = {}
         for r in rows:
             counts[r["crash_signature"]] = counts.get(r["crash_signature"], 0) + 1
@@ -129,23 +130,20 @@ class Proposer:
         return Proposal(label, values, why, dump_values(values) or label, search=search, optuna_number=number)
 
     # ---- feedback ---------------------------------------------------------------------
-    def tell(self, p: Proposal, row: dict[str, Any], metrics: RunMetrics) -> None:
-        status = row.get("status")
+    def tell(self, p: Proposal, result: TrialResult) -> None:
+        """Tell Optuna how the trial ended (FAIL for a crash, never a score) and queue an OOM retry."""
         if p.search is not None and p.optuna_number is not None:
-            state = {"complete": "complete", "pruned": "pruned"}.get(status, "fail")
-            p.search.tell(p.optuna_number, state, row.get("objective"))
-        action = triage.crash_action(row["crash_category"]) if row.get("crash_category") else None
-        if action == "retry_reduced" and p.retry_of is None and row.get("status") == "crash":
-            self._queue_oom_retry(p, row)
-        if self._hyp is not None:
-            self._hyp.tell(p, row, metrics)
+            state = {"complete": "complete", "pruned": "pruned"}.get(result.status, "fail")
+            p.search.tell(p.optuna_number, state, result.objective)
+        action = triage.crash_action(result.crash_category) if result.crash_category else None
+        if action == "retry_reduced" and p.retry_of is None and result.status == "crash":
+            self._queue_oom_retry(p, result.number)
 
-    def _queue_oom_retry(self, p: Proposal, row: dict[str, Any]) -> None:
+    def _queue_oom_retry(self, p: Proposal, number: int) -> None:
         params = {**self.base.train, **p.values}
         reduced = triage.oom_retry_overrides(params, self.base.backend, changed=tuple(p.values))
         if not reduced:
             return
-        number = row.get("number")
         values = {**p.values, **reduced}
         why = f"retry of an out-of-memory crash with {dump_values(reduced)} (the most recent memory-expanding change reduced)"
         retry = Proposal("retry", values, why, "oom-retry-" + dump_values(reduced), hypothesis=p.hypothesis,
@@ -154,7 +152,7 @@ class Proposer:
 
     # ---- the baseline -----------------------------------------------------------------------
     def _baselines(self) -> list[dict]:
-        return self.ledger.trials(self.study["id"], "proposer = 'baseline' AND kind = 'trial'")
+        return self.ledger.baselines(self.study["id"])
 
     def baseline_failed(self) -> bool:
         return any(r["status"] in ("crash", "config-error", "hang", "timeout") for r in self._baselines())

@@ -36,6 +36,7 @@ from autorl.present.live import PlainView
 from autorl.recipe import Recipe, apply_override, dump_values, load_recipe, set_train_values, validate_recipe
 from autorl.search.proposer import Proposal, Proposer
 from autorl.trial import lifecycle
+from autorl.trial.result import TrialResult
 from autorl.trial.slots import Slots, stop_job
 from autorl.trial.watch import Outcome, Stop, Watch
 from autorl.workspace import Workspace, default_recipe_source
@@ -177,7 +178,7 @@ class Controller:
         if self.opts.resume:
             return self.ledger.study(self.opts.study_name)
         name = self.opts.study_name or f"{gitops.slugify(recipe.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
-        if self.ledger.db.execute("SELECT 1 FROM autorl_studies WHERE name = ?", [name]).fetchone():
+        if self.ledger.has_study(name):
             raise UserError(f"study {name} exists already: continue it with `autorl run --resume --study {name}`")
         sid = self.ledger.create_study(name=name, recipe_path=rel, recipe=text, base_sha=gitops.head_sha(self.ws.root),
                                        strategy=self.opts.strategy, budget_s=self.opts.budget_s, optuna_study=name)
@@ -185,7 +186,7 @@ class Controller:
 
     def _recover(self) -> None:
         """After a kill: stop orphaned runs, mark their trials interrupted, clean worktrees."""
-        for row in self.ledger.trials(self.study["id"], "status = 'running'"):
+        for row in self.ledger.trials(self.study["id"], status="running"):
             if row.get("pid"):
                 kill_group(int(row["pid"]), grace_s=2.0)
             if row.get("job_id") and row.get("job_address"):
@@ -257,15 +258,16 @@ class Controller:
             self.slots.close()
 
     def finish(self, ctx: TrialContext, outcome: Outcome) -> None:
-        row = self._judge(ctx, outcome)
         a, p = ctx.attempt, ctx.proposal
-        self.proposer.tell(p, {**row, "number": a.number}, outcome.metrics)
+        result = TrialResult(number=a.number, **self._judge(ctx, outcome))
+        self.proposer.tell(p, result)
         final = outcome.metrics.evals[-1] if outcome.metrics.evals else None
         summary = {"attempt": a.name, "proposer": p.proposer, "hypothesis": p.hypothesis, "why": p.why,
-                   "changed": p.values, **row, "final_eval": _strip_items(final)}
-        message = f"{a.name}: {row.get('verdict') or row['status']}{_obj_text(row)}\n\n{row.get('reason') or ''}"
-        lifecycle.close_attempt(self.ws, self.ledger, a, row, summary, message, log_entry=_log_entry(ctx, row))
-        self.view.verdict({"attempt": a.name, **row})
+                   "changed": p.values, **result.ledger_values(), "final_eval": _strip_items(final)}
+        message = f"{a.name}: {result.headline()}\n\n{result.reason}"
+        lifecycle.close_attempt(self.ws, self.ledger, a, result.ledger_values(), summary, message,
+                                log_entry=_log_entry(ctx, result))
+        self.view.verdict({"attempt": a.name, **result.ledger_values()})
 
     # ---- judging -------------------------------------------------------------------
     def _judge(self, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:
@@ -323,7 +325,7 @@ class Controller:
 
     def _gap_to_best(self, value: float, recipe: Recipe) -> float | None:
         """The objective against the best earlier trial of the study (positive = better)."""
-        done = [t["objective"] for t in self.ledger.trials(self.study["id"], "objective IS NOT NULL AND kind = 'trial'")]
+        done = [t["objective"] for t in self.ledger.scored(self.study["id"])]
         if not done:
             return None
         sign = 1 if recipe.objective.direction == "maximize" else -1
@@ -431,32 +433,24 @@ def _strip_items(rec: dict | None) -> dict | None:
     return {k: v for k, v in rec.items() if not k.endswith("/items")} if rec else None
 
 
-def _obj_text(row: dict[str, Any]) -> str:
-    if row.get("objective") is None:
-        return ""
-    delta = f", delta {row['delta']:+.4f}" if row.get("delta") is not None else ""
-    return f" (objective {row['objective']:.4f}{delta})"
-
-
 def _commit_message(p: Proposal, base: dict[str, Any]) -> str:
     changes = "\n".join(f"- {k}: {base.get(k)!r} -> {v!r}" for k, v in p.values.items()) or "- none (the recipe as written)"
     hyp = f"hypothesis: {p.hypothesis}\n" if p.hypothesis else ""
     return f"{p.why}\n\nproposer: {p.proposer}\n{hyp}changed values (previous -> tested):\n{changes}\n"
 
 
-def _log_entry(ctx: TrialContext, row: dict[str, Any]) -> str:
+def _log_entry(ctx: TrialContext, r: TrialResult) -> str:
     p = ctx.proposal
     lines = [f"\n## {ctx.attempt.name}\n", f"- proposer: {p.proposer}" + (f", hypothesis {p.hypothesis}" if p.hypothesis else ""),
              f"- why: {p.why}", f"- changed: {dump_values(p.values) or 'nothing (baseline)'}",
-             f"- status: {row['status']}; verdict: {row.get('verdict') or '-'}{_obj_text(row)}"]
-    if row.get("ci_low") is not None:
-        lines.append(f"- 95% interval for delta: [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}] ({row.get('method')})")
-    if row.get("crash_category"):
-        lines.append(f"- crash: {row['crash_category']}: `{row.get('root_cause')}`; remedy: {row.get('remedy')}")
-    for f in row.get("flags") or []:
+             f"- status: {r.status}; verdict: {r.headline() if r.verdict else '-'}"]
+    if r.ci_low is not None:
+        lines.append(f"- 95% interval for delta: [{r.ci_low:+.4f}, {r.ci_high:+.4f}] ({r.method})")
+    if r.crash_category:
+        lines.append(f"- crash: {r.crash_category}: `{r.root_cause}`; remedy: {r.remedy}")
+    for f in r.flags:
         lines.append(f"- flag {f['name']}: {f['evidence']}")
     return "\n".join(lines) + "\n"
-
 
 def _install_signals(handler) -> dict:
     old = {}

@@ -39,7 +39,7 @@ class PromotionRefused(AutorlError):
 def pick_best(ledger, study: str | None = None) -> tuple[dict, str]:
     """The best trial by verdicts, and why it was picked."""
     sid = ledger.study(study)["id"] if study else None
-    improved = [t for t in ledger.trials(sid, "verdict = 'improved' AND kind = 'trial'")]
+    improved = ledger.trials(sid, verdict="improved", kind="trial")
     if not improved:
         raise NotFoundError("no trial was judged improved: nothing to promote (name one with `autorl promote NN --force`)")
     best = max(improved, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
@@ -50,7 +50,7 @@ def pick_best(ledger, study: str | None = None) -> tuple[dict, str]:
 
 def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
     """The recipe a trial ran (from its start commit), its text and path in the repo."""
-    study = ledger.db["autorl_studies"].get(row["study_id"])
+    study = ledger.study(study_id=row["study_id"])
     rel = study["recipe_path"]
     text = gitops.show_file(ws.root, row["start_tag"], rel)
     if text is None:
@@ -63,7 +63,7 @@ def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
 
 def revalidate(ws, ledger, row: dict, repeats: int, view=print) -> verdict.Verdict:
     """Re-run the trial and the baseline with ``repeats`` fresh seeds each; the paired verdict."""
-    base_row = ledger.trials(row["study_id"], "proposer = 'baseline'")[0]
+    base_row = ledger.baselines(row["study_id"])[0]
     trial, _, _ = trial_recipe(ws, ledger, row)
     base, _, _ = trial_recipe(ws, ledger, base_row)
     seeds = [10_000 + 7 * i for i in range(repeats)]

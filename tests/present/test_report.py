@@ -113,7 +113,7 @@ def test_page_matches_the_ledger(built, study_ws):
         if t.get("start_sha"):
             assert f"{t['start_tag']} @ {t['start_sha'][:10]}" in text
     assert ("![Parameter importances]" in text) != ("Parameter importances: not plotted" in text)
-    if importances(ws.ledger_path, ledger.study()["optuna_study"])[0]:
+    if importances(ledger, ledger.study()["optuna_study"])[0]:
         assert "![Parameter importances]" in text
 
 
@@ -160,12 +160,12 @@ def test_importances_note_with_too_few_trials_then_values(tmp_path):
     storage = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
     study.optimize(lambda t: t.suggest_float("x", 0, 1) + 0 * t.suggest_float("y", 0, 1), n_trials=1)
-    values, note = importances(tmp_path / "ledger.sqlite", "s")
+    values, note = importances(Ledger(tmp_path / "ledger.sqlite"), "s")
     assert values == {} and "1 complete trial" in note
     study.optimize(lambda t: 5 * t.suggest_float("x", 0, 1) + 0.01 * t.suggest_float("y", 0, 1), n_trials=15)
-    values, note = importances(tmp_path / "ledger.sqlite", "s")
+    values, note = importances(Ledger(tmp_path / "ledger.sqlite"), "s")
     assert set(values) == {"x", "y"} and values["x"] > values["y"]
-    assert importances(tmp_path / "ledger.sqlite", "other")[1].startswith("no Optuna study")
+    assert importances(Ledger(tmp_path / "ledger.sqlite"), "other")[1].startswith("no Optuna study")
 
 
 def test_pooled_importances_use_only_keys_that_varied():

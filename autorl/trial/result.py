@@ -1,0 +1,48 @@
+"""How one trial ended, as judged: the one value that goes to Optuna, the ledger, the results file and the views."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["complete", "crash", "pruned", "budget-cut", "interrupted", "config-error", "early-stopped"]
+VerdictName = Literal["improved", "regressed", "flat", "crash", "pruned"]
+
+
+class TrialResult(BaseModel):
+    """A finished trial. Field meanings are the ledger's columns of the same names (docs/ledger.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: int = Field(description="Attempt number NN.")
+    status: Status
+    reason: str = ""
+    finished: float
+    duration_s: float
+    exit_code: int | None = None
+    objective: float | None = None
+    verdict: VerdictName | None = None
+    delta: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    method: str | None = None
+    n_items: int | None = None
+    gap_to_best: float | None = None
+    flags: list[dict[str, Any]] = Field(default_factory=list)
+    crash_category: str | None = None
+    crash_signature: str | None = None
+    root_cause: str | None = None
+    remedy: str | None = None
+
+    def ledger_values(self) -> dict[str, Any]:
+        """The columns this result sets on its ledger row."""
+        return self.model_dump(exclude={"number"})
+
+    def headline(self) -> str:
+        """'improved (objective 0.6100, delta +0.0400)': the verdict (or status) and the numbers."""
+        text = self.verdict or self.status
+        if self.objective is None:
+            return text
+        delta = f", delta {self.delta:+.4f}" if self.delta is not None else ""
+        return f"{text} (objective {self.objective:.4f}{delta})"
