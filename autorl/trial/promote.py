@@ -89,7 +89,7 @@ def _run_once(ws, recipe: Recipe, rev: str, seed: int, name: str, view) -> RunMe
     """One run of ``recipe`` at commit ``rev`` with ``seed``, in a throwaway detached worktree."""
     wt = ws.worktrees / name
     gitops.remove_worktree(ws.root, wt)
-    gitops.git(ws.root, "worktree", "add", "-q", "--detach", str(wt), rev)
+    gitops.add_detached_worktree(ws.root, wt, rev)
     try:
         run_dir = ws.runs / name
         spec = TrialSpec(attempt=name, recipe=recipe, worktree=wt, run_dir=run_dir, cache_dir=ws.cache, seed=seed)
