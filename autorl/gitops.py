@@ -1,21 +1,28 @@
-"""Git for commit-scoped trials: worktrees, attempt branches, start/end tags.
+"""Git for commit-scoped trials: worktrees, attempt branches, start/end tags, on GitPython.
 
 Every ref name comes from :func:`slugify` / :func:`attempt_name`. A study never
 touches the user's working tree, index or current branch: each trial gets its
-own ``git worktree`` under ``.autorl/worktrees/`` at the study's base commit, and
-an existing ref is never overwritten (git refuses, and we check first).
+own ``git worktree`` under ``.autorl/worktrees/`` at the study's base commit, a
+commit made there goes through that worktree's own index, and an existing ref is
+never overwritten (git refuses, and we check first). Every git failure surfaces
+as one line in a :class:`GitError` (or :class:`WorkspaceError` for a bad workspace).
 """
 
 from __future__ import annotations
 
+import os
 import re
-import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import git
 
 from autorl.errors import GitError, WorkspaceError
 
 _SLUG_MAX = 40
-_IDENTITY = ["-c", "user.name=autorl", "-c", "user.email=autorl@localhost"]
+_AUTORL = {"NAME": "autorl", "EMAIL": "autorl@localhost"}
+_NO_REF = (git.BadName, git.BadObject, ValueError, IndexError)
 
 
 def slugify(text: str, max_len: int = _SLUG_MAX) -> str:
@@ -38,96 +45,214 @@ def end_tag(number: int) -> str:
     return f"attempt-{number:02d}-end"
 
 
-def git(root: Path, *args: str, check: bool = True, identity: bool = False) -> str:
-    """Run git with an argv list (never a shell) and return stdout."""
-    argv = ["git", *(_IDENTITY if identity else []), *args]
-    proc = subprocess.run(argv, cwd=root, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        msg = (proc.stderr or proc.stdout).strip().splitlines()
-        raise GitError(f"git {' '.join(args[:3])} failed: {msg[-1] if msg else proc.returncode}")
-    return proc.stdout.strip()
+# ---- opening a repository and turning git failures into one line -------------------------
+@contextmanager
+def _open(root: Path) -> Iterator[git.Repo]:
+    """The repository at ``root`` (a worktree opens as itself); closed afterwards."""
+    try:
+        repo = git.Repo(root, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise GitError(f"{root} is not a git repository") from None
+    try:
+        yield repo
+    except git.GitCommandError as exc:
+        raise GitError(f"git {_verb(exc)} failed: {_last_line(exc)}") from None
+    finally:
+        repo.close()
 
 
+def _verb(exc: git.GitCommandError) -> str:
+    argv = exc.command if isinstance(exc.command, list) else str(exc.command).split()
+    return " ".join(str(a) for a in argv[1:4])
+
+
+def _last_line(exc: git.GitCommandError) -> str:
+    text = str(exc.stderr or exc.stdout or "").strip()
+    text = text.removeprefix("stderr: '").removeprefix("stdout: '").removesuffix("'")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit status {exc.status}"
+
+
+# ---- repository and refs --------------------------------------------------------------------
 def repo_root(path: str | Path) -> Path:
-    """The top level of the git repository containing ``path``."""
+    """The top level of the git repository (or worktree) containing ``path``."""
     p = Path(path)
     if not p.is_dir():
         raise WorkspaceError(f"{p} is not a directory: pass an existing workspace with -C DIR")
-    proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=p, capture_output=True, text=True)
-    if proc.returncode != 0:
+    try:
+        with git.Repo(p, search_parent_directories=True) as repo:
+            top = repo.working_tree_dir
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        top = None
+    if top is None:
         raise WorkspaceError(f"{p.resolve()} is not a git repository: run `autorl init {p}` first")
-    return Path(proc.stdout.strip())
+    return Path(top).resolve()
+
+
+def init_repo(root: Path) -> None:
+    """``git init`` at ``root`` (an existing repository is left as it is)."""
+    git.Repo.init(root).close()
+
+
+def common_dir(root: Path) -> Path:
+    """The git directory shared by the repository and all its worktrees (absolute)."""
+    with _open(root) as repo:
+        return Path(repo.common_dir).resolve()
+
+
+def has_commits(root: Path) -> bool:
+    with _open(root) as repo:
+        return repo.head.is_valid()
 
 
 def head_sha(root: Path) -> str:
-    sha = git(root, "rev-parse", "--verify", "-q", "HEAD", check=False)
-    if not sha:
-        raise WorkspaceError(f"{root} has no commits yet: commit your recipe first (git add -A && git commit)")
-    return sha
+    with _open(root) as repo:
+        if not repo.head.is_valid():
+            raise WorkspaceError(f"{root} has no commits yet: commit your recipe first (git add -A && git commit)")
+        return repo.head.commit.hexsha
 
 
-def current_branch(root: Path) -> str:
-    return git(root, "symbolic-ref", "-q", "--short", "HEAD", check=False) or git(root, "rev-parse", "HEAD")
+def _resolves(repo: git.Repo, ref: str) -> bool:
+    try:
+        repo.rev_parse(ref)
+    except _NO_REF:
+        return False
+    return True
+
+
+def ref_exists(root: Path, ref: str) -> bool:
+    with _open(root) as repo:
+        return _resolves(repo, ref)
 
 
 def next_attempt_number(root: Path, floor: int = 0) -> int:
     """One past the highest attempt-NN in any branch or tag (and past ``floor``)."""
-    refs = git(root, "for-each-ref", "--format=%(refname:short)", "refs/heads/attempt-*", "refs/tags/attempt-*")
-    nums = [int(m.group(1)) for m in (re.match(r"attempt-(\d+)", r) for r in refs.split()) if m]
+    with _open(root) as repo:
+        names = [r.name for r in (*repo.heads, *repo.tags)]
+    nums = [int(m.group(1)) for m in (re.match(r"attempt-(\d+)", n) for n in names) if m]
     return max(nums + [floor]) + 1
 
 
-def ref_exists(root: Path, ref: str) -> bool:
-    return bool(git(root, "rev-parse", "--verify", "-q", ref, check=False))
+def refs(root: Path) -> dict[str, str]:
+    """Every branch and tag by short name with the commit it points at (tags peeled)."""
+    with _open(root) as repo:
+        out = {}
+        for ref in (*repo.heads, *repo.tags):
+            try:
+                out[ref.name] = ref.commit.hexsha
+            except _NO_REF:
+                continue
+        return out
 
 
+# ---- worktrees -------------------------------------------------------------------------------
 def add_worktree(root: Path, path: Path, branch: str, base: str) -> None:
     """A new worktree on a new branch at ``base``; refuses an existing branch."""
-    if ref_exists(root, f"refs/heads/{branch}"):
-        raise GitError(f"branch {branch} already exists; refusing to overwrite it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    git(root, "worktree", "add", "-q", "-b", branch, str(path), base)
+    with _open(root) as repo:
+        if _resolves(repo, f"refs/heads/{branch}"):
+            raise GitError(f"branch {branch} already exists; refusing to overwrite it")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        repo.git.worktree("add", "-q", "-b", branch, str(path), base)
 
 
-def commit(worktree: Path, message: str, paths: list[str]) -> str:
-    """Stage ``paths`` in the worktree and commit; returns the new SHA."""
-    git(worktree, "add", "-f", "--", *paths)
-    git(worktree, "commit", "-q", "--allow-empty", "-m", message, identity=_needs_identity(worktree))
-    return git(worktree, "rev-parse", "HEAD")
-
-
-def _needs_identity(root: Path) -> bool:
-    return not git(root, "config", "user.email", check=False)
-
-
-def tag(root: Path, name: str, sha: str, message: str | None = None) -> None:
-    if ref_exists(root, f"refs/tags/{name}"):
-        raise GitError(f"tag {name} already exists; refusing to overwrite it")
-    if message:
-        git(root, "tag", "-a", name, sha, "-m", message, identity=_needs_identity(root))
-    else:
-        git(root, "tag", name, sha)
+def add_detached_worktree(root: Path, path: Path, rev: str) -> None:
+    """A throwaway worktree with a detached HEAD at ``rev`` (no branch is created)."""
+    with _open(root) as repo:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        repo.git.worktree("add", "-q", "--detach", str(path), rev)
 
 
 def remove_worktree(root: Path, path: Path) -> None:
-    """Remove a trial worktree (its branch and tags stay)."""
-    if path.exists():
-        git(root, "worktree", "remove", "--force", str(path), check=False)
-    git(root, "worktree", "prune", check=False)
+    """Remove a trial worktree (its branch and tags stay); a missing one is not an error."""
+    with _open(root) as repo:
+        if path.exists():
+            _quietly(repo.git.worktree, "remove", "--force", str(path))
+        _quietly(repo.git.worktree, "prune")
 
 
+def _quietly(fn, *args: str) -> None:
+    try:
+        fn(*args)
+    except git.GitCommandError:
+        pass
+
+
+# ---- commits, tags, patches ------------------------------------------------------------------
+def commit(worktree: Path, message: str, paths: list[str], *, as_autorl: bool = False) -> str:
+    """Stage ``paths`` (even ignored ones) in the worktree's own index and commit; returns the SHA.
+
+    The commit is made even when nothing changed. Identity: git's environment variables,
+    else the user's configured one, else autorl <autorl@localhost> (always, with ``as_autorl``).
+    """
+    with _open(worktree) as repo:
+        _stage(repo, paths)
+        author, committer = _actors(repo, as_autorl)
+        return repo.index.commit(message, author=author, committer=committer).hexsha
+
+
+def _stage(repo: git.Repo, paths: list[str]) -> None:
+    """``git add -f``: present paths are added, vanished tracked ones are staged as removed."""
+    top = Path(repo.working_tree_dir)
+    present = [p for p in paths if (top / p).exists() or (top / p).is_symlink()]
+    gone = [p for p in paths if p not in present]
+    if present:
+        repo.index.add(present, force=True)
+    if gone:
+        repo.index.remove(gone, r=True)
+
+
+def _has_identity(repo: git.Repo) -> bool:
+    return bool(repo.config_reader().get_value("user", "email", default=""))
+
+
+def _actors(repo: git.Repo, as_autorl: bool) -> tuple[git.Actor | None, git.Actor | None]:
+    """None (GitPython reads env and config) when the user has an identity, else autorl's."""
+    if _has_identity(repo) and not as_autorl:
+        return None, None
+    return _autorl_actor("AUTHOR"), _autorl_actor("COMMITTER")
+
+
+def _autorl_actor(role: str) -> git.Actor:
+    env = _identity_env(role)
+    return git.Actor(env[f"GIT_{role}_NAME"], env[f"GIT_{role}_EMAIL"])
+
+
+def _identity_env(role: str) -> dict[str, str]:
+    """autorl's identity for ``role``, where git's own environment variables don't set one."""
+    return {f"GIT_{role}_{k}": os.environ.get(f"GIT_{role}_{k}", v) for k, v in _AUTORL.items()}
+
+
+def tag(root: Path, name: str, sha: str, message: str | None = None) -> None:
+    """Tag ``sha`` (annotated when ``message`` is given); refuses an existing tag."""
+    with _open(root) as repo:
+        if _resolves(repo, f"refs/tags/{name}"):
+            raise GitError(f"tag {name} already exists; refusing to overwrite it")
+        env = _identity_env("COMMITTER") if message and not _has_identity(repo) else {}
+        with repo.git.custom_environment(**env):
+            repo.create_tag(name, ref=sha, message=message)
+
+
+def apply_patch(worktree: Path, patch: Path) -> list[str]:
+    """Apply a patch file in the worktree (not its index); returns the paths it touches."""
+    with _open(worktree) as repo:
+        stat = repo.git.apply("--numstat", str(patch))
+        repo.git.apply(str(patch))
+    return [line.split("\t")[-1] for line in stat.splitlines() if line.strip()]
+
+
+# ---- reading ---------------------------------------------------------------------------------
 def diff(root: Path, a: str, b: str, paths: list[str] | None = None) -> str:
-    return git(root, "diff", a, b, "--", *(paths or []))
+    with _open(root) as repo:
+        return repo.git.diff(a, b, "--", *(paths or [])).strip()
 
 
 def show_file(root: Path, rev: str, path: str) -> str | None:
-    out = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True, text=True)
-    return out.stdout if out.returncode == 0 else None
-
-
-def is_tracked_clean(root: Path, rel: str) -> bool:
-    """True when ``rel`` is committed at HEAD and unmodified in the working tree."""
-    tracked = git(root, "ls-files", "--error-unmatch", "--", rel, check=False)
-    if not tracked:
-        return False
-    return not git(root, "status", "--porcelain", "--", rel, check=False)
+    """The text of ``path`` at ``rev``, or None when either does not exist."""
+    with _open(root) as repo:
+        try:
+            blob = repo.commit(rev).tree / path
+        except (*_NO_REF, KeyError):
+            return None
+        if blob.type != "blob":
+            return None
+        return blob.data_stream.read().decode("utf-8", errors="replace")

@@ -47,8 +47,7 @@ class Workspace:
 
     def ensure_ignored(self) -> None:
         """Keep autorl's files out of ``git status`` without editing the user's tree."""
-        git_dir = Path(gitops.git(self.root, "rev-parse", "--git-common-dir"))
-        exclude = (git_dir if git_dir.is_absolute() else self.root / git_dir) / "info" / "exclude"
+        exclude = gitops.common_dir(self.root) / "info" / "exclude"
         exclude.parent.mkdir(parents=True, exist_ok=True)
         text = exclude.read_text() if exclude.exists() else ""
         missing = [line for line in IGNORES if line not in text.splitlines()]
@@ -74,16 +73,16 @@ def init_workspace(path: str | Path) -> Path:
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
     if not (root / ".git").exists():
-        gitops.git(root, "init", "-q")
+        gitops.init_repo(root)
     for sub in ("recipes", "hypotheses", "patches"):
         (root / sub).mkdir(exist_ok=True)
     recipe = root / "recipes" / "default.yaml"
     if not recipe.exists():
         shutil.copyfile(default_recipe_source(), recipe)
     _append_gitignore(root / ".gitignore")
-    if not gitops.git(root, "rev-parse", "--verify", "-q", "HEAD", check=False):
-        gitops.git(root, "add", "recipes/default.yaml", ".gitignore")
-        gitops.git(root, "commit", "-q", "-m", "autorl init: default recipe and ignores", identity=True)
+    if not gitops.has_commits(root):
+        gitops.commit(root, "autorl init: default recipe and ignores", ["recipes/default.yaml", ".gitignore"],
+                      as_autorl=True)
     return root.resolve()
 
 

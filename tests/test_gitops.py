@@ -68,3 +68,110 @@ def test_existing_refs_are_never_overwritten(tmp_path):
 def test_not_a_repository(tmp_path):
     with pytest.raises(WorkspaceError, match="not a git repository"):
         gitops.repo_root(tmp_path)
+
+
+def test_show_file_missing_rev_or_path_is_none(tmp_path):
+    root = _repo(tmp_path)
+    assert gitops.show_file(root, "HEAD", "f.txt") == "a\n"
+    assert gitops.show_file(root, "HEAD", "nope.txt") is None
+    assert gitops.show_file(root, "no-such-ref", "f.txt") is None
+
+
+def test_init_repo_has_commits_and_common_dir(tmp_path):
+    root = tmp_path / "new"
+    root.mkdir()
+    gitops.init_repo(root)
+    assert not gitops.has_commits(root)
+    with pytest.raises(WorkspaceError, match="no commits yet"):
+        gitops.head_sha(root)
+    (root / "f.txt").write_text("a\n")
+    sha = gitops.commit(root, "first", ["f.txt"])
+    assert gitops.has_commits(root) and gitops.head_sha(root) == sha
+    wt = root / ".autorl" / "worktrees" / "attempt-01-x"
+    gitops.add_worktree(root, wt, "attempt-01-x", sha)
+    assert gitops.common_dir(wt) == gitops.common_dir(root) == (root / ".git").resolve()
+    assert gitops.repo_root(wt / ".") == wt.resolve()
+
+
+def test_commit_stages_ignored_and_deleted_paths_in_the_worktree_index_only(tmp_path):
+    root = _repo(tmp_path)
+    (root / ".gitignore").write_text("results/\n")
+    git(root, "add", ".gitignore")
+    git(root, "commit", "-qm", "ignore results")
+    user_index = (root / ".git" / "index").read_bytes()
+    wt = tmp_path / "wts" / "attempt-01-x"
+    gitops.add_worktree(root, wt, "attempt-01-x", gitops.head_sha(root))
+    (wt / "results").mkdir()
+    (wt / "results" / "r.json").write_text("{}\n")
+    (wt / "f.txt").unlink()
+    sha = gitops.commit(wt, "results", ["results/r.json", "f.txt"])
+    assert git(root, "ls-tree", "-r", "--name-only", sha).split() == [".gitignore", "results/r.json"]
+    assert git(root, "rev-parse", "attempt-01-x") == sha and git(wt, "status", "--porcelain") == ""
+    assert (root / ".git" / "index").read_bytes() == user_index
+    assert git(root, "symbolic-ref", "--short", "HEAD") != "attempt-01-x"
+    with pytest.raises(GitError, match="did not match"):
+        gitops.commit(wt, "nothing there", ["never-existed.txt"])
+
+
+def test_commit_and_annotated_tag_identity(tmp_path, monkeypatch):
+    (tmp_path / "r").mkdir()
+    root = _repo(tmp_path / "r")
+    home = tmp_path / "home"
+    home.mkdir()
+    for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    sha = gitops.commit(root, "no identity configured", ["f.txt"])
+    who = git(root, "log", "-1", "--format=%an <%ae> %cn <%ce>", sha)
+    assert who == "autorl <autorl@localhost> autorl <autorl@localhost>"
+    gitops.tag(root, "attempt-01-end", sha, message="why")
+    assert git(root, "for-each-ref", "--format=%(taggername) %(taggeremail) %(*objectname)",
+               "refs/tags/attempt-01-end") == f"autorl <autorl@localhost> {sha}"
+    git(root, "config", "user.name", "Ada")
+    git(root, "config", "user.email", "ada@example.com")
+    mine = gitops.commit(root, "user identity", ["f.txt"])
+    forced = gitops.commit(root, "forced", ["f.txt"], as_autorl=True)
+    assert git(root, "log", "-1", "--format=%an <%ae>", mine) == "Ada <ada@example.com>"
+    assert git(root, "log", "-1", "--format=%an <%ae>", forced) == "autorl <autorl@localhost>"
+
+
+def test_refs_peel_tags_and_list_branches(tmp_path):
+    root = _repo(tmp_path)
+    head = gitops.head_sha(root)
+    git(root, "branch", "attempt-02-b")
+    gitops.tag(root, "attempt-02-start", head)
+    git(root, "tag", "-a", "attempt-02-end", "-m", "annotated", head)
+    got = gitops.refs(root)
+    assert {k: got[k] for k in ("attempt-02-b", "attempt-02-start", "attempt-02-end")} == dict.fromkeys(
+        ("attempt-02-b", "attempt-02-start", "attempt-02-end"), head)
+
+
+def test_detached_worktree_makes_no_branch(tmp_path):
+    root = _repo(tmp_path)
+    before = git(root, "for-each-ref", "--format=%(refname)")
+    wt = tmp_path / ".autorl" / "worktrees" / "full-seed-1"
+    gitops.add_detached_worktree(root, wt, gitops.head_sha(root))
+    assert (wt / "f.txt").read_text() == "a\n"
+    assert git(wt, "rev-parse", "--abbrev-ref", "HEAD") == "HEAD"
+    gitops.remove_worktree(root, wt)
+    assert not wt.exists() and git(root, "for-each-ref", "--format=%(refname)") == before
+    gitops.remove_worktree(root, wt)
+
+
+def test_apply_patch_returns_touched_paths_and_fails_in_one_line(tmp_path):
+    root = _repo(tmp_path)
+    (root / "f.txt").write_text("a\nb\n")
+    (root / "g.txt").write_text("new\n")
+    git(root, "add", "-N", "g.txt")
+    patch = tmp_path / "p.diff"
+    patch.write_text(git(root, "diff") + "\n")
+    git(root, "reset", "-q")
+    git(root, "checkout", "-q", "--", "f.txt")
+    (root / "g.txt").unlink()
+    assert gitops.apply_patch(root, patch) == ["f.txt", "g.txt"]
+    assert (root / "f.txt").read_text() == "a\nb\n" and (root / "g.txt").read_text() == "new\n"
+    with pytest.raises(GitError) as err:
+        gitops.apply_patch(root, patch)
+    assert str(err.value).startswith("git apply ") and "\n" not in str(err.value)
+    assert str(err.value).endswith("g.txt: already exists in working directory")

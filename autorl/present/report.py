@@ -190,15 +190,11 @@ def _importances(ledger, st: dict, trials: list[dict], space: dict, direction: s
 
 
 def _refs(root: Path) -> dict[str, str]:
-    """Every branch and tag with the commit it points at (tags peeled)."""
-    fmt = "%(refname:short) %(objectname) %(*objectname)"
-    out = gitops.git(root, "for-each-ref", f"--format={fmt}", "refs/heads", "refs/tags", check=False)
-    refs = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 2:
-            refs[parts[0]] = parts[-1]
-    return refs
+    """Every branch and tag with the commit it points at (tags peeled); none when git can't tell."""
+    try:
+        return gitops.refs(root)
+    except GitError:
+        return {}
 
 
 def _show(ws, ledger, number: int) -> dict[str, Any]:

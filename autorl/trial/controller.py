@@ -225,9 +225,7 @@ class Controller:
         patch = Path(p.patch)
         if not patch.is_file():
             raise UserError(f"patch {patch} of hypothesis {p.hypothesis} not found: add it to patches/ or fix the hypothesis")
-        out = gitops.git(wt, "apply", "--numstat", str(patch))
-        gitops.git(wt, "apply", str(patch))
-        return [line.split("\t")[-1] for line in out.splitlines() if line.strip()]
+        return gitops.apply_patch(wt, patch)
 
     def launch(self, ctx: TrialContext, slot: int = 0) -> "_Running | Outcome":
         """Start the trial on its backend; a Watch over it, or the Outcome if it never started."""

@@ -149,7 +149,7 @@ def run_detached(ws, recipe: Recipe, rev: str, name: str, seed: int | None = Non
     """One run of ``recipe`` at commit ``rev`` in a throwaway detached worktree (no branch, no ledger row)."""
     wt = ws.worktrees / name
     gitops.remove_worktree(ws.root, wt)
-    gitops.git(ws.root, "worktree", "add", "-q", "--detach", str(wt), rev)
+    gitops.add_detached_worktree(ws.root, wt, rev)
     try:
         spec = TrialSpec(attempt=name, recipe=recipe, worktree=wt, run_dir=ws.runs / name, cache_dir=ws.cache, seed=seed)
         return follow(watch_run(launch(get_backend(recipe.backend), spec), recipe))
