@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from autorl.judge import diagnose
-from autorl.search import hypotheses
 from autorl.metrics import RunMetrics
 from autorl.recipe import dump_values
+from autorl.search import hypotheses
+from autorl.search.proposal import Proposal, changed
+from autorl.search.strategies import OptunaStrategy
 
 
 class HypothesisStrategy:
@@ -30,10 +32,9 @@ class HypothesisStrategy:
         backend = proposer.base.backend
         self.library = [h for h in hypotheses.load_library(dirs) if h.backends is None or backend in h.backends]
         self.last_diagnosis: diagnose.Diagnosis | None = None
+        self.fallback = OptunaStrategy(proposer)
 
-    def propose(self):
-        from autorl.search.proposer import Proposal, changed
-
+    def propose(self) -> Proposal:
         trials = self.p.ledger.trials(self.p.study["id"])
         diag = self._diagnosis(trials)
         follow = continuation(trials, self.library)
@@ -42,7 +43,7 @@ class HypothesisStrategy:
         else:
             ranked = hypotheses.rank(self.library, diag, trials, self.p.base.backend)
             if not ranked:
-                return self.p._optuna()
+                return self.fallback.propose()
             h, inc, reason = ranked[0].hypothesis, self.incumbent(trials), ranked[0].why
         space = hypotheses.resolve_search(h, inc, self.p.base.search)
         fixed = hypotheses.fixed_values(h, inc)
@@ -53,7 +54,7 @@ class HypothesisStrategy:
         delta = changed(inc, {**fixed, **params})
         why = f"tests {h.id} ({h.title}); {reason}; diagnosis: {diag.summary() if diag else 'none yet'}"
         return Proposal("hypothesis", values, why, f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
-                        hypothesis=h.id, search=search, optuna_number=number, patch=_patch_path(h))
+                        hypothesis=h.id, optuna_study=search.name, optuna_number=number, patch=_patch_path(h))
 
     def incumbent(self, trials: list[dict]) -> dict[str, Any]:
         """Train values of the best improved trial (by objective), else the baseline's."""

@@ -11,29 +11,17 @@ Strategies (``--strategy``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
 from typing import Any
 
 from autorl.judge import triage
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe, dump_values
+from autorl.search.hypotheses_strategy import HypothesisStrategy
+from autorl.search.proposal import Proposal
+from autorl.search.strategies import OptunaStrategy, Strategy
 from autorl.search.study import Search
 from autorl.trial.result import TrialResult
-
-
-@dataclass
-class Proposal:
-    """The next trial: values to change in the base recipe, and why."""
-
-    proposer: str
-    values: dict[str, Any]
-    why: str
-    slug: str
-    hypothesis: str | None = None
-    search: Search | None = field(default=None, repr=False)
-    optuna_number: int | None = None
-    retry_of: int | None = None
-    patch: str | None = None
 
 
 class Proposer:
@@ -44,11 +32,7 @@ class Proposer:
         self.pending: list[Proposal] = []
         self._searches: dict[str, Search] = {}
         self._baseline_cache: dict[int, RunMetrics] = {}
-        self._hyp = None
-        if opts.strategy == "hypotheses":
-            from autorl.search.hypotheses_strategy import HypothesisStrategy
-
-            self._hyp = HypothesisStrategy(self)
+        self.strategy: Strategy = make_strategy(opts.strategy, self)
 
     # ---- searches ---------------------------------------------------------------
     def search(self, name: str | None = None, sampler: str | None = None) -> Search:
@@ -74,9 +58,7 @@ class Proposer:
             return base
         if not self.baseline_runs():
             return None
-        if self._hyp is not None:
-            return self._hyp.propose()
-        return self._optuna()
+        return self.strategy.propose()
 
     def _baseline_need(self) -> tuple[bool, Proposal | None]:
         """(True, proposal) to run a baseline now, (True, None) to wait for one in flight."""
@@ -93,11 +75,12 @@ class Proposer:
         seed0 = int(self.base.train.get("seed", 0) or 0)
         values = {} if k == 0 else {"seed": seed0 + k}
         why = "baseline: the recipe as written" if k == 0 else f"baseline repeat {k + 1} (seed {seed0 + k}) to measure seed noise"
-        p = Proposal("baseline", values, why, "baseline" if k == 0 else f"baseline-seed{seed0 + k}")
-        if first and self.base.search:
-            p.search = self.search()
-            p.optuna_number, _ = p.search.ask(self.base.search, fixed={key: self.base.train[key] for key in self.base.search})
-        return p
+        slug = "baseline" if k == 0 else f"baseline-seed{seed0 + k}"
+        if not (first and self.base.search):
+            return Proposal("baseline", values, why, slug)
+        search = self.search()
+        number, _ = search.ask(self.base.search, fixed={key: self.base.train[key] for key in self.base.search})
+        return Proposal("baseline", values, why, slug, optuna_study=search.name, optuna_number=number)
 
     def ask(self, search: Search, space: dict, fixed: dict | None = None) -> tuple[int, dict[str, Any]]:
         """Ask Optuna, skipping points next to a crash that repeated (told FAIL without running)."""
@@ -121,20 +104,12 @@ class Proposer:
                 return r["attempt"]
         return None
 
-    def _optuna(self) -> Proposal:
-        search = self.search()
-        number, params = self.ask(search, self.base.search)
-        values = changed(self.base.train, params)
-        label = "random" if self.opts.strategy == "random" else "optuna"
-        why = f"{label} proposal: {dump_values(values) or 'baseline values'}"
-        return Proposal(label, values, why, dump_values(values) or label, search=search, optuna_number=number)
-
     # ---- feedback ---------------------------------------------------------------------
     def tell(self, p: Proposal, result: TrialResult) -> None:
         """Tell Optuna how the trial ended (FAIL for a crash, never a score) and queue an OOM retry."""
-        if p.search is not None and p.optuna_number is not None:
+        if p.optuna_study is not None and p.optuna_number is not None:
             state = {"complete": "complete", "pruned": "pruned"}.get(result.status, "fail")
-            p.search.tell(p.optuna_number, state, result.objective)
+            self.search(p.optuna_study).tell(p.optuna_number, state, result.objective)
         action = triage.crash_action(result.crash_category) if result.crash_category else None
         if action == "retry_reduced" and p.retry_of is None and result.status == "crash":
             self._queue_oom_retry(p, result.number)
@@ -149,6 +124,12 @@ class Proposer:
         retry = Proposal("retry", values, why, "oom-retry-" + dump_values(reduced), hypothesis=p.hypothesis,
                          retry_of=number, patch=p.patch)
         self.pending.append(retry)
+
+    def report(self, p: Proposal, value: float, step: int) -> bool:
+        """Report an intermediate value of ``p``'s Optuna trial; True when the pruner says stop."""
+        if p.optuna_study is None or p.optuna_number is None:
+            return False
+        return self.search(p.optuna_study).report(p.optuna_number, value, step)
 
     # ---- the baseline -----------------------------------------------------------------------
     def _baselines(self) -> list[dict]:
@@ -172,10 +153,13 @@ AVOID_RADIUS = 0.1  # normalised distance to a repeatedly crashing point that is
 AVOID_TRIES = 10
 
 
+def make_strategy(name: str, proposer: "Proposer") -> Strategy:
+    """The strategy ``--strategy name`` names."""
+    return HypothesisStrategy(proposer) if name == "hypotheses" else OptunaStrategy(proposer, label=name)
+
+
 def distance(space: dict, a: dict[str, Any], b: dict[str, Any]) -> float:
     """Chebyshev distance in the search space, each axis scaled to [0, 1] (log axes in log space)."""
-    import math
-
     worst = 0.0
     for key, p in space.items():
         x, y = a.get(key), b.get(key)
@@ -186,15 +170,3 @@ def distance(space: dict, a: dict[str, Any], b: dict[str, Any]) -> float:
         fx, fy = (math.log(max(x, 1e-300)), math.log(max(y, 1e-300))) if p.log else (x, y)
         worst = max(worst, abs(fx - fy) / ((hi - lo) or 1.0))
     return worst
-
-
-def changed(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``params`` whose value differs from ``base`` (floats to 4 significant digits)."""
-    rounded = {k: _round(v) for k, v in params.items()}
-    return {k: v for k, v in rounded.items() if base.get(k) != v}
-
-
-def _round(v: Any) -> Any:
-    if isinstance(v, float) and not isinstance(v, bool) and v != 0:
-        return float(f"{v:.4g}")
-    return v

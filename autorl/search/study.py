@@ -45,6 +45,7 @@ class Search:
     def __init__(self, storage: str | Path, name: str, direction: str = "maximize",
                  sampler: str = "tpe", seed: int = 0, parallel: bool = False):
         optuna = _optuna()
+        self.name = name
         url = storage if str(storage).startswith("sqlite:") else f"sqlite:///{Path(storage).resolve()}"
         self.storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
         self.study = optuna.create_study(study_name=name, storage=self.storage, direction=direction,

@@ -34,7 +34,8 @@ from autorl.ledger import Ledger, ledger_guard
 from autorl.metrics import RunMetrics
 from autorl.present.live import PlainView
 from autorl.recipe import Recipe, apply_override, dump_values, load_recipe, set_train_values, validate_recipe
-from autorl.search.proposer import Proposal, Proposer
+from autorl.search.proposal import Proposal
+from autorl.search.proposer import Proposer
 from autorl.trial import lifecycle
 from autorl.trial.result import TrialResult
 from autorl.trial.slots import Slots, stop_job
@@ -364,12 +365,12 @@ class _WatchState:
         return self._prune(records)
 
     def _prune(self, records: list[dict]) -> Stop | None:
-        if not self.recipe.abort.pruner or self.ctx.proposal.search is None:
+        if not self.recipe.abort.pruner or self.ctx.proposal.optuna_number is None:
             return None
         key, last = self.recipe.objective.metric, int(self.recipe.train.get("steps") or 0)
         for rec in records:  # the final eval is the result, not an intermediate value: never pruned on it
             if rec.get("type") == "eval" and isinstance(rec.get(key), (int, float)) and 0 < rec.get("step", 0) < (last or 1e18):
-                if self.ctx.proposal.search.report(self.ctx.proposal.optuna_number, rec[key], int(rec["step"])):
+                if self.ctl.proposer.report(self.ctx.proposal, rec[key], int(rec["step"])):
                     return Stop("pruned", f"Optuna median pruner at step {rec['step']} ({key} = {rec[key]:.3f})")
         return None
 
