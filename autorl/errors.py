@@ -3,7 +3,12 @@
 ``UserError`` (exit 2) is a mistake the user can fix: bad recipe, bad flag, not a
 git repository. Anything else under ``AutorlError`` (exit 1) is a failure of the
 system or an external tool. Messages name what is wrong and what to do.
+``validation_line`` is the one formatter of a pydantic ValidationError.
 """
+
+from __future__ import annotations
+
+from typing import Any, Callable
 
 
 class AutorlError(Exception):
@@ -42,5 +47,19 @@ class BackendError(AutorlError):
     """A backend could not plan or launch a trial."""
 
 
-class LedgerError(AutorlError):
-    """The ledger could not be read or written."""
+def validation_line(exc: Any, prefix: str = "", unknown: Callable[[tuple], str] | None = None) -> str:
+    """One line naming the first invalid field of a pydantic ValidationError (an unknown key first).
+
+    ``prefix`` is prepended to the field's path (``train`` gives ``train.lr``); ``unknown(loc)`` says what to do
+    about an unknown key (default: check the spelling).
+    """
+    err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    loc = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+    if err["type"] == "extra_forbidden":
+        return f"unknown key '{loc}': {unknown(err['loc']) if unknown else 'check the spelling'}"
+    if err["type"] == "missing":
+        return f"'{loc}' is missing: add it"
+    msg = err["msg"].removeprefix("Value error, ")
+    got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+    return f"{loc}: {msg}{got}" if loc else msg

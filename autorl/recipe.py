@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autorl.backends.registry import BACKENDS, BackendName
-from autorl.errors import RecipeError
+from autorl.errors import RecipeError, validation_line
 
 
 
@@ -132,18 +132,12 @@ def _validate_params(model: type[BaseModel], train: dict, where: str) -> dict:
     try:
         typed = model.model_validate(train)
     except ValidationError as exc:
-        raise ValueError(_first_error(exc, prefix=where)) from None
+        raise ValueError(validation_line(exc, where, unknown=_unknown_key)) from None
     return typed.model_dump(exclude_unset=False, exclude_defaults=False, mode="json") | {}
 
 
-def _first_error(exc: ValidationError, prefix: str = "") -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    loc = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
-    if err["type"] == "extra_forbidden":
-        return f"unknown key '{loc}': check the spelling (see `autorl recipe keys`)"
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{loc}: {msg} (got {err.get('input')!r})" if loc else msg
+def _unknown_key(loc: tuple) -> str:
+    return "check the spelling (docs/recipe.md lists every key)"
 
 
 def validate_recipe(data: Any, source: str = "recipe") -> Recipe:
@@ -153,7 +147,7 @@ def validate_recipe(data: Any, source: str = "recipe") -> Recipe:
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
-        raise RecipeError(f"{source}: {_first_error(exc)}") from None
+        raise RecipeError(f"{source}: {validation_line(exc, unknown=_unknown_key)}") from None
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:

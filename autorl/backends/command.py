@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from autorl.backends.base import Backend, LaunchPlan, LocalProcess, TrialSpec
 from autorl.backends.readers import make_reader
-from autorl.errors import RecipeError
+from autorl.errors import RecipeError, validation_line
 
 # Values every template may use besides the train keys; filled in by plan().
 PROVIDED_KEYS = ("run_dir", "seed", "cache_dir", "attempt", "worktree")
@@ -156,9 +156,7 @@ def _params(train: dict[str, Any]) -> CommandParams:
     try:
         return CommandParams.model_validate(train)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "train"
-        raise RecipeError(f"train.{where}: {err['msg'].removeprefix('Value error, ')}") from None
+        raise RecipeError(validation_line(exc, "train")) from None
 
 
 def _provided(spec: TrialSpec, params: CommandParams, run_dir: Path) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from autorl.backends.readers import DEFAULT_METRIC_MAP, to_record
 from autorl.backends.trl import TRLParams, grpo_config_kwargs
 from autorl.engine.__main__ import exit_code
-from autorl.errors import UserError
+from autorl.errors import UserError, validation_line
 REWARD_NAME = "task_reward"  # the reward function's __name__, hence TRL's "rewards/task_reward/mean"
 TRL_METRIC_MAP = dict(DEFAULT_METRIC_MAP)
 NAN_KEYS = ("loss", "grad_norm")  # autorl keys whose NaN/inf stops the run
@@ -58,9 +58,7 @@ def load_params(path: str) -> TRLParams:
     try:
         return TRLParams.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "config"
-        raise UserError(f"config {where}: {err['msg'].removeprefix('Value error, ')}") from None
+        raise UserError(f"config: {validation_line(exc)}") from None
 
 
 def engine_config(params: TRLParams, model: str):

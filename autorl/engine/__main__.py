@@ -17,18 +17,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from autorl.engine.config import EngineConfig
-from autorl.errors import UserError
+from autorl.errors import UserError, validation_line
 
 EXIT_NAN = 3
 
 
 def config_error(exc: ValidationError) -> str:
     """One line naming the first invalid field of a config."""
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "config"
-    if err["type"] == "extra_forbidden":
-        return f"unknown config key '{loc}': check the spelling against EngineConfig"
-    return f"config {loc}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})"
+    return "config: " + validation_line(exc, unknown=lambda loc: "check the spelling against EngineConfig")
 
 
 def load_config(path: str) -> EngineConfig:

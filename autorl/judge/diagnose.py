@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autorl.data import shipped
-from autorl.errors import UserError
+from autorl.errors import UserError, validation_line
 from autorl.metrics import RunMetrics, iter_records
 
 RULES_PATH = shipped("rules", "diagnosis.yaml")
@@ -225,9 +225,7 @@ def load_rules(path: Path = RULES_PATH) -> DiagnosisRules:
     except (OSError, yaml.YAMLError) as exc:
         raise DiagnosisRulesError(f"{path}: cannot read rules ({exc}): restore the file") from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise DiagnosisRulesError(f"{path}: {loc}: {err['msg']}") from None
+        raise DiagnosisRulesError(f"{path}: {validation_line(exc)}") from None
     _check_names(rules, path)
     return rules
 

@@ -71,7 +71,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autorl.judge.diagnose import Diagnosis, bottleneck_names, bottleneck_symptoms, symptom_names
-from autorl.errors import UserError
+from autorl.errors import UserError, validation_line
 from autorl.data import shipped
 from autorl.backends.registry import BACKENDS, BackendName
 from autorl.recipe import SearchParam, params_model, yaml_error_text
@@ -249,17 +249,12 @@ def _split_front_matter(path: Path) -> tuple[dict, str]:
 
 
 def _first_error(exc: ValidationError) -> str:
-    err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    if err["type"] == "extra_forbidden":
-        hint = difflib.get_close_matches(str(err["loc"][-1]), Hypothesis.model_fields, n=1)
-        fix = f"did you mean '{hint[0]}'?" if hint and len(err["loc"]) == 1 else "see docs/hypotheses.md"
-        return f"field '{loc}' is not a hypothesis field: {fix}"
-    if err["type"] == "missing":
-        return f"field '{loc}' is missing: add it to the front matter"
-    msg = err["msg"].removeprefix("Value error, ")
-    got = f" (got {err['input']!r})" if loc and not isinstance(err.get("input"), dict) else ""
-    return f"field '{loc}': {msg}{got}" if loc else msg
+    return validation_line(exc, unknown=_unknown_field)
+
+
+def _unknown_field(loc: tuple) -> str:
+    hint = difflib.get_close_matches(str(loc[-1]), Hypothesis.model_fields, n=1)
+    return f"did you mean '{hint[0]}'?" if hint and len(loc) == 1 else "see docs/hypotheses.md for the fields"
 
 
 def _check_patch(h: Hypothesis, path: Path) -> None:

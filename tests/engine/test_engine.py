@@ -31,8 +31,8 @@ def run_cli(tmp_path: Path, config: dict, cache: Path, **env) -> tuple[subproces
 
 
 @pytest.mark.parametrize("config,fragment", [
-    ({"lr": -1}, "config lr"),
-    ({"learning_rate": 1e-4}, "unknown config key 'learning_rate'"),
+    ({"lr": -1}, "config: lr"),
+    ({"learning_rate": 1e-4}, "unknown key 'learning_rate'"),
     ({"gens": 8, "batch_prompts": 3, "micro_batch": 5}, "micro_batch 5 must divide"),
     ({"model": "builtin:huge"}, "unknown built-in model"),
     ({"model": "/no/such/dir"}, "neither builtin"),
