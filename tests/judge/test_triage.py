@@ -69,7 +69,7 @@ def test_every_category_has_a_log():
 
 def test_diagnosis_has_exactly_the_cli_fields():
     d = classify(_read("cuda_oom_trl.log"), exit_code=1)
-    assert set(d.model_dump()) == {"category", "root_cause_line", "remedy", "signature"}
+    assert set(d.model_dump()) == {"category", "root_cause_line", "remedy", "signature", "engine", "confidence"}
 
 
 # ---- misleading text ------------------------------------------------------------------
