@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,7 +50,7 @@ Category = Literal[
     "config_error", "user_code_error", "disk_full", "hang_timeout", "illegal_memory_access",
     "network_unavailable", "killed_external", "unknown",
 ]
-Action = Literal["retry_reduced", "retry_once", "no_retry", "stop"]
+ActionKind = Literal["retry_reduced", "retry_once", "record", "stop"]
 
 
 class RulesError(UserError):
@@ -88,6 +89,14 @@ class Silence(_Model):
                         description="One line: what to do about it.")
 
 
+class ActionRule(_Model):
+    """What the controller does with one category of crash."""
+
+    kind: ActionKind = Field(description="retry_reduced, retry_once, record or stop.")
+    retries: int = Field(0, ge=0, description="Retries of one trial before the crash is only recorded.")
+    on_baseline: ActionKind | None = Field(None, description="The kind instead when the baseline crashed this way.")
+
+
 class CrashRules(_Model):
     """The whole crash-rules table (see autorl/data/rules/crash_rules.yaml)."""
 
@@ -98,11 +107,13 @@ class CrashRules(_Model):
     watchdog_yields_to: int = Field(75, description="A log line of this priority or more beats the watchdog.")
     nonfinite_remedy: str = Field(description="Remedy when the metrics turned NaN/inf.")
     unknown_remedy: str = Field(description="Remedy when nothing matched.")
-    actions: dict[Category, Action] = Field(default_factory=dict, description="What the controller does per category.")
+    actions: dict[Category, ActionRule] = Field(default_factory=dict,
+                                                description="What the controller does per category.")
     repeat_limit: int = Field(2, ge=1, description="Same signature this often in a study: stop sampling that region.")
     silence: Silence = Field(default_factory=lambda: Silence(), description="A kill after a long silence is a hang.")
     engines: dict[str, list[str]] = Field(default_factory=dict, description="Engine -> log markers, first match wins.")
-    library_paths: str = Field(r"site-packages|dist-packages|/lib/python\d|<frozen", description="Regex of library files.")
+    library_paths: str = Field(r"site-packages|dist-packages|/lib/python\d|<frozen",
+                               description="Regex of library files.")
     user_code_remedy: str = Field("An exception raised in the run's own code: fix the code; no retry.",
                                   description="Remedy when an unmatched exception was raised outside the libraries.")
     high_confidence_priority: int = Field(30, description="A rule of at least this priority gives confidence 'high'.")
@@ -333,7 +344,7 @@ def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
     lines = log_text.splitlines()[-MAX_LINES:]
     hits = _hits(lines, rules)
     best = max(hits, key=_Hit.key) if hits else None
-    trace = _trace_hits(hits, best)
+    trace = _trace_hits(lines, hits, best, rules)
     engine = detect_engine(lines, rules)
     if nonfinite:
         d, why = _nonfinite(lines, hits, nonfinite, rules)
@@ -346,8 +357,14 @@ def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
     return d.model_copy(update={"engine": engine}), [*trace, why, f"engine: {engine}"]
 
 
-def _trace_hits(hits: list[_Hit], best: _Hit | None) -> list[str]:
-    out = [f"skipped wrapper line {h.index + 1}: {h.line.strip()}" for h in hits if h.is_wrapper]
+def _trace_hits(lines: list[str], hits: list[_Hit], best: _Hit | None, rules: CrashRules) -> list[str]:
+    """Wrapper lines skipped, later copies of the chosen line, and rules that matched but lost."""
+    names = ((i, _exception_name(_clean(raw))) for i, raw in enumerate(lines))
+    out = [f"skipped wrapper line {i + 1}: {lines[i].strip()}" for i, n in names if _is_wrapper(n, rules.wrappers)]
+    if best:
+        same = normalise(best.line)
+        out += [f"skipped later copy on line {h.index + 1}" for h in hits
+                if h.index > best.index and normalise(h.line) == same]
     others = sorted({(h.rule.priority, h.rule.id) for h in hits if best and h.rule.id != best.rule.id}, reverse=True)
     out += [f"outranked: rule {rid} (priority {prio})" for prio, rid in others]
     return out
@@ -467,7 +484,81 @@ def excerpt(log_text: str, root_cause_line: str, context: int = 8) -> str:
 
 def crash_action(category: str) -> str:
     """What the controller does with a crash of this category (see ``actions`` in the rules)."""
-    return load_rules().actions.get(category, "no_retry")
+    rule = load_rules().actions.get(category)
+    return rule.kind if rule else "record"
+
+
+def repeat_limit() -> int:
+    """Times one crash signature may occur in a study before its neighbourhood is avoided."""
+    return load_rules().repeat_limit
+
+
+class Action(_Model):
+    """What the controller does about one crashed trial, and why (one line)."""
+
+    kind: ActionKind = Field(description="retry_reduced, retry_once, record or stop.")
+    reason: str = Field(description="One line: what is done and why.")
+    avoid_region: bool = Field(False, description="The signature reached repeat_limit: stop proposing near it.")
+    path: str | None = Field(None, description="disk_full: the directory whose volume is full.")
+    free_bytes: int | None = Field(None, description="disk_full: free bytes on that volume when checked.")
+
+
+def decide_action(diagnosis: Diagnosis, *, is_baseline: bool, retries_so_far: int, signature_count: int,
+                  run_dir: str | Path) -> Action:
+    """The action for one crash: the category's row of ``actions``, then the baseline, retry and
+    repeat limits. ``signature_count`` counts this crash too. Pure apart from one disk_usage call."""
+    rules = load_rules()
+    rule = rules.actions.get(diagnosis.category, ActionRule(kind="record"))
+    avoid = signature_count >= rules.repeat_limit
+    if rule.kind == "stop" or (is_baseline and rule.on_baseline == "stop"):
+        return _stop(diagnosis, is_baseline, Path(run_dir), avoid)
+    kind = rule.on_baseline if is_baseline and rule.on_baseline else rule.kind
+    if kind in ("retry_reduced", "retry_once") and retries_so_far >= rule.retries:
+        again = f"{diagnosis.category} again after {retries_so_far} retry: recorded as a crash"
+        return Action(kind="record", avoid_region=avoid, reason=again + _avoid(avoid, signature_count))
+    return Action(kind=kind, avoid_region=avoid, reason=_reason(kind, diagnosis) + _avoid(avoid, signature_count))
+
+
+_REASONS = {
+    "retry_reduced": "{c}: retrying once with the most recent memory-expanding change reduced",
+    "retry_once": "{c}: retrying once unchanged (often transient)",
+    "record": "{c}: recorded as a crash",
+}
+
+
+def _reason(kind: str, d: Diagnosis) -> str:
+    return _REASONS[kind].format(c=d.category)
+
+
+def _avoid(avoid: bool, count: int) -> str:
+    return f"; signature seen {count} times: no more proposals near it" if avoid else ""
+
+
+def _stop(d: Diagnosis, is_baseline: bool, run_dir: Path, avoid: bool) -> Action:
+    if d.category == "disk_full":
+        where = _existing(run_dir)
+        free = shutil.disk_usage(where).free
+        return Action(kind="stop", avoid_region=avoid, path=str(where), free_bytes=free,
+                      reason=f"disk_full: {where} has {_human(free)} free; free space there, then resume the study")
+    scope = "the baseline (the recipe as written)" if is_baseline else "this environment"
+    why = f"{d.category} in {scope}: every trial would fail the same way; fix it, then resume ({d.remedy})"
+    return Action(kind="stop", avoid_region=avoid, reason=why)
+
+
+def _existing(path: Path) -> Path:
+    """``path`` or its nearest existing parent (a run dir may not have been created)."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 # Keys that grow GPU memory, by role, in the order an OOM retry reduces them. Each role lists

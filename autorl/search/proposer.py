@@ -115,8 +115,9 @@ class Proposer:
         counts: dict[str, int] = {}
         for r in rows:
             counts[r["crash_signature"]] = counts.get(r["crash_signature"], 0) + 1
+        limit = triage.repeat_limit()  # from the rules file's repeat_limit
         for r in rows:
-            if counts[r["crash_signature"]] >= 2 and distance(space, params, r.get("params") or {}) < AVOID_RADIUS:
+            if counts[r["crash_signature"]] >= limit and distance(space, params, r.get("params") or {}) < AVOID_RADIUS:
                 return r["attempt"]
         return None
 

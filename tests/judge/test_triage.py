@@ -171,7 +171,8 @@ def test_excerpt_marks_the_root_line_with_context():
 def test_every_category_has_an_action():
     assert set(load_rules().actions) == CATEGORIES
     assert crash_action("cuda_oom") == "retry_reduced"
-    assert crash_action("user_code_error") == "stop"
+    assert crash_action("disk_full") == "stop"
+    assert crash_action("user_code_error") == "record"  # stops the study only in the baseline (decide_action)
 
 
 @pytest.mark.parametrize("train,backend,expected", [
