@@ -121,7 +121,7 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
     click.echo(f"study {summary['study']}: {summary['trials']} trials {summary['counts']} "
                f"in {summary['wall_s']:.0f} s" + (f" ({summary['stopped_by']})" if summary["stopped_by"] else ""))
     if summary["stopped_by"]:
-        sys.exit(130)
+        sys.exit(1 if summary.get("stop_status") == "crash-stop" else 130)
 
 
 # ---- review ---------------------------------------------------------------------------

@@ -504,14 +504,16 @@ class Action(_Model):
 
 
 def decide_action(diagnosis: Diagnosis, *, is_baseline: bool, retries_so_far: int, signature_count: int,
-                  run_dir: str | Path) -> Action:
+                  run_dir: str | Path, log_text: str = "") -> Action:
     """The action for one crash: the category's row of ``actions``, then the baseline, retry and
-    repeat limits. ``signature_count`` counts this crash too. Pure apart from one disk_usage call."""
+    repeat limits. ``signature_count`` counts this crash too. For a full disk the volume checked is
+    the one of the path the failing line names, else the last path the log named before it
+    ('Saving model checkpoint to /ckpt/...'), else ``run_dir``. Pure apart from one disk_usage call."""
     rules = load_rules()
     rule = rules.actions.get(diagnosis.category, ActionRule(kind="record"))
     avoid = signature_count >= rules.repeat_limit
     if rule.kind == "stop" or (is_baseline and rule.on_baseline == "stop"):
-        return _stop(diagnosis, is_baseline, Path(run_dir), avoid)
+        return _stop(diagnosis, is_baseline, _full_volume_path(diagnosis, log_text, Path(run_dir)), avoid)
     kind = rule.on_baseline if is_baseline and rule.on_baseline else rule.kind
     if kind in ("retry_reduced", "retry_once") and retries_so_far >= rule.retries:
         again = f"{diagnosis.category} again after {retries_so_far} retry: recorded as a crash"
@@ -545,12 +547,29 @@ def _stop(d: Diagnosis, is_baseline: bool, run_dir: Path, avoid: bool) -> Action
     return Action(kind="stop", avoid_region=avoid, reason=why)
 
 
+_ABS_PATH = re.compile(r"""(?<![\w.~])(/[\w.\-/]*[\w\-])""")
+PATH_LOOKBACK = 20  # lines before the failing line searched for the path being written
+
+
+def _full_volume_path(d: Diagnosis, log_text: str, run_dir: Path) -> Path:
+    """Where the failing write went: its volume is the full one, which need not be the run dir's."""
+    if d.category != "disk_full":
+        return run_dir
+    lines = log_text.splitlines()
+    idx = max((i for i, ln in enumerate(lines) if ln.rstrip() == d.root_cause_line.rstrip()), default=len(lines))
+    for line in [d.root_cause_line, *reversed(lines[max(0, idx - PATH_LOOKBACK):idx])]:
+        found = [] if _FRAME.match(_clean(line)) else _ABS_PATH.findall(line)  # code files are not the target
+        if found:
+            return Path(found[-1])
+    return run_dir
+
+
 def _existing(path: Path) -> Path:
     """``path`` or its nearest existing parent (a run dir may not have been created)."""
     path = path.absolute()
     while not path.exists() and path != path.parent:
         path = path.parent
-    return path
+    return path.parent if path.is_file() else path
 
 
 def _human(n: int) -> str:

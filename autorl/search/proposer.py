@@ -135,9 +135,14 @@ class Proposer:
         if p.search is not None and p.optuna_number is not None:
             state = {"complete": "complete", "pruned": "pruned"}.get(status, "fail")
             p.search.tell(p.optuna_number, state, row.get("objective"))
-        action = triage.crash_action(row["crash_category"]) if row.get("crash_category") else None
-        if action == "retry_reduced" and p.retry_of is None and row.get("status") == "crash":
-            self._queue_oom_retry(p, row)
+        action = row.get("crash_action")
+        if action is None and row.get("crash_category"):
+            action = triage.crash_action(row["crash_category"])
+        if p.retry_of is None and row.get("status") == "crash":
+            if action == "retry_reduced":
+                self._queue_oom_retry(p, row)
+            elif action == "retry_once":
+                self._queue_retry(p, row)
         if self._hyp is not None:
             self._hyp.tell(p, row, metrics)
 
@@ -152,6 +157,12 @@ class Proposer:
         retry = Proposal("retry", values, why, "oom-retry-" + dump_values(reduced), hypothesis=p.hypothesis,
                          retry_of=number, patch=p.patch)
         self.pending.append(retry)
+
+    def _queue_retry(self, p: Proposal, row: dict[str, Any]) -> None:
+        """The same values once more: a hang, timeout, network error or external kill may not recur."""
+        why = f"retry of a {row.get('crash_category')} crash with the same values (it may be transient)"
+        self.pending.append(Proposal("retry", dict(p.values), why, "retry-" + (dump_values(p.values) or "baseline"),
+                                     hypothesis=p.hypothesis, retry_of=row.get("number"), patch=p.patch))
 
     # ---- the baseline -----------------------------------------------------------------------
     def _baselines(self) -> list[dict]:

@@ -259,13 +259,37 @@ class Controller:
     def finish(self, ctx: TrialContext, outcome: Outcome) -> None:
         row = self._judge(ctx, outcome)
         a, p = ctx.attempt, ctx.proposal
-        self.proposer.tell(p, {**row, "number": a.number}, outcome.metrics)
+        action = self._crash_action(ctx, row)
+        self.proposer.tell(p, {**row, "number": a.number, "crash_action": action.kind if action else None},
+                           outcome.metrics)
         final = outcome.metrics.evals[-1] if outcome.metrics.evals else None
         summary = {"attempt": a.name, "proposer": p.proposer, "hypothesis": p.hypothesis, "why": p.why,
                    "changed": p.values, **row, "final_eval": _strip_items(final)}
         message = f"{a.name}: {row.get('verdict') or row['status']}{_obj_text(row)}\n\n{row.get('reason') or ''}"
         lifecycle.close_attempt(self.ws, self.ledger, a, row, summary, message, log_entry=_log_entry(ctx, row))
         self.view.verdict({"attempt": a.name, **row})
+        if action:
+            self._act(ctx, action)
+
+    def _crash_action(self, ctx: TrialContext, row: dict[str, Any]) -> triage.Action | None:
+        """What to do about a crashed trial (``triage.decide_action``, rules in crash_rules.yaml)."""
+        if row.get("verdict") != "crash" or not row.get("crash_category"):
+            return None
+        d = triage.Diagnosis(category=row["crash_category"], root_cause_line=row.get("root_cause") or "",
+                             remedy=row.get("remedy") or "", signature=row.get("crash_signature") or "")
+        earlier = self.ledger.trials(self.study["id"], "verdict = 'crash' AND crash_signature = ?", [d.signature])
+        p = ctx.proposal
+        return triage.decide_action(d, is_baseline=p.proposer == "baseline", retries_so_far=int(p.retry_of is not None),
+                                    signature_count=len(earlier) + 1, run_dir=ctx.attempt.run_dir,
+                                    log_text=_read(ctx.attempt.run_dir / "train.log"))
+
+    def _act(self, ctx: TrialContext, action: triage.Action) -> None:
+        """Record what was done and why (ledger event, live view); a stop ends the study."""
+        self.ledger.event(self.study["id"], ctx.attempt.row_id, "crash-action",
+                          f"{ctx.attempt.name}: {action.kind}: {action.reason}")
+        self.view.line(f"{ctx.attempt.name}: {action.kind}: {action.reason}")
+        if action.kind == "stop" and self.stop_reason is None:
+            self.stop_reason = Stop("crash-stop", f"{ctx.attempt.name}: {action.reason}")
 
     # ---- judging -------------------------------------------------------------------
     def _judge(self, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:
@@ -336,7 +360,8 @@ class Controller:
             key = t.get("verdict") or t.get("status")
             counts[key] = counts.get(key, 0) + 1
         return {"study": self.study["name"], "trials": len(trials), "counts": counts,
-                "wall_s": time.time() - self.started, "stopped_by": self.stop_reason.reason if self.stop_reason else None}
+                "wall_s": time.time() - self.started, "stopped_by": self.stop_reason.reason if self.stop_reason else None,
+                "stop_status": self.stop_reason.status if self.stop_reason else None}
 
 
 @dataclass

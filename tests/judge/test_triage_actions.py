@@ -66,3 +66,21 @@ def test_repeat_limit_and_actions_come_from_the_rules_file():
     rules = load_rules()
     assert repeat_limit() == rules.repeat_limit
     assert rules.actions["disk_full"].kind == "stop" and rules.actions["user_code_error"].on_baseline == "stop"
+
+
+def test_disk_full_checks_the_volume_the_log_was_writing_to(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "checkpoint-3.bin").write_bytes(b"x")
+    root = "OSError: [Errno 28] No space left on device"
+    frame = '  File "/opt/lib/python3.11/site-packages/torch/serialization.py", line 628, in save'
+    lines = ["step 3", f"Saving model checkpoint to {ckpt}/checkpoint-3.bin", "Traceback (most recent call last):",
+             frame, root]
+    log = "\n".join(lines) + "\n"
+    d = Diagnosis(category="disk_full", root_cause_line=root, remedy="r", signature="s")
+    a = decide_action(d, is_baseline=False, retries_so_far=0, signature_count=1, run_dir=tmp_path / "run",
+                      log_text=log)
+    assert a.path == str(ckpt) and str(ckpt) in a.reason
+    named = d.model_copy(update={"root_cause_line": f"{root}: '{ckpt}/checkpoint-4.bin'"})
+    a = decide_action(named, is_baseline=False, retries_so_far=0, signature_count=1, run_dir=tmp_path, log_text="")
+    assert a.path == str(ckpt)
