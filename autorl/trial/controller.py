@@ -285,9 +285,12 @@ class Controller:
 
     def _act(self, ctx: TrialContext, action: triage.Action) -> None:
         """Record what was done and why (ledger event, live view); a stop ends the study."""
-        self.ledger.event(self.study["id"], ctx.attempt.row_id, "crash-action",
-                          f"{ctx.attempt.name}: {action.kind}: {action.reason}")
-        self.view.line(f"{ctx.attempt.name}: {action.kind}: {action.reason}")
+        reason = action.reason
+        if action.kind.startswith("retry") and self.proposer.baseline_failed():
+            reason += "; not run: the baseline failed, so the study ends here"
+        line = f"{ctx.attempt.name}: {action.kind}: {reason}"
+        self.ledger.event(self.study["id"], ctx.attempt.row_id, "crash-action", line)
+        self.view.line(line)
         if action.kind == "stop" and self.stop_reason is None:
             self.stop_reason = Stop("crash-stop", f"{ctx.attempt.name}: {action.reason}")
 
