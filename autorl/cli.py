@@ -121,7 +121,7 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
     click.echo(f"study {summary['study']}: {summary['trials']} trials {summary['counts']} "
                f"in {summary['wall_s']:.0f} s" + (f" ({summary['stopped_by']})" if summary["stopped_by"] else ""))
     if summary["stopped_by"]:
-        sys.exit(130)
+        sys.exit(1 if summary.get("stop_status") == "crash-stop" else 130)
 
 
 # ---- review ---------------------------------------------------------------------------
@@ -183,17 +183,28 @@ def triage(ctx: click.Context, as_json: bool) -> None:
 
 @triage.command("classify")
 @click.argument("logfile", type=click.Path())
-@click.option("--exit-code", type=int, default=None, help="The run's exit code, if known.")
+@click.option("--exit-code", type=int, default=None, help="The run's exit code, if known (negative = signal).")
+@click.option("--watchdog", type=click.Choice(["silence", "timeout"]), default=None,
+              help="Why the controller killed the run, if it did.")
+@click.option("--explain", is_flag=True, help="Also print which rule fired on which line, and what was skipped.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def triage_classify(logfile: str, exit_code: int | None, as_json: bool) -> None:
-    """Classify a run log: category, root-cause line, remedy, signature."""
+def triage_classify(logfile: str, exit_code: int | None, watchdog: str | None, explain: bool, as_json: bool) -> None:
+    """Classify a run log: category, root-cause line, remedy, engine, confidence, signature."""
     from autorl.judge import triage as tr
 
     p = Path(logfile)
     if not p.is_file():
         raise UserError(f"log file {p} not found: pass the path of a run log")
-    d = tr.classify(p.read_text(errors="replace"), exit_code=exit_code).model_dump()
-    _emit(d, as_json, lambda x: "\n".join(f"{k}: {v}" for k, v in x.items()))
+    text = p.read_text(errors="replace")
+    d = tr.classify(text, exit_code=exit_code, watchdog=watchdog).model_dump()
+    if explain:
+        d["explain"] = tr.explain(text, exit_code=exit_code, watchdog=watchdog)
+    _emit(d, as_json, _format_classify)
+
+
+def _format_classify(d: dict) -> str:
+    head = [f"{k}: {v}" for k, v in d.items() if k != "explain"]
+    return "\n".join(head + (["explain:", *("  " + t for t in d["explain"])] if "explain" in d else []))
 
 
 @triage.command("trial")

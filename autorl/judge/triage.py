@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from bisect import bisect_right
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from itertools import accumulate
 from pathlib import Path
@@ -48,7 +50,7 @@ Category = Literal[
     "config_error", "user_code_error", "disk_full", "hang_timeout", "illegal_memory_access",
     "network_unavailable", "killed_external", "unknown",
 ]
-Action = Literal["retry_reduced", "retry_once", "no_retry", "stop"]
+ActionKind = Literal["retry_reduced", "retry_once", "record", "stop"]
 
 
 class RulesError(UserError):
@@ -77,6 +79,24 @@ class Outcome(_Model):
     remedy: str = Field(description="One line: what to do about it.")
 
 
+class Silence(_Model):
+    """A kill (SIGTERM, time limit) after this long without log output means the run hung."""
+
+    seconds: int = Field(1800, ge=1, description="Gap between the last timestamp and the kill.")
+    applies_to: list[Category] = Field(default_factory=lambda: ["killed_external"], description="Categories reread.")
+    category: Category = Field("hang_timeout", description="What they become.")
+    remedy: str = Field("The run went silent long before it was killed: a hang; retry once, then debug the stall.",
+                        description="One line: what to do about it.")
+
+
+class ActionRule(_Model):
+    """What the controller does with one category of crash."""
+
+    kind: ActionKind = Field(description="retry_reduced, retry_once, record or stop.")
+    retries: int = Field(0, ge=0, description="Retries of one trial before the crash is only recorded.")
+    on_baseline: ActionKind | None = Field(None, description="The kind instead when the baseline crashed this way.")
+
+
 class CrashRules(_Model):
     """The whole crash-rules table (see autorl/data/rules/crash_rules.yaml)."""
 
@@ -87,8 +107,16 @@ class CrashRules(_Model):
     watchdog_yields_to: int = Field(75, description="A log line of this priority or more beats the watchdog.")
     nonfinite_remedy: str = Field(description="Remedy when the metrics turned NaN/inf.")
     unknown_remedy: str = Field(description="Remedy when nothing matched.")
-    actions: dict[Category, Action] = Field(default_factory=dict, description="What the controller does per category.")
+    actions: dict[Category, ActionRule] = Field(default_factory=dict,
+                                                description="What the controller does per category.")
     repeat_limit: int = Field(2, ge=1, description="Same signature this often in a study: stop sampling that region.")
+    silence: Silence = Field(default_factory=lambda: Silence(), description="A kill after a long silence is a hang.")
+    engines: dict[str, list[str]] = Field(default_factory=dict, description="Engine -> log markers, first match wins.")
+    library_paths: str = Field(r"site-packages|dist-packages|/lib/python\d|<frozen",
+                               description="Regex of library files.")
+    user_code_remedy: str = Field("An exception raised in the run's own code: fix the code; no retry.",
+                                  description="Remedy when an unmatched exception was raised outside the libraries.")
+    high_confidence_priority: int = Field(30, description="A rule of at least this priority gives confidence 'high'.")
     _compiled: list[tuple[CrashRule, re.Pattern]] | None = PrivateAttr(None)
 
     def compiled(self) -> list[tuple[CrashRule, re.Pattern]]:
@@ -107,6 +135,9 @@ class Diagnosis(_Model):
     root_cause_line: str = Field(description="The log line a person would point at, verbatim.")
     remedy: str = Field(description="One line: what to do about it.")
     signature: str = Field(description="category-hash of the normalised root line; equal for repeats of one failure.")
+    engine: str = Field("unknown", description="Which engine printed the log (from the rules' engines table).")
+    confidence: Literal["high", "medium", "low"] = Field(
+        "high", description="high: a specific error line; medium: inferred (exit code, silence); low: unknown.")
 
 
 # ---------------------------------------------------------------------------- loading rules
@@ -168,9 +199,16 @@ class _Hit:
     index: int
     line: str
     is_exception: bool
+    is_wrapper: bool
 
-    def key(self) -> tuple[int, bool, int]:
-        return (self.rule.priority, self.is_exception, self.index)
+    def key(self) -> tuple[int, bool, bool, int]:
+        """Highest priority; then a real error over a wrapper re-reporting it; then an exception
+        over a log message; then the first line (the first rank to fail, before others echo it)."""
+        return (self.rule.priority, not self.is_wrapper, self.is_exception, -self.index)
+
+
+def _is_wrapper(name: str | None, wrappers: list[str]) -> bool:
+    return bool(name) and any(re.search(w, name) for w in wrappers)
 
 
 def _hits(lines: list[str], rules: CrashRules) -> list[_Hit]:
@@ -183,11 +221,14 @@ def _hits(lines: list[str], rules: CrashRules) -> list[_Hit]:
     for rule, rx in rules.compiled():
         found |= {(i, id(rule)) for i in _matching_lines(rx, text, starts)}
     by_id = {id(r): r for r in rules.rules}
+    code = {i + 1 for i, c in enumerate(cleaned) if _FRAME.match(c)}  # source lines under traceback frames
     hits = []
     for i, rule_id in sorted(found):
-        rule, is_exception = by_id[rule_id], bool(_exception_name(cleaned[i]))
-        if rule.in_warnings or is_exception or i not in warnings:
-            hits.append(_Hit(rule, i, lines[i].rstrip(), is_exception))
+        rule, name = by_id[rule_id], _exception_name(cleaned[i])
+        if i in code and not name:
+            continue
+        if rule.in_warnings or name or i not in warnings:
+            hits.append(_Hit(rule, i, lines[i].rstrip(), bool(name), _is_wrapper(name, rules.wrappers)))
     return hits
 
 
@@ -195,15 +236,84 @@ def _matching_lines(rx: re.Pattern, text: str, starts: list[int]) -> set[int]:
     return {bisect_right(starts, m.start()) - 1 for m in rx.finditer(text)}
 
 
-def _innermost_exception(lines: list[str], wrappers: list[str]) -> str | None:
-    """The last exception line that is not a wrapper (else the last wrapper line)."""
-    found: list[tuple[bool, str]] = []
+def _innermost_exception(lines: list[str], wrappers: list[str]) -> tuple[int, str] | None:
+    """(index, line) of the innermost exception: the last one that is not a wrapper (else the last
+    wrapper), reported at its first occurrence (the rank or actor that raised it, before Ray or
+    the launcher printed it again)."""
+    found = [(i, _exception_name(_clean(raw))) for i, raw in enumerate(lines)]
+    found = [(i, _is_wrapper(name, wrappers)) for i, name in found if name]
+    if not found:
+        return None
+    real = [i for i, wrapped in found if not wrapped]
+    last = (real or [i for i, _ in found])[-1]
+    same = normalise(lines[last])
+    first = next(i for i, _ in found if normalise(lines[i]) == same)
+    return first, lines[first].rstrip()
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
+
+
+def _raised_in_user_code(lines: list[str], exc: tuple[int, str], rules: CrashRules) -> bool:
+    """True when the traceback frame just above the exception is a file outside the libraries."""
+    for raw in reversed(lines[max(0, exc[0] - 12):exc[0]]):
+        m = _FRAME.match(_clean(raw))
+        if m:
+            return not re.search(rules.library_paths, m.group(1))
+    return False
+
+
+# ---------------------------------------------------------------------------- time, engine
+
+_STAMPS = [  # (regex, has_year): the timestamp formats engines print
+    (re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})"), True),
+    (re.compile(r"\b[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.\d+"), False),
+    (re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG) (\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})\b"), False),
+]
+
+
+def _timestamp(line: str, year: int | None) -> datetime | None:
+    """The first timestamp on a line; a format without a year borrows ``year``."""
+    for rx, has_year in _STAMPS:
+        m = rx.search(line)
+        if m and (has_year or year):
+            parts = [int(g) for g in m.groups()]
+            try:
+                return datetime(*parts) if has_year else datetime(year, *parts)
+            except ValueError:
+                return None
+    return None
+
+
+def _timeline(lines: list[str]) -> list[datetime | None]:
+    out: list[datetime | None] = []
+    year = None
     for raw in lines:
-        name = _exception_name(_clean(raw))
-        if name:
-            found.append((any(w in name for w in wrappers), raw.rstrip()))
-    real = [line for wrapped, line in found if not wrapped]
-    return (real or [line for _, line in found] or [None])[-1]
+        t = _timestamp(raw, year)
+        year = t.year if t else year
+        out.append(t)
+    return out
+
+
+def silence_before(lines: list[str], index: int, rules: CrashRules) -> float | None:
+    """Seconds between the last timestamped line before ``index`` and the kill at ``index`` (its own
+    timestamp, else the next one after it); None when the log does not say."""
+    times = _timeline(lines)
+    kill = next((t for t in times[index:] if t), None)
+    last = next((t for t in reversed(times[:index]) if t), None)
+    if kill is None or last is None:
+        return None
+    gap = (kill - last).total_seconds()
+    return gap if gap >= 0 else None
+
+
+def detect_engine(lines: list[str], rules: CrashRules) -> str:
+    """The first engine in the rules' ``engines`` table with a marker in the log, else 'unknown'."""
+    text = "\n".join(lines)
+    for engine, patterns in rules.engines.items():
+        if any(re.search(p, text, re.M) for p in patterns):
+            return engine
+    return "unknown"
 
 
 def _last_line(lines: list[str]) -> str:
@@ -219,25 +329,83 @@ def classify(log_text: str, exit_code: int | None = None, watchdog: str | None =
     ``watchdog`` is the controller's reason for killing it ('silence' or 'timeout');
     ``metrics_nonfinite`` names the first NaN/inf metric ('loss@12'), see RunMetrics.has_nonfinite.
     """
+    return _decide(log_text, exit_code, watchdog, metrics_nonfinite)[0]
+
+
+def explain(log_text: str, exit_code: int | None = None, watchdog: str | None = None,
+            metrics_nonfinite: str | None = None) -> list[str]:
+    """How ``classify`` reached its verdict: which rule fired on which line, what was skipped."""
+    return _decide(log_text, exit_code, watchdog, metrics_nonfinite)[1]
+
+
+def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
+            nonfinite: str | None) -> tuple[Diagnosis, list[str]]:
     rules = load_rules()
     lines = log_text.splitlines()[-MAX_LINES:]
     hits = _hits(lines, rules)
     best = max(hits, key=_Hit.key) if hits else None
-    if metrics_nonfinite:
-        return _nonfinite(lines, hits, metrics_nonfinite, rules)
-    if watchdog and watchdog in rules.watchdog and not (best and best.rule.priority >= rules.watchdog_yields_to):
-        outcome = rules.watchdog[watchdog]
-        return _diagnosis(outcome.category, best.line if best else _last_line(lines), outcome.remedy)
+    trace = _trace_hits(lines, hits, best, rules)
+    engine = detect_engine(lines, rules)
+    if nonfinite:
+        d, why = _nonfinite(lines, hits, nonfinite, rules)
+    elif watchdog and watchdog in rules.watchdog and not (best and best.rule.priority >= rules.watchdog_yields_to):
+        d, why = _watchdog(lines, best, watchdog, rules)
+    elif best:
+        d, why = _from_hit(lines, best, rules)
+    else:
+        d, why = _unmatched(lines, exit_code, rules)
+    return d.model_copy(update={"engine": engine}), [*trace, why, f"engine: {engine}"]
+
+
+def _trace_hits(lines: list[str], hits: list[_Hit], best: _Hit | None, rules: CrashRules) -> list[str]:
+    """Wrapper lines skipped, later copies of the chosen line, and rules that matched but lost."""
+    names = ((i, _exception_name(_clean(raw))) for i, raw in enumerate(lines))
+    out = [f"skipped wrapper line {i + 1}: {lines[i].strip()}" for i, n in names if _is_wrapper(n, rules.wrappers)]
     if best:
-        return _diagnosis(best.rule.category, best.line, best.rule.remedy)
-    return _unmatched(lines, exit_code, rules)
+        same = normalise(best.line)
+        out += [f"skipped later copy on line {h.index + 1}" for h in hits
+                if h.index > best.index and normalise(h.line) == same]
+    others = sorted({(h.rule.priority, h.rule.id) for h in hits if best and h.rule.id != best.rule.id}, reverse=True)
+    out += [f"outranked: rule {rid} (priority {prio})" for prio, rid in others]
+    return out
 
 
-def _nonfinite(lines: list[str], hits: list[_Hit], key: str, rules: CrashRules) -> Diagnosis:
+def _fired(hit: _Hit) -> str:
+    return (f"rule {hit.rule.id} (priority {hit.rule.priority}, {hit.rule.category}) fired on line "
+            f"{hit.index + 1}: {hit.line.strip()}")
+
+
+def _from_hit(lines: list[str], best: _Hit, rules: CrashRules) -> tuple[Diagnosis, str]:
+    """A matched rule; an external kill after a long silence in the log is a hang instead."""
+    why = _fired(best)
+    if best.rule.category in rules.silence.applies_to:
+        gap = silence_before(lines, best.index, rules)
+        if gap is not None and gap >= rules.silence.seconds:
+            note = f"; {gap / 60:.0f} min without output before it, so a hang, not an external kill"
+            d = _diagnosis(rules.silence.category, best.line, rules.silence.remedy, confidence="medium")
+            return d, why + note
+    return _diagnosis(best.rule.category, best.line, best.rule.remedy, confidence=_confidence(best, rules)), why
+
+
+def _confidence(hit: _Hit, rules: CrashRules) -> str:
+    if hit.rule.category == "unknown":
+        return "low"
+    return "high" if hit.rule.priority >= rules.high_confidence_priority and not hit.is_wrapper else "medium"
+
+
+def _watchdog(lines: list[str], best: _Hit | None, watchdog: str, rules: CrashRules) -> tuple[Diagnosis, str]:
+    outcome = rules.watchdog[watchdog]
+    line = best.line if best else _last_line(lines)
+    why = f"watchdog '{watchdog}' decides (no log line of priority >= {rules.watchdog_yields_to})"
+    return _diagnosis(outcome.category, line, outcome.remedy, confidence="high"), why
+
+
+def _nonfinite(lines: list[str], hits: list[_Hit], key: str, rules: CrashRules) -> tuple[Diagnosis, str]:
     """NaN metrics: the engine's own NaN error line, else the first line showing the key as nan/inf."""
     nan_hits = [h for h in hits if h.rule.category == "nan_divergence"]
     line = max(nan_hits, key=_Hit.key).line if nan_hits else _first_nonfinite_line(lines, key)
-    return _diagnosis("nan_divergence", line, rules.nonfinite_remedy)
+    why = f"metrics turned non-finite ({key}); root line is the first showing it"
+    return _diagnosis("nan_divergence", line, rules.nonfinite_remedy, confidence="high"), why
 
 
 _NONFINITE_VALUE = re.compile(r"(?i)[=:\s'\"](?:nan|-?inf)\b")
@@ -251,20 +419,26 @@ def _first_nonfinite_line(lines: list[str], key: str) -> str:
     return f"non-finite metric: {key}"
 
 
-def _unmatched(lines: list[str], exit_code: int | None, rules: CrashRules) -> Diagnosis:
+def _unmatched(lines: list[str], exit_code: int | None, rules: CrashRules) -> tuple[Diagnosis, str]:
     exc = _innermost_exception(lines, rules.wrappers)
     if exc is None and exit_code in rules.exit_codes:
         outcome = rules.exit_codes[exit_code]
         line = _last_line(lines) or f"exit code {exit_code}"
-        return _diagnosis(outcome.category, line, outcome.remedy, basis=f"exit code {exit_code}")
-    line = exc or _last_line(lines) or (f"exit code {exit_code}" if exit_code is not None else "")
-    return _diagnosis("unknown", line, rules.unknown_remedy)
+        d = _diagnosis(outcome.category, line, outcome.remedy, basis=f"exit code {exit_code}", confidence="medium")
+        return d, f"no rule matched and no exception: exit code {exit_code} decides"
+    if exc is not None and _raised_in_user_code(lines, exc, rules):
+        d = _diagnosis("user_code_error", exc[1], rules.user_code_remedy, confidence="medium")
+        return d, f"no rule matched; innermost exception (line {exc[0] + 1}) was raised in the run's own code"
+    line = exc[1] if exc else (_last_line(lines) or (f"exit code {exit_code}" if exit_code is not None else ""))
+    why = f"no rule matched; innermost exception at line {exc[0] + 1}" if exc else "no rule matched, no exception"
+    return _diagnosis("unknown", line, rules.unknown_remedy, confidence="low"), why
 
 
-def _diagnosis(category: str, line: str, remedy: str, basis: str | None = None) -> Diagnosis:
+def _diagnosis(category: str, line: str, remedy: str, basis: str | None = None,
+               confidence: str = "high") -> Diagnosis:
     """``basis`` replaces the line in the signature when the line is incidental (exit-code cases)."""
     sig = signature(category, basis if basis is not None else line)
-    return Diagnosis(category=category, root_cause_line=line, remedy=remedy, signature=sig)
+    return Diagnosis(category=category, root_cause_line=line, remedy=remedy, signature=sig, confidence=confidence)
 
 
 # ---------------------------------------------------------------------------- signature, excerpt
@@ -310,7 +484,100 @@ def excerpt(log_text: str, root_cause_line: str, context: int = 8) -> str:
 
 def crash_action(category: str) -> str:
     """What the controller does with a crash of this category (see ``actions`` in the rules)."""
-    return load_rules().actions.get(category, "no_retry")
+    rule = load_rules().actions.get(category)
+    return rule.kind if rule else "record"
+
+
+def repeat_limit() -> int:
+    """Times one crash signature may occur in a study before its neighbourhood is avoided."""
+    return load_rules().repeat_limit
+
+
+class Action(_Model):
+    """What the controller does about one crashed trial, and why (one line)."""
+
+    kind: ActionKind = Field(description="retry_reduced, retry_once, record or stop.")
+    reason: str = Field(description="One line: what is done and why.")
+    avoid_region: bool = Field(False, description="The signature reached repeat_limit: stop proposing near it.")
+    path: str | None = Field(None, description="disk_full: the directory whose volume is full.")
+    free_bytes: int | None = Field(None, description="disk_full: free bytes on that volume when checked.")
+
+
+def decide_action(diagnosis: Diagnosis, *, is_baseline: bool, retries_so_far: int, signature_count: int,
+                  run_dir: str | Path, log_text: str = "") -> Action:
+    """The action for one crash: the category's row of ``actions``, then the baseline, retry and
+    repeat limits. ``signature_count`` counts this crash too. For a full disk the volume checked is
+    the one of the path the failing line names, else the last path the log named before it
+    ('Saving model checkpoint to /ckpt/...'), else ``run_dir``. Pure apart from one disk_usage call."""
+    rules = load_rules()
+    rule = rules.actions.get(diagnosis.category, ActionRule(kind="record"))
+    avoid = signature_count >= rules.repeat_limit
+    if rule.kind == "stop" or (is_baseline and rule.on_baseline == "stop"):
+        return _stop(diagnosis, is_baseline, _full_volume_path(diagnosis, log_text, Path(run_dir)), avoid)
+    kind = rule.on_baseline if is_baseline and rule.on_baseline else rule.kind
+    if kind in ("retry_reduced", "retry_once") and retries_so_far >= rule.retries:
+        again = f"{diagnosis.category} again after {retries_so_far} retry: recorded as a crash"
+        return Action(kind="record", avoid_region=avoid, reason=again + _avoid(avoid, signature_count))
+    return Action(kind=kind, avoid_region=avoid, reason=_reason(kind, diagnosis) + _avoid(avoid, signature_count))
+
+
+_REASONS = {
+    "retry_reduced": "{c}: retrying once with the most recent memory-expanding change reduced",
+    "retry_once": "{c}: retrying once unchanged (often transient)",
+    "record": "{c}: recorded as a crash",
+}
+
+
+def _reason(kind: str, d: Diagnosis) -> str:
+    return _REASONS[kind].format(c=d.category)
+
+
+def _avoid(avoid: bool, count: int) -> str:
+    return f"; signature seen {count} times: no more proposals near it" if avoid else ""
+
+
+def _stop(d: Diagnosis, is_baseline: bool, run_dir: Path, avoid: bool) -> Action:
+    if d.category == "disk_full":
+        where = _existing(run_dir)
+        free = shutil.disk_usage(where).free
+        return Action(kind="stop", avoid_region=avoid, path=str(where), free_bytes=free,
+                      reason=f"disk_full: {where} has {_human(free)} free; free space there, then resume the study")
+    scope = "the baseline (the recipe as written)" if is_baseline else "this environment"
+    why = f"{d.category} in {scope}: every trial would fail the same way; fix it, then resume ({d.remedy})"
+    return Action(kind="stop", avoid_region=avoid, reason=why)
+
+
+_ABS_PATH = re.compile(r"""(?<![\w.~])(/[\w.\-/]*[\w\-])""")
+PATH_LOOKBACK = 20  # lines before the failing line searched for the path being written
+
+
+def _full_volume_path(d: Diagnosis, log_text: str, run_dir: Path) -> Path:
+    """Where the failing write went: its volume is the full one, which need not be the run dir's."""
+    if d.category != "disk_full":
+        return run_dir
+    lines = log_text.splitlines()
+    idx = max((i for i, ln in enumerate(lines) if ln.rstrip() == d.root_cause_line.rstrip()), default=len(lines))
+    for line in [d.root_cause_line, *reversed(lines[max(0, idx - PATH_LOOKBACK):idx])]:
+        found = [] if _FRAME.match(_clean(line)) else _ABS_PATH.findall(line)  # code files are not the target
+        if found:
+            return Path(found[-1])
+    return run_dir
+
+
+def _existing(path: Path) -> Path:
+    """``path`` or its nearest existing parent (a run dir may not have been created)."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path.parent if path.is_file() else path
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 # Keys that grow GPU memory, by role, in the order an OOM retry reduces them. Each role lists

@@ -121,6 +121,7 @@ def sparkline(values: list[float], width: int = 40) -> str:
 def crash_groups(ledger) -> list[dict]:
     """Crashed trials grouped by signature, most frequent first."""
     rows = ledger.crashed()
+    decided = crash_actions(ledger)
     groups: dict[str, dict] = {}
     for r in rows:
         g = groups.setdefault(r.get("crash_signature") or "unknown", {
@@ -129,10 +130,20 @@ def crash_groups(ledger) -> list[dict]:
         g["count"] += 1
         g["attempts"].append(r["number"])
         retries = ledger.trials(retry_of=r["number"])
+        g["actions"] += decided.get(r["id"], [])
         g["actions"] += [f"retried as {x['attempt']} ({x.get('verdict') or x['status']})" for x in retries]
     for g in groups.values():
         g["actions"].append("told Optuna FAIL" + ("; region avoided after repeats" if g["count"] > 1 else ""))
     return sorted(groups.values(), key=lambda g: -g["count"])
+
+
+def crash_actions(ledger) -> dict[int, list[str]]:
+    """Trial row id -> what the controller decided about its crash and why ('crash-action' events)."""
+    out: dict[int, list[str]] = {}
+    for e in reversed(ledger.events(None, limit=100_000)):
+        if e["kind"] == "crash-action" and e.get("trial_id") is not None:
+            out.setdefault(e["trial_id"], []).append(e["message"].split(": ", 1)[-1])
+    return out
 
 
 def print_crash_groups(groups: list[dict]) -> None:
@@ -158,6 +169,7 @@ def trial_triage(ledger, number: int) -> dict[str, Any]:
                 "category": None, "message": "this trial did not crash", "reason": row.get("reason")}
     return {"attempt": row["attempt"], "status": row["status"], "category": row.get("crash_category"),
             "root_cause_line": row.get("root_cause"), "remedy": row.get("remedy"), "signature": row.get("crash_signature"),
+            "actions": crash_actions(ledger).get(row["id"], []),
             "excerpt": triage.excerpt(log, row.get("root_cause") or "") if log else ""}
 
 
@@ -165,7 +177,8 @@ def format_trial_triage(d: dict) -> str:
     if not d.get("category"):
         return f"{d['attempt']}: {d['status']} ({d.get('verdict') or '-'}): this trial did not crash"
     return (f"{d['attempt']}: {d['category']}\nroot cause: {d['root_cause_line']}\nremedy: {d['remedy']}\n"
-            f"signature: {d['signature']}\n--- log excerpt ---\n{d['excerpt']}")
+            f"signature: {d['signature']}\n" + "".join(f"done: {a}\n" for a in d.get("actions", []))
+            + f"--- log excerpt ---\n{d['excerpt']}")
 
 
 def hypothesis_rows(ws, ledger) -> list[dict]:

@@ -99,20 +99,29 @@ class Proposer:
         counts: dict[str, int] = {}
         for r in rows:
             counts[r["crash_signature"]] = counts.get(r["crash_signature"], 0) + 1
+        limit = triage.repeat_limit()  # from the rules file's repeat_limit
         for r in rows:
-            if counts[r["crash_signature"]] >= 2 and distance(space, params, r.get("params") or {}) < AVOID_RADIUS:
+            if counts[r["crash_signature"]] >= limit and distance(space, params, r.get("params") or {}) < AVOID_RADIUS:
                 return r["attempt"]
         return None
 
     # ---- feedback ---------------------------------------------------------------------
-    def tell(self, p: Proposal, result: TrialResult) -> None:
-        """Tell Optuna how the trial ended (FAIL for a crash, never a score) and queue an OOM retry."""
+    def tell(self, p: Proposal, result: TrialResult, action: str | None = None) -> None:
+        """Tell Optuna how the trial ended (FAIL for a crash, never a score) and queue a crash's retry.
+
+        ``action`` is what triage decided for a crash (``retry_reduced``, ``retry_once``, ...); without one the
+        category's action from the rules table applies.
+        """
         if p.optuna_study is not None and p.optuna_number is not None:
             state = {"complete": "complete", "pruned": "pruned"}.get(result.status, "fail")
             self.search(p.optuna_study).tell(p.optuna_number, state, result.objective)
-        action = triage.crash_action(result.crash_category) if result.crash_category else None
-        if action == "retry_reduced" and p.retry_of is None and result.status == "crash":
-            self._queue_oom_retry(p, result.number)
+        if action is None and result.crash_category:
+            action = triage.crash_action(result.crash_category)
+        if p.retry_of is None and result.status == "crash":
+            if action == "retry_reduced":
+                self._queue_oom_retry(p, result.number)
+            elif action == "retry_once":
+                self._queue_retry(p, result)
 
     def _queue_oom_retry(self, p: Proposal, number: int) -> None:
         params = {**self.base.train, **p.values}
@@ -130,6 +139,12 @@ class Proposer:
         if p.optuna_study is None or p.optuna_number is None:
             return False
         return self.search(p.optuna_study).report(p.optuna_number, value, step)
+
+    def _queue_retry(self, p: Proposal, result: TrialResult) -> None:
+        """The same values once more: a hang, timeout, network error or external kill may not recur."""
+        why = f"retry of a {result.crash_category} crash with the same values (it may be transient)"
+        self.pending.append(Proposal("retry", dict(p.values), why, "retry-" + (dump_values(p.values) or "baseline"),
+                                     hypothesis=p.hypothesis, retry_of=result.number, patch=p.patch))
 
     # ---- the baseline -----------------------------------------------------------------------
     def _baselines(self) -> list[dict]:

@@ -259,7 +259,8 @@ class Controller:
     def finish(self, ctx: TrialContext, outcome: Outcome) -> None:
         a, p = ctx.attempt, ctx.proposal
         result = TrialResult(number=a.number, **self._judge(ctx, outcome))
-        self.proposer.tell(p, result)
+        action = self._crash_action(ctx, result)
+        self.proposer.tell(p, result, action.kind if action else None)
         final = outcome.metrics.evals[-1] if outcome.metrics.evals else None
         summary = {"attempt": a.name, "proposer": p.proposer, "hypothesis": p.hypothesis, "why": p.why,
                    "changed": p.values, **result.ledger_values(), "final_eval": _strip_items(final)}
@@ -267,6 +268,31 @@ class Controller:
         lifecycle.close_attempt(self.ws, self.ledger, a, result.ledger_values(), summary, message,
                                 log_entry=_log_entry(ctx, result))
         self.view.verdict({"attempt": a.name, **result.ledger_values()})
+        if action:
+            self._act(ctx, action)
+
+    def _crash_action(self, ctx: TrialContext, r: TrialResult) -> triage.Action | None:
+        """What to do about a crashed trial (``triage.decide_action``, rules in crash_rules.yaml)."""
+        if r.verdict != "crash" or not r.crash_category:
+            return None
+        d = triage.Diagnosis(category=r.crash_category, root_cause_line=r.root_cause or "", remedy=r.remedy or "",
+                             signature=r.crash_signature or "")
+        earlier = self.ledger.trials(self.study["id"], verdict="crash", crash_signature=d.signature)
+        p = ctx.proposal
+        return triage.decide_action(d, is_baseline=p.proposer == "baseline", retries_so_far=int(p.retry_of is not None),
+                                    signature_count=len(earlier) + 1, run_dir=ctx.attempt.run_dir,
+                                    log_text=_read(ctx.attempt.run_dir / "train.log"))
+
+    def _act(self, ctx: TrialContext, action: triage.Action) -> None:
+        """Record what was done and why (ledger event, live view); a stop ends the study."""
+        reason = action.reason
+        if action.kind.startswith("retry") and self.proposer.baseline_failed():
+            reason += "; not run: the baseline failed, so the study ends here"
+        line = f"{ctx.attempt.name}: {action.kind}: {reason}"
+        self.ledger.event(self.study["id"], ctx.attempt.row_id, "crash-action", line)
+        self.view.line(line)
+        if action.kind == "stop" and self.stop_reason is None:
+            self.stop_reason = Stop("crash-stop", f"{ctx.attempt.name}: {action.reason}")
 
     # ---- judging -------------------------------------------------------------------
     def _judge(self, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:
@@ -337,7 +363,8 @@ class Controller:
             key = t.get("verdict") or t.get("status")
             counts[key] = counts.get(key, 0) + 1
         return {"study": self.study["name"], "trials": len(trials), "counts": counts,
-                "wall_s": time.time() - self.started, "stopped_by": self.stop_reason.reason if self.stop_reason else None}
+                "wall_s": time.time() - self.started, "stopped_by": self.stop_reason.reason if self.stop_reason else None,
+                "stop_status": self.stop_reason.status if self.stop_reason else None}
 
 
 @dataclass

@@ -69,7 +69,7 @@ def test_every_category_has_a_log():
 
 def test_diagnosis_has_exactly_the_cli_fields():
     d = classify(_read("cuda_oom_trl.log"), exit_code=1)
-    assert set(d.model_dump()) == {"category", "root_cause_line", "remedy", "signature"}
+    assert set(d.model_dump()) == {"category", "root_cause_line", "remedy", "signature", "engine", "confidence"}
 
 
 # ---- misleading text ------------------------------------------------------------------
@@ -171,7 +171,8 @@ def test_excerpt_marks_the_root_line_with_context():
 def test_every_category_has_an_action():
     assert set(load_rules().actions) == CATEGORIES
     assert crash_action("cuda_oom") == "retry_reduced"
-    assert crash_action("user_code_error") == "stop"
+    assert crash_action("disk_full") == "stop"
+    assert crash_action("user_code_error") == "record"  # stops the study only in the baseline (decide_action)
 
 
 @pytest.mark.parametrize("train,backend,expected", [

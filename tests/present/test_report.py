@@ -158,11 +158,12 @@ def test_importances_note_with_too_few_trials_then_values(tmp_path):
     import optuna
 
     storage = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=0))
     study.optimize(lambda t: t.suggest_float("x", 0, 1) + 0 * t.suggest_float("y", 0, 1), n_trials=1)
     values, note = importances(Ledger(tmp_path / "ledger.sqlite"), "s")
     assert values == {} and "1 complete trial" in note
-    study.optimize(lambda t: 5 * t.suggest_float("x", 0, 1) + 0.01 * t.suggest_float("y", 0, 1), n_trials=15)
+    study.optimize(lambda t: 5 * t.suggest_float("x", 0, 1) + 0.01 * t.suggest_float("y", 0, 1), n_trials=30)
     values, note = importances(Ledger(tmp_path / "ledger.sqlite"), "s")
     assert set(values) == {"x", "y"} and values["x"] > values["y"]
     assert importances(Ledger(tmp_path / "ledger.sqlite"), "other")[1].startswith("no Optuna study")

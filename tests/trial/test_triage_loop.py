@@ -127,7 +127,7 @@ def test_cuda_oom_is_retried_once_with_half_the_micro_batch(command_ws):
 
 
 def test_crash_triage_of_a_trial_and_of_a_log_file(command_ws):
-    """`autorl triage NN --json` explains a crashed trial; `triage classify LOG --json` gives four keys."""
+    """`autorl triage NN --json` explains a crashed trial; `triage classify LOG --json` gives six keys."""
     recipe = _command_recipe("fake-oom", "fake_oom.py", "micro_batch", 16, {"low": 8, "high": 16, "int": True})
     _run(command_ws, _write_recipe(command_ws, "oom-baseline", recipe))
     (row,) = _trials(command_ws)  # the baseline crashed: the study stops there
@@ -141,7 +141,8 @@ def test_crash_triage_of_a_trial_and_of_a_log_file(command_ws):
     r = run_cli("-C", str(command_ws), "triage", "classify", str(LOGS / "disk_full.log"), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert set(d) == {"category", "root_cause_line", "remedy", "signature"} and d["category"] == "disk_full"
+    assert set(d) == {"category", "root_cause_line", "remedy", "signature", "engine", "confidence"}
+    assert d["category"] == "disk_full"
 
 
 @pytest.mark.parametrize("base_lr, expected_status", [

@@ -1,0 +1,99 @@
+"""Crash triage on the labelled crash corpus (tests/data/crashes): held-out floors and the traps.
+
+The floors are the counts reached when the rules were last changed (see benchmarks/README.md,
+"Crash triage on held-out logs"); a rule change that loses a held-out log fails here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from triage_heldout import load_labels, run_one, score  # noqa: E402
+
+from autorl.judge.triage import classify, explain  # noqa: E402
+
+LOGS = ROOT / "tests" / "data" / "crashes" / "logs"
+FLOORS = {"dev": (59, 59), "heldout": (51, 46)}  # (category, exact root-cause line) counts reached
+
+
+@pytest.fixture(scope="module")
+def results() -> list[dict]:
+    return [run_one(label) for label in load_labels()]
+
+
+@pytest.mark.parametrize("split", ["dev", "heldout"])
+def test_corpus_accuracy_does_not_fall(results, split):
+    s = score(results, split)
+    cat_floor, line_floor = FLOORS[split]
+    assert s["category"] >= cat_floor, s
+    assert s["root_cause"] >= line_floor, s
+
+
+def test_every_label_line_is_in_its_log():
+    for label in load_labels():
+        text = (LOGS / f"{label['id']}.log").read_text()
+        assert label["root_cause_line"] in text.splitlines(), label["id"]
+
+
+def _label(log_id: str) -> dict:
+    return next(lb for lb in load_labels() if lb["id"] == log_id)
+
+
+def _classify(log_id: str):
+    lb = _label(log_id)
+    text = (LOGS / f"{log_id}.log").read_text()
+    return classify(text, exit_code=lb["exit_code"], watchdog=lb["watchdog"],
+                    metrics_nonfinite=lb["metrics_nonfinite"]), lb
+
+
+# One dev log per trap: (log, what the trap is)
+TRAPS = [
+    ("openrlhf_reward_func_typeerror_ray3_01", "reward bug wrapped in three RayTaskErrors: the actor's own line"),
+    ("verl_dataset_keyerror_01", "Ray re-raises the KeyError: the first (actor) occurrence"),
+    ("trl_reward_func_typeerror_01", "two ranks print the same error: rank 0, the first"),
+    ("openrlhf_ref_watchdog_timeout_01", "Ray's '[repeated 14x across cluster]' copy is not the root"),
+    ("trl_nccl_oom_03", "NCCL WARN Cuda failure 'out of memory' is cuda_oom, not an NCCL error"),
+    ("openrlhf_vllm_kv_cache_small_01", "vLLM KV cache smaller than max seq len is cuda_oom"),
+    ("openrlhf_watchdog_illegal_access_01", "an NCCL watchdog reporting an illegal access is not a timeout"),
+    ("accelerate_device_assert_03", "the kernel's assertion, not 'device-side assert triggered'"),
+    ("slurm_time_limit_after_silence_01", "time limit after hours of silence is a hang"),
+    ("slurm_preempted_01", "preemption during healthy progress is an external kill"),
+    ("openrlhf_sigterm_while_healthy_03", "SIGTERM while healthy, trainer ConnectionError after it"),
+    ("accelerate_sigint_user_01", "Ctrl-C: the launcher's 'Received 2 death signal'"),
+    ("trl_exitcode_minus9_01", "a child SIGKILLed (-9) with no Python error is host OOM"),
+    ("trl_grad_norm_nan_exit0_01", "grad_norm NaN with exit code 0"),
+    ("trl_vllm_torch_mismatch_02", "a warning with 'undefined symbol' is the ABI mismatch"),
+    ("transformers_hub_connection_error_04", "LocalEntryNotFoundError is the cause of the OSError after it"),
+    ("deepspeed_batch_assertion_02", "DeepSpeed's batch assertion is a config error"),
+    ("verl_actor_died_no_reason_03", "ActorDiedError with no reason stays unknown, on Ray's explanation line"),
+]
+
+
+@pytest.mark.parametrize("log_id,trap", TRAPS, ids=[t[0] for t in TRAPS])
+def test_trap(log_id, trap):
+    d, lb = _classify(log_id)
+    assert (d.category, d.root_cause_line) == (lb["category"], lb["root_cause_line"]), trap
+
+
+def test_explain_names_the_rule_line_and_skipped_wrappers():
+    text = (LOGS / "openrlhf_reward_func_typeerror_ray3_01.log").read_text()
+    trace = explain(text, exit_code=1)
+    fired = next(t for t in trace if t.startswith("rule "))
+    assert "reward_signature" in fired and "line 18" in fired
+    assert any(t.startswith("skipped wrapper line") and "RayTaskError(TypeError)" in t for t in trace)
+
+
+def test_silence_needs_timestamps_on_both_sides():
+    cancel = "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2024-01-01T10:00:00 DUE TO TIME LIMIT ***"
+    log = f"step 1 ok\nstep 2 ok\n{cancel}\n"
+    assert classify(log).category == "killed_external"
+    stamped = "2024-01-01 06:00:00,001 INFO step 2 ok\n" + log
+    assert classify(stamped).category == "hang_timeout"
+    recent = "2024-01-01 09:59:00,001 INFO step 2 ok\n" + log
+    assert classify(recent).category == "killed_external"
