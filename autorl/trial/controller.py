@@ -336,15 +336,12 @@ class Controller:
         base_runs = self.proposer.baseline_runs()
         if not base_runs:
             return {"verdict": "flat", "reason": "no completed baseline to compare with"}
-        split = _split_of(recipe.objective.metric)
-        items = m.items(split) if split else None
-        base_items = [b.items(split) for b in base_runs] if split else []
         base_values = [v for v in (_objective(b, recipe) for b in base_runs) if v is not None]
-        v = verdict.judge(trial_items=[items] if items else None,
-                          baseline_items=[b for b in base_items if b] or None,
-                          trial_values=[value], baseline_values=base_values,
-                          min_effect=recipe.verdict.min_effect, direction=recipe.objective.direction,
-                          n_boot=recipe.verdict.bootstrap, seed=self.opts.seed)
+        items = verdict.objective_items(m.evals, recipe.objective)
+        base_items = [verdict.objective_items(b.evals, recipe.objective) for b in base_runs]
+        v = verdict.judge(verdict.Runs(values=[value], items=[items] if items else None),
+                          verdict.Runs(values=base_values, items=base_items if all(base_items) else None),
+                          recipe.verdict, recipe.objective.direction)
         gap = self._gap_to_best(value, recipe)
         note = f"; {gap:+.4f} vs the best so far" if gap is not None else ""
         return {"verdict": v.verdict, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
@@ -429,11 +426,6 @@ class _WatchState:
 def _objective(m: RunMetrics, recipe: Recipe) -> float | None:
     o = recipe.objective
     return reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")
-
-
-def _split_of(metric: str) -> str | None:
-    parts = metric.split("/")
-    return parts[1] if len(parts) == 3 and parts[0] == "eval" else None
 
 
 def _workspace_default(ws: Workspace) -> Path:

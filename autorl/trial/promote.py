@@ -71,13 +71,12 @@ def revalidate(ws, ledger, row: dict, repeats: int, view=print) -> verdict.Verdi
     seeds = [10_000 + 7 * i for i in range(repeats)]
     t_runs = [_run_once(ws, trial, row["start_tag"], s, f"revalidate-{row['number']:02d}-trial-s{s}", view) for s in seeds]
     b_runs = [_run_once(ws, base, base_row["start_tag"], s, f"revalidate-{row['number']:02d}-base-s{s}", view) for s in seeds]
-    split = trial.objective.metric.split("/")[1]
+    t_items = [verdict.objective_items(m.evals, trial.objective) for m in t_runs]
+    b_items = [verdict.objective_items(m.evals, trial.objective) for m in b_runs]
     values = lambda runs, r: [v for v in (_value(m, r) for m in runs) if v is not None]  # noqa: E731
-    return verdict.judge(trial_items=[m.items(split) for m in t_runs if m.items(split)] or None,
-                         baseline_items=[m.items(split) for m in b_runs if m.items(split)] or None,
-                         trial_values=values(t_runs, trial), baseline_values=values(b_runs, base),
-                         min_effect=trial.verdict.min_effect, direction=trial.objective.direction,
-                         n_boot=trial.verdict.bootstrap, seed=0)
+    return verdict.judge(verdict.Runs(values=values(t_runs, trial), items=t_items if all(t_items) else None),
+                         verdict.Runs(values=values(b_runs, base), items=b_items if all(b_items) else None),
+                         trial.verdict, trial.objective.direction)
 
 
 def _value(m: RunMetrics, r: Recipe) -> float | None:
