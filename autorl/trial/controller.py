@@ -18,8 +18,6 @@ The controller never imports torch: trials are child processes or Ray jobs.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -27,20 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from autorl import gitops
-from autorl.judge import triage
-from autorl.judge import verdict
-from autorl.judge.abort import check_abort
 from autorl.backends.base import TrialSpec, get_backend, kill_group
-from autorl.trial.slots import stop_job
 from autorl.budget import format_duration
 from autorl.errors import RecipeError, UserError
+from autorl.judge import triage, verdict
+from autorl.judge.abort import check_abort
 from autorl.ledger import Ledger, ledger_guard
-from autorl.metrics import RunMetrics, reduce_series
-from autorl.search.proposer import Proposal, Proposer
-from autorl.recipe import Recipe, apply_override, dump_values, load_recipe, set_train_values, validate_recipe
-from autorl.trial.watch import Outcome, Stop, Watch
-from autorl.trial.slots import Slots
+from autorl.metrics import RunMetrics
 from autorl.present.live import PlainView
+from autorl.recipe import Recipe, apply_override, dump_values, load_recipe, set_train_values, validate_recipe
+from autorl.search.proposer import Proposal, Proposer
+from autorl.trial import lifecycle
+from autorl.trial.slots import Slots, stop_job
+from autorl.trial.watch import Outcome, Stop, Watch
 from autorl.workspace import Workspace, default_recipe_source
 
 
@@ -63,16 +60,11 @@ class RunOptions:
 
 @dataclass
 class TrialContext:
-    """A prepared trial: its refs, files and ledger row."""
+    """A prepared trial: the proposal, its opened attempt and its recipe (None with the error if invalid)."""
 
     proposal: Proposal
-    number: int
-    attempt: str
-    worktree: Path
-    run_dir: Path
+    attempt: lifecycle.Attempt
     recipe: Recipe | None
-    row_id: int
-    start_sha: str
     error: str | None = None
 
 
@@ -108,7 +100,7 @@ class Controller:
         self.base_text, self.recipe_rel = self.study["recipe"], self.study["recipe_path"]
         self.base = validate_recipe(_yaml(self.base_text), source=self.recipe_rel)
         self.proposer = Proposer(self.ws, self.ledger, self.study, self.base, self.opts)
-        self.slots = Slots(self.opts.parallel, self.opts.ray_address, self.base)
+        self.slots = Slots(self.opts.parallel, self.opts.ray_address)
         self._recover()
         self._prepare()
         self.view.study(f"study {self.study['name']}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
@@ -206,31 +198,23 @@ class Controller:
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_reason = Stop("interrupted", f"stopped by {signal.Signals(signum).name}")
 
-    # ---- one trial -------------------------------------------------------------------
+    # ---- one trial (the lifecycle in autorl.trial.lifecycle) ------------------------------------------------
     def prepare(self, p: Proposal) -> TrialContext:
-        number = max(gitops.next_attempt_number(self.ws.root), self.ledger.max_number() + 1)
-        attempt = gitops.attempt_name(number, p.slug)
-        wt, run_dir = self.ws.worktrees / attempt, self.ws.runs / attempt
-        gitops.add_worktree(self.ws.root, wt, attempt, self.study["base_sha"])
-        recipe, error = self._write_recipe(wt, p)
-        paths = [self.recipe_rel] + self._apply_patch(wt, p)
-        sha = gitops.commit(wt, _commit_message(attempt, p, self.base.train), paths)
-        gitops.tag(self.ws.root, gitops.start_tag(number), sha)
-        row = self.ledger.add_trial(
-            study_id=self.study["id"], number=number, attempt=attempt, branch=attempt, start_tag=gitops.start_tag(number),
-            start_sha=sha, proposer=p.proposer, hypothesis=p.hypothesis, why=p.why, changed=p.values,
+        """Open the attempt: branch, worktree, the proposal's recipe and patch committed, tag, ledger row."""
+        text = set_train_values(self.base_text, p.values) if p.values else self.base_text
+        recipe, error = self._recipe_of(text)
+        a = lifecycle.open_attempt(
+            self.ws, self.ledger, rev=self.study["base_sha"], slug=p.slug, files={self.recipe_rel: text},
+            message=_commit_message(p, self.base.train), changed_files=lambda wt: self._apply_patch(wt, p),
+            study_id=self.study["id"], proposer=p.proposer, hypothesis=p.hypothesis, why=p.why, changed=p.values,
             params=recipe.train if recipe else None, seed=(recipe.train.get("seed") if recipe else None),
-            optuna_number=p.optuna_number, retry_of=p.retry_of, started=time.time(),
-            log_path=str(run_dir / "train.log"), metrics_path=str(run_dir / "metrics.jsonl"))
-        self.view.trial_start(attempt, p.why)
-        return TrialContext(p, number, attempt, wt, run_dir, recipe, row, sha, error)
+            optuna_number=p.optuna_number, retry_of=p.retry_of)
+        self.view.trial_start(a.name, p.why)
+        return TrialContext(p, a, recipe, error)
 
-    def _write_recipe(self, wt: Path, p: Proposal) -> tuple[Recipe | None, str | None]:
-        target = wt / self.recipe_rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(set_train_values(self.base_text, p.values) if p.values else self.base_text)
+    def _recipe_of(self, text: str) -> tuple[Recipe | None, str | None]:
         try:
-            return load_recipe(target), None
+            return validate_recipe(_yaml(text), source=self.recipe_rel), None
         except RecipeError as exc:
             return None, str(exc)
 
@@ -245,34 +229,20 @@ class Controller:
         return [line.split("\t")[-1] for line in out.splitlines() if line.strip()]
 
     def launch(self, ctx: TrialContext, slot: int = 0) -> "_Running | Outcome":
-        """Plan and start the trial on its backend; a Watch over it, or the Outcome if it never started."""
-        recipe = ctx.recipe
+        """Start the trial on its backend; a Watch over it, or the Outcome if it never started."""
+        recipe, a = ctx.recipe, ctx.attempt
         backend = self._backend(recipe.backend)
-        spec = TrialSpec(attempt=ctx.attempt, recipe=recipe, worktree=ctx.worktree, run_dir=ctx.run_dir,
-                         cache_dir=self.ws.cache)
-        failed = backend.preflight(recipe, ctx.worktree)
-        if failed:
-            return Outcome("config-error", None, f"preflight failed, not launched: {failed}")
+        spec = TrialSpec(attempt=a.name, recipe=recipe, worktree=a.worktree, run_dir=a.run_dir, cache_dir=self.ws.cache)
         try:
-            plan = self.slots.assign(backend.plan(spec), slot, recipe)
-            handle = self.slots.start(backend, plan, recipe)
+            handle = lifecycle.launch(backend, spec, start=lambda plan: self.slots.start(backend, plan),
+                                      assign=lambda plan: self.slots.assign(plan, slot, recipe))
         except UserError as exc:
             return Outcome("config-error", None, str(exc))
-        self.ledger.update_trial(ctx.row_id, pid=getattr(handle, "pid", None), job_id=getattr(handle, "job_id", None),
-                                 job_address=self.slots.address)
+        self.ledger.update_trial(a.row_id, pid=handle.pid, job_id=handle.job_id, job_address=self.slots.address)
         state = _WatchState(ctx, self, time.time())
-        w = Watch(handle, timeout_s=recipe.timeout_s, deadline=None if self.opts.allow_overrun else self.deadline,
-                  silence_s=recipe.abort.silence_s, on_records=state.on_records, external=lambda: self.stop_reason)
+        w = lifecycle.watch_run(handle, recipe, deadline=None if self.opts.allow_overrun else self.deadline,
+                                on_records=state.on_records, external=lambda: self.stop_reason)
         return _Running(ctx, w)
-
-    def execute(self, ctx: TrialContext) -> Outcome:
-        """Launch and follow one trial to its end (blocking)."""
-        r = self.launch(ctx)
-        if isinstance(r, Outcome):
-            return r
-        while (out := r.watch.step()) is None:
-            time.sleep(0.2)
-        return out
 
     def _backend(self, name: str):
         """One backend instance per study (a Ray head, if any, is started once)."""
@@ -288,13 +258,14 @@ class Controller:
 
     def finish(self, ctx: TrialContext, outcome: Outcome) -> None:
         row = self._judge(ctx, outcome)
-        self.proposer.tell(ctx.proposal, {**row, "number": ctx.number}, outcome.metrics)
-        sha = self._commit_results(ctx, row, outcome)
-        gitops.tag(self.ws.root, gitops.end_tag(ctx.number), sha)
-        row.update(end_tag=gitops.end_tag(ctx.number), end_sha=sha, pid=None)
-        self.ledger.update_trial(ctx.row_id, event="trial-end", **row)
-        gitops.remove_worktree(self.ws.root, ctx.worktree)
-        self.view.verdict({"attempt": ctx.attempt, **row})
+        a, p = ctx.attempt, ctx.proposal
+        self.proposer.tell(p, {**row, "number": a.number}, outcome.metrics)
+        final = outcome.metrics.evals[-1] if outcome.metrics.evals else None
+        summary = {"attempt": a.name, "proposer": p.proposer, "hypothesis": p.hypothesis, "why": p.why,
+                   "changed": p.values, **row, "final_eval": _strip_items(final)}
+        message = f"{a.name}: {row.get('verdict') or row['status']}{_obj_text(row)}\n\n{row.get('reason') or ''}"
+        lifecycle.close_attempt(self.ws, self.ledger, a, row, summary, message, log_entry=_log_entry(ctx, row))
+        self.view.verdict({"attempt": a.name, **row})
 
     # ---- judging -------------------------------------------------------------------
     def _judge(self, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:
@@ -307,7 +278,7 @@ class Controller:
         if outcome.status == "complete" and nonfinite:
             row.update(status="crash")
         if row["status"] == "complete":  # a run that logged NaN/inf is never scored, even with exit 0
-            row["objective"] = _objective(m, recipe)
+            row["objective"] = lifecycle.objective_value(m, recipe)
             if row["objective"] is None:
                 row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
         row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, recipe.train.get("steps", 0))]
@@ -326,7 +297,7 @@ class Controller:
         return row
 
     def _diagnose(self, ctx: TrialContext, outcome: Outcome, nonfinite: str | None) -> dict[str, Any]:
-        log = _read(ctx.run_dir / "train.log")
+        log = _read(ctx.attempt.run_dir / "train.log")
         watchdog = {"hang": "silence", "timeout": "timeout"}.get(outcome.status)
         d = triage.classify(log, exit_code=outcome.exit_code, watchdog=watchdog, metrics_nonfinite=nonfinite)
         return {"crash_category": d.category, "crash_signature": d.signature, "root_cause": d.root_cause_line,
@@ -336,7 +307,7 @@ class Controller:
         base_runs = self.proposer.baseline_runs()
         if not base_runs:
             return {"verdict": "flat", "reason": "no completed baseline to compare with"}
-        base_values = [v for v in (_objective(b, recipe) for b in base_runs) if v is not None]
+        base_values = [v for v in (lifecycle.objective_value(b, recipe) for b in base_runs) if v is not None]
         items = verdict.objective_items(m.evals, recipe.objective)
         base_items = [verdict.objective_items(b.evals, recipe.objective) for b in base_runs]
         v = verdict.judge(verdict.Runs(values=[value], items=[items] if items else None),
@@ -354,20 +325,6 @@ class Controller:
             return None
         sign = 1 if recipe.objective.direction == "maximize" else -1
         return sign * (value - (max(done) if sign > 0 else min(done)))
-
-    def _commit_results(self, ctx: TrialContext, row: dict[str, Any], outcome: Outcome) -> str:
-        results = ctx.worktree / "results" / f"{ctx.attempt}.json"
-        results.parent.mkdir(parents=True, exist_ok=True)
-        summary = {"attempt": ctx.attempt, "proposer": ctx.proposal.proposer, "hypothesis": ctx.proposal.hypothesis,
-                   "why": ctx.proposal.why, "changed": ctx.proposal.values, **row,
-                   "final_eval": outcome.metrics.evals[-1] if outcome.metrics.evals else None}
-        summary["final_eval"] = _strip_items(summary["final_eval"])
-        results.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
-        log = ctx.worktree / "research_log.md"
-        log.write_text(_read(log) + _log_entry(ctx, row))
-        return gitops.commit(ctx.worktree, f"{ctx.attempt}: {row.get('verdict') or row['status']}"
-                                           f"{_obj_text(row)}\n\n{row.get('reason') or ''}",
-                             [str(results.relative_to(ctx.worktree)), "research_log.md"])
 
     def summary(self) -> dict[str, Any]:
         trials = self.ledger.trials(self.study["id"])
@@ -393,7 +350,7 @@ class _WatchState:
         self.recipe = ctx.recipe
 
     def on_records(self, records: list[dict], metrics: RunMetrics) -> Stop | None:
-        self.ctl.ledger.add_metrics(self.ctx.row_id, records)
+        self.ctl.ledger.add_metrics(self.ctx.attempt.row_id, records)
         self._show(metrics)
         rules = self.recipe.abort
         if rules.enabled and self.ctx.proposal.proposer != "baseline":
@@ -417,15 +374,12 @@ class _WatchState:
         last = m.steps[-1] if m.steps else {}
         evals = m.series(self.recipe.objective.metric)
         now = time.time()
-        self.ctl.view.progress(self.ctx.attempt, int(last.get("step", 0)), int(self.recipe.train.get("steps", 0) or 0),
+        self.ctl.view.progress(self.ctx.attempt.name, int(last.get("step", 0)), int(self.recipe.train.get("steps", 0) or 0),
                                last.get("reward_mean"), evals[-1] if evals else None,
                                now - self.ctl.started, self.ctl.deadline - now)
 
 
 # ---- helpers -----------------------------------------------------------------------------
-def _objective(m: RunMetrics, recipe: Recipe) -> float | None:
-    o = recipe.objective
-    return reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")
 
 
 def _workspace_default(ws: Workspace) -> Path:
@@ -478,15 +432,15 @@ def _obj_text(row: dict[str, Any]) -> str:
     return f" (objective {row['objective']:.4f}{delta})"
 
 
-def _commit_message(attempt: str, p: Proposal, base: dict[str, Any]) -> str:
+def _commit_message(p: Proposal, base: dict[str, Any]) -> str:
     changes = "\n".join(f"- {k}: {base.get(k)!r} -> {v!r}" for k, v in p.values.items()) or "- none (the recipe as written)"
     hyp = f"hypothesis: {p.hypothesis}\n" if p.hypothesis else ""
-    return f"{attempt}: {p.why}\n\nproposer: {p.proposer}\n{hyp}changed values (previous -> tested):\n{changes}\n"
+    return f"{p.why}\n\nproposer: {p.proposer}\n{hyp}changed values (previous -> tested):\n{changes}\n"
 
 
 def _log_entry(ctx: TrialContext, row: dict[str, Any]) -> str:
     p = ctx.proposal
-    lines = [f"\n## {ctx.attempt}\n", f"- proposer: {p.proposer}" + (f", hypothesis {p.hypothesis}" if p.hypothesis else ""),
+    lines = [f"\n## {ctx.attempt.name}\n", f"- proposer: {p.proposer}" + (f", hypothesis {p.hypothesis}" if p.hypothesis else ""),
              f"- why: {p.why}", f"- changed: {dump_values(p.values) or 'nothing (baseline)'}",
              f"- status: {row['status']}; verdict: {row.get('verdict') or '-'}{_obj_text(row)}"]
     if row.get("ci_low") is not None:

@@ -13,16 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
-from autorl import gitops
 from autorl.judge import verdict
 from autorl.backends.base import TrialSpec, get_backend
 from autorl.ledger import Ledger
 from autorl.metrics import RunMetrics
 from autorl.recipe import load_recipe
-from autorl.trial.watch import Stop, watch
+from autorl.trial.lifecycle import Attempt, close_attempt, follow, launch, watch_run
+from autorl.trial.watch import Stop
 from autorl.workspace import Workspace
 
 OOD_KEY = "eval/ood/greedy_pass@1"
@@ -48,44 +47,36 @@ def best_eval(evals: list[dict], metric: str, maximize: bool = True) -> tuple[in
 
 
 def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
+    """Run full run ``number`` (opened by promote) to its end, with the OOD early stop; record and close it."""
     row = ledger.trial(number)
-    study = ledger.db["autorl_studies"].get(row["study_id"])
-    wt = ws.worktrees / row["attempt"]
-    recipe = load_recipe(wt / study["recipe_path"])
-    run_dir = ws.runs / row["attempt"]
-    spec = TrialSpec(attempt=row["attempt"], recipe=recipe, worktree=wt, run_dir=run_dir, cache_dir=ws.cache)
-    backend = get_backend(recipe.backend)
-    handle = backend.start(backend.plan(spec))
-    ledger.update_trial(row["id"], pid=getattr(handle, "pid", None))
+    study = ledger.study(study_id=row["study_id"])
+    a = Attempt(number, row["attempt"], ws.worktrees / row["attempt"], ws.runs / row["attempt"], row["start_sha"], row["id"])
+    recipe = load_recipe(a.worktree / study["recipe_path"])
+    spec = TrialSpec(attempt=a.name, recipe=recipe, worktree=a.worktree, run_dir=a.run_dir, cache_dir=ws.cache)
+    handle = launch(get_backend(recipe.backend), spec)
+    ledger.update_trial(a.row_id, pid=handle.pid)
 
     def on_records(records: list[dict], m: RunMetrics) -> Stop | None:
-        ledger.add_metrics(row["id"], records)
+        ledger.add_metrics(a.row_id, records)
         return ood_drop_stop(m.evals) if any(r.get("type") == "eval" for r in records) else None
 
-    out = watch(handle, timeout_s=float("inf"), deadline=None, silence_s=recipe.abort.silence_s,
-                on_records=on_records, external=lambda: None)
-    return _record(ws, ledger, row, recipe, out, wt)
+    out = follow(watch_run(handle, recipe, timeout_s=float("inf"), on_records=on_records))
+    return _record(ws, ledger, a, recipe, out)
 
 
-def _record(ws, ledger, row, recipe, out, wt: Path) -> dict[str, Any]:
+def _record(ws, ledger, a: Attempt, recipe, out) -> dict[str, Any]:
     m = out.metrics
-    maximize = recipe.objective.direction == "maximize"
-    step, value = best_eval(m.evals, recipe.objective.metric, maximize)
+    step, value = best_eval(m.evals, recipe.objective.metric, recipe.objective.direction == "maximize")
     ok = out.status in ("complete", "early-stopped")
     flags = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, recipe.train.get("steps", 0))]
     result = {"status": out.status if ok else "crash", "reason": out.reason, "objective": value, "exit_code": out.exit_code,
               "finished": time.time(), "duration_s": out.wall_s, "flags": flags,
               "best_checkpoint": {"step": step, "value": value, "metric": recipe.objective.metric}}
-    (wt / "results").mkdir(exist_ok=True)
-    (wt / "results" / f"{row['attempt']}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    sha = gitops.commit(wt, f"{row['attempt']}: full run {result['status']}, best {recipe.objective.metric} "
-                            f"{value} at step {step}\n\n{out.reason}", [f"results/{row['attempt']}.json"])
-    gitops.tag(ws.root, gitops.end_tag(row["number"]), sha)
     reason = f"best {recipe.objective.metric} {value} at step {step}" + (f"; {out.reason}" if out.reason else "")
-    ledger.update_trial(row["id"], event="full-run-end", status=result["status"], objective=value, reason=reason,
-                        exit_code=out.exit_code, finished=result["finished"], duration_s=out.wall_s, flags=flags,
-                        end_tag=gitops.end_tag(row["number"]), end_sha=sha, pid=None)
-    gitops.remove_worktree(ws.root, wt)
+    message = f"{a.name}: full run {result['status']}, best {recipe.objective.metric} {value} at step {step}\n\n{out.reason}"
+    row = {"status": result["status"], "objective": value, "reason": reason, "exit_code": out.exit_code,
+           "finished": result["finished"], "duration_s": out.wall_s, "flags": flags}
+    close_attempt(ws, ledger, a, row, result, message, event="full-run-end")
     return result
 
 

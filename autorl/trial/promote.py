@@ -21,17 +21,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from autorl import gitops
 from autorl.judge import verdict
-from autorl.backends.base import TrialSpec, get_backend
 from autorl.errors import AutorlError, NotFoundError, UserError
-from autorl.metrics import RunMetrics, reduce_series
+from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe, load_recipe, set_train_values
-from autorl.trial.watch import watch
+from autorl.trial.lifecycle import objective_value, open_attempt, run_detached
 
 
 class PromotionRefused(AutorlError):
@@ -73,31 +71,16 @@ def revalidate(ws, ledger, row: dict, repeats: int, view=print) -> verdict.Verdi
     b_runs = [_run_once(ws, base, base_row["start_tag"], s, f"revalidate-{row['number']:02d}-base-s{s}", view) for s in seeds]
     t_items = [verdict.objective_items(m.evals, trial.objective) for m in t_runs]
     b_items = [verdict.objective_items(m.evals, trial.objective) for m in b_runs]
-    values = lambda runs, r: [v for v in (_value(m, r) for m in runs) if v is not None]  # noqa: E731
+    values = lambda runs, r: [v for v in (objective_value(m, r) for m in runs) if v is not None]  # noqa: E731
     return verdict.judge(verdict.Runs(values=values(t_runs, trial), items=t_items if all(t_items) else None),
                          verdict.Runs(values=values(b_runs, base), items=b_items if all(b_items) else None),
                          trial.verdict, trial.objective.direction)
 
 
-def _value(m: RunMetrics, r: Recipe) -> float | None:
-    o = r.objective
-    return reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")
-
-
 def _run_once(ws, recipe: Recipe, rev: str, seed: int, name: str, view) -> RunMetrics:
-    """One run of ``recipe`` at commit ``rev`` with ``seed``, in a throwaway detached worktree."""
-    wt = ws.worktrees / name
-    gitops.remove_worktree(ws.root, wt)
-    gitops.git(ws.root, "worktree", "add", "-q", "--detach", str(wt), rev)
-    try:
-        run_dir = ws.runs / name
-        spec = TrialSpec(attempt=name, recipe=recipe, worktree=wt, run_dir=run_dir, cache_dir=ws.cache, seed=seed)
-        backend = get_backend(recipe.backend)
-        out = watch(backend.start(backend.plan(spec)), timeout_s=recipe.timeout_s * 4, deadline=None,
-                    silence_s=recipe.abort.silence_s, on_records=lambda r, m: None, external=lambda: None)
-    finally:
-        gitops.remove_worktree(ws.root, wt)
-    view(f"  {name}: {out.status}, objective {_value(out.metrics, recipe)}")
+    """One run of ``recipe`` at commit ``rev`` with ``seed`` (the trials' own timeout applies)."""
+    out = run_detached(ws, recipe, rev, name, seed)
+    view(f"  {name}: {out.status}, objective {objective_value(out.metrics, recipe)}")
     return out.metrics
 
 
@@ -132,25 +115,17 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
 
 
 def _launch_full(ws, ledger, row, text, rel, values, why, check, force) -> dict[str, Any]:
-    number = max(gitops.next_attempt_number(ws.root), ledger.max_number() + 1)
-    attempt = gitops.attempt_name(number, f"full-{row['attempt'].split('-', 2)[-1]}")
-    wt = ws.worktrees / attempt
-    gitops.add_worktree(ws.root, wt, attempt, row["start_tag"])
-    (wt / rel).write_text(set_train_values(text, values))
     forced = " (forced: re-validation did not confirm)" if force and check.verdict != "improved" else ""
-    msg = (f"{attempt}: full run promoted from {row['attempt']}{forced}\n\n{why}\nre-validation: {check.explanation}\n"
-           + "".join(f"- {k}: {v!r}\n" for k, v in values.items()))
-    sha = gitops.commit(wt, msg, [rel])
-    gitops.tag(ws.root, gitops.start_tag(number), sha)
-    trial_id = ledger.add_trial(
-        study_id=row["study_id"], number=number, attempt=attempt, branch=attempt, start_tag=gitops.start_tag(number),
-        start_sha=sha, proposer="promote", hypothesis=row.get("hypothesis"), kind="full", promoted_from=row["number"],
-        why=f"{why}; re-validation {check.verdict} {check.delta:+.4f}{forced}", changed=values, started=time.time(),
-        delta=check.delta, ci_low=check.ci_low, ci_high=check.ci_high, method=check.method, n_items=check.n,
-        log_path=str(ws.runs / attempt / "train.log"), metrics_path=str(ws.runs / attempt / "metrics.jsonl"))
-    pid = _spawn(ws, number)
-    ledger.update_trial(trial_id, event="full-run-launched", pid=pid, reason=f"monitor pid {pid}")
-    return {"attempt": attempt, "number": number, "promoted_from": row["number"], "monitor_pid": pid,
+    message = (f"full run promoted from {row['attempt']}{forced}\n\n{why}\nre-validation: {check.explanation}\n"
+               + "".join(f"- {k}: {v!r}\n" for k, v in values.items()))
+    a = open_attempt(ws, ledger, rev=row["start_tag"], slug=f"full-{row['attempt'].split('-', 2)[-1]}",
+                     files={rel: set_train_values(text, values)}, message=message, study_id=row["study_id"],
+                     proposer="promote", hypothesis=row.get("hypothesis"), kind="full", promoted_from=row["number"],
+                     why=f"{why}; re-validation {check.verdict} {check.delta:+.4f}{forced}", changed=values,
+                     delta=check.delta, ci_low=check.ci_low, ci_high=check.ci_high, method=check.method, n_items=check.n)
+    pid = _spawn(ws, a.number)
+    ledger.update_trial(a.row_id, event="full-run-launched", pid=pid, reason=f"monitor pid {pid}")
+    return {"attempt": a.name, "number": a.number, "promoted_from": row["number"], "monitor_pid": pid,
             "revalidation": check.model_dump(), "forced": bool(forced)}
 
 

@@ -23,7 +23,7 @@ DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 class Slots:
     """Assigns resources to a slot's plan and starts it."""
 
-    def __init__(self, n: int, ray_address: str | None, recipe):
+    def __init__(self, n: int, ray_address: str | None):
         self.n = n
         self._requested = ray_address
         self.address: str | None = _resolve(ray_address)
@@ -42,7 +42,7 @@ class Slots:
                 update["env"] = {**plan.env, "CUDA_VISIBLE_DEVICES": str(slot % self.gpus)}
         return plan.model_copy(update=update) if update else plan
 
-    def start(self, backend, plan: LaunchPlan, recipe):
+    def start(self, backend, plan: LaunchPlan):
         """Start on the backend itself, or as a Ray job when a Ray address was given."""
         if not self._requested or backend.runs_on_ray:
             return backend.start(plan)

@@ -11,12 +11,13 @@ from autorl import gitops
 from autorl.backends.base import LaunchPlan, TrialSpec, get_backend
 from autorl.errors import WorkspaceError
 from autorl.metrics import RunMetrics
-from autorl.recipe import Recipe, load_recipe
-from autorl.trial.watch import Outcome, watch
+from autorl.recipe import load_recipe
+from autorl.trial.lifecycle import TrainThenEval, follow, watch_run
+from autorl.trial.watch import Outcome
 from autorl.workspace import RUN_DIR
 
 
-def plan_single(cwd: Path, recipe_path: Path, overrides: list[str], metrics_out: str | None) -> tuple[Recipe, LaunchPlan]:
+def plan_single(cwd: Path, recipe_path: Path, overrides: list[str], metrics_out: str | None) -> tuple[TrialSpec, LaunchPlan]:
     """Validate the recipe and plan its run (nothing is launched)."""
     recipe = load_recipe(recipe_path, overrides)
     root = _root(cwd)
@@ -27,7 +28,7 @@ def plan_single(cwd: Path, recipe_path: Path, overrides: list[str], metrics_out:
     plan = get_backend(recipe.backend).plan(spec)
     if metrics_out:
         plan = _redirect_metrics(plan, Path(metrics_out).resolve())
-    return recipe, plan
+    return spec, plan
 
 
 def _root(cwd: Path) -> Path:
@@ -42,13 +43,14 @@ def _redirect_metrics(plan: LaunchPlan, target: Path) -> LaunchPlan:
     return plan.model_copy(update={"argv": argv, "metrics_path": str(target)})
 
 
-def run_single(recipe: Recipe, plan: LaunchPlan, quiet: bool = False) -> dict[str, Any]:
-    """Launch the plan, show progress, and return a result summary."""
-    handle = get_backend(recipe.backend).start(plan)
+def run_single(spec: TrialSpec, plan: LaunchPlan, quiet: bool = False) -> dict[str, Any]:
+    """Launch the plan (then the backend's per-item eval), show progress, return a summary; timeout_s applies."""
+    recipe = spec.recipe
+    backend = get_backend(recipe.backend)
+    handle = TrainThenEval(backend.start(plan), backend.eval_plan(spec))
     bar = _Progress(int(recipe.train.get("steps", 0) or 0), quiet)
     try:
-        out = watch(handle, timeout_s=recipe.timeout_s * 10, deadline=None, silence_s=recipe.abort.silence_s,
-                    on_records=lambda recs, m: bar.update(m), external=lambda: None)
+        out = follow(watch_run(handle, recipe, on_records=lambda recs, m: bar.update(m)))
     except KeyboardInterrupt:
         handle.cancel()
         raise

@@ -79,13 +79,3 @@ class Watch:
         if now - self.handle.last_activity() >= self.silence_s:
             return Stop("hang", f"no output or metrics for {self.silence_s:.0f} s (watchdog)")
         return None
-
-
-def watch(handle: RunHandle, *, poll_s: float = 0.2, **kw) -> Outcome:
-    """Follow one run to its end (blocking)."""
-    w = Watch(handle, **kw)
-    while True:
-        out = w.step()
-        if out is not None:
-            return out
-        time.sleep(poll_s)

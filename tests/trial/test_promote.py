@@ -1,0 +1,56 @@
+"""Promote end to end: re-validation runs, the full-run branch and tags, the detached monitor, the ledger row."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import git, run_cli
+
+pytestmark = pytest.mark.slow
+
+FAST = ["--set", "steps=6", "--set", "eval_every=3", "--set", "batch_prompts=8"]
+
+
+def _rows(ws: Path) -> list[dict]:
+    conn = sqlite3.connect(ws / "ledger.sqlite")
+    conn.row_factory = sqlite3.Row
+    return [dict(r) for r in conn.execute("SELECT * FROM autorl_trials ORDER BY number")]
+
+
+def _wait_full_run(ws: Path, number: int, timeout_s: float = 240) -> dict:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        row = next(r for r in _rows(ws) if r["number"] == number)
+        if row["status"] != "running":
+            return row
+        time.sleep(1)
+    raise AssertionError(f"full run {number} still running after {timeout_s} s")
+
+
+def test_forced_promotion_runs_a_full_run_on_its_own_branch(workspace):
+    r = run_cli("-C", str(workspace), "run", "--max-trials", "3", "--budget", "5m", "--strategy", "random", *FAST,
+                timeout=400)
+    assert r.returncode == 0, r.stderr + r.stdout
+    trial = next(t for t in _rows(workspace) if t["proposer"] != "baseline" and t["status"] == "complete")
+    out = run_cli("-C", str(workspace), "promote", str(trial["number"]), "--force", "--repeats", "1", "--steps", "6",
+                  "--json", timeout=400)
+    assert out.returncode == 0, out.stderr + out.stdout
+    launched = json.loads(out.stdout)
+    assert launched["promoted_from"] == trial["number"]
+    assert set(launched["revalidation"]) >= {"verdict", "delta", "ci_low", "ci_high"}
+    row = _wait_full_run(workspace, launched["number"])
+    assert row["kind"] == "full" and row["status"] in ("complete", "early-stopped"), row
+    assert row["objective"] is not None
+    assert git(workspace, "rev-parse", row["end_tag"]) == row["end_sha"]
+    # the full run's commit descends from the promoted trial's start commit and sets the full-run length
+    assert git(workspace, "merge-base", "--is-ancestor", trial["start_sha"], row["start_sha"]) == ""
+    recipe = git(workspace, "show", f"{row['start_tag']}:recipes/default.yaml")
+    assert "steps: 6" in recipe
+    result = json.loads(git(workspace, "show", f"{row['end_tag']}:results/{row['attempt']}.json"))
+    assert result["best_checkpoint"]["value"] == row["objective"]
+    assert not (workspace / ".autorl" / "worktrees" / row["attempt"]).exists()
