@@ -33,6 +33,8 @@ class Proposal:
     optuna_number: int | None = None
     retry_of: int | None = None
     patch: str | None = None
+    parent: int | None = None     # attempt number of the recipe it modifies (None = the baseline)
+    confirms: int | None = None   # attempt number of the candidate this run re-runs with a fresh seed
 
 
 class Proposer:
@@ -149,8 +151,17 @@ class Proposer:
         values = {**p.values, **reduced}
         why = f"retry of an out-of-memory crash with {dump_values(reduced)} (the most recent memory-expanding change reduced)"
         retry = Proposal("retry", values, why, "oom-retry-" + dump_values(reduced), hypothesis=p.hypothesis,
-                         retry_of=number, patch=p.patch)
+                         retry_of=number, patch=p.patch, parent=p.parent)
         self.pending.append(retry)
+
+    def queue_confirmation(self, p: Proposal, number: int, runs: int) -> None:
+        """Re-run candidate ``number`` with ``runs`` fresh seeds, before anything else."""
+        seed0 = int({**self.base.train, **p.values}.get("seed", 0) or 0)
+        for k in range(runs):
+            seed = seed0 + 1000 + 10 * number + k
+            why = f"confirmation {k + 1}/{runs} of candidate {number:02d}: the same recipe with fresh seed {seed}"
+            self.pending.insert(k, Proposal("confirm", {**p.values, "seed": seed}, why, f"confirm-{number:02d}-s{seed}",
+                                            hypothesis=p.hypothesis, patch=p.patch, parent=p.parent, confirms=number))
 
     # ---- the baseline -----------------------------------------------------------------------
     def _baselines(self) -> list[dict]:

@@ -2,9 +2,10 @@
 
 ``promote(ws, ledger, number)`` in order:
 
-1. pick the trial: the one named, or the best by verdicts (an *improved* trial
-   with the highest lower bound of its interval — the most confidently better,
-   not the luckiest raw value), and say why;
+1. pick the trial: the one named, or the best *confirmed* improvement (fresh-seed
+   re-runs agreed; see docs/triage.md) with the highest lower bound of its
+   interval — the most confidently better, not the luckiest raw value — and say
+   why; an unconfirmed candidate only with ``--force``;
 2. re-validate: the trial's recipe and the baseline's, each run with R fresh
    seeds on the full eval set; continue only if the paired test still says
    *improved* (``--force`` overrides, and the ledger says so). Short trials
@@ -36,15 +37,20 @@ class PromotionRefused(AutorlError):
     """Re-validation did not confirm the gain (exit 1; --force overrides)."""
 
 
-def pick_best(ledger, study: str | None = None) -> tuple[dict, str]:
-    """The best trial by verdicts, and why it was picked."""
+def pick_best(ledger, study: str | None = None, force: bool = False) -> tuple[dict, str]:
+    """The best confirmed trial (with ``force``: the best candidate if none is confirmed), and why it was picked."""
     sid = ledger.study(study)["id"] if study else None
-    improved = [t for t in ledger.trials(sid, "verdict = 'improved' AND kind = 'trial'")]
-    if not improved:
-        raise NotFoundError("no trial was judged improved: nothing to promote (name one with `autorl promote NN --force`)")
-    best = max(improved, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
-    why = (f"{best['attempt']} has the highest lower bound of the gain over the baseline among "
-           f"{len(improved)} improved trials: {best['delta']:+.4f} [{best['ci_low']:+.4f}, {best['ci_high']:+.4f}]")
+    pool = ledger.trials(sid, "confirmation = 'confirmed' AND kind = 'trial'")
+    kind = "confirmed"
+    if not pool and force:
+        pool, kind = ledger.trials(sid, "verdict = 'improved' AND kind = 'trial'"), "improved (unconfirmed, --force)"
+    if not pool:
+        open_ = ledger.trials(sid, "confirmation = 'candidate' AND kind = 'trial'")
+        hint = f" ({len(open_)} candidates await confirmation)" if open_ else ""
+        raise NotFoundError(f"no confirmed improvement{hint}: nothing to promote (pick one with `autorl promote NN --force`)")
+    best = max(pool, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
+    why = (f"{best['attempt']} has the highest lower bound of the gain over its parent among "
+           f"{len(pool)} {kind} trials: {best['delta']:+.4f} [{best['ci_low']:+.4f}, {best['ci_high']:+.4f}]")
     return best, why
 
 
@@ -91,13 +97,16 @@ def full_values(recipe: Recipe, steps: int | None, episodes: int | None) -> dict
         values["steps" if recipe.backend == "embedded" else "max_steps"] = steps
     if episodes is not None:
         values["num_episodes"] = episodes
+    o = recipe.objective
+    if recipe.backend == "embedded" and o.direction == "maximize" and o.metric.startswith("eval/"):
+        values["save_best"] = recipe.objective.metric  # the engine keeps the best eval's weights (best.pt)
     return values
 
 
 def promote(ws, ledger, number: int | None, *, steps: int | None = None, episodes: int | None = None,
             repeats: int = 2, dry_run: bool = False, force: bool = False, view=print) -> dict[str, Any]:
     """Re-validate trial NN (or the best), then commit and launch its full run detached."""
-    row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger)
+    row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger, force=force)
     if row.get("kind") != "trial" or row.get("status") != "complete":
         raise UserError(f"{row['attempt']} did not complete as a trial ({row['status']}): promote a completed trial")
     view(f"promoting {row['attempt']}: {why}")
