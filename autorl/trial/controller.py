@@ -316,13 +316,15 @@ class Controller:
             return {"verdict": "flat", "reason": "no completed baseline to compare with"}
         parent = self._runs(self._parent_metrics(p.parent), recipe) or base
         trial = self._runs([m], recipe)
-        c = verdict.credit(trial, parent, base, recipe.verdict, recipe.objective.direction, self._noise(recipe, p.parent))
+        noise = self._noise(recipe, p.parent)
+        c = verdict.credit(trial, parent, base, recipe.verdict, recipe.objective.direction, noise)
         v, gap = c.vs_parent, self._gap_to_best(value, recipe)
         whom = f"parent {p.parent:02d}" if p.parent is not None else "the baseline"
         note = f" vs {whom}" + (f"; {c.vs_baseline.delta:+.4f} over the baseline" if p.parent is not None else "")
         note += f"; {gap:+.4f} vs the best so far" if gap is not None else ""
         out = {"verdict": v.verdict, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high, "method": v.method,
-               "n_items": v.n, "reason": v.explanation + note, "gap_to_best": gap, "gain_vs_baseline": c.vs_baseline.delta}
+               "n_items": v.n, "reason": v.explanation + note, "gap_to_best": gap,
+               "gain_vs_baseline": c.vs_baseline.delta}
         if v.verdict == "improved":
             out["confirmation"] = "candidate"
         return out
@@ -372,7 +374,8 @@ class Controller:
             self.ledger.set_confirmation(candidate, "rejected", "its confirmation runs did not complete")
             return
         parent = self._runs(self._parent_metrics(row.get("parent")), recipe) or base
-        v = verdict.confirm(fresh, parent, recipe.verdict, recipe.objective.direction, self._noise(recipe, row.get("parent")))
+        noise = self._noise(recipe, row.get("parent"))
+        v = verdict.confirm(fresh, parent, recipe.verdict, recipe.objective.direction, noise)
         state = "confirmed" if v.verdict == "improved" else "rejected"
         self.ledger.set_confirmation(candidate, state, f"{len(fresh.values)} fresh-seed runs: {v.explanation}")
         self.view.study(f"{row['attempt']}: {state} by {len(fresh.values)} fresh-seed runs (gain {v.delta:+.4f}, "
@@ -434,7 +437,8 @@ class _WatchState:
             if self.recipe.abort.pruner and p.proposer not in ("baseline", "confirm"):
                 d = self._clearly_worse(rec)
                 if d is not None:
-                    return Stop("pruned", f"noise-aware pruner: {d.reason}", {"rule": "clearly_worse", **d.model_dump()})
+                    detail = {"rule": "clearly_worse", **d.model_dump()}
+                    return Stop("pruned", f"noise-aware pruner: {d.reason}", detail)
         return None
 
     def _clearly_worse(self, rec: dict):
