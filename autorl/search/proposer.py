@@ -137,7 +137,7 @@ class Proposer:
             state = {"complete": "complete", "pruned": "pruned"}.get(status, "fail")
             p.search.tell(p.optuna_number, state, row.get("objective"))
         action = triage.crash_action(row["crash_category"]) if row.get("crash_category") else None
-        if action == "retry_reduced" and p.retry_of is None and row.get("status") == "crash":
+        if action == "retry_reduced" and p.retry_of is None and p.confirms is None and row.get("status") == "crash":
             self._queue_oom_retry(p, row)
         if self._hyp is not None:
             self._hyp.tell(p, row, metrics)
