@@ -81,7 +81,7 @@ class VerdictSettings(_Model):
                                                    "are never confirmed.")
     confirm_level: float = Field(0.99, gt=0.5, lt=1, description="Two-sided level of the confirmation test on the "
                                                                  "fresh runs alone.")
-    prune_level: float = Field(0.999, gt=0.5, lt=1, description="Two-sided level at which an intermediate eval is "
+    prune_level: float = Field(0.99, gt=0.5, lt=1, description="Two-sided level at which an intermediate eval is "
                                                                 "'clearly worse' than the incumbent's.")
     bootstrap: int = Field(2000, ge=100, description="Unused since the interval became analytic (t with "
                                                      "Satterthwaite df); kept so older recipes load.")
