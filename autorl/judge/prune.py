@@ -4,9 +4,9 @@ Optuna's median pruner compares one noisy number with the median of other trials
 so stops about half of all trials whatever their quality. Here an intermediate eval is compared
 item by item with the incumbent's eval at the same step on the same items, with the verdict's
 noise model (per-item flips plus the run-level shift), at the recipe's ``prune_level`` (99%
-two-sided by default: with one baseline run the prior's single df makes t heavy-tailed, and at 99.9%
-even a 43-point drop on 500 items was not 'clearly worse'): the trial is stopped only when even the upper end of the interval for
-its gain is below 0. The hard rules (collapse, NaN, stuck reward) are ``autorl.judge.abort``.
+two-sided by default: with one baseline run the prior's single df makes t heavy-tailed, and at
+99.9% even a 43-point drop on 500 items was not 'clearly worse'). The trial is stopped only when
+even the upper end of the interval for its gain is below 0. The hard rules (collapse, NaN, stuck reward) are ``autorl.judge.abort``.
 """
 
 from __future__ import annotations
