@@ -42,10 +42,14 @@ TRIAL_COLUMNS: dict[str, str] = {
     "verdict": "improved, regressed, flat, crash, pruned (NULL while running or for a baseline).",
     "reason": "One line: why this status/verdict.",
     "objective": "Objective value (NULL for a crash; never a placeholder).",
-    "delta": "Objective minus the baseline's.",
+    "delta": "Gain over the trial's parent (the recipe it modifies), better-is-positive.",
     "gap_to_best": "Objective minus the best objective of the study's earlier trials (the incumbent), better-is-positive.",
-    "ci_low": "Lower end of the 95% interval for delta.",
-    "ci_high": "Upper end of the 95% interval for delta.",
+    "ci_low": "Lower end of the interval for delta.",
+    "ci_high": "Upper end of the interval for delta.",
+    "parent": "Attempt number of the parent the trial was judged against (NULL = the baseline).",
+    "gain_vs_baseline": "Gain over the study's original baseline, reported apart from the verdict.",
+    "confirmation": "For an improved trial: candidate, confirmed or rejected (fresh-seed re-runs decide).",
+    "confirms": "Attempt number of the candidate this confirmation run re-runs.",
     "method": "How the interval was computed.",
     "n_items": "Eval items (or repeats) behind the interval.",
     "flags": "JSON list of flags with evidence (divergence, truncation, ...).",
@@ -75,7 +79,8 @@ def _v1(db: sqlite_utils.Database) -> None:
         "optuna_study": str, "baseline_value": float,
     }, pk="id")
     db["autorl_studies"].create_index(["name"], unique=True)
-    types = {c: str for c in TRIAL_COLUMNS if c not in ("job_id", "job_address", "gap_to_best")}
+    later = ("job_id", "job_address", "gap_to_best", "parent", "gain_vs_baseline", "confirmation", "confirms")
+    types = {c: str for c in TRIAL_COLUMNS if c not in later}
     types.update({c: int for c in ("id", "study_id", "number", "seed", "optuna_number", "retry_of",
                                    "promoted_from", "exit_code", "pid", "n_items")})
     types.update({c: float for c in ("objective", "delta", "ci_low", "ci_high", "started", "finished", "duration_s")})
@@ -97,7 +102,12 @@ def _v3(db: sqlite_utils.Database) -> None:
     db["autorl_trials"].add_column("gap_to_best", float)
 
 
-MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3)]
+def _v4(db: sqlite_utils.Database) -> None:
+    for col, kind in (("parent", int), ("gain_vs_baseline", float), ("confirmation", str), ("confirms", int)):
+        db["autorl_trials"].add_column(col, kind)
+
+
+MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3), ("0004_confirmation", _v4)]
 
 
 class Ledger:
@@ -220,6 +230,27 @@ class Ledger:
         if study_id is not None:
             where, args = f"({where}) AND study_id = ?", args + [study_id]
         return [_decode(r) for r in self.db["autorl_trials"].rows_where(where, args, order_by="number")]
+
+    def confirmed(self, study_id: int) -> list[dict]:
+        """The study's trials whose improvement fresh-seed re-runs confirmed."""
+        return self.trials(study_id, confirmation="confirmed", kind="trial")
+
+    def confirm_runs(self, study_id: int, candidate: int) -> list[dict]:
+        """The confirmation runs of candidate ``candidate`` (an attempt number)."""
+        return self.trials(study_id, confirms=candidate, kind="trial")
+
+    def confirm_groups(self, study_id: int) -> dict[int, list[dict]]:
+        """Completed confirmation runs by candidate number (replicate groups for the run-noise estimate)."""
+        out: dict[int, list[dict]] = {}
+        for row in self._trials("confirms IS NOT NULL AND status = 'complete' AND kind = 'trial'", [], study_id):
+            out.setdefault(row["confirms"], []).append(row)
+        return out
+
+    def set_confirmation(self, number: int, state: str, reason: str) -> None:
+        """Mark trial ``number`` candidate, confirmed or rejected, with why."""
+        row = self.trial(number)
+        self.update_trial(row["id"], event=f"confirmation-{state}", confirmation=state,
+                          reason=f"{row.get('reason') or ''} | {state}: {reason}".lstrip(" |"))
 
     def max_number(self) -> int:
         row = self.db.execute("SELECT max(number) FROM autorl_trials").fetchone()

@@ -66,11 +66,25 @@ class Objective(_Model):
 
 
 class VerdictSettings(_Model):
-    """How a trial is judged against the baseline."""
+    """How a trial is judged against its parent, and how a candidate is confirmed (docs/triage.md)."""
 
-    min_effect: float = Field(0.0, ge=0, description="A trial is 'improved' only if the lower end of its 95% interval for the gain exceeds this.")
-    baseline_repeats: int = Field(2, ge=1, description="Times the baseline runs (different seeds) to measure seed-to-seed noise.")
-    bootstrap: int = Field(2000, ge=100, description="Paired bootstrap resamples.")
+    min_effect: float = Field(0.0, ge=0, description="A trial is 'improved' only if the lower end of its "
+                                                     "interval for the gain exceeds this.")
+    baseline_repeats: int = Field(3, ge=1, description="Times the baseline runs (different seeds) to measure seed "
+                                                       "noise; below 3 the verdict says what it cannot see.")
+    level: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence level of a trial's interval.")
+    run_sd_prior: float = Field(0.02, ge=0, description="Prior run-level sd (a whole run's shift from its seed) "
+                                                        "before replicates are seen.")
+    run_sd_prior_df: float = Field(1.0, ge=0, description="Pseudo degrees of freedom of that prior: how many "
+                                                          "replicate df it weighs.")
+    confirm_runs: int = Field(2, ge=0, description="Fresh-seed re-runs of an 'improved' candidate; 0 = candidates "
+                                                   "are never confirmed.")
+    confirm_level: float = Field(0.99, gt=0.5, lt=1, description="Two-sided level of the confirmation test on the "
+                                                                 "fresh runs alone.")
+    prune_level: float = Field(0.99, gt=0.5, lt=1, description="Two-sided level at which an intermediate eval is "
+                                                                "'clearly worse' than the incumbent's.")
+    bootstrap: int = Field(2000, ge=100, description="Unused since the interval became analytic (t with "
+                                                     "Satterthwaite df); kept so older recipes load.")
 
 
 class AbortRules(_Model):
@@ -82,7 +96,7 @@ class AbortRules(_Model):
     grad_norm_factor: float = Field(100.0, gt=0, description="grad_norm >= factor * max_grad_norm trips 'grad explosion'.")
     truncated_rate: float = Field(0.5, ge=0, le=1, description="truncated_rate above this over the window trips.")
     clip_ratio: float = Field(0.4, ge=0, le=1, description="clip_ratio above this from the start trips.")
-    pruner: bool = Field(True, description="Also ask Optuna's median pruner about intermediate eval values.")
+    pruner: bool = Field(True, description="Stop a trial whose intermediate eval is clearly worse than the incumbent's at the same step.")
     silence_s: float = Field(120.0, gt=0, description="No new output or metric for this long = hang (watchdog).")
 
 

@@ -3,12 +3,14 @@
 Each seed runs two real `autorl run --strategy random` studies on the embedded task, in
 fresh workspaces that share one engine cache:
 
-- ``abort``: the recipe's ``abort.enabled`` and ``abort.pruner`` on (the default);
+- ``abort``: the recipe's ``abort.enabled`` and ``abort.pruner`` on (the default: the hard rules and the
+  noise-aware pruner, which stops a trial clearly worse than the baseline at the same eval step);
 - ``none``: both off, so every trial runs to its last step.
 
 The search space is wide enough to include learning rates that collapse the policy
 (lr log-uniform in [1e-5, 3e-2]). Optuna's RandomSampler ignores results, so for one
-seed both arms test the same values; the script checks that the lr sequences match.
+seed both arms test the same values; the script checks that the lr sequences match. Candidates are not
+re-run (``confirm_runs: 0``) so that both arms launch the same trials.
 Trials run with ``threads: 1``: on a shared 2-core box, two torch threads per trial
 ran about 5x slower than one (spin-waiting under contention). Per seed it prints the best objective, the sum of trial durations (ledger duration_s,
 not study wall clock: the machine is shared), the trials pruned and the saving.
@@ -39,7 +41,7 @@ def bench_recipe(steps: int, abort_on: bool) -> dict:
              "steps": steps, "eval_every": max(1, steps // 3), "seed": 0, "threads": 1, "device": "cpu"}
     return {"name": "early-abort-bench", "backend": "embedded", "train": train, "search": SPACE,
             "objective": {"metric": "eval/id/greedy_pass@1", "direction": "maximize", "reduction": "last"},
-            "verdict": {"baseline_repeats": 1}, "abort": {"enabled": abort_on, "pruner": abort_on},
+            "verdict": {"baseline_repeats": 1, "confirm_runs": 0}, "abort": {"enabled": abort_on, "pruner": abort_on},
             "timeout_s": 300}
 
 
@@ -75,8 +77,8 @@ def study_result(ws: Path) -> dict:
 
 
 def _pruned_by(reason: str) -> str:
-    """'early abort (rule)' or 'median pruner': what stopped a pruned trial."""
-    return reason.split(":")[0] if reason.startswith("early abort") else "median pruner"
+    """'early abort (rule)' or 'noise-aware pruner': what stopped a pruned trial."""
+    return reason.split(":")[0]
 
 
 def run_seed(base: Path, cache: Path, seed: int, trials: int, steps: int) -> dict:

@@ -60,7 +60,7 @@ def make_workspace(work: Path, cache: Path, recipe: Path, name: str) -> Path:
 def run_study(work: Path, cache: Path, recipe: Path, strategy: str, seed: int, max_trials: int) -> dict:
     """One study; its trials, first improvement and best objective."""
     ws = make_workspace(work, cache, recipe, f"{recipe.stem}-{strategy}-s{seed}")
-    repeats = int((yaml.safe_load(recipe.read_text()).get("verdict") or {}).get("baseline_repeats", 2))
+    repeats = int((yaml.safe_load(recipe.read_text()).get("verdict") or {}).get("baseline_repeats", 3))
     t0 = time.time()
     proc = _cli(ws, "run", f"recipes/{recipe.name}", "--strategy", strategy, "--seed", str(seed),
                 "--max-trials", str(max_trials + repeats), "--budget", "2h", "--quiet")

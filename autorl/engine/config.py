@@ -48,6 +48,10 @@ class EngineConfig(BaseModel):
     eval_size: int = Field(500, ge=1, description="Built-in task: items per eval split.")
     eval_k: int = Field(0, ge=0, description="Sampling pass@k on the eval sets (0 = off).")
     eval_temperature: float = Field(0.6, ge=0, description="Temperature for sampling pass@k.")
+    eval_max_new_tokens: int = Field(0, ge=0, description="Generation limit at eval; 0 = max_new_tokens. Fix it per "
+                                                          "study so a trial that changes max_new_tokens keeps the eval.")
+    save_best: str | None = Field(None, description="Eval metric (maximised) whose best eval's weights are saved "
+                                                    "as best.pt beside the metrics file; None = save nothing.")
     # --- run --------------------------------------------------------------
     seed: int = Field(0, description="Seed for sampling and init; with fixed threads a CPU run is reproducible.")
     threads: int = Field(2, ge=1, description="torch.set_num_threads on CPU (results depend on it).")

@@ -340,10 +340,24 @@ def run_eval(policy, task, config: EngineConfig, reward, autocast, step: int) ->
     """An eval record over every split of the task."""
     judge = lambda text, label, tr: score(*reward, text, label, tr)["correctness"]  # noqa: E731
     record: dict[str, Any] = {"type": "eval", "step": step}
+    tokens = config.eval_max_new_tokens or config.max_new_tokens
     for name, split in task.evals.items():
-        record.update(evaluate_split(policy, name, split, config.max_new_tokens, judge, config.eval_k,
+        record.update(evaluate_split(policy, name, split, tokens, judge, config.eval_k,
                                      config.eval_temperature, autocast))
     return record
+
+
+def keep_best(state: dict, config: EngineConfig, rec: dict) -> None:
+    """Save the weights when ``config.save_best`` reached a new best (written atomically: tmp, then rename)."""
+    value = rec.get(config.save_best) if config.save_best else None
+    best = state.get("best_checkpoint")
+    if not isinstance(value, (int, float)) or (best is not None and value <= best["value"]):
+        return
+    path = Path(state["best_path"])
+    tmp = path.with_suffix(".tmp")
+    torch.save(state["policy"].module.state_dict(), tmp)
+    tmp.replace(path)
+    state["best_checkpoint"] = {"step": rec["step"], "metric": config.save_best, "value": float(value), "path": str(path)}
 
 
 # ---------------------------------------------------------------------------
@@ -401,6 +415,7 @@ def train_loop(config: EngineConfig, state: dict, writer: MetricsWriter, log) ->
         rec = run_eval(state["policy"], state["task"], config, state["reward"], state["autocast"], step)
         writer.write(rec)
         log(_eval_line(rec))
+        keep_best(state, config, rec)
 
     evaluate(0)
     done = state["done"] = 0
@@ -423,7 +438,7 @@ def run(config: EngineConfig, metrics_out: str | Path, cache_dir: str | Path, lo
     log = log or (lambda msg: print(msg, flush=True))
     t0 = time.time()
     writer = MetricsWriter(metrics_out)
-    state: dict = {"done": 0}
+    state: dict = {"done": 0, "best_path": Path(metrics_out).parent / "best.pt"}
     summary = {"type": "summary", "steps_done": 0, "wall_s": 0.0, "status": "ok"}
     try:
         state.update(setup(config, cache_dir, log))
@@ -438,6 +453,8 @@ def run(config: EngineConfig, metrics_out: str | Path, cache_dir: str | Path, lo
         writer.close()
         raise
     summary["wall_s"] = round(time.time() - t0, 3)
+    if state.get("best_checkpoint"):
+        summary["best_checkpoint"] = state["best_checkpoint"]
     writer.write(summary)
     writer.close()
     return summary

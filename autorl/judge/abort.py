@@ -2,8 +2,8 @@
 
 ``check_abort`` is called by the controller on the live step stream (every poll, with all
 steps so far) and returns the first rule that trips, or None. Thresholds come from the
-recipe's ``abort`` block (autorl.recipe.AbortRules); the rules themselves are the table
-``WINDOW_RULES`` below. A tripped trial is recorded as PRUNED, not as a crash.
+recipe's ``abort`` block (autorl.recipe.AbortRules); the window rules themselves are the data
+table ``autorl/data/rules/abort.yaml`` (loaded into ``WINDOW_RULES``). A tripped trial is recorded as PRUNED, not as a crash.
 
 Rules:
 
@@ -27,11 +27,21 @@ Rules:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from autorl.data import shipped
+from autorl.errors import UserError
 from autorl.recipe import AbortRules
+
+RULES_PATH = shipped("rules", "abort.yaml")
+
+
+class AbortRulesError(UserError):
+    """The abort rules table does not validate."""
 
 NONFINITE_STRINGS = ("nan", "NaN", "inf", "-inf", "Infinity", "-Infinity")
 
@@ -47,23 +57,46 @@ class AbortDecision(BaseModel):
     values: list[float] = Field(default_factory=list, description="The values that tripped it (one per step of the window).")
 
 
-# name, metric key, test on one value (given thresholds), reason (formatted with n and limit).
-WindowTest = Callable[[float, AbortRules], bool]
-WINDOW_RULES: list[tuple[str, str, WindowTest, str]] = [
-    ("reward_stuck_zero", "reward_mean", lambda v, r: abs(v) <= r.reward_stuck_eps,
-     "reward_mean stuck at 0 over the first {n} steps: a data or reward bug"),
-    ("reward_stuck_one", "reward_mean", lambda v, r: abs(v - 1.0) <= r.reward_stuck_eps,
-     "reward_mean stuck at 1 over the first {n} steps: the prompts are too easy to learn from"),
-    ("grad_norm_zero", "grad_norm", lambda v, r: v == 0.0,
-     "grad_norm is 0 over the first {n} steps: the weights are frozen or the loss is detached"),
-    ("zero_std_groups", "frac_zero_std_groups", lambda v, r: v >= 1.0,
-     "every group has equal rewards over the first {n} steps: all advantages are 0 (raise gens or temperature)"),
-    ("truncation", "truncated_rate", lambda v, r: v > r.truncated_rate,
-     "truncated_rate above {limit} over the first {n} steps: raise max_new_tokens"),
-    ("clip_ratio", "clip_ratio", lambda v, r: v > r.clip_ratio,
-     "clip_ratio above {limit} from the start ({n} steps): the learning rate is too high"),
-]
-_LIMITS = {"truncation": "truncated_rate", "clip_ratio": "clip_ratio"}
+class WindowRule(BaseModel):
+    """One row of autorl/data/rules/abort.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Rule name, reported as the abort's rule.")
+    metric: str = Field(description="Step metric the test reads.")
+    op: Literal["near", "eq", "ge", "gt"] = Field(description="near: |v - around| <= limit; eq; ge; gt.")
+    limit: float | str = Field(description="A number, or the name of a threshold in the recipe's abort block.")
+    around: float = Field(0.0, description="Centre for op 'near'.")
+    reason: str = Field(description="One line; {n} is the window, {limit} the limit.")
+
+    def threshold(self, rules: AbortRules) -> float:
+        return float(getattr(rules, self.limit)) if isinstance(self.limit, str) else float(self.limit)
+
+    def holds(self, v: float, rules: AbortRules) -> bool:
+        lim = self.threshold(rules)
+        return {"near": abs(v - self.around) <= lim, "eq": v == lim, "ge": v >= lim, "gt": v > lim}[self.op]
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rules: list[WindowRule]
+
+
+def load_window_rules(path: Path | None = None) -> list[WindowRule]:
+    """The window rules table (default: the packaged autorl/data/rules/abort.yaml), validated."""
+    path = path or RULES_PATH
+    try:
+        rules = _Table.model_validate(yaml.safe_load(path.read_text())).rules
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        raise AbortRulesError(f"abort rules {path}: {str(exc).splitlines()[0]}: fix the file (see docs/triage.md)") from None
+    for rule in rules:
+        if isinstance(rule.limit, str) and rule.limit not in AbortRules.model_fields:
+            raise AbortRulesError(f"abort rules {path}: rule {rule.name} names threshold '{rule.limit}', "
+                             f"which the recipe's abort block does not have")
+    return rules
+
+
+WINDOW_RULES: list[WindowRule] = load_window_rules()
 
 
 def check_abort(steps: list[dict], rules: AbortRules, max_grad_norm: float | None) -> AbortDecision | None:
@@ -73,8 +106,8 @@ def check_abort(steps: list[dict], rules: AbortRules, max_grad_norm: float | Non
     found = _nonfinite(steps)
     if found:
         return found
-    for name, key, test, reason in WINDOW_RULES:
-        found = _first_window(steps, rules, name, key, test, reason)
+    for rule in WINDOW_RULES:
+        found = _first_window(steps, rules, rule)
         if found:
             return found
     return _grad_explosion(steps, rules, max_grad_norm)
@@ -100,7 +133,7 @@ def _number(row: dict, key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _first_window(steps: list[dict], rules: AbortRules, name: str, key: str, test: WindowTest, reason: str) -> AbortDecision | None:
+def _first_window(steps: list[dict], rules: AbortRules, rule: WindowRule) -> AbortDecision | None:
     """The rule holds on each of the first ``window`` steps, counted from step 1 or from step 2.
 
     Step 1 is sampled before any update, so a run that collapses with its first update (lr far
@@ -111,11 +144,10 @@ def _first_window(steps: list[dict], rules: AbortRules, name: str, key: str, tes
         window = steps[start:start + rules.window]
         if len(window) < rules.window:
             return None
-        values = [_number(row, key) for row in window]
-        if all(v is not None for v in values) and all(test(v, rules) for v in values):
-            limit = getattr(rules, _LIMITS.get(name, "window"))
-            text = reason.format(n=rules.window, limit=limit)
-            return AbortDecision(rule=name, reason=text, step=window[-1].get("step"), values=values)
+        values = [_number(row, rule.metric) for row in window]
+        if all(v is not None for v in values) and all(rule.holds(v, rules) for v in values):
+            text = rule.reason.format(n=rules.window, limit=f"{rule.threshold(rules):g}")
+            return AbortDecision(rule=rule.name, reason=text, step=window[-1].get("step"), values=values)
     return None
 
 

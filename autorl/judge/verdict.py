@@ -1,11 +1,15 @@
-"""Verdicts: is a trial better than the baseline by more than the noise? And is the run healthy?
+"""Verdicts: is a trial better than the recipe it modifies by more than the noise? And is the run healthy?
 
-``judge`` compares one trial with the baseline (run several times with different seeds) and
-returns improved / regressed / flat with a 95% interval for the gain. ``flags`` reads one
-run's metrics for the failure modes that a good objective value can hide (seed 004 §6, §12).
-Crashes are judged by the controller (see autorl.judge.triage), not here.
+``judge`` compares a trial's runs with its parent's runs (the recipe it modifies: the baseline,
+or the incumbent it was built on) on exactly the objective and returns improved / regressed /
+flat with an interval for the gain. One "improved" run is only a **candidate**: ``confirm``
+judges fresh-seed re-runs of it, and only a confirmed improvement counts (docs/triage.md
+explains why). ``credit`` gives both the verdict against the parent and the gain over the
+original baseline. ``flags`` reads one run's metrics for the failure modes that a good
+objective value can hide (seed 004 §6, §12). Crashes are judged by autorl.judge.triage.
 
-Pure numpy; the t quantile comes from ``autorl.judge.stats``.
+The statistics (a per-item paired test plus a pooled run-level noise term with a prior, Student's
+t with Satterthwaite df) live in ``autorl.judge.noise``; this module turns them into verdicts.
 """
 
 from __future__ import annotations
@@ -16,24 +20,54 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from autorl.judge.stats import t_quantile
+from autorl.judge.noise import gain, posterior_s2, t_quantiles
+from autorl.recipe import Objective, VerdictSettings
 
-Z95 = 1.959963984540054  # two-sided 95% normal quantile
-UNKNOWN_NOISE_REL = 0.10  # one run each and no per-item results: |gain| must exceed 10% of the values
+FULL_SIGHT_REPEATS = 3  # with fewer parent runs the verdict says what it cannot see
 
 
-class Verdict(BaseModel):
-    """How a trial compares with the baseline on the objective."""
+class Runs(BaseModel):
+    """One recipe's runs (different seeds) as the verdict sees them."""
 
     model_config = ConfigDict(extra="forbid")
 
-    verdict: Literal["improved", "regressed", "flat"] = Field(description="improved iff ci_low > min_effect; regressed iff ci_high < 0; else flat.")
-    delta: float = Field(description="Gain in the objective's better direction (trial - baseline when maximizing, baseline - trial when minimizing).")
-    ci_low: float = Field(description="Lower end of the 95% interval for the gain.")
-    ci_high: float = Field(description="Upper end of the 95% interval for the gain.")
-    method: str = Field(description="paired_bootstrap, paired_bootstrap+seed_var, repeats_t or unknown_noise.")
-    n: int = Field(description="Paired items (bootstrap methods) or runs (repeat-based methods).")
+    values: list[float] = Field(description="The objective of each run.")
+    items: list[list[float]] | None = Field(
+        None, description="Per run, the per-item results that reduce to the objective (same items, same order).")
+
+
+class Verdict(BaseModel):
+    """How a trial compares with its parent on the objective."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Literal["improved", "regressed", "flat"] = Field(
+        description="improved iff ci_low > min_effect; regressed iff ci_high < 0; else flat.")
+    delta: float = Field(
+        description="Gain in the objective's better direction (trial - parent when maximizing, parent - trial when "
+                    "minimizing).")
+    ci_low: float = Field(description="Lower end of the interval for the gain.")
+    ci_high: float = Field(description="Upper end of the interval for the gain.")
+    level: float = Field(0.95, description="Two-sided confidence level of the interval.")
+    method: str = Field(
+        description="paired_items (per-item paired test + run noise), run_values (t over run values) or unknown_noise.")
+    n: int = Field(description="Paired items (paired_items) or runs (the others).")
+    df: float = Field(0.0, description="Degrees of freedom of the t quantile used.")
+    run_sd: float | None = Field(
+        None, description="Run-level sd used (prior combined with the pooled replicates), None if not modelled.")
+    run_df: int = Field(0, description="Replicate degrees of freedom behind run_sd (besides the prior).")
+    blind: str = Field(
+        "", description="What this verdict cannot see (e.g. too few parent runs to measure seed noise), or empty.")
     explanation: str = Field(description="One line a person can read.")
+
+
+class Credit(BaseModel):
+    """A trial's verdict against its parent, and its gain over the study's original baseline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vs_parent: Verdict = Field(description="The verdict that counts: against the recipe the trial modifies.")
+    vs_baseline: Verdict = Field(description="Reported separately: the gain over the original baseline.")
 
 
 class Flag(BaseModel):
@@ -45,42 +79,74 @@ class Flag(BaseModel):
     evidence: str = Field(description="The numbers that raised it.")
 
 
+# ---------------------------------------------------------------------------- objective items
+
+def objective_items(evals: list[dict], objective: Objective) -> list[float] | None:
+    """Per-item results that reduce to the objective exactly as ``reduction`` reduces the metric, or None.
+
+    Only a greedy pass@1 objective has per-item results (``eval/<split>/items``): ``last`` takes
+    the last eval's items, ``best`` the items of the eval where the metric is best (the same
+    selection the objective makes, on both sides), ``mean_last_k`` the per-item mean over the
+    last k evals. Any other metric (sampling pass@k, a train metric) has none: the verdict then
+    judges the run values.
+    """
+    parts = objective.metric.split("/")
+    if len(parts) != 3 or parts[0] != "eval" or parts[2] != "greedy_pass@1":
+        return None
+    key = f"eval/{parts[1]}/items"
+    rows = [e for e in evals if isinstance(e.get(objective.metric), (int, float)) and e.get(key)]
+    if not rows:
+        return None
+    if objective.reduction == "best":
+        sign = 1.0 if objective.direction == "maximize" else -1.0
+        rows = [max(rows, key=lambda e: sign * e[objective.metric])]
+    elif objective.reduction == "mean_last_k":
+        rows = rows[-objective.k:]
+    else:
+        rows = rows[-1:]
+    return [float(x) for x in np.mean(np.asarray([r[key] for r in rows], float), axis=0)]
+
+
 # ---------------------------------------------------------------------------- judge
 
-def judge(trial_items: list[list[int]] | None, baseline_items: list[list[int]] | None,
-          trial_values: list[float], baseline_values: list[float], min_effect: float,
-          direction: str, n_boot: int, seed: int) -> Verdict:
-    """Compare a trial with the baseline.
+def judge(trial: Runs, parent: Runs, settings: VerdictSettings, direction: str,
+          noise: list[list[list[float]]] | None = None, level: float | None = None) -> Verdict:
+    """Compare a trial's runs with its parent's runs.
 
-    With per-item 0/1 results (one list per run, same items in the same order), the gain is
-    the mean over items of (trial's per-item mean - baseline's per-item mean) and its interval
-    is a paired percentile bootstrap over items. Item resampling already covers the per-item
-    coin flips that differ between seeds, but not a shift of a whole run (a seed that trains
-    a slightly better or worse model on every item). That run-level variance is estimated from
-    the baseline repeats by a one-way random-effects split: the variance of the repeats' means,
-    minus the part explained by per-item flips (mean per-item variance across repeats / n).
-    Its standard error for the comparison, sqrt(var_run * (1/trial_runs + 1/baseline_runs)),
-    is added in quadrature to each side of the bootstrap interval (independent sources). This
-    avoids counting the per-item flips twice, which widening by the raw sd of the repeats
-    would do, and keeps the power to see a real 15-point gain on 200 items with two repeats.
-    With one baseline run the run-level term is unknown and left out (the method says so).
-
-    Without per-item results: a pooled two-sample t-interval over the run values when either
-    side has repeats ('repeats_t'); with one run each the noise is unknown and the gain must
-    exceed UNKNOWN_NOISE_REL of the values ('unknown_noise'). ``direction='minimize'`` flips
-    the sign so that a positive gain is always better.
+    With per-item results on both sides: the gain is the mean over items of the per-item
+    difference of run means, its variance the paired items' flips plus the run-level shift,
+    estimated from the parent's repeats and the ``noise`` groups (other replicate runs of the
+    study, as per-run item lists) with the recipe's prior (``autorl.judge.noise``). Without
+    them: a t interval over the run values (``run_values``). ``direction='minimize'`` flips the
+    sign so that a positive gain is always better.
     """
     sign = _sign(direction)
-    pair = _item_arrays(trial_items, baseline_items)
-    if pair is not None:
-        delta, low, high, method, note = _paired(pair[0], pair[1], sign, n_boot, seed)
-        n = pair[0].shape[1]
-    else:
-        delta, low, high, method, note = _from_values(trial_values, baseline_values, sign)
-        n = len(trial_values) + len(baseline_values)
-    verdict = "improved" if low > min_effect else "regressed" if high < 0 else "flat"
-    text = _explain(verdict, delta, low, high, method, n, min_effect, note)
-    return Verdict(verdict=verdict, delta=delta, ci_low=low, ci_high=high, method=method, n=n, explanation=text)
+    level = settings.level if level is None else level
+    if not trial.values or not parent.values:
+        raise ValueError("judge needs at least one trial value and one parent value")
+    arrays = _item_arrays(trial.items, parent.items, noise or [])
+    if arrays is not None:
+        return _paired(*arrays, sign, settings, level, len(parent.values))
+    return _from_values(trial.values, parent.values, sign, settings, level)
+
+
+def confirm(fresh: Runs, parent: Runs, settings: VerdictSettings, direction: str,
+            noise: list[list[list[float]]] | None = None) -> Verdict:
+    """Judge a candidate's fresh-seed re-runs alone against its parent at ``confirm_level``.
+
+    The run that made it a candidate is left out: it was selected for looking good, so it
+    would bias the confirmation. The fresh runs are also a replicate group for the run noise.
+    """
+    groups = [*(noise or []), *([fresh.items] if fresh.items and len(fresh.items) > 1 else [])]
+    return judge(fresh, parent, settings, direction, groups, level=settings.confirm_level)
+
+
+def credit(trial: Runs, parent: Runs, baseline: Runs, settings: VerdictSettings, direction: str,
+           noise: list[list[list[float]]] | None = None) -> Credit:
+    """The verdict against the parent (what counts) and, separately, the gain over the baseline."""
+    vs_parent = judge(trial, parent, settings, direction, noise)
+    vs_base = vs_parent if parent == baseline else judge(trial, baseline, settings, direction, noise)
+    return Credit(vs_parent=vs_parent, vs_baseline=vs_base)
 
 
 def _sign(direction: str) -> float:
@@ -89,73 +155,72 @@ def _sign(direction: str) -> float:
     return 1.0 if direction == "maximize" else -1.0
 
 
-def _item_arrays(trial: list[list[int]] | None, base: list[list[int]] | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """Trial and baseline per-item results as (runs, items) arrays, or None if unusable."""
-    if not trial or not base:
+def _item_arrays(trial, parent, noise) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]] | None:
+    """Trial and parent per-item results as (runs, items) arrays plus the noise groups, or None."""
+    if not trial or not parent:
         return None
-    lengths = {len(run) for run in trial} | {len(run) for run in base}
+    lengths = {len(run) for run in trial} | {len(run) for run in parent}
     if len(lengths) != 1 or 0 in lengths:
         return None
-    return np.asarray(trial, dtype=float), np.asarray(base, dtype=float)
+    groups = [np.asarray(g, float) for g in noise if g and {len(r) for r in g} == lengths and len(g) > 1]
+    return np.asarray(trial, float), np.asarray(parent, float), groups
 
 
-def _paired(t: np.ndarray, b: np.ndarray, sign: float, n_boot: int, seed: int) -> tuple[float, float, float, str, str]:
-    d = sign * (t.mean(axis=0) - b.mean(axis=0))
-    delta = float(d.mean())
-    boots = _bootstrap_means(d, n_boot, seed)
-    lo, hi = (float(x) for x in np.percentile(boots, [2.5, 97.5]))
-    if b.shape[0] < 2:
-        return delta, lo, hi, "paired_bootstrap", "seed-to-seed variance not measured (one baseline run)"
-    var_run = _run_variance(b)
-    extra = Z95 * math.sqrt(var_run * (1.0 / t.shape[0] + 1.0 / b.shape[0]))
-    low = delta - math.hypot(delta - lo, extra)
-    high = delta + math.hypot(hi - delta, extra)
-    note = f"run-level sd {math.sqrt(var_run):.3g} from {b.shape[0]} baseline runs added"
-    return delta, low, high, "paired_bootstrap+seed_var", note
+def _paired(t: np.ndarray, p: np.ndarray, groups: list[np.ndarray], sign: float, s: VerdictSettings,
+            level: float, parent_runs: int) -> Verdict:
+    g = gain(sign * t, sign * p, [sign * p, *groups], s.run_sd_prior, s.run_sd_prior_df, level)
+    delta, low, high = float(g["delta"]), float(g["low"]), float(g["high"])
+    run_df = int(g["df_run"])
+    blind = _blind(parent_runs, run_df, s)
+    note = (f"run-level sd {math.sqrt(float(g['s2_run'])):.3g} (raw replicate estimate {float(g['s2_raw']):+.2g} "
+            f"over {run_df} df, prior {s.run_sd_prior:g} x {s.run_sd_prior_df:g} df)")
+    return _verdict(delta, low, high, level, "paired_items", t.shape[1], float(g["df"]), s,
+                    math.sqrt(float(g["s2_run"])), run_df, blind, note)
 
 
-def _bootstrap_means(d: np.ndarray, n_boot: int, seed: int, chunk: int = 256) -> np.ndarray:
-    """Means of ``n_boot`` resamples (with replacement) of ``d``, drawn in chunks to bound memory."""
-    rng = np.random.default_rng(seed)
-    n = d.shape[0]
-    out = np.empty(n_boot)
-    for start in range(0, n_boot, chunk):
-        size = min(chunk, n_boot - start)
-        out[start:start + size] = d[rng.integers(0, n, size=(size, n))].mean(axis=1)
-    return out
+def _blind(parent_runs: int, run_df: int, s: VerdictSettings) -> str:
+    if run_df == 0:
+        return f"run-to-run noise not measured (one parent run): the prior sd {s.run_sd_prior:g} stands in for it"
+    if parent_runs < FULL_SIGHT_REPEATS and run_df < FULL_SIGHT_REPEATS - 1:
+        return f"run-to-run noise rests on {run_df} replicate df: calibrated only from {FULL_SIGHT_REPEATS} parent runs"
+    return ""
 
 
-def _run_variance(b: np.ndarray) -> float:
-    """Variance of a whole run's shift, net of per-item flips (one-way random effects, >= 0)."""
-    n = b.shape[1]
-    between = float(np.var(b.mean(axis=1), ddof=1))
-    flips = float(np.var(b, axis=0, ddof=1).mean()) / n
-    return max(0.0, (between - flips) * n / max(n - 1, 1))
-
-
-def _from_values(trial: list[float], base: list[float], sign: float) -> tuple[float, float, float, str, str]:
-    if not trial or not base:
-        raise ValueError("judge needs at least one trial value and one baseline value")
-    t, b = sign * np.asarray(trial, float), sign * np.asarray(base, float)
+def _from_values(trial: list[float], parent: list[float], sign: float, s: VerdictSettings, level: float) -> Verdict:
+    """t interval over run values: pooled variance of the runs, shrunk toward the prior run sd."""
+    t, b = sign * np.asarray(trial, float), sign * np.asarray(parent, float)
     delta = float(t.mean() - b.mean())
-    df = (len(t) - 1) + (len(b) - 1)
-    if df > 0:
-        ss = float(((t - t.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
-        se = math.sqrt(ss / df) * math.sqrt(1 / len(t) + 1 / len(b))
-        half = t_quantile(0.975, df) * se
-        return delta, delta - half, delta + half, "repeats_t", f"no per-item results; pooled sd over {df} df"
-    margin = UNKNOWN_NOISE_REL * max(abs(t[0]), abs(b[0]))
-    note = f"noise unknown (one run each, no per-item results): gain must exceed {UNKNOWN_NOISE_REL:.0%} of the values"
-    return delta, delta - margin, delta + margin, "unknown_noise", note
+    df_data = (len(t) - 1) + (len(b) - 1)
+    ss = float(((t - t.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
+    s2_raw = ss / df_data if df_data else 0.0
+    if df_data + s.run_sd_prior_df <= 0 or (df_data == 0 and s.run_sd_prior == 0):
+        note = "noise unknown (one run each, no per-item results, no prior run sd)"
+        return _verdict(delta, -math.inf, math.inf, level, "unknown_noise", len(t) + len(b), 0.0, s, None, 0,
+                        "run-to-run noise unknown: no verdict other than flat is possible", note)
+    s2, _ = posterior_s2(np.asarray(s2_raw), np.asarray(s2_raw), df_data, s.run_sd_prior, s.run_sd_prior_df)
+    df = df_data + s.run_sd_prior_df
+    half = float(t_quantiles(0.5 + level / 2.0, np.asarray(df))) * math.sqrt(float(s2) * (1 / len(t) + 1 / len(b)))
+    blind = _blind(len(b), df_data, s)
+    note = f"no per-item results; run sd {math.sqrt(float(s2)):.3g} from {df_data} df + prior"
+    return _verdict(delta, delta - half, delta + half, level, "run_values", len(t) + len(b), float(df), s,
+                    math.sqrt(float(s2)), df_data, blind, note)
 
 
-def _explain(verdict: str, delta: float, low: float, high: float, method: str, n: int, min_effect: float, note: str) -> str:
+def _verdict(delta, low, high, level, method, n, df, s: VerdictSettings, run_sd, run_df, blind, note) -> Verdict:
+    verdict = "improved" if low > s.min_effect else "regressed" if high < 0 else "flat"
+    text = _explain(verdict, delta, low, high, level, method, n, s.min_effect, note + (f"; {blind}" if blind else ""))
+    return Verdict(verdict=verdict, delta=delta, ci_low=low, ci_high=high, level=level, method=method, n=n, df=df,
+                   run_sd=run_sd, run_df=run_df, blind=blind, explanation=text)
+
+
+def _explain(verdict: str, delta: float, low: float, high: float, level: float, method: str, n: int,
+             min_effect: float, note: str) -> str:
     why = {
         "improved": f"lower bound above min_effect {min_effect:g}",
         "regressed": "upper bound below 0",
         "flat": f"interval reaches 0 or min_effect {min_effect:g}",
     }[verdict]
-    return f"{verdict}: gain {delta:+.4g}, 95% CI [{low:+.4g}, {high:+.4g}] ({method}, n={n}; {note}); {why}"
+    return f"{verdict}: gain {delta:+.4g}, {level:.0%} CI [{low:+.4g}, {high:+.4g}] ({method}, n={n}; {note}); {why}"
 
 
 # ---------------------------------------------------------------------------- flags

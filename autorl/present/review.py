@@ -14,8 +14,9 @@ from autorl import gitops
 from autorl.budget import format_duration
 from autorl.recipe import dump_values
 
-LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "changed", "status", "verdict", "objective", "delta",
-                 "ci_low", "ci_high", "method", "n_items", "gap_to_best", "duration_s", "crash_category", "reason"]
+LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "changed", "status", "verdict", "confirmation",
+                 "objective", "delta", "ci_low", "ci_high", "method", "n_items", "parent", "gain_vs_baseline",
+                 "gap_to_best", "confirms", "duration_s", "crash_category", "reason"]
 
 
 def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:
@@ -31,7 +32,7 @@ def print_ledger(rows: list[dict]) -> None:
     from rich.table import Table
 
     table = Table(title=f"{len(rows)} trials", show_lines=False)
-    for col in ("NN", "proposer / hypothesis", "changed", "verdict", "objective", "Δ vs baseline [95% CI]", "time"):
+    for col in ("NN", "proposer / hypothesis", "changed", "verdict", "objective", "Δ vs parent [95% CI]", "time"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(f"{r['number']:02d}", _who(r), dump_values(r.get("changed") or {}) or "-",
@@ -40,13 +41,17 @@ def print_ledger(rows: list[dict]) -> None:
 
 
 def _who(r: dict) -> str:
-    return r["proposer"] + (f" / {r['hypothesis']}" if r.get("hypothesis") else "")
+    who = r["proposer"] + (f" / {r['hypothesis']}" if r.get("hypothesis") else "")
+    return who + (f" (re-runs {r['confirms']:02d})" if r.get("confirms") is not None else "")
 
 
 def _verdict_cell(r: dict) -> str:
     v = r.get("verdict") or r.get("status") or "-"
     colour = {"improved": "green", "regressed": "red", "crash": "bold red", "pruned": "yellow", "flat": "white"}.get(v)
     extra = f" ({r['crash_category']})" if r.get("crash_category") else ""
+    if v == "improved" and r.get("confirmation"):
+        extra = f" ({r['confirmation']})"  # candidate until fresh-seed re-runs confirm or reject it
+        colour = "green" if r["confirmation"] == "confirmed" else "cyan"
     return f"[{colour}]{v}{extra}[/]" if colour else v + extra
 
 

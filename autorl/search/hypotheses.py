@@ -398,10 +398,19 @@ def study_name(h: Hypothesis, incumbent: dict, prefix: str = "autorl") -> str:
 
 # ---------------------------------------------------------------- status
 
+def counted_verdict(t: dict) -> str | None:
+    """A trial's verdict as a hypothesis counts it: an improvement only once confirmed (a candidate is still
+    open, a rejected one is flat); ledgers from before confirmation existed keep their verdict."""
+    v, state = t.get("verdict"), t.get("confirmation")
+    if v != "improved" or state in (None, "confirmed"):
+        return v
+    return "flat" if state == "rejected" else None
+
+
 def _counts(h: Hypothesis, trials: list[dict]) -> dict[str, int]:
-    mine = [t for t in trials if t.get("hypothesis") == h.id]
-    counts = {v: sum(t.get("verdict") == v for t in mine) for v in VERDICTS}
-    counts["running"] = sum(t.get("verdict") not in VERDICTS for t in mine)
+    mine = [t for t in trials if t.get("hypothesis") == h.id and not t.get("confirms")]
+    counts = {v: sum(counted_verdict(t) == v for t in mine) for v in VERDICTS}
+    counts["running"] = sum(counted_verdict(t) not in VERDICTS for t in mine)
     counts["tried"] = sum(counts[v] for v in VERDICTS)
     return counts
 

@@ -3,7 +3,7 @@
 Each proposal tests exactly one hypothesis. ``hypotheses.rank`` orders the library
 by symptom match with the latest diagnosis, priority and history (demotion after
 repeated non-improvement, exploitation of validated ideas); the top one's
-overrides are applied to the incumbent (the best trial judged *improved*, else
+overrides are applied to the incumbent (the best *confirmed* improvement, else
 the baseline) and Optuna proposes values inside its resolved space — one Optuna
 study per hypothesis and incumbent, its primary lever probed first (see
 ``autorl.search.hypotheses`` for why). The trial's commit message and research-log
@@ -53,17 +53,15 @@ class HypothesisStrategy:
         values = changed(self.p.base.train, {**fixed, **params})
         delta = changed(inc, {**fixed, **params})
         why = f"tests {h.id} ({h.title}); {reason}; diagnosis: {diag.summary() if diag else 'none yet'}"
+        parent = incumbent_row(trials, self.p.base.objective.direction)
         return Proposal("hypothesis", values, why, f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
-                        hypothesis=h.id, optuna_study=search.name, optuna_number=number, patch=_patch_path(h))
+                        hypothesis=h.id, optuna_study=search.name, optuna_number=number, patch=_patch_path(h),
+                        parent=parent["number"] if parent else None)
 
     def incumbent(self, trials: list[dict]) -> dict[str, Any]:
-        """Train values of the best improved trial (by objective), else the baseline's."""
-        better = [t for t in trials if t.get("verdict") == "improved" and t.get("objective") is not None]
-        if not better:
-            return dict(self.p.base.train)
-        sign = 1 if self.p.base.objective.direction == "maximize" else -1
-        best = max(better, key=lambda t: sign * t["objective"])
-        return {**self.p.base.train, **(best.get("params") or {})}
+        """Train values of the best confirmed improvement (by objective), else the baseline's."""
+        best = incumbent_row(trials, self.p.base.objective.direction)
+        return {**self.p.base.train, **((best or {}).get("params") or {})}
 
     def _diagnosis(self, trials: list[dict]) -> diagnose.Diagnosis | None:
         """Diagnose the latest finished trial that has metrics (the incumbent's if it is newer)."""
@@ -75,6 +73,15 @@ class HypothesisStrategy:
                     return self.last_diagnosis
         return None
 
+
+
+def incumbent_row(trials: list[dict], direction: str) -> dict | None:
+    """The best trial whose improvement was confirmed by fresh seeds (by objective), or None (the baseline)."""
+    better = [t for t in trials if t.get("confirmation") == "confirmed" and t.get("objective") is not None]
+    if not better:
+        return None
+    sign = 1 if direction == "maximize" else -1
+    return max(better, key=lambda t: sign * t["objective"])
 
 
 MAX_CHAIN = 3  # flat-but-better steps in a row that one hypothesis may take from its own last trial

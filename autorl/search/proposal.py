@@ -23,6 +23,8 @@ class Proposal:
     optuna_number: int | None = None
     retry_of: int | None = None
     patch: str | None = None
+    parent: int | None = None  # attempt number of the recipe it modifies (None = the baseline)
+    confirms: int | None = None  # attempt number of the candidate this run re-runs with a fresh seed
 
 
 def changed(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:

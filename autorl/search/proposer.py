@@ -117,7 +117,7 @@ class Proposer:
             self.search(p.optuna_study).tell(p.optuna_number, state, result.objective)
         if action is None and result.crash_category:
             action = triage.crash_action(result.crash_category)
-        if p.retry_of is None and result.status == "crash":
+        if p.retry_of is None and p.confirms is None and result.status == "crash":
             if action == "retry_reduced":
                 self._queue_oom_retry(p, result.number)
             elif action == "retry_once":
@@ -131,7 +131,7 @@ class Proposer:
         values = {**p.values, **reduced}
         why = f"retry of an out-of-memory crash with {dump_values(reduced)} (the most recent memory-expanding change reduced)"
         retry = Proposal("retry", values, why, "oom-retry-" + dump_values(reduced), hypothesis=p.hypothesis,
-                         retry_of=number, patch=p.patch)
+                         retry_of=number, patch=p.patch, parent=p.parent)
         self.pending.append(retry)
 
     def report(self, p: Proposal, value: float, step: int) -> bool:
@@ -144,7 +144,16 @@ class Proposer:
         """The same values once more: a hang, timeout, network error or external kill may not recur."""
         why = f"retry of a {result.crash_category} crash with the same values (it may be transient)"
         self.pending.append(Proposal("retry", dict(p.values), why, "retry-" + (dump_values(p.values) or "baseline"),
-                                     hypothesis=p.hypothesis, retry_of=result.number, patch=p.patch))
+                                     hypothesis=p.hypothesis, retry_of=result.number, patch=p.patch, parent=p.parent))
+
+    def queue_confirmation(self, p: Proposal, number: int, runs: int) -> None:
+        """Re-run candidate ``number`` with ``runs`` fresh seeds, before anything else."""
+        seed0 = int({**self.base.train, **p.values}.get("seed", 0) or 0)
+        for k in range(runs):
+            seed = seed0 + 1000 + 10 * number + k
+            why = f"confirmation {k + 1}/{runs} of candidate {number:02d}: the same recipe with fresh seed {seed}"
+            self.pending.insert(k, Proposal("confirm", {**p.values, "seed": seed}, why, f"confirm-{number:02d}-s{seed}",
+                                            hypothesis=p.hypothesis, patch=p.patch, parent=p.parent, confirms=number))
 
     # ---- the baseline -----------------------------------------------------------------------
     def _baselines(self) -> list[dict]:

@@ -2,7 +2,9 @@
 
 Optuna's study lives in its RDB storage inside ledger.sqlite (its own tables,
 beside autorl's ``autorl_*`` tables), so ``optuna-dashboard sqlite:///ledger.sqlite``
-opens it. A crashed trial is told FAIL — never a fake score — and a pruned one
+opens it. Optuna prunes nothing (``NopPruner``): a trial is stopped early only by
+autorl.judge.prune (clearly worse than the incumbent at the same step) or autorl.judge.abort.
+A crashed trial is told FAIL — never a fake score — and a pruned one
 PRUNED. The baseline is enqueued so that the first trial is the recipe as written.
 """
 
@@ -50,7 +52,7 @@ class Search:
         self.storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
         self.study = optuna.create_study(study_name=name, storage=self.storage, direction=direction,
                                          sampler=_sampler(sampler, seed, parallel), load_if_exists=True,
-                                         pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0))
+                                         pruner=optuna.pruners.NopPruner())
         self._open: dict[int, Any] = {}
 
     def ask(self, space: dict[str, SearchParam], fixed: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
@@ -63,12 +65,13 @@ class Search:
         return trial.number, params
 
     def report(self, number: int, value: float, step: int) -> bool:
-        """Report an intermediate value; True when the pruner says stop."""
+        """Record an intermediate value (for the dashboard). Never says stop: Optuna's pruners compare
+        one noisy number with other trials' numbers; the noise-aware decision is autorl.judge.prune."""
         trial = self._open.get(number)
         if trial is None or value is None or not math.isfinite(value):
             return False
         trial.report(value, step)
-        return trial.should_prune()
+        return False
 
     def tell(self, number: int, state: str, value: float | None = None) -> None:
         """COMPLETE with a value, PRUNED, or FAIL. Telling twice is a no-op."""

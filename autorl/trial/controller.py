@@ -30,6 +30,7 @@ from autorl.budget import format_duration
 from autorl.errors import RecipeError, UserError
 from autorl.judge import triage, verdict
 from autorl.judge.abort import check_abort
+from autorl.judge.prune import should_prune
 from autorl.ledger import Ledger, ledger_guard
 from autorl.metrics import RunMetrics
 from autorl.present.live import PlainView
@@ -203,14 +204,15 @@ class Controller:
     # ---- one trial (the lifecycle in autorl.trial.lifecycle) ------------------------------------------------
     def prepare(self, p: Proposal) -> TrialContext:
         """Open the attempt: branch, worktree, the proposal's recipe and patch committed, tag, ledger row."""
-        text = set_train_values(self.base_text, p.values) if p.values else self.base_text
+        values = _fixed_eval_protocol(p.values, self.base)
+        text = set_train_values(self.base_text, values) if values else self.base_text
         recipe, error = self._recipe_of(text)
         a = lifecycle.open_attempt(
             self.ws, self.ledger, rev=self.study["base_sha"], slug=p.slug, files={self.recipe_rel: text},
             message=_commit_message(p, self.base.train), changed_files=lambda wt: self._apply_patch(wt, p),
             study_id=self.study["id"], proposer=p.proposer, hypothesis=p.hypothesis, why=p.why, changed=p.values,
             params=recipe.train if recipe else None, seed=(recipe.train.get("seed") if recipe else None),
-            optuna_number=p.optuna_number, retry_of=p.retry_of)
+            optuna_number=p.optuna_number, retry_of=p.retry_of, parent=p.parent, confirms=p.confirms)
         self.view.trial_start(a.name, p.why)
         return TrialContext(p, a, recipe, error)
 
@@ -268,6 +270,10 @@ class Controller:
         lifecycle.close_attempt(self.ws, self.ledger, a, result.ledger_values(), summary, message,
                                 log_entry=_log_entry(ctx, result))
         self.view.verdict({"attempt": a.name, **result.ledger_values()})
+        if result.confirmation == "candidate" and self.base.verdict.confirm_runs > 0:
+            self.proposer.queue_confirmation(p, a.number, self.base.verdict.confirm_runs)
+        if p.confirms is not None:
+            self._maybe_confirm(p.confirms)
         if action:
             self._act(ctx, action)
 
@@ -319,8 +325,8 @@ class Controller:
             row["verdict"] = "pruned"
             if (outcome.abort or {}).get("rule") == "nonfinite":
                 row.update({**self._diagnose(ctx, outcome, nonfinite or "step"), "reason": outcome.reason})
-        elif row["status"] == "complete" and ctx.proposal.proposer != "baseline":
-            row.update(self._compare(m, recipe, row["objective"]))
+        elif row["status"] == "complete" and ctx.proposal.proposer not in ("baseline", "confirm"):
+            row.update(self._compare(ctx.proposal, m, recipe, row["objective"]))
         return row
 
     def _diagnose(self, ctx: TrialContext, outcome: Outcome, nonfinite: str | None) -> dict[str, Any]:
@@ -330,23 +336,77 @@ class Controller:
         return {"crash_category": d.category, "crash_signature": d.signature, "root_cause": d.root_cause_line,
                 "remedy": d.remedy, "reason": outcome.reason or f"{d.category}: {d.root_cause_line[:120]}"}
 
-    def _compare(self, m: RunMetrics, recipe: Recipe, value: float) -> dict[str, Any]:
-        base_runs = self.proposer.baseline_runs()
-        if not base_runs:
+    def _compare(self, p: Proposal, m: RunMetrics, recipe: Recipe, value: float) -> dict[str, Any]:
+        """The verdict against the parent (what counts) and the gain over the baseline (reported apart)."""
+        base = self._runs(self.proposer.baseline_runs(), recipe)
+        if base is None:
             return {"verdict": "flat", "reason": "no completed baseline to compare with"}
-        split = _split_of(recipe.objective.metric)
-        items = m.items(split) if split else None
-        base_items = [b.items(split) for b in base_runs] if split else []
-        base_values = [v for v in (lifecycle.objective_value(b, recipe) for b in base_runs) if v is not None]
-        v = verdict.judge(trial_items=[items] if items else None,
-                          baseline_items=[b for b in base_items if b] or None,
-                          trial_values=[value], baseline_values=base_values,
-                          min_effect=recipe.verdict.min_effect, direction=recipe.objective.direction,
-                          n_boot=recipe.verdict.bootstrap, seed=self.opts.seed)
-        gap = self._gap_to_best(value, recipe)
-        note = f"; {gap:+.4f} vs the best so far" if gap is not None else ""
-        return {"verdict": v.verdict, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
-                "method": v.method, "n_items": v.n, "reason": v.explanation + note, "gap_to_best": gap}
+        parent = self._runs(self._parent_metrics(p.parent), recipe) or base
+        trial = self._runs([m], recipe)
+        noise = self._noise(recipe, p.parent)
+        c = verdict.credit(trial, parent, base, recipe.verdict, recipe.objective.direction, noise)
+        v, gap = c.vs_parent, self._gap_to_best(value, recipe)
+        whom = f"parent {p.parent:02d}" if p.parent is not None else "the baseline"
+        note = f" vs {whom}" + (f"; {c.vs_baseline.delta:+.4f} over the baseline" if p.parent is not None else "")
+        note += f"; {gap:+.4f} vs the best so far" if gap is not None else ""
+        out = {"verdict": v.verdict, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high, "method": v.method,
+               "n_items": v.n, "reason": v.explanation + note, "gap_to_best": gap,
+               "gain_vs_baseline": c.vs_baseline.delta}
+        if v.verdict == "improved":
+            out["confirmation"] = "candidate"
+        return out
+
+    def _runs(self, metrics: list[RunMetrics], recipe: Recipe) -> verdict.Runs | None:
+        values = [lifecycle.objective_value(m, recipe) for m in metrics]
+        keep = [(v, m) for v, m in zip(values, metrics) if v is not None]
+        if not keep:
+            return None
+        items = [verdict.objective_items(m.evals, recipe.objective) for _, m in keep]
+        return verdict.Runs(values=[v for v, _ in keep], items=items if all(items) else None)
+
+    def _metrics(self, row: dict) -> RunMetrics:
+        cache = self.__dict__.setdefault("_metrics_cache", {})
+        if row["id"] not in cache:
+            cache[row["id"]] = RunMetrics(self.ledger.metrics(row["id"]))
+        return cache[row["id"]]
+
+    def _parent_metrics(self, parent: int | None) -> list[RunMetrics]:
+        """The parent's runs: its own and its completed confirmation runs (none for the baseline)."""
+        if parent is None:
+            return []
+        rows = [self.ledger.trial(parent), *self.ledger.confirm_runs(self.study["id"], parent)]
+        return [self._metrics(r) for r in rows if r["status"] == "complete"]
+
+    def _noise(self, recipe: Recipe, parent: int | None) -> list[list[list[float]]]:
+        """Replicate groups for the run-noise estimate: the baseline (if not the parent) and confirmation groups."""
+        groups = [] if parent is None else [self.proposer.baseline_runs()]
+        groups += [[self._metrics(r) for r in rows] for rows in self.ledger.confirm_groups(self.study["id"]).values()]
+        out = []
+        for runs in groups:
+            items = [verdict.objective_items(m.evals, recipe.objective) for m in runs]
+            if len(items) > 1 and all(items):
+                out.append(items)
+        return out
+
+    def _maybe_confirm(self, candidate: int) -> None:
+        """When all of a candidate's confirmation runs have ended: confirmed or rejected, in the ledger."""
+        rows = self.ledger.confirm_runs(self.study["id"], candidate)
+        need = self.base.verdict.confirm_runs
+        if len(rows) < need or any(r["status"] == "running" for r in rows):
+            return
+        row, recipe = self.ledger.trial(candidate), self.base
+        fresh = self._runs([self._metrics(r) for r in rows if r["status"] == "complete"], recipe)
+        base = self._runs(self.proposer.baseline_runs(), recipe)
+        if fresh is None or base is None:
+            self.ledger.set_confirmation(candidate, "rejected", "its confirmation runs did not complete")
+            return
+        parent = self._runs(self._parent_metrics(row.get("parent")), recipe) or base
+        noise = self._noise(recipe, row.get("parent"))
+        v = verdict.confirm(fresh, parent, recipe.verdict, recipe.objective.direction, noise)
+        state = "confirmed" if v.verdict == "improved" else "rejected"
+        self.ledger.set_confirmation(candidate, state, f"{len(fresh.values)} fresh-seed runs: {v.explanation}")
+        self.view.study(f"{row['attempt']}: {state} by {len(fresh.values)} fresh-seed runs (gain {v.delta:+.4f}, "
+                        f"{v.level:.0%} CI [{v.ci_low:+.4f}, {v.ci_high:+.4f}])")
 
     def _gap_to_best(self, value: float, recipe: Recipe) -> float | None:
         """The objective against the best earlier trial of the study (positive = better)."""
@@ -392,14 +452,32 @@ class _WatchState:
         return self._prune(records)
 
     def _prune(self, records: list[dict]) -> Stop | None:
-        if not self.recipe.abort.pruner or self.ctx.proposal.optuna_number is None:
-            return None
+        """Stop when an intermediate eval is clearly worse than the parent's at the same step (autorl.judge.prune)."""
+        p = self.ctx.proposal
         key, last = self.recipe.objective.metric, int(self.recipe.train.get("steps") or 0)
         for rec in records:  # the final eval is the result, not an intermediate value: never pruned on it
-            if rec.get("type") == "eval" and isinstance(rec.get(key), (int, float)) and 0 < rec.get("step", 0) < (last or 1e18):
-                if self.ctl.proposer.report(self.ctx.proposal, rec[key], int(rec["step"])):
-                    return Stop("pruned", f"Optuna median pruner at step {rec['step']} ({key} = {rec[key]:.3f})")
+            if rec.get("type") != "eval" or not isinstance(rec.get(key), (int, float)):
+                continue
+            if not 0 < rec.get("step", 0) < (last or 1e18):
+                continue
+            self.ctl.proposer.report(p, rec[key], int(rec["step"]))  # Optuna's NopPruner: for the dashboard only
+            if self.recipe.abort.pruner and p.proposer not in ("baseline", "confirm"):
+                d = self._clearly_worse(rec)
+                if d is not None:
+                    detail = {"rule": "clearly_worse", **d.model_dump()}
+                    return Stop("pruned", f"noise-aware pruner: {d.reason}", detail)
         return None
+
+    def _clearly_worse(self, rec: dict):
+        items_key = _items_key(self.recipe.objective.metric)
+        if items_key is None or not rec.get(items_key):
+            return None
+        step = int(rec["step"])
+        parent = self.ctl._parent_metrics(self.ctx.proposal.parent) or self.ctl.proposer.baseline_runs()
+        at_step = [_items_at(m, items_key, step) for m in parent]
+        if not at_step or not all(at_step):
+            return None
+        return should_prune(step, rec[items_key], at_step, self.recipe.verdict, self.recipe.objective.direction)
 
     def _show(self, m: RunMetrics) -> None:
         last = m.steps[-1] if m.steps else {}
@@ -411,9 +489,25 @@ class _WatchState:
 
 
 # ---- helpers -----------------------------------------------------------------------------
-def _split_of(metric: str) -> str | None:
+def _fixed_eval_protocol(values: dict[str, Any], base: Recipe) -> dict[str, Any]:
+    """A trial that changes the generation limit keeps the study's eval limit (the eval protocol is fixed)."""
+    if base.backend != "embedded" or "max_new_tokens" not in values or base.train.get("eval_max_new_tokens"):
+        return values
+    return {**values, "eval_max_new_tokens": base.train.get("max_new_tokens")}
+
+
+def _items_key(metric: str) -> str | None:
     parts = metric.split("/")
-    return parts[1] if len(parts) == 3 and parts[0] == "eval" else None
+    return f"eval/{parts[1]}/items" if len(parts) == 3 and parts[0] == "eval" and parts[2] == "greedy_pass@1" else None
+
+
+def _items_at(m: RunMetrics, key: str, step: int) -> list[float] | None:
+    for e in m.evals:
+        if e.get("step") == step and e.get(key):
+            return e[key]
+    return None
+
+
 
 
 def _workspace_default(ws: Workspace) -> Path:

@@ -3,8 +3,9 @@
 Launched by ``autorl promote`` in its own session so the user can log out. It
 runs the full-run recipe on its backend, follows the eval protocol of seed 004
 §7/§9 — greedy pass@1 on the ID and OOD probes at every eval, early stop when
-the OOD value drops on two consecutive evals, the best eval (step, value)
-recorded as the checkpoint to keep, train/eval divergence flagged — and records
+the OOD value stays below its best beyond the eval's noise (autorl.judge.earlystop),
+the best eval (step, value, and the weights the embedded engine saved) recorded as
+the checkpoint to keep, train/eval divergence flagged — and records
 everything in the ledger, the results commit and tag ``attempt-MM-end``.
 """
 
@@ -16,6 +17,7 @@ import time
 from typing import Any
 
 from autorl.judge import verdict
+from autorl.judge.earlystop import drop_stop
 from autorl.backends.base import TrialSpec, get_backend
 from autorl.ledger import Ledger
 from autorl.metrics import RunMetrics
@@ -27,15 +29,10 @@ from autorl.workspace import Workspace
 OOD_KEY = "eval/ood/greedy_pass@1"
 
 
-def ood_drop_stop(evals: list[dict], key: str = OOD_KEY, drops: int = 2) -> Stop | None:
-    """Stop when ``key`` fell on ``drops`` consecutive evals (seed 004 §12)."""
-    vals = [e[key] for e in evals if isinstance(e.get(key), (int, float))]
-    if len(vals) <= drops:
-        return None
-    tail = vals[-(drops + 1):]
-    if all(b < a for a, b in zip(tail, tail[1:])):
-        return Stop("early-stopped", f"{key} dropped on {drops} consecutive evals: " + " -> ".join(f"{v:.3f}" for v in tail))
-    return None
+def ood_drop_stop(evals: list[dict], key: str = OOD_KEY) -> Stop | None:
+    """Stop when ``key`` dropped beyond its noise below its best, with patience (autorl.judge.earlystop)."""
+    d = drop_stop(evals, key)
+    return Stop("early-stopped", d.reason) if d is not None else None
 
 
 def best_eval(evals: list[dict], metric: str, maximize: bool = True) -> tuple[int | None, float | None]:
@@ -71,13 +68,20 @@ def _record(ws, ledger, a: Attempt, recipe, out) -> dict[str, Any]:
     flags = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, recipe.train.get("steps", 0))]
     result = {"status": out.status if ok else "crash", "reason": out.reason, "objective": value, "exit_code": out.exit_code,
               "finished": time.time(), "duration_s": out.wall_s, "flags": flags,
-              "best_checkpoint": {"step": step, "value": value, "metric": recipe.objective.metric}}
+              "best_checkpoint": _checkpoint(m, step, value, recipe.objective.metric)}
     reason = f"best {recipe.objective.metric} {value} at step {step}" + (f"; {out.reason}" if out.reason else "")
     message = f"{a.name}: full run {result['status']}, best {recipe.objective.metric} {value} at step {step}\n\n{out.reason}"
     row = {"status": result["status"], "objective": value, "reason": reason, "exit_code": out.exit_code,
            "finished": result["finished"], "duration_s": out.wall_s, "flags": flags}
     close_attempt(ws, ledger, a, row, result, message, event="full-run-end")
     return result
+
+
+def _checkpoint(m: RunMetrics, step, value, metric: str) -> dict[str, Any]:
+    """The best eval, with the path of its saved weights when the backend saved them for that step."""
+    saved = (m.summary or {}).get("best_checkpoint") or {}
+    path = saved.get("path") if saved.get("step") == step and saved.get("metric") == metric else None
+    return {"step": step, "value": value, "metric": metric, "weights": path}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,9 +2,10 @@
 
 ``promote(ws, ledger, number)`` in order:
 
-1. pick the trial: the one named, or the best by verdicts (an *improved* trial
-   with the highest lower bound of its interval — the most confidently better,
-   not the luckiest raw value), and say why;
+1. pick the trial: the one named, or the best *confirmed* improvement (fresh-seed
+   re-runs agreed; see docs/triage.md) with the highest lower bound of its
+   interval — the most confidently better, not the luckiest raw value — and say
+   why; an unconfirmed candidate only with ``--force``;
 2. re-validate: the trial's recipe and the baseline's, each run with R fresh
    seeds on the full eval set; continue only if the paired test still says
    *improved* (``--force`` overrides, and the ledger says so). Short trials
@@ -36,15 +37,20 @@ class PromotionRefused(AutorlError):
     """Re-validation did not confirm the gain (exit 1; --force overrides)."""
 
 
-def pick_best(ledger, study: str | None = None) -> tuple[dict, str]:
-    """The best trial by verdicts, and why it was picked."""
+def pick_best(ledger, study: str | None = None, force: bool = False) -> tuple[dict, str]:
+    """The best confirmed trial (with ``force``: the best candidate if none is confirmed), and why it was picked."""
     sid = ledger.study(study)["id"] if study else None
-    improved = ledger.trials(sid, verdict="improved", kind="trial")
-    if not improved:
-        raise NotFoundError("no trial was judged improved: nothing to promote (name one with `autorl promote NN --force`)")
-    best = max(improved, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
-    why = (f"{best['attempt']} has the highest lower bound of the gain over the baseline among "
-           f"{len(improved)} improved trials: {best['delta']:+.4f} [{best['ci_low']:+.4f}, {best['ci_high']:+.4f}]")
+    pool = ledger.trials(sid, confirmation="confirmed", kind="trial")
+    kind = "confirmed"
+    if not pool and force:
+        pool, kind = ledger.trials(sid, verdict="improved", kind="trial"), "improved (unconfirmed, --force)"
+    if not pool:
+        open_ = ledger.trials(sid, confirmation="candidate", kind="trial")
+        hint = f" ({len(open_)} candidates await confirmation)" if open_ else ""
+        raise NotFoundError(f"no confirmed improvement{hint}: nothing to promote (pick one with `autorl promote NN --force`)")
+    best = max(pool, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
+    why = (f"{best['attempt']} has the highest lower bound of the gain over its parent among "
+           f"{len(pool)} {kind} trials: {best['delta']:+.4f} [{best['ci_low']:+.4f}, {best['ci_high']:+.4f}]")
     return best, why
 
 
@@ -69,13 +75,12 @@ def revalidate(ws, ledger, row: dict, repeats: int, view=print) -> verdict.Verdi
     seeds = [10_000 + 7 * i for i in range(repeats)]
     t_runs = [_run_once(ws, trial, row["start_tag"], s, f"revalidate-{row['number']:02d}-trial-s{s}", view) for s in seeds]
     b_runs = [_run_once(ws, base, base_row["start_tag"], s, f"revalidate-{row['number']:02d}-base-s{s}", view) for s in seeds]
-    split = trial.objective.metric.split("/")[1]
+    t_items = [verdict.objective_items(m.evals, trial.objective) for m in t_runs]
+    b_items = [verdict.objective_items(m.evals, trial.objective) for m in b_runs]
     values = lambda runs, r: [v for v in (objective_value(m, r) for m in runs) if v is not None]  # noqa: E731
-    return verdict.judge(trial_items=[m.items(split) for m in t_runs if m.items(split)] or None,
-                         baseline_items=[m.items(split) for m in b_runs if m.items(split)] or None,
-                         trial_values=values(t_runs, trial), baseline_values=values(b_runs, base),
-                         min_effect=trial.verdict.min_effect, direction=trial.objective.direction,
-                         n_boot=trial.verdict.bootstrap, seed=0)
+    return verdict.judge(verdict.Runs(values=values(t_runs, trial), items=t_items if all(t_items) else None),
+                         verdict.Runs(values=values(b_runs, base), items=b_items if all(b_items) else None),
+                         trial.verdict, trial.objective.direction)
 
 
 def _run_once(ws, recipe: Recipe, rev: str, seed: int, name: str, view) -> RunMetrics:
@@ -92,13 +97,16 @@ def full_values(recipe: Recipe, steps: int | None, episodes: int | None) -> dict
         values["steps" if recipe.backend == "embedded" else "max_steps"] = steps
     if episodes is not None:
         values["num_episodes"] = episodes
+    o = recipe.objective
+    if recipe.backend == "embedded" and o.direction == "maximize" and o.metric.startswith("eval/"):
+        values["save_best"] = recipe.objective.metric  # the engine keeps the best eval's weights (best.pt)
     return values
 
 
 def promote(ws, ledger, number: int | None, *, steps: int | None = None, episodes: int | None = None,
             repeats: int = 2, dry_run: bool = False, force: bool = False, view=print) -> dict[str, Any]:
     """Re-validate trial NN (or the best), then commit and launch its full run detached."""
-    row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger)
+    row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger, force=force)
     if row.get("kind") != "trial" or row.get("status") != "complete":
         raise UserError(f"{row['attempt']} did not complete as a trial ({row['status']}): promote a completed trial")
     view(f"promoting {row['attempt']}: {why}")

@@ -34,6 +34,10 @@ class TrialResult(BaseModel):
     crash_signature: str | None = None
     root_cause: str | None = None
     remedy: str | None = None
+    parent: int | None = None
+    gain_vs_baseline: float | None = None
+    confirmation: Literal["candidate", "confirmed", "rejected"] | None = None
+    confirms: int | None = None
 
     def ledger_values(self) -> dict[str, Any]:
         """The columns this result sets on its ledger row."""

@@ -134,3 +134,19 @@ def test_jsonl_task_with_hf_model(tmp_path):
     run = RunMetrics(iter_records(path))
     assert len(run.steps) == 2 and len(run.items("id")) == 4 and len(run.items("ood")) == 1
     assert not list((tmp_path / "cache").glob("base-*.pt"))  # no warm-up for JSONL tasks
+
+
+def test_best_checkpoint_weights_are_saved_and_load(tmp_path, engine_cache):
+    import torch
+
+    from autorl.engine.grpo import run
+
+    config = EngineConfig(**{**FAST, "steps": 4, "save_best": "eval/ood/greedy_pass@1", "eval_max_new_tokens": 6})
+    summary = run(config, tmp_path / "m.jsonl", engine_cache, log=lambda _: None)
+    best = summary["best_checkpoint"]
+    evals = RunMetrics(iter_records(tmp_path / "m.jsonl")).evals
+    values = [e["eval/ood/greedy_pass@1"] for e in evals]
+    assert best["value"] == max(values) and best["step"] == evals[values.index(max(values))]["step"]
+    state = torch.load(best["path"])
+    assert Path(best["path"]) == tmp_path / "best.pt" and all(torch.is_tensor(v) for v in state.values())
+    assert not (tmp_path / "best.tmp").exists()

@@ -44,7 +44,7 @@ def test_window_rule_trips_once_the_window_is_full(rule, override):
 
 
 def test_every_window_rule_is_tested():
-    names = {name for name, *_ in WINDOW_RULES}
+    names = {r.name for r in WINDOW_RULES}
     assert names == {"reward_stuck_zero", "reward_stuck_one", "grad_norm_zero", "zero_std_groups", "truncation", "clip_ratio"}
 
 
@@ -112,3 +112,16 @@ def test_collapse_after_the_first_update_is_caught():
     d = check_abort(steps, rules, max_grad_norm=1.0)
     assert d is not None and d.rule == "reward_stuck_zero" and d.step == 5
     assert check_abort(steps[:4], rules, max_grad_norm=1.0) is None  # not yet a full window
+
+
+def test_the_window_rules_are_data_and_a_bad_table_is_one_clear_error(tmp_path):
+    from autorl.judge.abort import AbortRulesError, RULES_PATH, load_window_rules
+
+    assert [r.name for r in load_window_rules(RULES_PATH)] == [r.name for r in WINDOW_RULES]
+    bad = tmp_path / "abort.yaml"
+    bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: gt, limit: no_such_threshold, reason: r}\n")
+    with pytest.raises(AbortRulesError, match="no_such_threshold"):
+        load_window_rules(bad)
+    bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: between, limit: 1, reason: r}\n")
+    with pytest.raises(AbortRulesError, match="abort rules"):
+        load_window_rules(bad)

@@ -18,7 +18,8 @@ from conftest import git, run_cli, tree_digest
 pytestmark = pytest.mark.slow
 
 # Short trials: the loop, not the learning, is under test here.
-FAST = ["--set", "steps=8", "--set", "eval_every=4", "--set", "batch_prompts=16"]
+FAST = ["--set", "steps=8", "--set", "eval_every=4", "--set", "batch_prompts=16",
+        "--set", "verdict.baseline_repeats=2"]
 
 
 def _ledger(ws: Path) -> sqlite3.Connection:

@@ -15,7 +15,7 @@ from test_loop import _start_run, _trials
 pytestmark = pytest.mark.slow
 
 FAST = ["--strategy", "optuna", "--set", "steps=8", "--set", "eval_every=4", "--set", "batch_prompts=16",
-        "--set", "threads=1"]
+        "--set", "threads=1", "--set", "verdict.baseline_repeats=2"]
 
 
 def _overlap(a: dict, b: dict) -> bool:

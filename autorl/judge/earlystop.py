@@ -1,0 +1,65 @@
+"""Full-run early stop: stop when the held-out eval has dropped beyond its noise, with patience.
+
+"OOD dropped at two consecutive evals" with no margin stops most flat runs (each eval is a
+binomial draw, so a flat series falls twice in a row often) and most improving ones. Here each
+eval is compared with the best eval so far: on the same items when per-item results exist (a
+paired test: the discordant items set the noise, so two checkpoints that solve the same items
+are not called different), else with the binomial noise of two proportions on n items. The run
+stops when ``patience`` consecutive evals are each below the best by more than ``z`` standard
+errors. The best eval is the checkpoint to keep.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+OOD_KEY = "eval/ood/greedy_pass@1"
+PATIENCE = 2
+Z_DROP = 2.33  # one-sided 1% per comparison
+
+
+class DropStop(BaseModel):
+    """Why a full run is stopped early."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    best_step: int | None = Field(description="Step of the best eval (the checkpoint to keep).")
+    best: float = Field(description="Best value so far.")
+    recent: list[float] = Field(description="The evals that dropped beyond noise, oldest first.")
+    reason: str = Field(description="One line a person can read.")
+
+
+def drop_se(best: dict, cur: dict, key: str, items_key: str | None) -> float:
+    """Standard error of (current - best): paired over items if both have them, else binomial."""
+    a, b = best.get(items_key) if items_key else None, cur.get(items_key) if items_key else None
+    if a and b and len(a) == len(b) and len(a) > 1:
+        d = [float(y) - float(x) for x, y in zip(a, b)]
+        mean = sum(d) / len(d)
+        return math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
+    n = len(a) if a else len(b) if b else 0
+    if n == 0:
+        return 0.0
+    p = (best[key] + cur[key]) / 2.0
+    return math.sqrt(max(2.0 * p * (1.0 - p) / n, 1.0 / (n * n)))
+
+
+def drop_stop(evals: list[dict], key: str = OOD_KEY, patience: int = PATIENCE, z: float = Z_DROP,
+              maximize: bool = True) -> DropStop | None:
+    """Stop when each of the last ``patience`` evals is worse than the best earlier eval beyond noise."""
+    rows = [e for e in evals if isinstance(e.get(key), (int, float))]
+    items_key = key.rsplit("/", 1)[0] + "/items" if key.startswith("eval/") else None
+    sign = 1.0 if maximize else -1.0
+    if len(rows) <= patience:
+        return None
+    head, tail = rows[:-patience], rows[-patience:]
+    best = max(head, key=lambda e: sign * e[key])
+    for cur in tail:
+        se = drop_se(best, cur, key, items_key)
+        if se <= 0 or sign * (best[key] - cur[key]) <= z * se:
+            return None
+    vals = [cur[key] for cur in tail]
+    text = (f"{key} below its best {best[key]:.3f} (step {best.get('step')}) beyond {z:g} standard errors "
+            f"on {patience} consecutive evals: " + " -> ".join(f"{v:.3f}" for v in vals))
+    return DropStop(best_step=best.get("step"), best=float(best[key]), recent=vals, reason=text)

@@ -1,0 +1,86 @@
+"""A/A study: trials that differ from the baseline only in the seed, judged with the default settings.
+
+A real `autorl run --strategy random` on the embedded engine, in a fresh workspace: the default recipe
+(recipes/default.yaml, baseline repeated 3 times; one torch thread and a 900 s timeout so a loaded box does not
+time runs out) with a search space holding only ``seed``. No trial is
+better or worse than the baseline by construction, so every "improved" (candidate or confirmed),
+"regressed" and pruned trial is a false call unless a hard rule names a cause. Prints the counts and,
+for each such trial, its reason.
+
+    python benchmarks/aa_study.py [--trials 30] [--keep DIR] [--cache DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from autorl.data import shipped
+
+
+def aa_recipe() -> dict:
+    recipe = yaml.safe_load(shipped("recipes", "default.yaml").read_text())
+    recipe["name"] = "aa-seed-only"
+    recipe["search"] = {"seed": {"low": 1, "high": 1_000_000, "int": True}}
+    recipe["train"]["threads"] = 1  # speed only: two torch threads per run crawl on a loaded 2-core box
+    recipe["timeout_s"] = 900       # the default 60 s killed a baseline at step 29 under load
+    return recipe
+
+
+def run(ws: Path, trials: int, cache: Path | None) -> None:
+    subprocess.run([sys.executable, "-m", "autorl.cli", "init", str(ws)], check=True, capture_output=True)
+    (ws / "recipes" / "aa.yaml").write_text(yaml.safe_dump(aa_recipe(), sort_keys=False))
+    if cache is not None:  # reuse a built engine cache (the base model's warm-up)
+        (ws / ".autorl").mkdir(exist_ok=True)
+        os.symlink(cache.resolve(), ws / ".autorl" / "cache")
+    argv = [sys.executable, "-m", "autorl.cli", "-C", str(ws), "run", "recipes/aa.yaml", "--strategy", "random",
+            "--max-trials", str(trials), "--budget", "6h", "--quiet"]
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"study failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
+
+
+def report(ws: Path) -> None:
+    conn = sqlite3.connect(ws / "ledger.sqlite")
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute("SELECT * FROM autorl_trials ORDER BY number")]
+    trials = [r for r in rows if r["proposer"] not in ("baseline", "confirm")]
+    count = lambda f: sum(1 for r in trials if f(r))  # noqa: E731
+    print(f"baseline runs {sum(r['proposer'] == 'baseline' for r in rows)}, trials {len(trials)}, "
+          f"confirmation runs {sum(r['proposer'] == 'confirm' for r in rows)}")
+    print(f"improved (candidate, any outcome) {count(lambda r: r['verdict'] == 'improved')}; "
+          f"confirmed {count(lambda r: r['confirmation'] == 'confirmed')}; "
+          f"regressed {count(lambda r: r['verdict'] == 'regressed')}; flat {count(lambda r: r['verdict'] == 'flat')}; "
+          f"pruned {count(lambda r: r['status'] == 'pruned')}; crash {count(lambda r: r['verdict'] == 'crash')}")
+    for r in trials:
+        if r["verdict"] in ("improved", "regressed", "pruned", "crash"):
+            print(f"  {r['attempt']}: {r['verdict']} {r['confirmation'] or ''} {(r['reason'] or '')[:240]}")
+    deltas = [r["delta"] for r in trials if r["delta"] is not None]
+    if deltas:
+        print(f"gain vs baseline over {len(deltas)} trials: mean {sum(deltas) / len(deltas):+.4f}, "
+              f"min {min(deltas):+.4f}, max {max(deltas):+.4f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=30, help="trials besides the baseline runs and confirmations")
+    ap.add_argument("--keep", type=Path, help="keep the workspace here (default: a temp folder)")
+    ap.add_argument("--cache", type=Path, help="an engine cache to reuse (skips the base model's warm-up)")
+    args = ap.parse_args()
+    ws = args.keep or Path(tempfile.mkdtemp(prefix="aa-study-"))
+    t0, load0 = time.time(), os.getloadavg()[0]
+    run(ws, args.trials + 3, args.cache)
+    report(ws)
+    print(f"wall {time.time() - t0:.0f} s; load {load0:.1f} -> {os.getloadavg()[0]:.1f}; workspace {ws}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Candidates and confirmation in the ledger: the migration's columns, the named queries, and who may use a
+candidate (the incumbent, a hypothesis' status, promote's pick) only once fresh-seed re-runs confirmed it."""
+
+from __future__ import annotations
+
+import pytest
+
+from autorl.errors import NotFoundError
+from autorl.ledger import Ledger
+from autorl.recipe import validate_recipe
+from autorl.search.hypotheses import counted_verdict
+from autorl.search.hypotheses_strategy import incumbent_row
+from autorl.trial.controller import _fixed_eval_protocol
+from autorl.trial.promote import pick_best
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    led = Ledger(tmp_path / "ledger.sqlite")
+    sid = led.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0,
+                           optuna_study="s")
+    rows = [(1, "baseline", None, None, None, 0.50), (2, "random", "improved", "confirmed", None, 0.60),
+            (3, "random", "improved", "candidate", None, 0.70), (4, "confirm", None, None, 3, 0.52),
+            (5, "random", "improved", "rejected", None, 0.65), (6, "random", "flat", None, None, 0.55)]
+    for number, proposer, verdict, state, confirms, objective in rows:
+        led.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer, status="complete",
+                      verdict=verdict, confirmation=state, confirms=confirms, objective=objective, delta=objective - 0.5,
+                      ci_low=objective - 0.55, ci_high=objective - 0.45)
+    return led
+
+
+def test_named_queries(ledger):
+    sid = ledger.study()["id"]
+    assert [t["number"] for t in ledger.confirmed(sid)] == [2]
+    assert [t["number"] for t in ledger.confirm_runs(sid, 3)] == [4]
+    assert list(ledger.confirm_groups(sid)) == [3]
+    ledger.set_confirmation(3, "rejected", "2 fresh-seed runs: flat")
+    row = ledger.trial(3)
+    assert row["confirmation"] == "rejected" and row["reason"].endswith("rejected: 2 fresh-seed runs: flat")
+
+
+def test_promote_offers_only_confirmed_without_force(ledger):
+    best, why = pick_best(ledger)
+    assert best["number"] == 2 and "confirmed" in why
+    ledger.set_confirmation(2, "rejected", "re-check")
+    with pytest.raises(NotFoundError, match="1 candidates await confirmation"):
+        pick_best(ledger)
+    forced, why = pick_best(ledger, force=True)
+    assert forced["number"] == 3 and "--force" in why
+
+
+def test_incumbent_is_the_best_confirmed_not_the_best_candidate(ledger):
+    trials = ledger.trials()
+    assert incumbent_row(trials, "maximize")["number"] == 2  # 3 and 5 score higher but are not confirmed
+    assert incumbent_row([t for t in trials if t["number"] != 2], "maximize") is None
+
+
+def test_hypotheses_count_improvements_only_once_confirmed():
+    assert counted_verdict({"verdict": "improved", "confirmation": "confirmed"}) == "improved"
+    assert counted_verdict({"verdict": "improved", "confirmation": "candidate"}) is None  # still open
+    assert counted_verdict({"verdict": "improved", "confirmation": "rejected"}) == "flat"
+    assert counted_verdict({"verdict": "improved"}) == "improved"  # ledgers from before confirmation
+    assert counted_verdict({"verdict": "regressed"}) == "regressed"
+
+
+def test_a_trial_changing_the_generation_limit_keeps_the_study_eval_limit():
+    base = validate_recipe({"backend": "embedded", "train": {"max_new_tokens": 5}}, source="t")
+    assert _fixed_eval_protocol({"max_new_tokens": 8}, base) == {"max_new_tokens": 8, "eval_max_new_tokens": 5}
+    assert _fixed_eval_protocol({"lr": 1e-4}, base) == {"lr": 1e-4}
