@@ -4,6 +4,7 @@
 #   bash benchmarks/openrlhf_gpu_proof.sh OUTDIR        (in an environment with openrlhf, ray, vllm, a GPU)
 set -uo pipefail
 OUT=${1:-/tmp/openrlhf-proof}; mkdir -p "$OUT"; WS=/tmp/autorl-ws; TINY=/tmp/autorl-openrlhf-tiny
+cd "$(dirname "$0")/.." || exit 1  # run from the package root: a checkout beside it must not shadow it
 REC=$(python3 -c "import autorl.data as d; print(d.shipped('recipes/openrlhf-tiny.yaml'))")
 t() { echo "== $(date +%T) $*"; }
 python3 -m autorl.backends.openrlhf.tiny "$TINY" >/dev/null 2>&1 || { echo "tiny inputs failed"; exit 1; }
