@@ -8,6 +8,9 @@ A run's metrics file holds one JSON object per line, flushed as written:
   list is in eval-set order, so two runs can be compared item by item);
 - ``{"type": "summary", ...}`` once at the end.
 
+A step record may list under ``"absent"`` the ``STEP_KEYS`` its backend cannot give (OpenRLHF logs no
+reward timing, for instance): rules that need such a key report "not available" instead of never firing.
+
 ``STEP_KEYS`` and ``EVAL_KEYS`` are the one place each key is documented; the
 README's metric table is generated from them (``autorl metrics-doc``).
 """
@@ -56,6 +59,19 @@ SUMMARY_KEYS: dict[str, str] = {
     "wall_s": "Run wall time in seconds.",
     "status": "'ok', 'nan' (stopped on NaN) or 'error'.",
 }
+
+
+ABSENT = "absent"
+
+
+def absent_keys(steps: Iterable[dict[str, Any]]) -> set[str]:
+    """The step keys the records declare their backend cannot give."""
+    return {k for rec in steps for k in rec.get(ABSENT, ()) if isinstance(k, str)}
+
+
+def declare_absent(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with every schema step key it lacks listed under ``absent``."""
+    return {**row, ABSENT: sorted(k for k in STEP_KEYS if k not in row)}
 
 
 def iter_records(path: str | Path) -> Iterable[dict[str, Any]]:

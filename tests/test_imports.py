@@ -62,5 +62,5 @@ def test_every_import_is_declared():
 
 
 def _backend_only(path: Path) -> bool:
-    """Modules that run only inside a trial's child process (the engine's and TRL's runners)."""
-    return path.name in ("trl_runner.py",)
+    """Modules that run only inside a trial's process (TRL's runner, the reward function OpenRLHF loads)."""
+    return path.name in ("trl_runner.py", "reward_func.py")

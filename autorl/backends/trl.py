@@ -42,7 +42,9 @@ TRL_FIELDS: dict[str, str] = {
 TRL_FIXED: dict[str, Any] = {
     "bf16": False,
     "fp16": False,
-    "activation_checkpointing": False,
+    # TRL turns checkpointing on by default; gradient_checkpointing is the name every transformers 5.x
+    # accepts (activation_checkpointing only exists from 5.23).
+    "gradient_checkpointing": False,
     "lr_scheduler_type": "constant_with_warmup",
     "report_to": "none",
     "save_strategy": "no",

@@ -1,4 +1,4 @@
-"""Evaluation: greedy pass@1 (with per-item results) and sampling pass@k on a split."""
+"""Evaluation of the engine's live policy through the shared per-item evaluator (``autorl.evaluate``)."""
 
 from __future__ import annotations
 
@@ -7,40 +7,42 @@ from typing import Callable
 
 import torch
 
+from autorl import evaluate as shared
 from autorl.engine.task import Split
 
 EVAL_CHUNK = 512  # prompts per generate call
 
 
-def correct_flags(policy, prompts: list[str], labels: list[str], max_new_tokens: int, temperature: float,
-                  judge: Callable[[str, str, bool], float], autocast=contextlib.nullcontext) -> list[int]:
-    """0/1 per prompt: is the completion sampled at ``temperature`` (0 = greedy) correct?"""
-    flags: list[int] = []
+def policy_generator(policy, max_new_tokens: int, autocast=contextlib.nullcontext) -> shared.Generate:
+    """``generate(prompts, temperature)`` over the engine's policy (builtin or Hugging Face)."""
     eos = torch.tensor(_eos_id(policy))
-    for start in range(0, len(prompts), EVAL_CHUNK):
-        chunk, gold = prompts[start:start + EVAL_CHUNK], labels[start:start + EVAL_CHUNK]
-        ids, mask = policy.encode(chunk)
-        with autocast():
-            tokens, _ = policy.sample(ids, mask, max_new_tokens, temperature)
-        truncated = ~(tokens == eos.to(tokens.device)).any(-1)
-        texts = policy.decode(tokens)
-        flags += [int(judge(t, g, bool(tr)) >= 1.0) for t, g, tr in zip(texts, gold, truncated.tolist())]
-    return flags
+
+    def generate(prompts: list[str], temperature: float) -> list[tuple[str, bool]]:
+        out: list[tuple[str, bool]] = []
+        for start in range(0, len(prompts), EVAL_CHUNK):
+            ids, mask = policy.encode(prompts[start:start + EVAL_CHUNK])
+            with autocast():
+                tokens, _ = policy.sample(ids, mask, max_new_tokens, temperature)
+            truncated = ~(tokens == eos.to(tokens.device)).any(-1)
+            out += list(zip(policy.decode(tokens), truncated.tolist()))
+        return out
+
+    return generate
 
 
 def _eos_id(policy) -> int:
     return policy.tokenizer.eos_id if policy.kind == "builtin" else policy.eos_id
 
 
+def correct_flags(policy, prompts: list[str], labels: list[str], max_new_tokens: int, temperature: float,
+                  judge: Callable[[str, str, bool], float], autocast=contextlib.nullcontext) -> list[int]:
+    """0/1 per prompt: is the completion sampled at ``temperature`` (0 = greedy) correct?"""
+    generate = policy_generator(policy, max_new_tokens, autocast)
+    return shared.correct_flags(generate, prompts, labels, temperature, judge)
+
+
 def evaluate_split(policy, name: str, split: Split, max_new_tokens: int, judge, k: int = 0,
                    temperature: float = 0.6, autocast=contextlib.nullcontext) -> dict:
     """The eval keys of one split: greedy pass@1, its items, and sampling pass@k when k > 0."""
-    items = correct_flags(policy, split.prompts, split.labels, max_new_tokens, 0.0, judge, autocast)
-    out = {f"eval/{name}/greedy_pass@1": sum(items) / len(items), f"eval/{name}/items": items}
-    if k > 0:
-        hits = [0] * len(items)
-        for _ in range(k):
-            flags = correct_flags(policy, split.prompts, split.labels, max_new_tokens, temperature, judge, autocast)
-            hits = [h | f for h, f in zip(hits, flags)]
-        out[f"eval/{name}/sampling_pass@{k}"] = sum(hits) / len(hits)
-    return out
+    generate = policy_generator(policy, max_new_tokens, autocast)
+    return shared.evaluate_split(generate, name, split.prompts, split.labels, judge, k, temperature)

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autorl.data import shipped
 from autorl.errors import UserError
+from autorl.metrics import absent_keys
 from autorl.recipe import AbortRules
 
 RULES_PATH = shipped("rules", "abort.yaml")
@@ -42,6 +43,7 @@ RULES_PATH = shipped("rules", "abort.yaml")
 
 class AbortRulesError(UserError):
     """The abort rules table does not validate."""
+
 
 NONFINITE_STRINGS = ("nan", "NaN", "inf", "-inf", "Infinity", "-Infinity")
 
@@ -111,6 +113,14 @@ def check_abort(steps: list[dict], rules: AbortRules, max_grad_norm: float | Non
         if found:
             return found
     return _grad_explosion(steps, rules, max_grad_norm)
+
+
+def unavailable(steps: list[dict], max_grad_norm: float | None = None) -> list[str]:
+    """One line per rule that cannot fire because its backend declares the rule's key absent."""
+    gone = absent_keys(steps)
+    keyed = [(rule.name, rule.metric) for rule in WINDOW_RULES]
+    keyed += [("grad_explosion", "grad_norm")] if max_grad_norm else []
+    return [f"{name}: not available ({key} absent from this backend's metrics)" for name, key in keyed if key in gone]
 
 
 def _is_nonfinite(value: Any) -> bool:

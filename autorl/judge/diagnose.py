@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autorl.data import shipped
 from autorl.errors import UserError, validation_line
-from autorl.metrics import RunMetrics, iter_records
+from autorl.metrics import RunMetrics, absent_keys, iter_records
 
 RULES_PATH = shipped("rules", "diagnosis.yaml")
 
@@ -128,6 +128,7 @@ class Diagnosis(_Model):
     symptoms: list[Symptom] = Field(default_factory=list, description="Fired symptoms, in rules-table order.")
     steps: int = Field(0, description="Step records seen.")
     evals: int = Field(0, description="Eval records seen.")
+    unavailable: list[str] = Field(default_factory=list, description="Symptoms not judged: a metric they need is absent.")
 
     def names(self) -> set[str]:
         """Names of the fired symptoms."""
@@ -136,7 +137,8 @@ class Diagnosis(_Model):
     def summary(self) -> str:
         """One line for logs and commit messages."""
         names = ", ".join(s.name for s in self.symptoms) or "no symptoms"
-        return f"bottleneck {self.bottleneck}: {names}"
+        missing = f"; not available: {', '.join(self.unavailable)}" if self.unavailable else ""
+        return f"bottleneck {self.bottleneck}: {names}{missing}"
 
 
 # ---------------------------------------------------------------- statistics
@@ -352,7 +354,31 @@ def diagnose(steps: list[dict], evals: list[dict], recipe_train: dict, rules: Di
             fired.append(Symptom(name=name, description=rule.description, evidence=evidence))
     names = {s.name for s in fired}
     row = next((b for b in rules.bottlenecks if names & set(b.when_any)), rules.default)
-    return Diagnosis(bottleneck=row.name, areas=list(row.areas), symptoms=fired, steps=len(steps), evals=len(evals))
+    return Diagnosis(bottleneck=row.name, areas=list(row.areas), symptoms=fired, steps=len(steps), evals=len(evals),
+                     unavailable=not_judged(steps, rules))
+
+
+def cond_keys(cond: Condition, rules: DiagnosisRules) -> set[str]:
+    """The step keys one condition reads (a derived metric's inputs)."""
+    d = rules.derived.get(cond.metric)
+    return {d.numerator, *d.denominator} if d else {cond.metric}
+
+
+def not_judged(steps: list[dict], rules: DiagnosisRules) -> list[str]:
+    """'symptom (keys)' for each symptom that needs a key the run's backend declares absent.
+
+    A symptom needs every key of its required ``when_all`` conditions, and at least one ``when_any`` condition
+    whose keys are all present.
+    """
+    gone = absent_keys(steps)
+    out = []
+    for name, rule in rules.symptoms.items():
+        required = [cond_keys(c, rules) & gone for c in rule.when_all if not c.optional]
+        options = [cond_keys(c, rules) & gone for c in rule.when_any]
+        missing = set().union(*required) | (set().union(*options) if options and all(options) else set())
+        if missing:
+            out.append(f"{name} ({', '.join(sorted(missing))})")
+    return out
 
 
 def diagnose_run(metrics_path: str | Path, recipe_train: dict) -> Diagnosis:

@@ -19,17 +19,22 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from autorl.backends.base import Backend, LaunchPlan, TrialSpec
 from autorl.backends.openrlhf.flags import FLAG_BY_FIELD, to_args
 from autorl.errors import RecipeError
+from autorl.evaluate import ProbeSettings, eval_argv
 
 METRICS_FORMAT = "openrlhf"
-NOT_FLAGS = {"openrlhf_version", "extra_args", "eval_split_names", "entrypoint_num_gpus", "pool_size", "checkpoint_gb"}
+NOT_FLAGS = {"openrlhf_version", "extra_args", "eval_split_names", "entrypoint_num_gpus", "pool_size", "checkpoint_gb",
+             *ProbeSettings.model_fields}
+REWARD_WRAPPER = Path(__file__).with_name("reward_func.py")
+BUILTIN_REWARD = "builtin:exact_match"
+FINAL_MODEL = "model"  # <run_dir>/model: the final weights (or LoRA adapter) when the recipe names no save_path
 
 
-class OpenRLHFParams(BaseModel):
+class OpenRLHFParams(ProbeSettings):
     """The ``train`` block of an OpenRLHF recipe. None means: leave OpenRLHF's default."""
 
     model_config = ConfigDict(extra="forbid")
@@ -52,6 +57,7 @@ class OpenRLHFParams(BaseModel):
     vllm_gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="vLLM GPU memory fraction.")
     zero_stage: Literal[0, 1, 2, 3] | None = Field(None, description="DeepSpeed ZeRO stage.")
     param_dtype: Literal["bf16", "fp16"] | None = Field(None, description="Training dtype.")
+    attn_implementation: str | None = Field(None, description="Actor attention (eager, sdpa, flash_attention_2, or a kernels repo id); gpt-oss needs one that keeps its attention sinks: eager or kernels-community/vllm-flash-attn3.")
     offload: bool = Field(False, description="ZeRO-3 parameter offload to CPU (flat CLI + offload_cli.patch only).")
     adam_offload: bool = Field(False, description="Offload Adam states to CPU.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
@@ -74,7 +80,7 @@ class OpenRLHFParams(BaseModel):
     input_key: str = Field("input", description="Prompt key in prompt_data rows.")
     label_key: str | None = Field("label", description="Answer key passed to the reward function.")
     apply_chat_template: bool = Field(False, description="Wrap prompts with the tokenizer's chat template.")
-    reward_func: str | None = Field(None, description="Reward function file (.py, relative to the worktree) or URL: --remote_rm_url.")
+    reward_func: str | None = Field(None, description="'builtin:exact_match' (seed 004), a reward_func .py file (relative to the worktree) or a URL: --remote_rm_url. Files and the builtin go through autorl's wrapper, which also logs zero-std groups.")
     eval_dataset: str | None = Field(None, description="Eval prompts (needs reward_func).")
     eval_steps: int | None = Field(None, description="Evaluate every this many steps (-1 never).")
     eval_temperature: float | None = Field(0.0, ge=0, description="Eval sampling temperature; 0 is greedy.")
@@ -165,17 +171,34 @@ class OpenRLHFBackend(Backend):
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         """The argv, env and paths of one trial; writes nothing."""
-        params = OpenRLHFParams.model_validate(spec.recipe.train)
-        if spec.seed is not None:
-            params = params.model_copy(update={"seed": spec.seed})
+        params = trial_params(spec)
         run_dir = Path(spec.run_dir).resolve()
         tb_root = params.tensorboard_dir or str(run_dir / "tensorboard")
-        argv = build_argv(params, spec.attempt, tb_root, self.python)
-        env = {**self.extra_env, **run_env(run_dir), "AUTORL_TENSORBOARD_DIR": str(Path(tb_root) / spec.attempt)}
+        wrapped, reward_env = wrap_reward(params, Path(spec.worktree))
+        argv = build_argv(wrapped, spec.attempt, tb_root, self.python)
+        env = {**self.extra_env, **run_env(run_dir), **reward_env,
+               "AUTORL_TENSORBOARD_DIR": str(Path(tb_root) / spec.attempt)}
         return LaunchPlan(argv=argv, env=env, cwd=str(spec.worktree), log_path=str(run_dir / "train.log"),
                           metrics_path=env["METRICS_LOG_DIR"] + "/training_metrics.jsonl", metrics_format=METRICS_FORMAT,
                           metric_map=eval_metric_map(params), backend=self.name, ray_address=self.ray_address,
                           resources={"entrypoint_num_gpus": params.entrypoint_num_gpus})
+
+    def eval_plan(self, spec: TrialSpec) -> LaunchPlan | None:
+        """``python -m autorl.evaluate`` on the model the trial saved; None when the recipe has no probe set."""
+        params = trial_params(spec)
+        if not params.probe_splits():
+            return None
+        run_dir = Path(spec.run_dir).resolve()
+        probe = params.model_copy(update={k: str(Path(spec.worktree, v).resolve()) for k, v in
+                                          (("probe_id", params.probe_id), ("probe_ood", params.probe_ood)) if v})
+        model = Path(spec.worktree, params.save_path).resolve()
+        base = str(Path(spec.worktree, params.pretrain).resolve()) if params.lora_rank else None
+        limit = params.max_new_tokens or params.generate_max_len or 64
+        argv = eval_argv(sys.executable, model, run_dir / "eval.jsonl", probe, limit, base, final_step(params),
+                         params.seed or 0)
+        return LaunchPlan(argv=argv, env={**self.extra_env, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
+                          cwd=str(spec.worktree), log_path=str(run_dir / "eval.log"),
+                          metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)
 
     def start(self, plan: LaunchPlan):
         """Submit the plan as a Ray job; returns a ``RayJobHandle`` at once."""
@@ -203,6 +226,30 @@ class OpenRLHFBackend(Backend):
         if self._head is not None:
             self._head.stop()
             self._head = None
+
+
+def trial_params(spec: TrialSpec) -> OpenRLHFParams:
+    """The trial's parameters: the seed override applied, the final model under the run dir by default."""
+    params = OpenRLHFParams.model_validate(spec.recipe.train)
+    update = {"seed": spec.seed} if spec.seed is not None else {}
+    if params.save_path is None:
+        update["save_path"] = str(Path(spec.run_dir).resolve() / FINAL_MODEL)
+    return params.model_copy(update=update)
+
+
+def final_step(params: OpenRLHFParams) -> int:
+    """The last global step (one per rollout batch in 0.10.x) when the prompt pool is capped, else 0."""
+    return (params.max_samples // params.rollout_batch_size) * params.num_episodes if params.max_samples else 0
+
+
+def wrap_reward(params: OpenRLHFParams, worktree: Path) -> tuple[OpenRLHFParams, dict[str, str]]:
+    """Route the builtin reward or a reward file through autorl's wrapper; URLs are left as they are."""
+    spec = params.reward_func
+    if spec is None or spec.startswith(("http://", "https://")):
+        return params, {}
+    inner = spec if spec == BUILTIN_REWARD else str((worktree / spec).resolve())
+    env = {"AUTORL_REWARD": inner, "AUTORL_GROUP_SIZE": str(params.gens)}
+    return params.model_copy(update={"reward_func": str(REWARD_WRAPPER)}), env
 
 
 def run_env(run_dir: Path) -> dict[str, str]:

@@ -54,6 +54,7 @@ FLAGS: list[Flag] = [
     Flag("vllm_gpu_memory_utilization", "--vllm_gpu_memory_utilization", "--vllm.gpu_memory_utilization"),
     Flag("zero_stage", "--zero_stage", "--ds.zero_stage"),
     Flag("param_dtype", "--param_dtype", "--ds.param_dtype"),
+    Flag("attn_implementation", "--attn_implementation", "--ds.attn_implementation"),
     Flag("offload", "--offload", None, hint="only the flat CLI patched by patches/offload_cli.patch has it; "
          "remove offload (keep adam_offload)"),
     Flag("adam_offload", "--adam_offload", "--ds.adam_offload"),

@@ -1,10 +1,13 @@
 """Reading an OpenRLHF run's metrics into autorl's schema (``autorl.metrics``).
 
-Two sources, merged per global step:
+Three sources, merged per global step:
 
-- TensorBoard events that ``--use_tensorboard DIR`` writes to ``DIR/<run name>``:
-  ``train/<key>`` scalars every logging step and ``eval/eval_<datasource>_pass<k>``
+- TensorBoard events that ``--use_tensorboard DIR`` (0.10.2+: ``--logger.tensorboard_dir``) writes to
+  ``DIR/<run name>``: ``train/<key>`` scalars every logging step and ``eval/eval_<datasource>_pass<k>``
   scalars at each evaluation (OpenRLHF's ``TensorboardLogger``);
+- the driver's stdout (the trial's log), where 0.10.x prints each step as
+  ``✨ Global step N: {...}`` (behind Ray's ``(PPOTrainer pid=...)`` prefix): a step is complete as soon
+  as its line is there, so metrics are live without TensorBoard;
 - ``$METRICS_LOG_DIR/training_metrics.jsonl``, one line per step, written by
   ``patches/metrics_trainer.patch`` (grad norm, advantage, entropy and ratio-tail
   statistics that OpenRLHF 0.9.3 does not log).
@@ -17,11 +20,13 @@ the rest when the run has ended.
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from autorl.metrics import JsonlTail
+from autorl.metrics import JsonlTail, declare_absent
 
 TRAIN_KEYS: dict[str, str] = {
     "reward": "reward_mean",
@@ -36,7 +41,12 @@ TRAIN_KEYS: dict[str, str] = {
     "entropy_loss": "entropy_mean",
     "actor_grad_norm": "grad_norm",
     "correctness": "correctness",
+    "timing/generation": "time_generate_s",
+    "timing/ppo_train": "time_update_s",
+    "zero_std_group": "frac_zero_std_groups",
 }
+
+STEP_LINE = re.compile(r"Global step (\d+): (\{.*\})")
 
 IGNORED_TAGS = {"train/generated_samples", "train/global_step", "eval/global_step"}
 
@@ -45,9 +55,10 @@ class OpenRLHFMetricsReader:
     """Incremental reader: ``poll()`` returns the new step and eval records since the last call."""
 
     def __init__(self, tensorboard_dir: str | Path | None, jsonl_path: str | Path | None,
-                 eval_map: dict[str, str] | None = None):
+                 eval_map: dict[str, str] | None = None, stdout_path: str | Path | None = None):
         self.tensorboard_dir = Path(tensorboard_dir) if tensorboard_dir else None
         self.jsonl = JsonlTail(jsonl_path) if jsonl_path else None
+        self.stdout = TextTail(stdout_path) if stdout_path else None
         self.eval_map = eval_map or {}
         self._acc = None
         self._seen: dict[str, int] = {}
@@ -59,19 +70,22 @@ class OpenRLHFMetricsReader:
     @classmethod
     def from_plan(cls, plan: Any) -> "OpenRLHFMetricsReader":
         """The reader for an ``OpenRLHFBackend`` launch plan."""
-        return cls(plan.env.get("AUTORL_TENSORBOARD_DIR"), plan.metrics_path, dict(plan.metric_map))
+        return cls(plan.env.get("AUTORL_TENSORBOARD_DIR"), plan.metrics_path, dict(plan.metric_map), plan.log_path)
 
     def poll(self) -> list[dict[str, Any]]:
         """New complete records (one step line per global step, one eval line per evaluation)."""
-        self._read_tensorboard()
-        self._read_jsonl()
+        self._read_sources()
         return self._emit(final=False)
 
     def flush(self) -> list[dict[str, Any]]:
         """Everything not yet emitted, complete or not (call once the run has ended)."""
+        self._read_sources()
+        return self._emit(final=True)
+
+    def _read_sources(self) -> None:
         self._read_tensorboard()
         self._read_jsonl()
-        return self._emit(final=True)
+        self._read_stdout()
 
     # ---- sources -------------------------------------------------------------------
 
@@ -117,6 +131,16 @@ class OpenRLHFMetricsReader:
             row.update({TRAIN_KEYS.get(k, k): v for k, v in numbers.items()})
             _derive(row)
 
+    def _read_stdout(self) -> None:
+        for line in self.stdout.poll() if self.stdout else []:
+            found = parse_step_line(line)
+            if found is None:
+                continue
+            step, values = found
+            self._jsonl_steps.add(step)
+            row = self._train.setdefault(step, {})
+            row.update({TRAIN_KEYS.get(k, k): v for k, v in values.items()})
+
     # ---- output --------------------------------------------------------------------
 
     def _emit(self, final: bool) -> list[dict[str, Any]]:
@@ -125,7 +149,7 @@ class OpenRLHFMetricsReader:
         for step in sorted(set(self._train) | set(self._evals)):
             ready = final or step < latest or step in self._jsonl_steps
             if step in self._train and ready and ("step", step) not in self._emitted:
-                out.append({"type": "step", "step": step, **self._train[step]})
+                out.append(declare_absent({"type": "step", "step": step, **finish_row(self._train[step])}))
                 self._emitted.add(("step", step))
             if step in self._evals and (final or step < latest) and ("eval", step) not in self._emitted:
                 out.append({"type": "eval", "step": step, **self._evals[step]})
@@ -135,6 +159,48 @@ class OpenRLHFMetricsReader:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """(step, numeric values) of a 0.10.x ``✨ Global step N: {...}`` line, else None."""
+    m = STEP_LINE.search(line)
+    if not m:
+        return None
+    try:
+        values = ast.literal_eval(m.group(2))
+    except (ValueError, SyntaxError):
+        return None
+    if not isinstance(values, dict):
+        return None
+    return int(m.group(1)), {str(k): float(v) for k, v in values.items() if _is_number(v)}
+
+
+def finish_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Keys derivable from 0.10.x's logged values: tokens per second of step wall time."""
+    total, samples, length = row.get("timing/step_total"), row.get("rollout/num_samples"), row.get("response_length_mean")
+    if "tokens_per_s" not in row and total and samples and length is not None:
+        return {**row, "tokens_per_s": samples * length / total}
+    return row
+
+
+class TextTail:
+    """New complete lines of a growing text file (the trial's log)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.offset = 0
+        self._partial = b""
+
+    def poll(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read()
+            self.offset = fh.tell()
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        return [x.decode("utf-8", errors="replace") for x in lines]
 
 
 def _derive(row: dict[str, Any]) -> None:
@@ -148,9 +214,9 @@ def _derive(row: dict[str, Any]) -> None:
 
 
 def read_all(tensorboard_dir: str | Path | None, jsonl_path: str | Path | None,
-             eval_map: dict[str, str] | None = None) -> list[dict[str, Any]]:
+             eval_map: dict[str, str] | None = None, stdout_path: str | Path | None = None) -> list[dict[str, Any]]:
     """Every record of a finished run (for ``autorl`` reports on an existing run directory)."""
-    return OpenRLHFMetricsReader(tensorboard_dir, jsonl_path, eval_map).flush()
+    return OpenRLHFMetricsReader(tensorboard_dir, jsonl_path, eval_map, stdout_path).flush()
 
 
 def dump_jsonl(records: list[dict[str, Any]], path: str | Path) -> None:

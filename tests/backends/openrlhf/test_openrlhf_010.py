@@ -1,0 +1,76 @@
+"""OpenRLHF 0.10.x: step lines, absent keys, the reward wrapper's zero-std groups and the eval plan."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from autorl.backends.base import TrialSpec
+from autorl.backends.openrlhf.backend import OpenRLHFBackend, REWARD_WRAPPER
+from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader, parse_step_line
+from autorl.judge.abort import unavailable
+from autorl.recipe import load_recipe
+
+LINE = ("(PPOTrainer pid=4242) [INFO] ✨ Global step 2: {'actor_lr': 0.0001, 'kl': 0.0, 'ppo_clip_ratio': 0.0, "
+        "'group_reward_std': 0.0, 'reward': 0.25, 'ppo_kl': 1e-05, 'correctness': 0.25, 'truncated': 0.5, "
+        "'actor_grad_norm': 1.5, 'response_length': 4.0, 'timing/generation': 2.0, 'timing/ppo_train': 1.0, "
+        "'timing/step_total': 4.0, 'rollout/num_samples': 32, 'zero_std_group': 0.75}")
+
+
+def test_step_line_parses_through_ray_prefix():
+    step, values = parse_step_line(LINE)
+    assert step == 2 and values["reward"] == 0.25 and values["timing/generation"] == 2.0
+    assert parse_step_line("(PPOTrainer pid=1) Global step 3: {broken") is None
+
+
+def test_stdout_reader_maps_keys_and_declares_absent(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("noise\n" + LINE + "\n")
+    recs = OpenRLHFMetricsReader(None, None, stdout_path=log).poll()
+    assert len(recs) == 1
+    rec = recs[0]
+    assert rec["reward_mean"] == 0.25 and rec["grad_norm"] == 1.5 and rec["truncated_rate"] == 0.5
+    assert rec["time_generate_s"] == 2.0 and rec["time_update_s"] == 1.0 and rec["frac_zero_std_groups"] == 0.75
+    assert rec["tokens_per_s"] == pytest.approx(32 * 4.0 / 4.0)
+    assert "time_reward_s" in rec["absent"] and "reward_mean" not in rec["absent"]
+
+
+def test_absent_key_makes_rule_not_available():
+    steps = [{"step": 1, "reward_mean": 0.0, "absent": ["frac_zero_std_groups"]}]
+    assert unavailable(steps) == ["zero_std_groups: not available (frac_zero_std_groups absent from this backend's metrics)"]
+    assert unavailable([{"step": 1, "frac_zero_std_groups": 1.0}]) == []
+
+
+def _wrapper(monkeypatch, group: int):
+    monkeypatch.setenv("AUTORL_GROUP_SIZE", str(group))
+    monkeypatch.setenv("AUTORL_REWARD", "builtin:exact_match")
+    spec = importlib.util.spec_from_file_location("wrapper_under_test", REWARD_WRAPPER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reward_wrapper_counts_zero_std_groups(monkeypatch):
+    fn = _wrapper(monkeypatch, 2)
+    flags = []
+    for query, prompt in (("<bos>1+1=2<eos>", "1+1="), ("<bos>1+1=3<eos>", "1+1="),
+                          ("<bos>2+2=5<eos>", "2+2="), ("<bos>2+2=5<eos>", "2+2=")):
+        out = fn.reward_func([query], [prompt], ["2" if prompt == "1+1=" else "4"])
+        flags.append(float(out["extra_logs"]["zero_std_group"][0]))
+    assert flags == [0.0, 0.0, 0.0, 2.0]  # group 1 mixed, group 2 all wrong: mean 0.5 = half the groups
+
+
+def test_eval_plan_runs_the_shared_evaluator(tmp_path):
+    recipe = load_recipe(Path("autorl/data/recipes/openrlhf-tiny.yaml"))
+    recipe.train["openrlhf_version"] = "0.10.4"
+    spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run",
+                     cache_dir=tmp_path / "cache")
+    backend = OpenRLHFBackend()
+    train, ev = backend.plan(spec), backend.eval_plan(spec)
+    out_dir = train.argv[train.argv.index("--ckpt.output_dir") + 1]
+    assert ev.argv[1:3] == ["-m", "autorl.evaluate"]
+    assert ev.argv[ev.argv.index("--model") + 1] == out_dir
+    assert ev.argv[ev.argv.index("--k") + 1] == "4" and ev.argv[ev.argv.index("--step") + 1] == "4"
+    assert train.argv[train.argv.index("--reward.remote_url") + 1] == str(REWARD_WRAPPER)

@@ -1,0 +1,52 @@
+"""The shared per-item evaluator: pass@1 items, pass@k, refusals, and the CLI on a real tiny checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autorl import evaluate as ev
+
+
+def _generator(answers: dict[str, list[str]]):
+    calls = {p: 0 for p in answers}
+
+    def generate(prompts, temperature):
+        out = []
+        for p in prompts:
+            seq = answers[p]
+            out.append((seq[0] if temperature == 0 else seq[min(calls[p], len(seq) - 1)], False))
+            calls[p] += temperature > 0
+        return out
+
+    return generate
+
+
+def test_greedy_items_and_pass_at_k():
+    gen = _generator({"1+1=": ["2"], "2+2=": ["5", "3", "4"]})
+    judge = ev.make_judge("builtin:exact_match")
+    out = ev.evaluate_split(gen, "id", ["1+1=", "2+2="], ["2", "4"], judge, k=3, temperature=1.0)
+    assert out["eval/id/items"] == [1, 0] and out["eval/id/greedy_pass@1"] == 0.5
+    assert out["eval/id/sampling_pass@3"] == 1.0
+
+
+def test_k_above_one_at_temperature_zero_is_refused():
+    with pytest.raises(ValueError):
+        ev.ProbeSettings(probe_id="x.jsonl", probe_k=4, probe_temperature=0.0)
+    assert ev.main(["--model", "m", "--id", "x", "--metrics-out", "o", "--max-new-tokens", "2"]) == 2
+
+
+def test_cli_on_a_real_checkpoint(tmp_path):
+    pytest.importorskip("transformers")
+    from autorl.backends.openrlhf.tiny import write_inputs
+
+    root = write_inputs(tmp_path / "tiny")
+    out = tmp_path / "eval.jsonl"
+    rc = ev.main(["--model", str(root / "model"), "--id", str(root / "probe_id.jsonl"), "--ood",
+                  str(root / "probe_ood.jsonl"), "--metrics-out", str(out), "--max-new-tokens", "4", "--k", "2",
+                  "--engine", "hf", "--step", "4"])
+    rec = json.loads(out.read_text().splitlines()[-1])
+    assert rc == 0 and rec["type"] == "eval" and rec["step"] == 4
+    assert len(rec["eval/id/items"]) == 32 and len(rec["eval/ood/items"]) == 32
+    assert "eval/ood/sampling_pass@2" in rec
