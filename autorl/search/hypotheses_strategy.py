@@ -23,14 +23,18 @@ from autorl.search.proposal import Proposal, changed
 from autorl.search.strategies import OptunaStrategy
 
 
+def library_for(ws, backend: str) -> list:
+    """The shipped library plus the workspace's ``hypotheses/`` (validated, patches checked), for ``backend``."""
+    dirs = [hypotheses.SHIPPED_DIR] + [d for d in [ws.root / "hypotheses"] if d.is_dir()]
+    return [h for h in hypotheses.load_library(dirs) if h.backends is None or backend in h.backends]
+
+
 class HypothesisStrategy:
     """Proposes the next trial for ``--strategy hypotheses``."""
 
     def __init__(self, proposer):
         self.p = proposer
-        dirs = [hypotheses.SHIPPED_DIR] + [d for d in [proposer.ws.root / "hypotheses"] if d.is_dir()]
-        backend = proposer.base.backend
-        self.library = [h for h in hypotheses.load_library(dirs) if h.backends is None or backend in h.backends]
+        self.library = library_for(proposer.ws, proposer.base.backend)
         self.last_diagnosis: diagnose.Diagnosis | None = None
         self.fallback = OptunaStrategy(proposer)
 

@@ -103,6 +103,7 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
         raise UserError(f"{row['attempt']} did not complete as a trial ({row['status']}): promote a completed trial")
     view(f"promoting {row['attempt']}: {why}")
     recipe, text, rel = trial_recipe(ws, ledger, row)
+    check_promotable(recipe, row)
     values = full_values(recipe, steps, episodes)
     full = recipe.with_train(**values)
     if dry_run:
@@ -115,7 +116,14 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
     return _launch_full(ws, ledger, row, text, rel, values, why, check, force)
 
 
-def _launch_full(ws, ledger, row, text, rel, values, why, check, force) -> dict[str, Any]:
+def check_promotable(recipe: Recipe, row: dict) -> None:
+    """Re-validation compares per-item eval results, so the objective must be an ``eval/<split>/<metric>`` key."""
+    parts = recipe.objective.metric.split("/")
+    if len(parts) != 3 or parts[0] != "eval":
+        raise UserError(f"{row['attempt']}'s objective {recipe.objective.metric!r} is not an eval/<split>/<metric> key, "
+                        "so re-validation has no per-item eval to compare: set objective.metric to one "
+                        "(e.g. eval/id/greedy_pass@1) for the study")
+ws, ledger, row, text, rel, values, why, check, force) -> dict[str, Any]:
     forced = " (forced: re-validation did not confirm)" if force and check.verdict != "improved" else ""
     message = (f"full run promoted from {row['attempt']}{forced}\n\n{why}\nre-validation: {check.explanation}\n"
                + "".join(f"- {k}: {v!r}\n" for k, v in values.items()))
