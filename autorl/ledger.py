@@ -213,9 +213,9 @@ class Ledger:
         return self._trials("objective IS NOT NULL AND kind = 'trial'", [], study_id)
 
     def durations(self, study_id: int) -> list[float]:
-        """Wall seconds of the study's trials that ran to their end (complete or judged), oldest first."""
-        q = ("SELECT duration_s FROM autorl_trials WHERE study_id = ? AND kind = 'trial' AND status = 'complete' "
-             "AND duration_s IS NOT NULL ORDER BY number")
+        """Seconds from opened to judged of the study's trials that ran to their end, oldest first."""
+        q = ("SELECT finished - started FROM autorl_trials WHERE study_id = ? AND kind = 'trial' "
+             "AND status = 'complete' AND finished IS NOT NULL ORDER BY number")
         return [r[0] for r in self.db.execute(q, [study_id]).fetchall()]
 
     def unfinished(self) -> list[dict]:

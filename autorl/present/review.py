@@ -119,8 +119,10 @@ def print_show(d: dict) -> None:
 
     c, t = Console(), d["trial"]
     say = lambda text: c.print(text, markup=False, highlight=False)  # noqa: E731  (values may hold [brackets])
-    c.print(f"[bold]{t['attempt']}[/]", end="")
-    say(f"  {t['status']}  verdict {t.get('verdict') or '-'}  objective {_num(t.get('objective'))}  Δ {_delta(t)}")
+    from rich.text import Text
+
+    c.print(Text.assemble((t["attempt"], "bold"), f"  {t['status']}  verdict {t.get('verdict') or '-'}  "
+                          f"objective {_num(t.get('objective'))}  Δ {_delta(t)}"), highlight=False)
     say(f"proposer {_who(t)}; why: {t.get('why')}")
     say(f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({(t.get('start_sha') or '')[:10]})")
     say(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
@@ -134,8 +136,8 @@ def print_show(d: dict) -> None:
     for e in d["evals"][-3:]:
         say("eval @%s: %s" % (e.get("step"), dump_values({k: v for k, v in e.items() if k.startswith("eval/")})))
     if t.get("crash_category"):
-        c.print(f"[red]crash {t['crash_category']}[/]: ", end="")
-        say(f"{t.get('root_cause')}\nremedy: {t.get('remedy')}")
+        c.print(Text.assemble((f"crash {t['crash_category']}", "red"), f": {t.get('root_cause')}"), highlight=False)
+        say(f"remedy: {t.get('remedy')}")
     if d["log_tail"]:
         c.print("[bold]log tail[/]")
         say("\n".join(d["log_tail"]))
@@ -170,14 +172,15 @@ def crash_groups(ledger) -> list[dict]:
 
 def print_crash_groups(groups: list[dict]) -> None:
     from rich.console import Console
+    from rich.text import Text
 
     c = Console()
     if not groups:
         c.print("no crashes")
     for g in groups:
-        c.print(f"[bold red]{g['category']}[/]", end="")
-        c.print(f" ×{g['count']}  signature {g['signature']}  attempts {', '.join(f'{n:02d}' for n in g['attempts'])}",
-                markup=False, highlight=False)
+        attempts = ", ".join(f"{n:02d}" for n in g["attempts"])
+        c.print(Text.assemble((str(g["category"]), "bold red"), f" ×{g['count']}  signature {g['signature']}  "
+                              f"attempts {attempts}"), highlight=False)
         c.print(f"  root cause: {g['root_cause_line']}", markup=False, highlight=False)
         c.print(f"  remedy: {g['remedy']}\n  done: {'; '.join(g['actions'])}", markup=False, highlight=False)
 

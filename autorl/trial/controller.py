@@ -143,8 +143,8 @@ class Controller:
         running: dict[int, _Running] = {}
         self.launched, self.done_before = 0, len(self.ledger.trials(self.study["id"], kind="trial"))
         while True:
-            self._fill(running)
-            if not running:
+            opened = self._fill(running)
+            if not running and not opened:  # a trial that failed before launch is finished: ask again
                 break
             for slot, r in list(running.items()):
                 out = r.watch.step()
@@ -153,21 +153,24 @@ class Controller:
                     del running[slot]
             time.sleep(0.05 if running else 0)
 
-    def _fill(self, running: dict[int, "_Running"]) -> None:
-        free = [s for s in range(self.opts.parallel) if s not in running]
-        for slot in free:
+    def _fill(self, running: dict[int, "_Running"]) -> int:
+        """Start trials in the free slots; returns how many were opened (launched, or finished at once)."""
+        opened = 0
+        for slot in [s for s in range(self.opts.parallel) if s not in running]:
             if not self._may_start():
-                return
+                break
             proposal = self.proposer.next()
             if proposal is None:
-                return
+                break
             ctx = self.prepare(proposal)
             self.launched += 1
+            opened += 1
             r = self.launch(ctx, slot) if ctx.error is None else None
             if isinstance(r, _Running):
                 running[slot] = r
             else:
                 self.finish(ctx, r or Outcome("config-error", None, ctx.error or "not launched"))
+        return opened
 
     def _may_start(self) -> bool:
         if self.stop_reason is not None or self.proposer.baseline_failed():
@@ -193,7 +196,7 @@ class Controller:
         took = self.ledger.durations(self.study["id"])[-PLAN_WINDOW:]
         if not took:
             return self.base.timeout_s
-        return min(self.base.timeout_s, max(took) * PLAN_MARGIN)
+        return min(self.base.timeout_s, max(took) * PLAN_MARGIN + PLAN_OVERHEAD_S)
 
     # ---- study and recovery -----------------------------------------------------
     def _base_recipe(self) -> tuple[Recipe, str, str]:
@@ -431,7 +434,8 @@ class _WatchState:
 
 # ---- helpers -----------------------------------------------------------------------------
 PLAN_WINDOW = 10  # finished trials whose durations plan the next start
-PLAN_MARGIN = 1.25  # the longest of them, times this, must fit in the budget left
+PLAN_MARGIN = 1.25  # the longest of them, times this, plus PLAN_OVERHEAD_S, must fit in the budget left
+PLAN_OVERHEAD_S = 2.0  # the branch, worktree and commits around a trial that its own times do not cover
 
 
 def check_resume_flags(opts: RunOptions, study: dict) -> None:

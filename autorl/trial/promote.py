@@ -123,7 +123,9 @@ def check_promotable(recipe: Recipe, row: dict) -> None:
         raise UserError(f"{row['attempt']}'s objective {recipe.objective.metric!r} is not an eval/<split>/<metric> key, "
                         "so re-validation has no per-item eval to compare: set objective.metric to one "
                         "(e.g. eval/id/greedy_pass@1) for the study")
-ws, ledger, row, text, rel, values, why, check, force) -> dict[str, Any]:
+
+
+def _launch_full(ws, ledger, row, text, rel, values, why, check, force) -> dict[str, Any]:
     forced = " (forced: re-validation did not confirm)" if force and check.verdict != "improved" else ""
     message = (f"full run promoted from {row['attempt']}{forced}\n\n{why}\nre-validation: {check.explanation}\n"
                + "".join(f"- {k}: {v!r}\n" for k, v in values.items()))
