@@ -152,3 +152,24 @@ def test_flow_style_train_block_runs_as_a_study(tmp_path):
     assert r.returncode == 0, r.stderr
     trials = _rows(ws, "SELECT * FROM autorl_trials ORDER BY number")
     assert len(trials) == 3 and all(t["status"] == "complete" for t in trials)
+
+
+def test_trial_starts_are_planned_with_what_trials_took(tmp_path):
+    """Before any trial finished, timeout_s plans a start; after, the longest recent trial plus a margin."""
+    from autorl.ledger import Ledger
+    from autorl.recipe import validate_recipe
+    from autorl.trial.controller import PLAN_MARGIN, PLAN_OVERHEAD_S, Controller, RunOptions
+    from autorl.workspace import Workspace
+
+    ws = _workspace(tmp_path, _recipe("  lr: {low: 0.0005, high: 0.005, log: true}\n"))
+    ctl = Controller(Workspace.open(str(ws), None), RunOptions())
+    ctl.ledger = Ledger(ws / "ledger.sqlite")
+    ctl.base = validate_recipe({"backend": "command", "train": {"argv": ["true"]}, "timeout_s": 60})
+    ctl.study = {"id": ctl.ledger.create_study(name="s", strategy="random")}
+    assert ctl.expected_trial_s() == 60
+    for n, took in enumerate([8.0, 9.0, 0.5], start=1):
+        ctl.ledger.add_trial(study_id=ctl.study["id"], number=n, attempt=f"a{n}", started=100.0, finished=100.0 + took,
+                             status="complete" if n < 3 else "crash")
+    assert ctl.expected_trial_s() == 9.0 * PLAN_MARGIN + PLAN_OVERHEAD_S
+    ctl.ledger.add_trial(study_id=ctl.study["id"], number=4, attempt="a4", started=0.0, finished=500.0, status="complete")
+    assert ctl.expected_trial_s() == 60  # timeout_s stays the hard limit

@@ -176,7 +176,7 @@ def _assert_refused(workspace: Path, args: list[str], needle: str) -> None:
 
 
 def test_bad_hypothesis_file_stops_the_study_before_anything_is_written(workspace):
-    (workspace / "hypotheses").mkdir()
+    (workspace / "hypotheses").mkdir(exist_ok=True)
     (workspace / "hypotheses" / "h99-mine.md").write_text("---\nid: h99-mine\ntitle: [unclosed\n---\nbody\n")
     _assert_refused(workspace, ["run", "--budget", "1m"], "h99-mine.md line")
     (workspace / "hypotheses" / "h99-mine.md").write_text(
