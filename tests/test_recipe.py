@@ -99,7 +99,7 @@ def test_flow_style_train_becomes_an_editable_block():
 
 @pytest.mark.parametrize("override, needle", [
     ("gens=6", "train.gens is 6, which is not among search.gens choices [4, 8, 16]"),
-    ("lr=0.5", "train.lr is 0.5, outside search.lr [1e-06, 0.01]"),
+    ("lr=0.5", "train.lr is 0.5, outside search.lr [1e-07, 0.01]"),
 ])
 def test_a_study_base_lies_inside_its_own_search_space(override, needle):
     from autorl.recipe import check_base
