@@ -108,7 +108,8 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search.")
 @click.option("--quiet", is_flag=True, help="Only one line per finished trial.")
 @pass_ctx
-def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strategy: str | None, overrides: tuple[str, ...],
+def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strategy: str | None,
+        overrides: tuple[str, ...],
         resume: bool, study_name: str | None, allow_overrun: bool, parallel: int, ray_address: str | None,
         seed: int, quiet: bool) -> None:
     """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent."""

@@ -8,6 +8,7 @@ much of the budget the study used (controller start to exit, and first trial ope
     python benchmarks/first_run.py --seed 0 1 2 3 4         # the five-seed figure
     python benchmarks/first_run.py --seed 0 --budget 3m     # a quick check
     python benchmarks/first_run.py --seed 0 --cache DIR     # reuse a warmed-up engine cache (skips the warm-up)
+    python benchmarks/first_run.py --seed 0 --budget 5m --set steps=8 --set eval_every=4   # budget use, short trials
 
 The warm-up of the built-in base model happens before the first trial and is not charged to any trial;
 with --cache it is skipped, as on a user's second study.
@@ -30,7 +31,7 @@ def cli(ws: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autorl.cli", "-C", str(ws), *args], capture_output=True, text=True)
 
 
-def one_study(seed: int, budget: str, root: Path, cache: Path | None) -> dict:
+def one_study(seed: int, budget: str, root: Path, cache: Path | None, sets: list[str]) -> dict:
     ws = root / f"seed{seed}"
     r = cli(root, "init", str(ws))
     if r.returncode:
@@ -39,7 +40,7 @@ def one_study(seed: int, budget: str, root: Path, cache: Path | None) -> dict:
         (ws / ".autorl").mkdir(exist_ok=True)
         os.symlink(cache.resolve(), ws / ".autorl" / "cache")
     t0 = time.time()
-    r = cli(ws, "run", "--budget", budget, "--seed", str(seed), "--quiet")
+    r = cli(ws, "run", "--budget", budget, "--seed", str(seed), "--quiet", *[x for kv in sets for x in ("--set", kv)])
     wall = time.time() - t0
     if r.returncode:
         raise SystemExit(f"seed {seed}: exit {r.returncode}: {r.stderr.strip()}")
@@ -61,8 +62,9 @@ def summarize(ws: Path, seed: int, wall: float) -> dict:
     ends = [t["finished"] for t in trials if t.get("finished")]
     best = max(improved, key=lambda t: t.get("ci_low") or 0.0, default=None)
     return {"seed": seed, "trials": len(trials), "counts": counts, "improved": len(improved), "confirmed": confirmed,
-            "best": None if best is None else {"attempt": best["attempt"], "changed": json.loads(best["changed"] or "{}"),
-                                               "delta": best["delta"], "ci": [best["ci_low"], best["ci_high"]]},
+            "best": None if best is None else {"attempt": best["attempt"], "delta": best["delta"],
+                                               "changed": json.loads(best["changed"] or "{}"),
+                                               "ci": [best["ci_low"], best["ci_high"]]},
             "budget_s": study["budget_s"], "wall_s": round(wall, 1),
             "trials_span_s": round(max(ends) - min(starts), 1) if starts and ends else 0.0,
             "used": round(wall / study["budget_s"], 3), "workspace": str(ws)}
@@ -81,12 +83,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, nargs="+", default=[0], help="Search seeds (one study each).")
     ap.add_argument("--budget", default="10m", help="Budget of each study (default 10m).")
     ap.add_argument("--cache", type=Path, help="A warmed-up engine cache to reuse.")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="Passed to `autorl run --set` (e.g. steps=8 for a machine too loaded for the default).")
     ap.add_argument("--out", type=Path, help="Write the results as JSON here.")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="autorl-first-run-"))
     results = []
     for seed in args.seed:
-        res = one_study(seed, args.budget, root, args.cache)
+        res = one_study(seed, args.budget, root, args.cache, args.set)
         results.append(res)
         conf = "confirmation not recorded" if res["confirmed"] is None else f"{res['confirmed']} confirmed"
         print(f"seed {seed}: {res['trials']} trials {res['counts']}; {res['improved']} improved, {conf}; "

@@ -188,7 +188,8 @@ def pooled_importances(trials: list[dict], space: dict[str, SearchParam], direct
     n = len(study.trials)
     varied = [k for k in dists if len({repr(t.params[k]) for t in study.trials}) > 1]
     try:
-        values = optuna.importance.get_param_importances(study, params=varied) if n >= IMPORTANCE_MIN_TRIALS and varied else {}
+        enough = n >= IMPORTANCE_MIN_TRIALS and varied
+        values = optuna.importance.get_param_importances(study, params=varied) if enough else {}
     except IMPORTANCE_ERRORS:
         values = {}
     if not values:

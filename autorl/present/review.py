@@ -124,7 +124,8 @@ def print_show(d: dict) -> None:
     c.print(Text.assemble((t["attempt"], "bold"), f"  {t['status']}  verdict {t.get('verdict') or '-'}  "
                           f"objective {_num(t.get('objective'))}  Δ {_delta(t)}"), highlight=False)
     say(f"proposer {_who(t)}; why: {t.get('why')}")
-    say(f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({(t.get('start_sha') or '')[:10]})")
+    sha = (t.get("start_sha") or "")[:10]
+    say(f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({sha})")
     say(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
     if d["diff_vs_baseline"]:
         c.print(f"[bold]diff vs {d['baseline_tag']}[/]")

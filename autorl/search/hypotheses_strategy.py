@@ -99,8 +99,8 @@ class HypothesisStrategy:
             return
         self._noted.add((hid, t["number"]))
         self.p.ledger.event(self.p.study["id"], t["id"], "no-effect",
-                            f"{t['attempt']} ({hid}, {dump_values(t.get('changed') or {})}) left every metric identical "
-                            f"to {parent['attempt']}: the idea has no effect here; not pushed further")
+                            f"{t['attempt']} ({hid}, {dump_values(t.get('changed') or {})}) left every metric "
+                            f"identical to {parent['attempt']}: the idea has no effect here; not pushed further")
 
     def _diagnosis(self, trials: list[dict]) -> diagnose.Diagnosis | None:
         """Diagnose the latest finished trial that has metrics (the incumbent's if it is newer)."""

@@ -33,8 +33,8 @@ from autorl.judge.abort import check_abort
 from autorl.ledger import Ledger, ledger_guard
 from autorl.metrics import RunMetrics
 from autorl.present.live import PlainView
-from autorl.recipe import (Recipe, apply_override, check_base, dump_values, editable_text, load_recipe, set_train_values,
-                           validate_recipe)
+from autorl.recipe import (Recipe, apply_override, check_base, dump_values, editable_text, load_recipe,
+                           set_train_values, validate_recipe)
 from autorl.search.hypotheses_strategy import library_for
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
@@ -267,7 +267,8 @@ class Controller:
             return []
         patch = Path(p.patch)
         if not patch.is_file():
-            errors.append(f"patch {patch} of hypothesis {p.hypothesis} not found: add it to patches/ or fix the hypothesis")
+            errors.append(f"patch {patch} of hypothesis {p.hypothesis} not found: "
+                          "add it to patches/ or fix the hypothesis")
             return []
         try:
             return gitops.apply_patch(wt, patch)

@@ -120,8 +120,8 @@ def check_promotable(recipe: Recipe, row: dict) -> None:
     """Re-validation compares per-item eval results, so the objective must be an ``eval/<split>/<metric>`` key."""
     parts = recipe.objective.metric.split("/")
     if len(parts) != 3 or parts[0] != "eval":
-        raise UserError(f"{row['attempt']}'s objective {recipe.objective.metric!r} is not an eval/<split>/<metric> key, "
-                        "so re-validation has no per-item eval to compare: set objective.metric to one "
+        raise UserError(f"{row['attempt']}'s objective {recipe.objective.metric!r} is not an eval/<split>/<metric> "
+                        "key, so re-validation has no per-item eval to compare: set objective.metric to one "
                         "(e.g. eval/id/greedy_pass@1) for the study")
 
 

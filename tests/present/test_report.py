@@ -222,7 +222,8 @@ def test_importances_wait_for_enough_trials(tmp_path):
 
     storage = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
-    study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1), n_trials=IMPORTANCE_MIN_TRIALS - 1)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1),
+                   n_trials=IMPORTANCE_MIN_TRIALS - 1)
     values, note = importances(Ledger(tmp_path / "ledger.sqlite"), "s")
     assert values == {} and f"shown from {IMPORTANCE_MIN_TRIALS}" in note
     space = {"x": SearchParam(low=0, high=1), "y": SearchParam(low=0, high=1)}

@@ -412,7 +412,8 @@ def test_a_trial_with_no_effect_is_not_pushed(library):
     repeat = {"number": 2, "attempt": "attempt-02", "status": "complete", "params": {"lr": 1e-6, "eps_clip": 0.2,
               "seed": 1}, "changed": {"seed": 1}}
     trial = {"number": 3, "attempt": "attempt-03-h13", "proposer": "hypothesis", "hypothesis": "h13-flat-learning",
-             "status": "complete", "verdict": "flat", "delta": 0.004, "params": {"lr": 1e-6, "eps_clip": 0.3, "seed": 0},
+             "status": "complete", "verdict": "flat", "delta": 0.004,
+             "params": {"lr": 1e-6, "eps_clip": 0.3, "seed": 0},
              "changed": {"eps_clip": 0.3}}
     assert parent_of(trial, [base, repeat, trial]) is base
     assert parent_of({**trial, "changed": {}}, [base, repeat, trial]) is None

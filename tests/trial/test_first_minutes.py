@@ -171,5 +171,6 @@ def test_trial_starts_are_planned_with_what_trials_took(tmp_path):
         ctl.ledger.add_trial(study_id=ctl.study["id"], number=n, attempt=f"a{n}", started=100.0, finished=100.0 + took,
                              status="complete" if n < 3 else "crash")
     assert ctl.expected_trial_s() == 9.0 * PLAN_MARGIN + PLAN_OVERHEAD_S
-    ctl.ledger.add_trial(study_id=ctl.study["id"], number=4, attempt="a4", started=0.0, finished=500.0, status="complete")
+    ctl.ledger.add_trial(study_id=ctl.study["id"], number=4, attempt="a4", started=0.0, finished=500.0,
+                         status="complete")
     assert ctl.expected_trial_s() == 60  # timeout_s stays the hard limit
