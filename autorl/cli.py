@@ -17,6 +17,12 @@ import click
 from autorl.errors import AutorlError, UserError
 
 
+def _backend_names() -> list[str]:
+    from autorl.backends.registry import BACKENDS
+
+    return list(BACKENDS)
+
+
 class _Ctx:
     def __init__(self, directory: str, ledger: str | None):
         self.directory, self.ledger = directory, ledger
@@ -71,7 +77,7 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
     """Run one training run of RECIPE (no search, no git)."""
     from autorl.trial.train import plan_single, run_single
 
-    spec, plan = plan_single(Path(c.directory), Path(c.directory) / recipe, list(overrides), metrics_out)
+    spec, plan = plan_single(Path(c.directory), Path(c.directory) / recipe, list(overrides), metrics_out, dry_run)
     if dry_run:
         _emit(plan.model_dump(), as_json, lambda d: "\n".join(f"{k}: {v}" for k, v in d.items()))
         return
@@ -91,7 +97,8 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
 @click.argument("recipe", required=False, type=click.Path())
 @click.option("--budget", default="1h", show_default=True, help="Wall-clock budget: 90m, 24h, 1h30m, 2d.")
 @click.option("--max-trials", type=click.IntRange(min=1), help="Stop after this many trials.")
-@click.option("--strategy", type=click.Choice(["hypotheses", "optuna", "random"]), default="hypotheses", show_default=True)
+@click.option("--strategy", type=click.Choice(["hypotheses", "optuna", "random"]), default=None,
+              help="How trials are proposed [default: hypotheses; on --resume, the study's own].")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a train value of the base recipe.")
 @click.option("--resume", is_flag=True, help="Continue the latest study (or --study NAME).")
 @click.option("--study", "study_name", help="Study name (new) or the study to resume.")
@@ -101,7 +108,8 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search.")
 @click.option("--quiet", is_flag=True, help="Only one line per finished trial.")
 @pass_ctx
-def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strategy: str, overrides: tuple[str, ...],
+def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strategy: str | None,
+        overrides: tuple[str, ...],
         resume: bool, study_name: str | None, allow_overrun: bool, parallel: int, ray_address: str | None,
         seed: int, quiet: bool) -> None:
     """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent."""
@@ -303,6 +311,33 @@ def doctor(c: _Ctx, as_json: bool, names: tuple[str, ...]) -> None:
     _emit([x.model_dump() for x in checks], as_json, lambda _rows: dr.format_checks(checks))
     if not dr.all_required_ok(checks):
         sys.exit(1)
+
+
+@cli.group()
+def recipe() -> None:
+    """Recipe reference: `autorl recipe keys` lists the train keys a backend accepts."""
+
+
+@recipe.command("keys")
+@click.option("--backend", type=click.Choice(sorted(_backend_names())), default="embedded", show_default=True,
+              help="The backend whose train keys to list.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def recipe_keys(backend: str, as_json: bool) -> None:
+    """The train keys of BACKEND with default and description (see docs/recipe.md for the whole recipe)."""
+    from autorl.recipe import train_keys
+
+    _emit(train_keys(backend), as_json, _format_keys)
+
+
+def _format_keys(rows: list[dict]) -> str:
+    import textwrap
+
+    out = []
+    for r in rows:
+        default = "required" if r["required"] else f"default {r['default']!r}"
+        out.append(f"{r['key']} ({default})")
+        out.append(textwrap.fill(r["description"], width=78, initial_indent="    ", subsequent_indent="    "))
+    return "\n".join(out)
 
 
 # ---- OpenRLHF: patches and preflight ------------------------------------------------------

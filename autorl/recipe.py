@@ -16,6 +16,7 @@ validated by the backend's own parameter model (``autorl.backends.registry``), s
 from __future__ import annotations
 
 import importlib
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -136,6 +137,32 @@ class Recipe(_Model):
         return validate_recipe(data, source=self.name)
 
 
+def _check_inside(key: str, value: Any, p: SearchParam) -> None:
+    """The base value must be a point of its own search space (the baseline is that point)."""
+    if value is None:
+        return
+    if p.choices is not None:
+        if value not in p.choices:
+            raise ValueError(f"train.{key} is {value!r}, which is not among search.{key} choices {p.choices}: "
+                             f"add it to the choices or change train.{key}")
+    elif isinstance(value, (int, float)) and not p.low <= value <= p.high:
+        raise ValueError(f"train.{key} is {value!r}, outside search.{key} [{p.low:g}, {p.high:g}]: "
+                         f"widen the range or change train.{key}")
+
+
+# Train keys that must be > 0 when present: a run of zero steps trains nothing.
+POSITIVE_KEYS = ("steps", "num_episodes", "max_epochs")
+
+
+def train_keys(backend: str) -> list[dict[str, Any]]:
+    """The ``train`` keys of ``backend``: name, default and description (what `autorl recipe keys` prints)."""
+    out = []
+    for name, f in params_model(backend).model_fields.items():
+        default = None if f.is_required() else f.get_default(call_default_factory=True)
+        out.append({"key": name, "default": default, "required": f.is_required(), "description": f.description or ""})
+    return out
+
+
 def params_model(backend: str) -> type[BaseModel]:
     """The pydantic model that validates ``train`` for ``backend``."""
     module, _, attr = BACKENDS[backend].params.partition(":")
@@ -147,11 +174,20 @@ def _validate_params(model: type[BaseModel], train: dict, where: str) -> dict:
         typed = model.model_validate(train)
     except ValidationError as exc:
         raise ValueError(validation_line(exc, where, unknown=_unknown_key)) from None
+    for key in train:
+        _check_number(f"{where}.{key}", key, getattr(typed, key, None))
     return typed.model_dump(exclude_unset=False, exclude_defaults=False, mode="json") | {}
 
 
+def _check_number(loc: str, key: str, value: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{loc} is {value}: give a finite number (e.g. 1e-4)")
+    if key in POSITIVE_KEYS and isinstance(value, (int, float)) and value <= 0:
+        raise ValueError(f"{loc} is {value}: a run needs at least 1 (e.g. {key}: 40)")
+
+
 def _unknown_key(loc: tuple) -> str:
-    return "check the spelling (docs/recipe.md lists every key)"
+    return "check the spelling (`autorl recipe keys` lists them)"
 
 
 def validate_recipe(data: Any, source: str = "recipe") -> Recipe:
@@ -170,6 +206,18 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     for item in overrides or []:
         apply_override(data, item)
     return validate_recipe(data, source=str(path))
+
+
+def check_base(recipe: Recipe, source: str | Path) -> None:
+    """A study's base recipe: each searched value lies in its own space (the baseline is that point).
+
+    Trials may leave the recipe's space (a hypothesis' fixed values); the base may not.
+    """
+    for key, param in recipe.search.items():
+        try:
+            _check_inside(key, recipe.train.get(key), param)
+        except ValueError as exc:
+            raise RecipeError(f"{source}: {exc}") from None
 
 
 def read_recipe_data(path: str | Path) -> dict:
@@ -244,6 +292,20 @@ def set_train_values(text: str, values: dict[str, Any]) -> str:
         else:
             lines.insert(end, f"{indent}{key}: {rendered}\n")
     return "".join(lines)
+
+
+def editable_text(text: str) -> str:
+    """The recipe text with ``train`` as an indented block, so trials can edit values in place.
+
+    A block-style recipe is returned unchanged (comments kept); a flow-style ``train: {...}`` one is
+    rewritten once, from its parsed form, before the study commits it.
+    """
+    try:
+        _find_section(text.splitlines(keepends=True), "train")
+        return text
+    except RecipeError:
+        data = yaml.safe_load(text) or {}
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
 def _find_section(lines: list[str], name: str) -> tuple[int, str]:

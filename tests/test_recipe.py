@@ -1,5 +1,6 @@
 """Recipe validation: every mistake is one line naming the field."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,45 @@ def test_search_distance_for_crash_avoidance():
     assert distance(space, {"lr": 1e-3, "gens": 8}, {"lr": 1.2e-3, "gens": 8}) < 0.1
     assert distance(space, {"lr": 1e-3, "gens": 8}, {"lr": 1e-5, "gens": 8}) == pytest.approx(0.5)
     assert distance(space, {"lr": 1e-3, "gens": 8}, {"lr": 1e-3, "gens": 4}) == 1.0
+
+
+def test_flow_style_train_becomes_an_editable_block():
+    from autorl.recipe import editable_text
+
+    text = "name: x\ntrain: {lr: 1.0e-4, gens: 8, steps: 40}\nsearch:\n  lr: {low: 1.0e-6, high: 1.0e-2, log: true}\n"
+    block = editable_text(text)
+    edited = set_train_values(block, {"lr": 3e-4})
+    data = yaml.safe_load(edited)
+    assert data["train"] == {"lr": 3e-4, "gens": 8, "steps": 40} and data["search"]["lr"]["log"] is True
+    plain = DEFAULT.read_text()
+    assert editable_text(plain) == plain  # a block-style recipe keeps its comments and layout
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("gens=6", "train.gens is 6, which is not among search.gens choices [4, 8, 16]"),
+    ("lr=0.5", "train.lr is 0.5, outside search.lr [1e-07, 0.01]"),
+])
+def test_a_study_base_lies_inside_its_own_search_space(override, needle):
+    from autorl.recipe import check_base
+
+    recipe = load_recipe(DEFAULT, [override])  # a single run may use it
+    with pytest.raises(RecipeError, match=re.escape(needle)):
+        check_base(recipe, DEFAULT)
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("lr=inf", "train.lr is inf: give a finite number"), ("lr=.inf", "train.lr is inf"),
+    ("temperature=.nan", "train.temperature"), ("steps=0", "train.steps is 0: a run needs at least 1"),
+])
+def test_non_finite_numbers_and_zero_steps_are_refused(override, needle):
+
+    with pytest.raises(RecipeError, match=re.escape(needle)):
+        load_recipe(DEFAULT, [override])
+
+
+def test_recipe_keys_cover_the_backend_model():
+    from autorl.recipe import params_model, train_keys
+
+    keys = train_keys("embedded")
+    assert [k["key"] for k in keys] == list(params_model("embedded").model_fields)
+    assert next(k for k in keys if k["key"] == "lr")["description"].startswith("AdamW")

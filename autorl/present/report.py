@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -62,21 +63,28 @@ class Block(NamedTuple):
 def report(ws, ledger, out_dir: str | Path | None = None, study: str | None = None) -> Path:
     """Write the report of ``study`` (default: the latest) into ``out_dir``; returns index.html."""
     out = Path(out_dir) if out_dir else ws.run_dir / REPORT_DIR
-    _prepare_dir(out)
-    data = collect(ws, ledger, study)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"report folder {out} is a file: pass another --out DIR")
+    data = collect(ws, ledger, study)  # everything that can fail on the user's input fails before a folder exists
+    _pyplot()
+    made = [p for p in (out, out / "plots", out / "logs") if not p.exists()]
+    try:
+        return _write(out, data)
+    except BaseException:
+        for p in reversed(made):  # a failed report leaves no half-made folders behind
+            shutil.rmtree(p, ignore_errors=True)
+        raise
+
+
+def _write(out: Path, data: dict) -> Path:
+    for sub in ("plots", "logs"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
     plots = make_plots(data, out / "plots")
     blocks = build_blocks(data, plots, _copy_logs(data["trials"], out / "logs"))
     (out / "report.md").write_text(render_markdown(blocks))
     index = out / "index.html"
     index.write_text(render_html(blocks, title=f"autorl report: {data['study']['name']}"))
     return index
-
-
-def _prepare_dir(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"report folder {out} is a file: pass another --out DIR")
-    for sub in ("plots", "logs"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
 
 
 # ---- data -------------------------------------------------------------------------------
@@ -137,13 +145,19 @@ def budget_used(study: dict, trials: list[dict]) -> dict[str, float]:
             "trial_s": sum(t.get("duration_s") or 0.0 for t in trials)}
 
 
+# Below this many complete trials fANOVA hands seed noise a large importance (eps_clip 0.95 from a dozen
+# trials where only lr mattered), so the report says it is too early instead of drawing the chart.
+IMPORTANCE_MIN_TRIALS = 10
+
+
 def importances(ledger, study_name: str) -> tuple[dict[str, float], str]:
     """Optuna's parameter importances of ``study_name`` in the ledger's file, or ({}, why not)."""
     complete = ledger.optuna_complete_count(study_name)
     if complete is None:
         return {}, f"no Optuna study {study_name} in the ledger"
-    if complete < 2:
-        return {}, f"the Optuna study has {complete} complete trial(s); importances need at least 2 with varied values"
+    if complete < IMPORTANCE_MIN_TRIALS:
+        return {}, (f"the Optuna study has {complete} complete trial(s); importances are shown from "
+                    f"{IMPORTANCE_MIN_TRIALS} with varied values (fewer make noise look like importance)")
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -174,9 +188,12 @@ def pooled_importances(trials: list[dict], space: dict[str, SearchParam], direct
     n = len(study.trials)
     varied = [k for k in dists if len({repr(t.params[k]) for t in study.trials}) > 1]
     try:
-        values = optuna.importance.get_param_importances(study, params=varied) if n >= 2 and varied else {}
+        enough = n >= IMPORTANCE_MIN_TRIALS and varied
+        values = optuna.importance.get_param_importances(study, params=varied) if enough else {}
     except IMPORTANCE_ERRORS:
         values = {}
+    if not values:
+        return {}, f"{n} finished trials in the ledger; importances are shown from {IMPORTANCE_MIN_TRIALS}"
     return dict(values), f"fANOVA over {n} finished trials of this study in the ledger (searched keys that varied)"
 
 

@@ -28,16 +28,45 @@ def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, stu
 
 
 def print_ledger(rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    c = _console()
+    if c.width < WIDE:
+        return _print_records(c, f"{len(rows)} trials", [_ledger_record(r) for r in rows])
     table = Table(title=f"{len(rows)} trials", show_lines=False)
     for col in ("NN", "proposer / hypothesis", "changed", "verdict", "objective", "Δ vs parent [95% CI]", "time"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(f"{r['number']:02d}", _who(r), dump_values(r.get("changed") or {}) or "-",
                       _verdict_cell(r), _num(r.get("objective")), _delta(r), format_duration(r.get("duration_s") or 0))
-    Console().print(table)
+    c.print(table)
+
+
+WIDE = 100  # below this many columns (a narrow terminal, or output piped: 80) tables become records
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _ledger_record(r: dict) -> tuple[str, str]:
+    """One trial in two lines: the numbers, then who proposed it and what it changed."""
+    head = (f"{r['number']:02d}  {_verdict_cell(r)}  objective {_num(r.get('objective'))}  Δ {_delta(r)}  "
+            f"{format_duration(r.get('duration_s') or 0)}")
+    return head, f"{_who(r)}: {dump_values(r.get('changed') or {}) or 'nothing changed'}"
+
+
+def _print_records(c, title: str, records: list[tuple[str, str]]) -> None:
+    """A title, then per record a head line (may hold colour markup) and an indented, wrapped detail line."""
+    import textwrap
+
+    c.print(f"[bold]{title}[/]")
+    for head, detail in records:
+        c.print(head, highlight=False)
+        c.print(textwrap.fill(detail, width=c.width, initial_indent="    ", subsequent_indent="    "),
+                markup=False, highlight=False)
 
 
 def _who(r: dict) -> str:
@@ -94,23 +123,30 @@ def print_show(d: dict) -> None:
     from rich.console import Console
 
     c, t = Console(), d["trial"]
-    c.print(f"[bold]{t['attempt']}[/]  {t['status']}  verdict {t.get('verdict') or '-'}  objective {_num(t.get('objective'))}  Δ {_delta(t)}")
-    c.print(f"proposer {_who(t)}; why: {t.get('why')}")
-    c.print(f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({(t.get('start_sha') or '')[:10]})")
-    c.print(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
+    say = lambda text: c.print(text, markup=False, highlight=False)  # noqa: E731  (values may hold [brackets])
+    from rich.text import Text
+
+    c.print(Text.assemble((t["attempt"], "bold"), f"  {t['status']}  verdict {t.get('verdict') or '-'}  "
+                          f"objective {_num(t.get('objective'))}  Δ {_delta(t)}"), highlight=False)
+    say(f"proposer {_who(t)}; why: {t.get('why')}")
+    sha = (t.get("start_sha") or "")[:10]
+    say(f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({sha})")
+    say(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
     if d["diff_vs_baseline"]:
         c.print(f"[bold]diff vs {d['baseline_tag']}[/]")
-        c.print(d["diff_vs_baseline"], markup=False, highlight=False)
+        say(d["diff_vs_baseline"])
     for key, values in d["curve"].items():
         vals = [v for v in values if isinstance(v, (int, float))]
         if vals:
-            c.print(f"{key:>12} {sparkline(vals)}  {vals[0]:.3g} → {vals[-1]:.3g}")
+            say(f"{key:>12} {sparkline(vals)}  {vals[0]:.3g} → {vals[-1]:.3g}")
     for e in d["evals"][-3:]:
-        c.print("eval @%s: %s" % (e.get("step"), dump_values({k: v for k, v in e.items() if k.startswith("eval/")})))
+        say("eval @%s: %s" % (e.get("step"), dump_values({k: v for k, v in e.items() if k.startswith("eval/")})))
     if t.get("crash_category"):
-        c.print(f"[red]crash {t['crash_category']}[/]: {t.get('root_cause')}\nremedy: {t.get('remedy')}")
+        c.print(Text.assemble((f"crash {t['crash_category']}", "red"), f": {t.get('root_cause')}"), highlight=False)
+        say(f"remedy: {t.get('remedy')}")
     if d["log_tail"]:
-        c.print("[bold]log tail[/]\n" + "\n".join(d["log_tail"]), markup=False, highlight=False)
+        c.print("[bold]log tail[/]")
+        say("\n".join(d["log_tail"]))
 
 
 def sparkline(values: list[float], width: int = 40) -> str:
@@ -153,12 +189,15 @@ def crash_actions(ledger) -> dict[int, list[str]]:
 
 def print_crash_groups(groups: list[dict]) -> None:
     from rich.console import Console
+    from rich.text import Text
 
     c = Console()
     if not groups:
         c.print("no crashes")
     for g in groups:
-        c.print(f"[bold red]{g['category']}[/] ×{g['count']}  signature {g['signature']}  attempts {g['attempts']}")
+        attempts = ", ".join(f"{n:02d}" for n in g["attempts"])
+        c.print(Text.assemble((str(g["category"]), "bold red"), f" ×{g['count']}  signature {g['signature']}  "
+                              f"attempts {attempts}"), highlight=False)
         c.print(f"  root cause: {g['root_cause_line']}", markup=False, highlight=False)
         c.print(f"  remedy: {g['remedy']}\n  done: {'; '.join(g['actions'])}", markup=False, highlight=False)
 
@@ -202,18 +241,28 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
 
 
 def print_hypotheses(rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    c = _console()
+    if c.width < WIDE:
+        return _print_records(c, "hypotheses", [_hypothesis_record(r) for r in rows])
     table = Table(title="hypotheses")
     table.add_column("id", no_wrap=True)
     for col in ("priority", "status", "confidence", "tried", "improved", "title"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        c = r["counts"]
+        c_ = r["counts"]
         table.add_row(r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
-                      str(c.get("tried", 0)), str(c.get("improved", 0)), r["title"])
-    Console().print(table)
+                      str(c_.get("tried", 0)), str(c_.get("improved", 0)), r["title"])
+    c.print(table)
+
+
+def _hypothesis_record(r: dict) -> tuple[str, str]:
+    n = r["counts"]
+    status = r["status"] + (" (demoted)" if r["demoted"] else "")
+    head = (f"{r['id']}  {r['priority']}  {status}  confidence {r['confidence']}  "
+            f"tried {n.get('tried', 0)}, improved {n.get('improved', 0)}")
+    return head, r["title"]
 
 
 def diagnose_trial(ledger, number: int | None) -> dict[str, Any]:

@@ -23,25 +23,32 @@ from autorl.search.proposal import Proposal, changed
 from autorl.search.strategies import OptunaStrategy
 
 
+def library_for(ws, backend: str) -> list:
+    """The shipped library plus the workspace's ``hypotheses/`` (validated, patches checked), for ``backend``."""
+    dirs = [hypotheses.SHIPPED_DIR] + [d for d in [ws.root / "hypotheses"] if d.is_dir()]
+    return [h for h in hypotheses.load_library(dirs) if h.backends is None or backend in h.backends]
+
+
 class HypothesisStrategy:
     """Proposes the next trial for ``--strategy hypotheses``."""
 
     def __init__(self, proposer):
         self.p = proposer
-        dirs = [hypotheses.SHIPPED_DIR] + [d for d in [proposer.ws.root / "hypotheses"] if d.is_dir()]
-        backend = proposer.base.backend
-        self.library = [h for h in hypotheses.load_library(dirs) if h.backends is None or backend in h.backends]
+        self.library = library_for(proposer.ws, proposer.base.backend)
+        self._noted: set[tuple[str, int]] = set()
         self.last_diagnosis: diagnose.Diagnosis | None = None
         self.fallback = OptunaStrategy(proposer)
 
     def propose(self) -> Proposal:
         trials = self.p.ledger.trials(self.p.study["id"])
         diag = self._diagnosis(trials)
-        follow = continuation(trials, self.library)
+        inert = self.inert(trials)
+        follow = continuation(trials, self.library, inert)
         if follow is not None:
             h, inc, reason = follow[0], {**self.p.base.train, **follow[1]}, follow[2]
         else:
-            ranked = hypotheses.rank(self.library, diag, trials, self.p.base.backend)
+            ranked = [r for r in hypotheses.rank(self.library, diag, trials, self.p.base.backend)
+                      if r.hypothesis.id not in inert]
             if not ranked:
                 return self.fallback.propose()
             h, inc, reason = ranked[0].hypothesis, self.incumbent(trials), ranked[0].why
@@ -62,6 +69,36 @@ class HypothesisStrategy:
         """Train values of the best confirmed improvement (by objective), else the baseline's."""
         best = incumbent_row(trials, self.p.base.objective.direction)
         return {**self.p.base.train, **((best or {}).get("params") or {})}
+
+    def inert(self, trials: list[dict]) -> set[str]:
+        """Hypotheses whose latest finished trial had no effect at all: every metric identical to its parent's.
+
+        That is evidence against the idea on this setup (eps_clip while nothing is clipped, max_new_tokens above
+        the answers' length), not a flat result to push further; each is logged once as a 'no-effect' event.
+        """
+        latest: dict[str, dict] = {}
+        for t in trials:
+            if t.get("hypothesis") and t.get("status") == "complete":
+                latest[t["hypothesis"]] = t
+        out = set()
+        for hid, t in latest.items():
+            parent = parent_of(t, trials)
+            if parent is not None and self._same_run(t, parent):
+                out.add(hid)
+                self._note_inert(hid, t, parent)
+        return out
+
+    def _same_run(self, a: dict, b: dict) -> bool:
+        fa, fb = (fingerprint(self.p.ledger.metrics(t["id"])) for t in (a, b))
+        return bool(fa) and fa == fb
+
+    def _note_inert(self, hid: str, t: dict, parent: dict) -> None:
+        if (hid, t["number"]) in self._noted:
+            return
+        self._noted.add((hid, t["number"]))
+        self.p.ledger.event(self.p.study["id"], t["id"], "no-effect",
+                            f"{t['attempt']} ({hid}, {dump_values(t.get('changed') or {})}) left every metric "
+                            f"identical to {parent['attempt']}: the idea has no effect here; not pushed further")
 
     def _diagnosis(self, trials: list[dict]) -> diagnose.Diagnosis | None:
         """Diagnose the latest finished trial that has metrics (the incumbent's if it is newer)."""
@@ -87,7 +124,38 @@ def incumbent_row(trials: list[dict], direction: str) -> dict | None:
 MAX_CHAIN = 3  # flat-but-better steps in a row that one hypothesis may take from its own last trial
 
 
-def continuation(trials: list[dict], library: list) -> tuple[Any, dict, str] | None:
+# Per-step and eval values that any real change to training moves; timings and throughput are left out.
+FINGERPRINT_KEYS = ("reward_mean", "loss", "grad_norm", "kl", "clip_ratio", "entropy_mean", "response_length_mean")
+
+
+def fingerprint(records: list[dict]) -> list[tuple]:
+    """What a run did, as comparable values: each step's FINGERPRINT_KEYS and each eval's scores."""
+    out = []
+    for r in records:
+        if r.get("type") == "eval":
+            out.append(("eval", r.get("step"), *sorted((k, v) for k, v in r.items() if k.startswith("eval/")
+                                                       and not k.endswith("/items"))))
+        else:
+            out.append(("step", r.get("step"), *(r.get(k) for k in FINGERPRINT_KEYS)))
+    return out
+
+
+def parent_of(t: dict, trials: list[dict]) -> dict | None:
+    """The earlier complete trial that differs from ``t`` only in the values ``t`` changed (same seed)."""
+    mine = t.get("params") or {}
+    moved = set(t.get("changed") or {})
+    for other in reversed(trials):
+        if other["number"] >= t["number"] or other.get("status") != "complete":
+            continue
+        theirs = other.get("params") or {}
+        diff = {k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)}
+        if diff and diff <= moved:
+            return other
+    return None
+
+
+def continuation(trials: list[dict], library: list, inert: set[str] | frozenset = frozenset()
+                 ) -> tuple[Any, dict, str] | None:
     """Keep pushing a hypothesis whose latest trial moved the objective the right way but not enough.
 
     Seed 004's playbook for flat learning steps the lr up again when a raise was still flat
@@ -104,7 +172,7 @@ def continuation(trials: list[dict], library: list) -> tuple[Any, dict, str] | N
         if tail and t.get("hypothesis") != tail[0].get("hypothesis"):
             break
         tail.append(t)
-    if not tail or len(tail) >= MAX_CHAIN:
+    if not tail or len(tail) >= MAX_CHAIN or tail[0].get("hypothesis") in inert:
         return None
     last = tail[0]
     h = next((x for x in library if x.id == last.get("hypothesis")), None)

@@ -20,7 +20,7 @@ from autorl.recipe import Recipe, dump_values
 from autorl.search.hypotheses_strategy import HypothesisStrategy
 from autorl.search.proposal import Proposal
 from autorl.search.strategies import OptunaStrategy, Strategy
-from autorl.search.study import Search
+from autorl.search.study import Search, study_names
 from autorl.trial.result import TrialResult
 
 
@@ -45,8 +45,10 @@ class Proposer:
                                           parallel=getattr(self.opts, "parallel", 1) > 1)
         return self._searches[name]
 
-    def recover(self) -> None:
-        self.search().fail_running()
+    def recover(self) -> int:
+        """Fail the trials a killed controller left RUNNING in every Optuna study of this study (per hypothesis too)."""
+        names = set(study_names(self.ws.ledger_path, self.study["optuna_study"])) | {self.study["optuna_study"]}
+        return sum(self.search(name).fail_running() for name in sorted(names))
 
     # ---- the next proposal ------------------------------------------------------------
     def next(self) -> Proposal | None:
@@ -58,7 +60,48 @@ class Proposer:
             return base
         if not self.baseline_runs():
             return None
-        return self.strategy.propose()
+        return self._fresh()
+
+    # ---- no repeats ---------------------------------------------------------------------
+    def _fresh(self) -> Proposal | None:
+        """The strategy's proposal, asked again while it repeats a configuration this study already tried."""
+        p, twin = None, None
+        for _ in range(REPEAT_TRIES):
+            p = self.strategy.propose()
+            twin = self.tried(p) if p is not None else None
+            if twin is None:
+                return p
+            self._skip_repeat(p, twin)
+        return self._deliberate_repeat(p, twin)
+
+    def tried(self, p: Proposal) -> dict | None:
+        """The earlier trial of this study that ran the same resolved train values (and the same patch), if any."""
+        want = {**self.base.train, **p.values}
+        for row in self.ledger.trials(self.study["id"], kind="trial"):
+            if row.get("params") == want and (not p.patch or row.get("hypothesis") == p.hypothesis):
+                return row
+        return None
+
+    def _skip_repeat(self, p: Proposal, twin: dict) -> None:
+        """Tell Optuna the repeat's outcome from the earlier trial (nothing runs) and log it."""
+        told = "nothing to tell"
+        if p.optuna_study is not None and p.optuna_number is not None:
+            value = twin.get("objective") if twin.get("status") == "complete" else None
+            state = "complete" if value is not None else ("pruned" if twin.get("status") == "pruned" else "fail")
+            self.search(p.optuna_study).tell(p.optuna_number, state, value)
+            told = f"told Optuna {state}" + (f" {value:.4f}" if value is not None else "")
+        self.ledger.event(self.study["id"], None, "repeat", f"skipped {p.proposer} proposal "
+                          f"{dump_values(p.values) or '(baseline values)'}: already tried as {twin['attempt']}; {told}")
+
+    def _deliberate_repeat(self, p: Proposal, twin: dict) -> Proposal:
+        """After REPEAT_TRIES repeats in a row: run the values once more with a fresh seed, and say so."""
+        seeds = [int(r.get("seed") or 0) for r in self.ledger.trials(self.study["id"], kind="trial")]
+        seed = max(seeds + [0]) + 1
+        why = (f"deliberate repeat of {twin['attempt']}'s values with a fresh seed {seed}: the search proposed only "
+               f"configurations already tried in {REPEAT_TRIES} asks; {p.why}")
+        return Proposal(p.proposer, {**p.values, "seed": seed}, why, f"repeat-{twin['number']:02d}-seed{seed}",
+                        hypothesis=p.hypothesis, optuna_study=p.optuna_study, optuna_number=p.optuna_number,
+                        patch=p.patch)
 
     def _baseline_need(self) -> tuple[bool, Proposal | None]:
         """(True, proposal) to run a baseline now, (True, None) to wait for one in flight."""
@@ -175,6 +218,7 @@ class Proposer:
 
 AVOID_RADIUS = 0.1  # normalised distance to a repeatedly crashing point that is not sampled again
 AVOID_TRIES = 10
+REPEAT_TRIES = 8  # asks for something new before a tried configuration is run again, deliberately, with a new seed
 
 
 def make_strategy(name: str, proposer: "Proposer") -> Strategy:

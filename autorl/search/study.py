@@ -95,6 +95,14 @@ class Search:
         return len(stale)
 
 
+def study_names(storage: str | Path, prefix: str) -> list[str]:
+    """Names of the Optuna studies in ``storage`` that are ``prefix`` or under it (``prefix/...``)."""
+    optuna = _optuna()
+    url = storage if str(storage).startswith("sqlite:") else f"sqlite:///{Path(storage).resolve()}"
+    names = optuna.study.get_all_study_names(storage=url)
+    return [n for n in names if n == prefix or n.startswith(prefix + "/")]
+
+
 def _sampler(kind: str, seed: int, parallel: bool):
     optuna = _optuna()
     if kind == "random":

@@ -34,7 +34,9 @@ from autorl.judge.prune import should_prune
 from autorl.ledger import Ledger, ledger_guard
 from autorl.metrics import RunMetrics
 from autorl.present.live import PlainView
-from autorl.recipe import Recipe, apply_override, dump_values, load_recipe, set_train_values, validate_recipe
+from autorl.recipe import (Recipe, apply_override, check_base, dump_values, editable_text, load_recipe,
+                           set_train_values, validate_recipe)
+from autorl.search.hypotheses_strategy import library_for
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
 from autorl.trial import lifecycle
@@ -52,7 +54,7 @@ class RunOptions:
     overrides: list[str] = field(default_factory=list)
     budget_s: float = 3600.0
     max_trials: int | None = None
-    strategy: str = "hypotheses"
+    strategy: str | None = None  # None: hypotheses for a new study, the study's own on --resume
     resume: bool = False
     study_name: str | None = None
     allow_overrun: bool = False
@@ -95,8 +97,11 @@ class Controller:
         return self.summary()
 
     def _setup(self) -> None:
+        """Check every input first (recipe, flags, hypothesis files, patches); only then write the ledger and git."""
         ledger_guard(self.ws.ledger_path)
+        resumed = self._resumed_study()
         base_recipe, text, rel = self._base_recipe()
+        self._check_library(base_recipe or validate_recipe(_yaml(resumed["recipe"]), source=resumed["recipe_path"]))
         self.ws.ensure_ignored()
         self.ledger = Ledger(self.ws.ledger_path)
         self.study = self._open_study(base_recipe, text, rel)
@@ -107,7 +112,24 @@ class Controller:
         self._recover()
         self._prepare()
         self.view.study(f"study {self.study['name']}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
-                        f"backend {self.base.backend}, recipe {rel}")
+                        f"backend {self.base.backend}, recipe {self.recipe_rel}")
+
+    def _resumed_study(self) -> dict | None:
+        """On --resume: the study row, with the study's own settings taken over (a conflicting flag is an error)."""
+        if not self.opts.resume:
+            self.opts.strategy = self.opts.strategy or "hypotheses"
+            return None
+        if not self.ws.ledger_path.exists():
+            raise UserError(f"no ledger at {self.ws.ledger_path} to resume: start a study with `autorl run`")
+        study = Ledger(self.ws.ledger_path).study(self.opts.study_name)
+        check_resume_flags(self.opts, study)
+        self.opts.strategy = study["strategy"]
+        return study
+
+    def _check_library(self, recipe: Recipe) -> None:
+        """Load the workspace's hypothesis library (and its patches) now, so a bad file stops the study unwritten."""
+        if self.opts.strategy == "hypotheses":
+            library_for(self.ws, recipe.backend)
 
     def _prepare(self) -> None:
         """Let the backend build what every trial shares (the embedded base model) outside any trial."""
@@ -120,10 +142,10 @@ class Controller:
     def _loop(self) -> None:
         """Keep up to ``parallel`` trials in flight; finish each as it ends."""
         running: dict[int, _Running] = {}
-        self.launched = 0
+        self.launched, self.done_before = 0, len(self.ledger.trials(self.study["id"], kind="trial"))
         while True:
-            self._fill(running)
-            if not running:
+            opened = self._fill(running)
+            if not running and not opened:  # a trial that failed before launch is finished: ask again
                 break
             for slot, r in list(running.items()):
                 out = r.watch.step()
@@ -132,26 +154,29 @@ class Controller:
                     del running[slot]
             time.sleep(0.05 if running else 0)
 
-    def _fill(self, running: dict[int, "_Running"]) -> None:
-        free = [s for s in range(self.opts.parallel) if s not in running]
-        for slot in free:
+    def _fill(self, running: dict[int, "_Running"]) -> int:
+        """Start trials in the free slots; returns how many were opened (launched, or finished at once)."""
+        opened = 0
+        for slot in [s for s in range(self.opts.parallel) if s not in running]:
             if not self._may_start():
-                return
+                break
             proposal = self.proposer.next()
             if proposal is None:
-                return
+                break
             ctx = self.prepare(proposal)
             self.launched += 1
+            opened += 1
             r = self.launch(ctx, slot) if ctx.error is None else None
             if isinstance(r, _Running):
                 running[slot] = r
             else:
                 self.finish(ctx, r or Outcome("config-error", None, ctx.error or "not launched"))
+        return opened
 
     def _may_start(self) -> bool:
         if self.stop_reason is not None or self.proposer.baseline_failed():
             return False
-        if self.opts.max_trials is not None and self.launched >= self.opts.max_trials:
+        if self.opts.max_trials is not None and self.done_before + self.launched >= self.opts.max_trials:
             return False
         if not self._fits():
             self.ledger.event(self.study["id"], None, "budget", "next trial would not fit in the budget left")
@@ -160,7 +185,19 @@ class Controller:
 
     def _fits(self) -> bool:
         left = self.deadline - time.time()
-        return left > 0 and (self.opts.allow_overrun or left >= self.base.timeout_s)
+        return left > 0 and (self.opts.allow_overrun or left >= self.expected_trial_s())
+
+    def expected_trial_s(self) -> float:
+        """What the next trial is planned to take: what this study's trials took (timeout_s bounds it).
+
+        Before any trial finished, the recipe's ``timeout_s`` (the hard per-trial limit) is all there is;
+        after, the longest of the last finished trials plus a margin, so a budget is used rather than
+        left over by the timeout's worst case.
+        """
+        took = self.ledger.durations(self.study["id"])[-PLAN_WINDOW:]
+        if not took:
+            return self.base.timeout_s
+        return min(self.base.timeout_s, max(took) * PLAN_MARGIN + PLAN_OVERHEAD_S)
 
     # ---- study and recovery -----------------------------------------------------
     def _base_recipe(self) -> tuple[Recipe, str, str]:
@@ -168,8 +205,9 @@ class Controller:
             return None, "", ""  # type: ignore[return-value]
         path = self.opts.recipe_path or _workspace_default(self.ws)
         recipe = load_recipe(path, self.opts.overrides)
+        check_base(recipe, path)
         self._backend(recipe.backend).check(recipe, self.ws.root)
-        text = _apply_text_overrides(Path(path).read_text(), self.opts.overrides, path)
+        text = _apply_text_overrides(editable_text(Path(path).read_text()), self.opts.overrides, path)
         try:
             rel = self.ws.rel(Path(path))
         except ValueError:
@@ -178,7 +216,9 @@ class Controller:
 
     def _open_study(self, recipe: Recipe | None, text: str, rel: str) -> dict:
         if self.opts.resume:
-            return self.ledger.study(self.opts.study_name)
+            study = self.ledger.study(self.opts.study_name)
+            self.ledger.update_study(study["id"], status="running")
+            return study
         name = self.opts.study_name or f"{gitops.slugify(recipe.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
         if self.ledger.has_study(name):
             raise UserError(f"study {name} exists already: continue it with `autorl run --resume --study {name}`")
@@ -207,14 +247,15 @@ class Controller:
         values = _fixed_eval_protocol(p.values, self.base)
         text = set_train_values(self.base_text, values) if values else self.base_text
         recipe, error = self._recipe_of(text)
+        patch_error: list[str] = []
         a = lifecycle.open_attempt(
             self.ws, self.ledger, rev=self.study["base_sha"], slug=p.slug, files={self.recipe_rel: text},
-            message=_commit_message(p, self.base.train), changed_files=lambda wt: self._apply_patch(wt, p),
+            message=_commit_message(p, self.base.train), changed_files=lambda wt: self._apply_patch(wt, p, patch_error),
             study_id=self.study["id"], proposer=p.proposer, hypothesis=p.hypothesis, why=p.why, changed=p.values,
             params=recipe.train if recipe else None, seed=(recipe.train.get("seed") if recipe else None),
             optuna_number=p.optuna_number, retry_of=p.retry_of, parent=p.parent, confirms=p.confirms)
         self.view.trial_start(a.name, p.why)
-        return TrialContext(p, a, recipe, error)
+        return TrialContext(p, a, recipe, error or (patch_error[0] if patch_error else None))
 
     def _recipe_of(self, text: str) -> tuple[Recipe | None, str | None]:
         try:
@@ -222,13 +263,22 @@ class Controller:
         except RecipeError as exc:
             return None, str(exc)
 
-    def _apply_patch(self, wt: Path, p: Proposal) -> list[str]:
+    def _apply_patch(self, wt: Path, p: Proposal, errors: list[str]) -> list[str]:
+        """Apply the hypothesis' patch; one that is missing or does not apply fails this trial, not the study."""
         if not p.patch:
             return []
         patch = Path(p.patch)
         if not patch.is_file():
-            raise UserError(f"patch {patch} of hypothesis {p.hypothesis} not found: add it to patches/ or fix the hypothesis")
-        return gitops.apply_patch(wt, patch)
+            errors.append(f"patch {patch} of hypothesis {p.hypothesis} not found: "
+                          "add it to patches/ or fix the hypothesis")
+            return []
+        try:
+            return gitops.apply_patch(wt, patch)
+        except Exception as exc:  # git apply's refusal, whatever its wrapper: the trial records it
+            first = next((x.strip() for x in str(exc).splitlines() if "error:" in x), str(exc).splitlines()[0])
+            errors.append(f"patch {patch.name} of hypothesis {p.hypothesis} does not apply to the study's base commit "
+                          f"({first[:160]}): update the patch or the hypothesis")
+            return []
 
     def launch(self, ctx: TrialContext, slot: int = 0) -> "_Running | Outcome":
         """Start the trial on its backend; a Watch over it, or the Outcome if it never started."""
@@ -489,6 +539,23 @@ class _WatchState:
 
 
 # ---- helpers -----------------------------------------------------------------------------
+PLAN_WINDOW = 10  # finished trials whose durations plan the next start
+PLAN_MARGIN = 1.25  # the longest of them, times this, plus PLAN_OVERHEAD_S, must fit in the budget left
+PLAN_OVERHEAD_S = 2.0  # the branch, worktree and commits around a trial that its own times do not cover
+
+
+def check_resume_flags(opts: RunOptions, study: dict) -> None:
+    """--resume continues the study as it was started: a flag that would change it is an error."""
+    if opts.overrides:
+        raise UserError(f"--set does not apply on --resume: study {study['name']} keeps its recipe; "
+                        "start a new study to change values")
+    if opts.recipe_path is not None:
+        raise UserError("--resume continues a study with its own recipe: drop the RECIPE argument")
+    if opts.strategy and opts.strategy != study["strategy"]:
+        raise UserError(f"study {study['name']} uses --strategy {study['strategy']}: drop --strategy "
+                        f"{opts.strategy}, or start a new study with it")
+
+
 def _fixed_eval_protocol(values: dict[str, Any], base: Recipe) -> dict[str, Any]:
     """A trial that changes the generation limit keeps the study's eval limit (the eval protocol is fixed)."""
     if base.backend != "embedded" or "max_new_tokens" not in values or base.train.get("eval_max_new_tokens"):
@@ -506,8 +573,6 @@ def _items_at(m: RunMetrics, key: str, step: int) -> list[float] | None:
         if e.get("step") == step and e.get(key):
             return e[key]
     return None
-
-
 
 
 def _workspace_default(ws: Workspace) -> Path:

@@ -111,6 +111,7 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
         raise UserError(f"{row['attempt']} did not complete as a trial ({row['status']}): promote a completed trial")
     view(f"promoting {row['attempt']}: {why}")
     recipe, text, rel = trial_recipe(ws, ledger, row)
+    check_promotable(recipe, row)
     values = full_values(recipe, steps, episodes)
     full = recipe.with_train(**values)
     if dry_run:
@@ -121,6 +122,15 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
         ledger.event(row["study_id"], row["id"], "promote-refused", check.explanation)
         raise PromotionRefused(f"{row['attempt']} no longer beats the baseline ({check.explanation}); use --force to promote anyway")
     return _launch_full(ws, ledger, row, text, rel, values, why, check, force)
+
+
+def check_promotable(recipe: Recipe, row: dict) -> None:
+    """Re-validation compares per-item eval results, so the objective must be an ``eval/<split>/<metric>`` key."""
+    parts = recipe.objective.metric.split("/")
+    if len(parts) != 3 or parts[0] != "eval":
+        raise UserError(f"{row['attempt']}'s objective {recipe.objective.metric!r} is not an eval/<split>/<metric> "
+                        "key, so re-validation has no per-item eval to compare: set objective.metric to one "
+                        "(e.g. eval/id/greedy_pass@1) for the study")
 
 
 def _launch_full(ws, ledger, row, text, rel, values, why, check, force) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,18 +18,26 @@ from autorl.trial.watch import Outcome
 from autorl.workspace import RUN_DIR
 
 
-def plan_single(cwd: Path, recipe_path: Path, overrides: list[str], metrics_out: str | None) -> tuple[TrialSpec, LaunchPlan]:
-    """Validate the recipe and plan its run (nothing is launched)."""
+def plan_single(cwd: Path, recipe_path: Path, overrides: list[str], metrics_out: str | None,
+                dry_run: bool = False) -> tuple[TrialSpec, LaunchPlan]:
+    """Validate the recipe and plan its run (nothing is launched; with ``dry_run`` nothing is written either)."""
     recipe = load_recipe(recipe_path, overrides)
     root = _root(cwd)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = root / RUN_DIR / "train" / f"{gitops.slugify(recipe.name)}-{stamp}"
     spec = TrialSpec(attempt=f"train-{stamp}", recipe=recipe, worktree=cwd.resolve(), run_dir=run_dir,
                      cache_dir=root / RUN_DIR / "cache")
-    plan = get_backend(recipe.backend).plan(spec)
+    plan = _dry_plan(spec) if dry_run else get_backend(recipe.backend).plan(spec)
     if metrics_out:
         plan = _redirect_metrics(plan, Path(metrics_out).resolve())
     return spec, plan
+
+
+def _dry_plan(spec: TrialSpec) -> LaunchPlan:
+    """The plan as it would be, made in a scratch folder (a backend's plan writes its config files there)."""
+    with tempfile.TemporaryDirectory(prefix="autorl-dry-") as tmp:
+        plan = get_backend(spec.recipe.backend).plan(spec.model_copy(update={"run_dir": Path(tmp)}))
+    return LaunchPlan.model_validate_json(plan.model_dump_json().replace(tmp, str(spec.run_dir)))
 
 
 def _root(cwd: Path) -> Path:

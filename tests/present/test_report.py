@@ -213,3 +213,30 @@ class _Targets(HTMLParser):
 def _resolve(out: Path, target: str) -> Path:
     url = urlparse(target)
     return Path(unquote(url.path)) if url.scheme == "file" else out / unquote(target)
+
+
+def test_importances_wait_for_enough_trials(tmp_path):
+    """Below IMPORTANCE_MIN_TRIALS complete trials, no chart: a note that says why."""
+    import optuna
+
+    from autorl.present.report import IMPORTANCE_MIN_TRIALS
+
+    storage = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1),
+                   n_trials=IMPORTANCE_MIN_TRIALS - 1)
+    values, note = importances(Ledger(tmp_path / "ledger.sqlite"), "s")
+    assert values == {} and f"shown from {IMPORTANCE_MIN_TRIALS}" in note
+    space = {"x": SearchParam(low=0, high=1), "y": SearchParam(low=0, high=1)}
+    trials = [{"params": t.params, "objective": t.value} for t in study.trials]
+    assert pooled_importances(trials, space, "maximize") == ({}, f"{len(trials)} finished trials in the ledger; "
+                                                                  f"importances are shown from {IMPORTANCE_MIN_TRIALS}")
+
+
+def test_a_failed_report_leaves_no_folders(tmp_path):
+    ws = tmp_path / "ws"
+    assert run_cli("init", str(ws)).returncode == 0
+    Ledger(ws / "ledger.sqlite").close()  # a ledger, but no study in it yet
+    r = run_cli("-C", str(ws), "report")
+    assert r.returncode == 2 and "no study" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (ws / ".autorl" / "report").exists()

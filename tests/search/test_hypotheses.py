@@ -394,3 +394,42 @@ def test_continuation_pushes_a_flat_but_better_hypothesis(library):
     assert continuation([base, {**step, "verdict": "improved"}], library) is None
     chain = [base] + [{**step, "number": 2 + i, "attempt": f"attempt-{2 + i:02d}"} for i in range(MAX_CHAIN)]
     assert continuation(chain, library) is None
+
+
+def test_a_trial_with_no_effect_is_not_pushed(library):
+    """Every metric identical to its parent: the idea had no effect, so no continuation (issue 15)."""
+    from autorl.search.hypotheses_strategy import continuation, fingerprint, parent_of
+
+    step = {"type": "step", "step": 1, "reward_mean": 0.4, "loss": -0.01, "grad_norm": 1.2, "kl": 0.0,
+            "clip_ratio": 0.0, "tokens_per_s": 900.0}
+    ev = {"type": "eval", "step": 1, "eval/id/greedy_pass@1": 0.5, "eval/id/items": [1, 0]}
+    same = [{**step, "tokens_per_s": 400.0, "time_update_s": 3.0}, ev]
+    assert fingerprint([step, ev]) == fingerprint(same)
+    assert fingerprint([step, ev]) != fingerprint([{**step, "loss": -0.02}, ev])
+    assert fingerprint([step, ev]) != fingerprint([step, {**ev, "eval/id/greedy_pass@1": 0.51}])
+    base = {"number": 1, "attempt": "attempt-01-baseline", "status": "complete", "params": {"lr": 1e-6, "eps_clip": 0.2,
+            "seed": 0}}
+    repeat = {"number": 2, "attempt": "attempt-02", "status": "complete", "params": {"lr": 1e-6, "eps_clip": 0.2,
+              "seed": 1}, "changed": {"seed": 1}}
+    trial = {"number": 3, "attempt": "attempt-03-h13", "proposer": "hypothesis", "hypothesis": "h13-flat-learning",
+             "status": "complete", "verdict": "flat", "delta": 0.004,
+             "params": {"lr": 1e-6, "eps_clip": 0.3, "seed": 0},
+             "changed": {"eps_clip": 0.3}}
+    assert parent_of(trial, [base, repeat, trial]) is base
+    assert parent_of({**trial, "changed": {}}, [base, repeat, trial]) is None
+    assert continuation([base, repeat, trial], library) is not None
+    assert continuation([base, repeat, trial], library, inert={"h13-flat-learning"}) is None
+
+
+def test_resume_fails_running_trials_of_every_per_hypothesis_study(tmp_path):
+    from autorl.recipe import SearchParam
+    from autorl.search.study import Search, study_names
+
+    db = tmp_path / "ledger.sqlite"
+    space = {"lr": SearchParam(low=1e-6, high=1e-2, log=True)}
+    for name in ("study-a", "study-a/h13-flat-learning/0123abcd", "study-a/h01-x/ffff0000", "study-b"):
+        Search(db, name).ask(space)  # left RUNNING, as by a killed controller
+    names = study_names(db, "study-a")
+    assert sorted(names) == ["study-a", "study-a/h01-x/ffff0000", "study-a/h13-flat-learning/0123abcd"]
+    assert sum(Search(db, n).fail_running() for n in names) == 3
+    assert Search(db, "study-b").fail_running() == 1

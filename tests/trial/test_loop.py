@@ -103,7 +103,12 @@ def test_kill9_then_resume(workspace):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert _alive(row["pid"])  # the trial's process group outlives the controller
-    r = run_cli("-C", str(workspace), "run", "--resume", "--budget", "3m", "--max-trials", "1", timeout=300)
+    r = run_cli("-C", str(workspace), "run", "--resume", "--strategy", "random", "--budget", "1m", timeout=60)
+    assert r.returncode == 2 and "uses --strategy optuna" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("-C", str(workspace), "run", "--resume", "--set", "lr=1e-4", "--budget", "1m", timeout=60)
+    assert r.returncode == 2 and "--set does not apply on --resume" in r.stderr
+    # --max-trials counts the study's trials: the interrupted one, plus one more
+    r = run_cli("-C", str(workspace), "run", "--resume", "--budget", "3m", "--max-trials", "2", timeout=300)
     assert r.returncode == 0, r.stderr
     time.sleep(0.5)
     assert not _alive(row["pid"])
@@ -144,15 +149,60 @@ def test_sigint_stops_cleanly_and_budget_is_respected(workspace):
     (["run", "--set", "search.warmup.low=1", "--set", "search.warmup.high=2"], "search names 'warmup'"),
     (["--ledger", "/nonexistent/dir/ledger.sqlite", "run"], "does not exist"),
     (["run", "recipes/missing.yaml"], "not found"),
+    (["run", "--set", "gens=6"], "train.gens is 6, which is not among search.gens choices [4, 8, 16]: add it"),
+    (["run", "--set", "lr=0.5"], "outside search.lr [1e-07, 0.01]: widen the range or change train.lr"),
+    (["run", "--set", "lr=inf"], "train.lr is inf: give a finite number"),
+    (["run", "--set", "lr=.nan"], "train.lr"),
+    (["run", "--set", "steps=0"], "train.steps is 0: a run needs at least 1"),
+    (["run", "--set", "steps=-3"], "train.steps"),
+    (["run", "--resume"], "no ledger at"),
+    (["run", "--set", "learning_rate=1"], "`autorl recipe keys` lists them"),
+    (["train", "recipes/default.yaml", "--set", "lr=inf", "--dry-run"], "train.lr is inf"),
 ])
 def test_bad_input_is_one_line_exit_2_nothing_written(workspace, args, needle):
+    _assert_refused(workspace, args, needle)
+
+
+def _assert_refused(workspace: Path, args: list[str], needle: str) -> None:
+    """Exit 2, one line naming the problem, no traceback, and nothing written: no ledger, no refs, no tree change."""
     before = tree_digest(workspace)
     refs = git(workspace, "for-each-ref")
+    autorl_dir = sorted(p.name for p in (workspace / ".autorl").iterdir())
     r = run_cli("-C", str(workspace), *args)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert not (workspace / "ledger.sqlite").exists()
     assert tree_digest(workspace) == before and git(workspace, "for-each-ref") == refs
+    assert sorted(p.name for p in (workspace / ".autorl").iterdir()) == autorl_dir
+
+
+def test_bad_hypothesis_file_stops_the_study_before_anything_is_written(workspace):
+    (workspace / "hypotheses").mkdir(exist_ok=True)
+    (workspace / "hypotheses" / "h99-mine.md").write_text("---\nid: h99-mine\ntitle: [unclosed\n---\nbody\n")
+    _assert_refused(workspace, ["run", "--budget", "1m"], "h99-mine.md line")
+    (workspace / "hypotheses" / "h99-mine.md").write_text(
+        "---\nid: h99-mine\ntitle: t\npriority: high\nsymptoms: [flat_learning]\npatch: patches/nope.patch\n"
+        "success: {confirm: c, refute: r}\n---\nb\n")
+    _assert_refused(workspace, ["run", "--budget", "1m"], "field 'patch'")
+
+
+def test_train_dry_run_writes_nothing(workspace):
+    import shutil
+
+    shutil.rmtree(workspace / ".autorl")
+    r = run_cli("-C", str(workspace), "train", "recipes/default.yaml", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert "engine_config.json" in " ".join(plan["argv"]) and str(workspace / ".autorl" / "train") in plan["log_path"]
+    assert not (workspace / ".autorl").exists()
+
+
+def test_recipe_keys_lists_the_train_keys():
+    r = run_cli("recipe", "keys")
+    assert r.returncode == 0, r.stderr
+    assert "lr (default 0.0001)" in r.stdout and "eps_clip (default 0.2)" in r.stdout
+    r = run_cli("recipe", "keys", "--backend", "nope")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_not_a_git_repository(tmp_path):

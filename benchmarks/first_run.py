@@ -1,0 +1,106 @@
+"""A new user's first study: `autorl init`, then `autorl run --budget 10m` on the embedded default.
+
+Reports, per search seed: trials, verdict counts, how many trials were judged improved and how many of those
+the confirmation accepted (when the ledger records confirmation; otherwise it says so), the best gain, and how
+much of the budget the study used (controller start to exit, and first trial opened to last trial judged).
+
+    python benchmarks/first_run.py --seed 0                 # one study, 10 minutes
+    python benchmarks/first_run.py --seed 0 1 2 3 4         # the five-seed figure
+    python benchmarks/first_run.py --seed 0 --budget 3m     # a quick check
+    python benchmarks/first_run.py --seed 0 --cache DIR     # reuse a warmed-up engine cache (skips the warm-up)
+    python benchmarks/first_run.py --seed 0 --budget 5m --set steps=8 --set eval_every=4   # budget use, short trials
+
+The warm-up of the built-in base model happens before the first trial and is not charged to any trial;
+with --cache it is skipped, as on a user's second study.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def cli(ws: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autorl.cli", "-C", str(ws), *args], capture_output=True, text=True)
+
+
+def one_study(seed: int, budget: str, root: Path, cache: Path | None, sets: list[str]) -> dict:
+    ws = root / f"seed{seed}"
+    r = cli(root, "init", str(ws))
+    if r.returncode:
+        raise SystemExit(r.stderr)
+    if cache is not None:
+        (ws / ".autorl").mkdir(exist_ok=True)
+        os.symlink(cache.resolve(), ws / ".autorl" / "cache")
+    t0 = time.time()
+    r = cli(ws, "run", "--budget", budget, "--seed", str(seed), "--quiet", *[x for kv in sets for x in ("--set", kv)])
+    wall = time.time() - t0
+    if r.returncode:
+        raise SystemExit(f"seed {seed}: exit {r.returncode}: {r.stderr.strip()}")
+    return summarize(ws, seed, wall)
+
+
+def summarize(ws: Path, seed: int, wall: float) -> dict:
+    conn = sqlite3.connect(ws / "ledger.sqlite")
+    conn.row_factory = sqlite3.Row
+    trials = [dict(t) for t in conn.execute("SELECT * FROM autorl_trials WHERE kind = 'trial' ORDER BY number")]
+    study = dict(conn.execute("SELECT * FROM autorl_studies").fetchone())
+    counts: dict[str, int] = {}
+    for t in trials:
+        key = t.get("verdict") or t.get("status")
+        counts[key] = counts.get(key, 0) + 1
+    improved = [t for t in trials if t.get("verdict") == "improved"]
+    confirmed = _confirmed(trials, improved)
+    starts = [t["started"] for t in trials if t.get("started")]
+    ends = [t["finished"] for t in trials if t.get("finished")]
+    best = max(improved, key=lambda t: t.get("ci_low") or 0.0, default=None)
+    return {"seed": seed, "trials": len(trials), "counts": counts, "improved": len(improved), "confirmed": confirmed,
+            "best": None if best is None else {"attempt": best["attempt"], "delta": best["delta"],
+                                               "changed": json.loads(best["changed"] or "{}"),
+                                               "ci": [best["ci_low"], best["ci_high"]]},
+            "budget_s": study["budget_s"], "wall_s": round(wall, 1),
+            "trials_span_s": round(max(ends) - min(starts), 1) if starts and ends else 0.0,
+            "used": round(wall / study["budget_s"], 3), "workspace": str(ws)}
+
+
+def _confirmed(trials: list[dict], improved: list[dict]) -> int | None:
+    """Improved trials the confirmation accepted, where the ledger records it (None before it does)."""
+    column = next((c for c in ("confirmed", "confirmation") if trials and c in trials[0]), None)
+    if column is None:
+        return None
+    return sum(bool(t.get(column)) and t.get(column) not in ("no", "refuted", "rejected") for t in improved)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, nargs="+", default=[0], help="Search seeds (one study each).")
+    ap.add_argument("--budget", default="10m", help="Budget of each study (default 10m).")
+    ap.add_argument("--cache", type=Path, help="A warmed-up engine cache to reuse.")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="Passed to `autorl run --set` (e.g. steps=8 for a machine too loaded for the default).")
+    ap.add_argument("--out", type=Path, help="Write the results as JSON here.")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="autorl-first-run-"))
+    results = []
+    for seed in args.seed:
+        res = one_study(seed, args.budget, root, args.cache, args.set)
+        results.append(res)
+        conf = "confirmation not recorded" if res["confirmed"] is None else f"{res['confirmed']} confirmed"
+        print(f"seed {seed}: {res['trials']} trials {res['counts']}; {res['improved']} improved, {conf}; "
+              f"best {res['best']}; budget used {res['used']:.0%} ({res['wall_s']} s of {res['budget_s']:.0f} s)",
+              flush=True)
+    hits = sum(r["improved"] > 0 for r in results)
+    print(f"studies with an improvement: {hits} of {len(results)}")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
