@@ -249,8 +249,3 @@ def load_policy(name: str, tokenizer, device: torch.device):
     if not (Path(name) / "config.json").is_file():
         raise ModelError(f"model '{name}' is neither builtin:tiny/small/gpu nor a directory with config.json: fix the model path")
     return HFPolicy(name, device)
-
-
-def count_parameters(module: nn.Module) -> int:
-    """Trainable parameters (tied weights counted once)."""
-    return sum(p.numel() for p in module.parameters() if p.requires_grad)

@@ -21,7 +21,6 @@ the rest when the run has ended.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -211,16 +210,3 @@ def _derive(row: dict[str, Any]) -> None:
     lo, hi = row.get("advantage_min"), row.get("advantage_max")
     if lo is not None and hi is not None and "advantage_abs_max" not in row:
         row["advantage_abs_max"] = max(abs(lo), abs(hi))
-
-
-def read_all(tensorboard_dir: str | Path | None, jsonl_path: str | Path | None,
-             eval_map: dict[str, str] | None = None, stdout_path: str | Path | None = None) -> list[dict[str, Any]]:
-    """Every record of a finished run (for ``autorl`` reports on an existing run directory)."""
-    return OpenRLHFMetricsReader(tensorboard_dir, jsonl_path, eval_map, stdout_path).flush()
-
-
-def dump_jsonl(records: list[dict[str, Any]], path: str | Path) -> None:
-    """Write records as autorl metrics JSONL (one object per line)."""
-    with Path(path).open("a") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec) + "\n")
