@@ -138,16 +138,14 @@ class Recipe(_Model):
 
 
 def _check_inside(key: str, value: Any, p: SearchParam) -> None:
-    """The base value must be a point of its own search space (the baseline is that point)."""
-    if value is None:
-        return
-    if p.choices is not None:
-        if value not in p.choices:
-            raise ValueError(f"train.{key} is {value!r}, which is not among search.{key} choices {p.choices}: "
-                             f"add it to the choices or change train.{key}")
-    elif isinstance(value, (int, float)) and not p.low <= value <= p.high:
-        raise ValueError(f"train.{key} is {value!r}, outside search.{key} [{p.low:g}, {p.high:g}]: "
-                         f"widen the range or change train.{key}")
+    """A base value searched over choices must be one of them (the baseline is that point of the space).
+
+    A base outside a numeric range is allowed: searching a region away from where the recipe starts is a
+    deliberate design (Optuna records the baseline's point as it is).
+    """
+    if value is not None and p.choices is not None and value not in p.choices:
+        raise ValueError(f"train.{key} is {value!r}, which is not among search.{key} choices {p.choices}: "
+                         f"add it to the choices or change train.{key}")
 
 
 # Train keys that must be > 0 when present: a run of zero steps trains nothing.
@@ -209,9 +207,9 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
 
 
 def check_base(recipe: Recipe, source: str | Path) -> None:
-    """A study's base recipe: each searched value lies in its own space (the baseline is that point).
+    """A study's base recipe: each value searched over choices is one of them (the baseline is that point).
 
-    Trials may leave the recipe's space (a hypothesis' fixed values); the base may not.
+    Trials may leave the recipe's space (a hypothesis' fixed values); the base may not leave its choices.
     """
     for key, param in recipe.search.items():
         try:

@@ -190,13 +190,14 @@ class Controller:
     def expected_trial_s(self) -> float:
         """What the next trial is planned to take: what this study's trials took (timeout_s bounds it).
 
-        Before any trial finished, the recipe's ``timeout_s`` (the hard per-trial limit) is all there is;
-        after, the longest of the last finished trials plus a margin, so a budget is used rather than
-        left over by the timeout's worst case.
+        Before any trial finished, the recipe's ``timeout_s`` (the hard per-trial limit) is all there is, capped
+        at half the budget so that a short study still runs the trials that tell how long trials take; after,
+        the longest of the last finished trials plus a margin, so a budget is used rather than left over by the
+        timeout's worst case.
         """
         took = self.ledger.durations(self.study["id"])[-PLAN_WINDOW:]
         if not took:
-            return self.base.timeout_s
+            return min(self.base.timeout_s, self.opts.budget_s / 2)
         return min(self.base.timeout_s, max(took) * PLAN_MARGIN + PLAN_OVERHEAD_S)
 
     # ---- study and recovery -----------------------------------------------------

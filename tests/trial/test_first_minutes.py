@@ -167,6 +167,8 @@ def test_trial_starts_are_planned_with_what_trials_took(tmp_path):
     ctl.base = validate_recipe({"backend": "command", "train": {"argv": ["true"]}, "timeout_s": 60})
     ctl.study = {"id": ctl.ledger.create_study(name="s", strategy="random")}
     assert ctl.expected_trial_s() == 60
+    ctl.opts.budget_s = 90  # a short study still runs the first trials, which tell how long trials take
+    assert ctl.expected_trial_s() == 45
     for n, took in enumerate([8.0, 9.0, 0.5], start=1):
         ctl.ledger.add_trial(study_id=ctl.study["id"], number=n, attempt=f"a{n}", started=100.0, finished=100.0 + took,
                              status="complete" if n < 3 else "crash")
