@@ -357,7 +357,7 @@ def patches(c: _Ctx, action: str, site_packages: str | None, patches_dir: str | 
         raise UserError("openrlhf is not installed here: pass --site-packages DIR where it is installed")
     result = (pt.check if action == "check" else pt.apply)(folder, site)
     _emit([r.model_dump() for r in result], as_json, lambda rows: "\n".join(f"{r['name']}: {r['state']}" for r in rows))
-    if any(r.state != "applied" for r in result):
+    if any(r.state not in ("applied", "other version") for r in result):
         sys.exit(1)
 
 

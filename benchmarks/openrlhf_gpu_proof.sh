@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The OpenRLHF GPU proof: a 3-trial autorl study of real OpenRLHF 0.10.x Ray jobs with per-item evals, an
 # early abort that stops a running Ray job, and a run 0.10.x rejects at start, classified by triage.
-#   bash benchmarks/openrlhf_gpu_proof.sh OUTDIR        (in an environment with openrlhf, ray, vllm, a GPU)
+#   bash benchmarks/openrlhf_gpu_proof.sh OUTDIR PHASE...   (phases: study evals abort fail gputest; in an
+#                                                            environment with openrlhf, ray, vllm, deepspeed, a GPU)
 set -uo pipefail
 OUT=${1:-/tmp/openrlhf-proof}; mkdir -p "$OUT"; WS=/tmp/autorl-ws; TINY=/tmp/autorl-openrlhf-tiny
 cd "$(dirname "$0")/.." || exit 1  # run from the package root: a checkout beside it must not shadow it
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 REC=$(python3 -c "import autorl.data as d; print(d.shipped('recipes/openrlhf-tiny.yaml'))")
 t() { echo "== $(date +%T) $*"; }
 python3 -m autorl.backends.openrlhf.tiny "$TINY" >/dev/null 2>&1 || { echo "tiny inputs failed"; exit 1; }
@@ -29,6 +31,9 @@ phase_abort() {
   python3 -m autorl.cli -C "$WS" run /tmp/abort.yaml --strategy random --max-trials 1 --budget 8m --study abort 2>&1 | tee "$OUT/abort.log"
   sleep 5; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv | tee "$OUT/nvidia-smi-after-abort.txt"
   ps aux | grep -E "train_ppo_ray|VLLM|PPOTrainer|ActorModel" | grep -v grep | tee -a "$OUT/nvidia-smi-after-abort.txt"
+}
+phase_gputest() {
+  t gputest; python3 -m pytest -m gpu -q -p no:cacheprovider tests/backends/openrlhf/test_gpu_study.py 2>&1 | tail -15 | tee "$OUT/gputest.log"
 }
 phase_fail() {
   t fail; sed -e 's/--vllm.enforce_eager\]/--vllm.enforce_eager, --packing_samples]/' "$REC" > /tmp/fail.yaml

@@ -100,6 +100,7 @@ class OpenRLHFParams(ProbeSettings):
     ref_num_nodes: int | None = Field(None, ge=1, description="Nodes for the reference model; default actor's.")
     ref_num_gpus_per_node: int | None = Field(None, ge=1, description="Reference GPUs per node; default actor's.")
     colocate_actor_ref: bool = Field(False, description="Reference model shares the actor's GPUs.")
+    colocate_all: bool = Field(False, description="Actor, reference and vLLM engines share the same GPUs (sleep mode).")
     pool_size: int | None = Field(None, ge=1, description="Prompt pool size when prompt_data is not a local file (preflight).")
     entrypoint_num_gpus: float = Field(0, ge=0, description="GPUs Ray reserves for the driver itself (the actors get their own).")
     extra_args: list[str] = Field(default_factory=list, description="Extra train_ppo_ray words, appended as given.")
@@ -116,7 +117,8 @@ class OpenRLHFParams(ProbeSettings):
         """Actor GPUs plus vLLM GPUs (reference GPUs too unless colocated or there is no reference)."""
         actor = self.actor_num_nodes * self.actor_num_gpus_per_node
         ref = 0 if self.colocate_actor_ref or self.kl_coef == 0 else self._ref_gpus()
-        return actor + ref + self.vllm_num_engines * self.vllm_tensor_parallel_size
+        vllm = self.vllm_num_engines * self.vllm_tensor_parallel_size
+        return max(actor, ref, vllm) if self.colocate_all else actor + ref + vllm
 
     def _ref_gpus(self) -> int:
         return (self.ref_num_nodes or self.actor_num_nodes) * (self.ref_num_gpus_per_node or self.actor_num_gpus_per_node)

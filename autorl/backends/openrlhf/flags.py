@@ -97,6 +97,7 @@ FLAGS: list[Flag] = [
     Flag("ref_num_nodes", "--ref_num_nodes", "--ref.num_nodes"),
     Flag("ref_num_gpus_per_node", "--ref_num_gpus_per_node", "--ref.num_gpus_per_node"),
     Flag("colocate_actor_ref", "--colocate_actor_ref", "--train.colocate_actor_ref"),
+    Flag("colocate_all", "--colocate_all_models", "--train.colocate_all"),
 ]
 
 FLAG_BY_FIELD: dict[str, Flag] = {f.field: f for f in FLAGS}

@@ -7,7 +7,9 @@ each patch's state without touching a file:
 
 - ``applied``: the reverse dry run (``-R --dry-run``) succeeds;
 - ``not applied``: the forward dry run (``--forward --dry-run``) succeeds;
-- ``conflicts``: neither does (another version, or the files were edited).
+- ``conflicts``: neither does (another version, or the files were edited);
+- ``other version``: the patch's header line ``# autorl: applies to openrlhf < 0.10.2``
+  (bounds joined by commas) excludes the installed version, so it is neither checked nor applied.
 
 ``apply`` applies the ``not applied`` ones and leaves the rest. GNU ``patch``
 must be on PATH. Commands are argv lists; no shell.
@@ -15,10 +17,11 @@ must be on PATH. Commands are argv lists; no shell.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sysconfig
-from importlib import util
+from importlib import metadata, util
 from pathlib import Path
 from typing import Literal
 
@@ -27,7 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from autorl.data import shipped
 from autorl.errors import AutorlError, UserError
 
-State = Literal["applied", "not applied", "conflicts"]
+State = Literal["applied", "not applied", "conflicts", "other version"]
+TARGET = re.compile(r"^# autorl: applies to openrlhf ([^(\n]+)", re.MULTILINE)
+BOUND = re.compile(r"^\s*(<=|>=|==|<|>)\s*([0-9][0-9.]*)\s*$")
+COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b,
+           ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 DEFAULT_DIR = shipped("patches")
 
 
@@ -67,9 +74,44 @@ def default_site_packages() -> Path:
     return site_packages_of() or Path(sysconfig.get_paths()["purelib"])
 
 
+def version_at(site_packages: str | Path) -> str | None:
+    """The openrlhf version installed in ``site_packages`` (from its dist-info), or None."""
+    found = list(metadata.distributions(name="openrlhf", path=[str(site_packages)]))
+    return found[0].version if found else None
+
+
+def target(patch_path: str | Path) -> str | None:
+    """The version bounds a patch declares in its header, e.g. ``< 0.10.2``; None applies to every version."""
+    match = TARGET.search(Path(patch_path).read_text())
+    return match.group(1).strip() if match else None
+
+
+def applies_to(patch_path: str | Path, version: str | None) -> bool:
+    """Whether the patch targets ``version`` (unknown versions and patches with no header: yes)."""
+    from autorl.backends.openrlhf.flags import parse_version
+
+    bounds = target(patch_path)
+    if bounds is None or version is None:
+        return True
+    for bound in bounds.split(","):
+        match = BOUND.match(bound)
+        if match is None:
+            raise PatchError(f"{Path(patch_path).name}: bad version bound {bound.strip()!r}: write it like '< 0.10.2'")
+        if not COMPARE[match.group(1)](parse_version(version), parse_version(match.group(2))):
+            return False
+    return True
+
+
 def check(patches_dir: str | Path, site_packages: str | Path) -> list[PatchStatus]:
     """The state of every patch in ``patches_dir`` against ``site_packages``; changes nothing."""
-    return [_status(p, Path(site_packages)) for p in patch_files(patches_dir)]
+    version = version_at(site_packages)
+    return [_status(p, Path(site_packages)) if applies_to(p, version) else _other(p, version)
+            for p in patch_files(patches_dir)]
+
+
+def _other(patch_path: Path, version: str | None) -> PatchStatus:
+    return PatchStatus(name=patch_path.name, state="other version", files=touched_files(patch_path),
+                       detail=f"written for openrlhf {target(patch_path)}; installed: {version}")
 
 
 def apply(patches_dir: str | Path, site_packages: str | Path) -> list[PatchStatus]:

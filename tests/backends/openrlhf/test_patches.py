@@ -123,3 +123,23 @@ def test_patched_trainer_writes_metrics_jsonl(patched, tmp_path, monkeypatch):
     row = json.loads((tmp_path / "m/training_metrics.jsonl").read_text())
     assert row["step"] == 3 and row["type"] == "step" and row["reward"] == 0.5 and row["grad_norm"] == 2.0
     assert "generated_samples" not in row and "flag" not in row
+
+
+def _dist_info(site: Path, version: str) -> None:
+    info = site / f"openrlhf-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: openrlhf\nVersion: {version}\n")
+
+
+def test_patches_for_another_version_are_neither_checked_nor_applied(site):
+    _dist_info(site, "0.10.4")
+    before = {p: p.read_bytes() for p in (site / "openrlhf").rglob("*.py")}
+    states = apply(PATCHES, site)
+    assert {s.state for s in states} == {"other version"}
+    assert all("< 0.10.2" in s.detail and "0.10.4" in s.detail for s in states)
+    assert {p: p.read_bytes() for p in (site / "openrlhf").rglob("*.py")} == before
+
+
+def test_patches_for_the_installed_version_are_checked(site):
+    _dist_info(site, "0.9.3")
+    assert {s.state for s in check(PATCHES, site)} == {"not applied"}

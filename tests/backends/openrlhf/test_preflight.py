@@ -92,3 +92,20 @@ def test_preflight_on_a_recipe(tmp_path):
     checks = {c.name: c for c in preflight(recipe, worktree=_pool(tmp_path, 64), site_packages=None, visible=0)}
     assert set(checks) == {"steps", "lr_at_step_20", "patches", "gpus"}
     assert checks["steps"].ok and checks["patches"].ok is None and checks["gpus"].ok is False
+
+
+def test_a_run_shorter_than_twenty_steps_is_judged_on_its_mean_lr(tmp_path):
+    # 32 prompts x 4 samples // 32 = 4 steps, one of warmup: LR 0, 1, 0.775, 0.325 of target -> mean 52 %
+    _, lr = check_schedule(_params(gens=4, train_batch_size=32, lr_warmup_ratio=0.03), _pool(tmp_path, 32))
+    assert lr.ok and "mean over all 4 steps" in lr.detail and "52% of target" in lr.detail
+    _, longer = check_schedule(_params(gens=4, train_batch_size=4, lr_warmup_ratio=0.03), _pool(tmp_path, 32))
+    assert "at step 20" in longer.detail  # 32 steps: the seed's point check
+
+
+def test_colocated_models_share_their_gpus():
+    apart = _params(vllm_num_engines=1, kl_coef=0.0)
+    together = apart.model_copy(update={"colocate_all": True})
+    assert check_gpus(apart, 1).ok is False and "need 2" in check_gpus(apart, 1).detail
+    assert check_gpus(together, 1).ok and "need 1" in check_gpus(together, 1).detail
+    with_ref = _params(actor_num_gpus_per_node=2, vllm_num_engines=4, kl_coef=0.01, colocate_all=True)
+    assert with_ref.gpus_needed() == 4
