@@ -28,7 +28,7 @@ phase_evals() {  # the per-item evaluator on every trial's saved model (what eva
 }
 phase_abort() {
   t abort; sed -e 's/max_samples: 32/max_samples: 128/' -e 's/abort: {window: 8}/abort: {window: 2}/' "$REC" > /tmp/abort.yaml
-  python3 -m autorl.cli -C "$WS" run /tmp/abort.yaml --strategy random --max-trials 1 --budget 8m --study abort 2>&1 | tee "$OUT/abort.log"
+  python3 -m autorl.cli -C "$WS" run /tmp/abort.yaml --strategy random --max-trials 2 --budget 9m --study abort 2>&1 | tee "$OUT/abort.log"
   sleep 5; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv | tee "$OUT/nvidia-smi-after-abort.txt"
   ps aux | grep -E "train_ppo_ray|VLLM|PPOTrainer|ActorModel" | grep -v grep | tee -a "$OUT/nvidia-smi-after-abort.txt"
 }

@@ -115,6 +115,10 @@ class Backend:
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         raise NotImplementedError
 
+    def planned_steps(self, recipe: Any) -> int:
+        """The last training step a run of ``recipe`` logs (0 when unknown); the default reads ``train.steps``."""
+        return int(recipe.train.get("steps") or 0)
+
     def start(self, plan: LaunchPlan) -> RunHandle:
         """Launch outside the controller's process and return at once; the default is a local process group."""
         return LocalProcess(plan)
@@ -199,6 +203,11 @@ def _group_alive(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def planned_steps(recipe: Any) -> int:
+    """The last training step a run of ``recipe`` logs, as its backend plans it (0 when unknown)."""
+    return get_backend(recipe.backend).planned_steps(recipe)
 
 
 def get_backend(name: str, **options: Any) -> Backend:

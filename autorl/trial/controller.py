@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl import gitops
-from autorl.backends.base import TrialSpec, get_backend, kill_group
+from autorl.backends.base import TrialSpec, get_backend, kill_group, planned_steps
 from autorl.budget import format_duration
 from autorl.errors import RecipeError, UserError
 from autorl.judge import triage, verdict
@@ -365,7 +365,7 @@ class Controller:
             row["objective"] = lifecycle.objective_value(m, recipe)
             if row["objective"] is None:
                 row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
-        row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, recipe.train.get("steps", 0))]
+        row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe))]
         if row["status"] == "config-error":
             row.update(verdict="crash", crash_category="config_error", root_cause=outcome.reason,
                        crash_signature=triage.signature("config_error", outcome.reason),
@@ -505,7 +505,7 @@ class _WatchState:
     def _prune(self, records: list[dict]) -> Stop | None:
         """Stop when an intermediate eval is clearly worse than the parent's at the same step (autorl.judge.prune)."""
         p = self.ctx.proposal
-        key, last = self.recipe.objective.metric, int(self.recipe.train.get("steps") or 0)
+        key, last = self.recipe.objective.metric, planned_steps(self.recipe)
         for rec in records:  # the final eval is the result, not an intermediate value: never pruned on it
             if rec.get("type") != "eval" or not isinstance(rec.get(key), (int, float)):
                 continue
@@ -534,7 +534,7 @@ class _WatchState:
         last = m.steps[-1] if m.steps else {}
         evals = m.series(self.recipe.objective.metric)
         now = time.time()
-        self.ctl.view.progress(self.ctx.attempt.name, int(last.get("step", 0)), int(self.recipe.train.get("steps", 0) or 0),
+        self.ctl.view.progress(self.ctx.attempt.name, int(last.get("step", 0)), planned_steps(self.recipe),
                                last.get("reward_mean"), evals[-1] if evals else None,
                                now - self.ctl.started, self.ctl.deadline - now)
 

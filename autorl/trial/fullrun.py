@@ -18,7 +18,7 @@ from typing import Any
 
 from autorl.judge import verdict
 from autorl.judge.earlystop import drop_stop
-from autorl.backends.base import TrialSpec, get_backend
+from autorl.backends.base import TrialSpec, get_backend, planned_steps
 from autorl.ledger import Ledger
 from autorl.metrics import RunMetrics
 from autorl.recipe import load_recipe
@@ -65,7 +65,7 @@ def _record(ws, ledger, a: Attempt, recipe, out) -> dict[str, Any]:
     m = out.metrics
     step, value = best_eval(m.evals, recipe.objective.metric, recipe.objective.direction == "maximize")
     ok = out.status in ("complete", "early-stopped")
-    flags = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, recipe.train.get("steps", 0))]
+    flags = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe))]
     result = {"status": out.status if ok else "crash", "reason": out.reason, "objective": value, "exit_code": out.exit_code,
               "finished": time.time(), "duration_s": out.wall_s, "flags": flags,
               "best_checkpoint": _checkpoint(m, step, value, recipe.objective.metric)}

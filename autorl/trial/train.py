@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl import gitops
-from autorl.backends.base import LaunchPlan, TrialSpec, get_backend
+from autorl.backends.base import LaunchPlan, TrialSpec, get_backend, planned_steps
 from autorl.errors import WorkspaceError
 from autorl.metrics import RunMetrics
 from autorl.recipe import load_recipe
@@ -57,7 +57,7 @@ def run_single(spec: TrialSpec, plan: LaunchPlan, quiet: bool = False) -> dict[s
     recipe = spec.recipe
     backend = get_backend(recipe.backend)
     handle = TrainThenEval(backend.start(plan), backend.eval_plan(spec))
-    bar = _Progress(int(recipe.train.get("steps", 0) or 0), quiet)
+    bar = _Progress(planned_steps(recipe), quiet)
     try:
         out = follow(watch_run(handle, recipe, on_records=lambda recs, m: bar.update(m)))
     except KeyboardInterrupt:

@@ -185,6 +185,10 @@ class OpenRLHFBackend(Backend):
                           metric_map=eval_metric_map(params), backend=self.name, ray_address=self.ray_address,
                           resources={"entrypoint_num_gpus": params.entrypoint_num_gpus})
 
+    def planned_steps(self, recipe) -> int:
+        """Global steps of a run whose prompt pool is capped by max_samples (0 when the pool is not capped)."""
+        return final_step(OpenRLHFParams.model_validate(recipe.train))
+
     def eval_plan(self, spec: TrialSpec) -> LaunchPlan | None:
         """``python -m autorl.evaluate`` on the model the trial saved; None when the recipe has no probe set."""
         params = trial_params(spec)

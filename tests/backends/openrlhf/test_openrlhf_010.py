@@ -74,3 +74,13 @@ def test_eval_plan_runs_the_shared_evaluator(tmp_path):
     assert ev.argv[ev.argv.index("--model") + 1] == out_dir
     assert ev.argv[ev.argv.index("--k") + 1] == "4" and ev.argv[ev.argv.index("--step") + 1] == "4"
     assert train.argv[train.argv.index("--reward.remote_url") + 1] == str(REWARD_WRAPPER)
+
+
+def test_planned_steps_of_a_capped_pool():
+    from autorl.backends.base import planned_steps
+    from autorl.data import shipped
+
+    recipe = load_recipe(shipped("recipes/openrlhf-tiny.yaml"))
+    assert planned_steps(recipe) == 4  # 32 prompts / 8 per rollout batch x 1 episode: what the real run logged
+    uncapped = recipe.model_copy(update={"train": {**recipe.train, "max_samples": None}})
+    assert planned_steps(uncapped) == 0
