@@ -86,7 +86,7 @@ class Silence(_Model):
     max_seconds: int = Field(604_800, ge=1, description="A longer gap means the timestamps are not comparable.")
     exempt_rules: list[str] = Field(default_factory=list, description="Rules whose kill has a stated other reason.")
     progress: list[str] = Field(default_factory=list,
-                                description="Regexes of untimestamped progress lines (after the last stamp: gap unknown).")
+                                description="Untimestamped progress lines; one after the last stamp: gap unknown.")
     applies_to: list[Category] = Field(default_factory=lambda: ["killed_external"], description="Categories reread.")
     category: Category = Field("hang_timeout", description="What they become.")
     remedy: str = Field("The run went silent long before it was killed: a hang; retry once, then debug the stall.",
