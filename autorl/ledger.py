@@ -207,8 +207,12 @@ class Ledger:
 
     # named queries: every condition on trials beyond plain equality lives here
     def baselines(self, study_id: int) -> list[dict]:
-        """The study's baseline runs (the recipe as written, every seed)."""
-        return self.trials(study_id, proposer="baseline", kind="trial")
+        """The study's baseline runs (the recipe as written, every seed). A baseline that crashed and was
+        retried (triage's retry of a hang, timeout, network error or OOM) is replaced by its retry."""
+        where = ("kind = 'trial' AND (proposer = 'baseline' OR (proposer = 'retry' AND retry_of IN "
+                 "(SELECT number FROM autorl_trials WHERE proposer = 'baseline'))) "
+                 "AND number NOT IN (SELECT retry_of FROM autorl_trials WHERE retry_of IS NOT NULL)")
+        return self._trials(where, [], study_id)
 
     def crashed(self, study_id: int | None = None) -> list[dict]:
         """Trials that crashed (verdict or status crash)."""

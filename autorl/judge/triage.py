@@ -83,6 +83,10 @@ class Silence(_Model):
     """A kill (SIGTERM, time limit) after this long without log output means the run hung."""
 
     seconds: int = Field(1800, ge=1, description="Gap between the last timestamp and the kill.")
+    max_seconds: int = Field(604_800, ge=1, description="A longer gap means the timestamps are not comparable.")
+    exempt_rules: list[str] = Field(default_factory=list, description="Rules whose kill has a stated other reason.")
+    progress: list[str] = Field(default_factory=list,
+                                description="Untimestamped progress lines; one after the last stamp: gap unknown.")
     applies_to: list[Category] = Field(default_factory=lambda: ["killed_external"], description="Categories reread.")
     category: Category = Field("hang_timeout", description="What they become.")
     remedy: str = Field("The run went silent long before it was killed: a hang; retry once, then debug the stall.",
@@ -162,6 +166,8 @@ def _read_rules(path: Path) -> CrashRules:
     for rule in rules.rules:
         for pat in rule.patterns:
             _check_regex(path, rule.id, pat)
+    for pat in rules.silence.progress:
+        _check_regex(path, "silence.progress", pat)
     return rules
 
 
@@ -300,11 +306,16 @@ def silence_before(lines: list[str], index: int, rules: CrashRules) -> float | N
     timestamp, else the next one after it); None when the log does not say."""
     times = _timeline(lines)
     kill = next((t for t in times[index:] if t), None)
-    last = next((t for t in reversed(times[:index]) if t), None)
-    if kill is None or last is None:
+    at = next((i for i in range(index - 1, -1, -1) if times[i]), None)
+    if kill is None or at is None or _moved_after(lines[at + 1:index], rules):
         return None
-    gap = (kill - last).total_seconds()
-    return gap if gap >= 0 else None
+    gap = (kill - times[at]).total_seconds()
+    return gap if 0 <= gap <= rules.silence.max_seconds else None
+
+
+def _moved_after(lines: list[str], rules: CrashRules) -> bool:
+    """True when a progress line (tqdm bar, step or metric line) is among ``lines``."""
+    return any(re.search(p, _clean(raw)) for raw in lines for p in rules.silence.progress)
 
 
 def detect_engine(lines: list[str], rules: CrashRules) -> str:
@@ -378,7 +389,7 @@ def _fired(hit: _Hit) -> str:
 def _from_hit(lines: list[str], best: _Hit, rules: CrashRules) -> tuple[Diagnosis, str]:
     """A matched rule; an external kill after a long silence in the log is a hang instead."""
     why = _fired(best)
-    if best.rule.category in rules.silence.applies_to:
+    if best.rule.category in rules.silence.applies_to and best.rule.id not in rules.silence.exempt_rules:
         gap = silence_before(lines, best.index, rules)
         if gap is not None and gap >= rules.silence.seconds:
             note = f"; {gap / 60:.0f} min without output before it, so a hang, not an external kill"

@@ -174,7 +174,7 @@ class Controller:
         return opened
 
     def _may_start(self) -> bool:
-        if self.stop_reason is not None or self.proposer.baseline_failed():
+        if self.stop_reason is not None or (self.proposer.baseline_failed() and not self._baseline_retry_queued()):
             return False
         if self.opts.max_trials is not None and self.done_before + self.launched >= self.opts.max_trials:
             return False
@@ -182,6 +182,18 @@ class Controller:
             self.ledger.event(self.study["id"], None, "budget", "next trial would not fit in the budget left")
             return False
         return True
+
+    def _baseline_retry_queued(self) -> bool:
+        """A crashed baseline's retry (triage's action) is waiting: it runs before the study gives up."""
+        numbers = self._baseline_numbers()
+        return any(p.proposer == "retry" and p.retry_of in numbers for p in self.proposer.pending)
+
+    def _baseline_numbers(self) -> set[int]:
+        return {r["number"] for r in self.ledger.trials(self.study["id"], proposer="baseline")}
+
+    def _is_baseline(self, p: Proposal) -> bool:
+        """The baseline, or the retry of a crashed baseline (which stands in for it)."""
+        return p.proposer == "baseline" or (p.proposer == "retry" and p.retry_of in self._baseline_numbers())
 
     def _fits(self) -> bool:
         left = self.deadline - time.time()
@@ -336,20 +348,26 @@ class Controller:
                              signature=r.crash_signature or "")
         earlier = self.ledger.trials(self.study["id"], verdict="crash", crash_signature=d.signature)
         p = ctx.proposal
-        return triage.decide_action(d, is_baseline=p.proposer == "baseline", retries_so_far=int(p.retry_of is not None),
+        return triage.decide_action(d, is_baseline=self._is_baseline(p), retries_so_far=int(p.retry_of is not None),
                                     signature_count=len(earlier) + 1, run_dir=ctx.attempt.run_dir,
                                     log_text=_read(ctx.attempt.run_dir / "train.log"))
 
     def _act(self, ctx: TrialContext, action: triage.Action) -> None:
         """Record what was done and why (ledger event, live view); a stop ends the study."""
-        reason = action.reason
-        if action.kind.startswith("retry") and self.proposer.baseline_failed():
-            reason += "; not run: the baseline failed, so the study ends here"
+        reason = action.reason + self._baseline_note(ctx.proposal, action)
         line = f"{ctx.attempt.name}: {action.kind}: {reason}"
         self.ledger.event(self.study["id"], ctx.attempt.row_id, "crash-action", line)
         self.view.line(line)
         if action.kind == "stop" and self.stop_reason is None:
             self.stop_reason = Stop("crash-stop", f"{ctx.attempt.name}: {action.reason}")
+
+    def _baseline_note(self, p: Proposal, action: triage.Action) -> str:
+        """What a crash of the baseline means for the study: retried first, else the end of it."""
+        if not self._is_baseline(p) or action.kind == "stop":
+            return ""
+        if action.kind.startswith("retry") and self._baseline_retry_queued():
+            return "; the baseline is retried before the study goes on"
+        return "; the baseline failed, so the study ends here"
 
     # ---- judging -------------------------------------------------------------------
     def _judge(self, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:
@@ -376,7 +394,7 @@ class Controller:
             row["verdict"] = "pruned"
             if (outcome.abort or {}).get("rule") == "nonfinite":
                 row.update({**self._diagnose(ctx, outcome, nonfinite or "step"), "reason": outcome.reason})
-        elif row["status"] == "complete" and ctx.proposal.proposer not in ("baseline", "confirm"):
+        elif row["status"] == "complete" and ctx.proposal.proposer != "confirm" and not self._is_baseline(ctx.proposal):
             row.update(self._compare(ctx.proposal, m, recipe, row["objective"]))
         return row
 
@@ -495,7 +513,7 @@ class _WatchState:
         self.ctl.ledger.add_metrics(self.ctx.attempt.row_id, records)
         self._show(metrics)
         rules = self.recipe.abort
-        if rules.enabled and self.ctx.proposal.proposer != "baseline":
+        if rules.enabled and not self.ctl._is_baseline(self.ctx.proposal):
             d = check_abort(metrics.steps, rules, self.recipe.train.get("max_grad_norm"))
             if d is not None:
                 seen = ", ".join(f"{v:.4g}" for v in d.values)
@@ -512,7 +530,7 @@ class _WatchState:
             if not 0 < rec.get("step", 0) < (last or 1e18):
                 continue
             self.ctl.proposer.report(p, rec[key], int(rec["step"]))  # Optuna's NopPruner: for the dashboard only
-            if self.recipe.abort.pruner and p.proposer not in ("baseline", "confirm"):
+            if self.recipe.abort.pruner and p.proposer != "confirm" and not self.ctl._is_baseline(p):
                 d = self._clearly_worse(rec)
                 if d is not None:
                     detail = {"rule": "clearly_worse", **d.model_dump()}

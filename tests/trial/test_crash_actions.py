@@ -82,6 +82,36 @@ def test_user_code_error_in_the_baseline_stops_the_study_with_one_line(ws):
     assert "every trial would fail" in r.stdout.splitlines()[-1]
 
 
+def test_a_transient_baseline_crash_is_retried_once_and_the_study_goes_on(ws):
+    """The baseline's reward server is down on its first run only (ECONNREFUSED, a marker file makes the
+    second run work): triage retries it unchanged, the retry stands in for the baseline, trials follow."""
+    marker = ws / "first-run-done"
+    r = _study(ws, _recipe(ws, "network", 0.5, {"low": 0.1, "high": 0.9}, ["--fail-first", str(marker)]), trials=4)
+    assert r.returncode == 0, r.stderr + r.stdout
+    base, retry, *trials = _rows(ws, "SELECT * FROM autorl_trials ORDER BY number")
+    assert base["proposer"] == "baseline" and base["crash_category"] == "network_unavailable", base
+    assert retry["proposer"] == "retry" and retry["retry_of"] == base["number"] and retry["status"] == "complete"
+    assert json.loads(retry["changed"]) == json.loads(base["changed"])  # the recipe as written, again
+    assert retry["verdict"] is None  # the baseline is the reference, not judged against itself
+    assert len(trials) == 2 and all(t["status"] == "complete" and t["verdict"] for t in trials), trials
+    assert all("no completed baseline" not in (t["reason"] or "") for t in trials)
+    (action,) = _actions(ws)
+    assert ": retry_once: network_unavailable" in action
+    assert action.endswith("the baseline is retried before the study goes on"), action
+
+
+def test_a_baseline_crash_that_stays_after_its_retry_ends_the_study_with_one_line(ws):
+    r = _study(ws, _recipe(ws, "network", 5.0, {"low": 0.1, "high": 0.9}), trials=4)
+    assert r.returncode == 0, r.stderr + r.stdout
+    base, retry = _rows(ws, "SELECT * FROM autorl_trials ORDER BY number")
+    assert (base["crash_category"], retry["crash_category"]) == ("network_unavailable", "network_unavailable")
+    assert retry["retry_of"] == base["number"]
+    first, second = _actions(ws)
+    assert "the baseline is retried" in first
+    assert ": record: network_unavailable again after 1 retry" in second
+    assert second.endswith("the baseline failed, so the study ends here"), second
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare for a private tmpfs")
 def test_disk_full_stops_the_study_naming_the_volume_and_its_free_space(ws):
     """The study runs in a private mount namespace where ws/vol is a 256 KiB tmpfs (never the real disk)."""

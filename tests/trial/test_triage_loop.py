@@ -130,7 +130,8 @@ def test_crash_triage_of_a_trial_and_of_a_log_file(command_ws):
     """`autorl triage NN --json` explains a crashed trial; `triage classify LOG --json` gives six keys."""
     recipe = _command_recipe("fake-oom", "fake_oom.py", "micro_batch", 16, {"low": 8, "high": 16, "int": True})
     _run(command_ws, _write_recipe(command_ws, "oom-baseline", recipe))
-    (row,) = _trials(command_ws)  # the baseline crashed: the study stops there
+    row, retry = _trials(command_ws)  # the baseline crashed, and again at half the micro-batch: the study stops
+    assert retry["retry_of"] == row["number"] and retry["status"] == "crash"
     assert row["status"] == "crash"
     r = run_cli("-C", str(command_ws), "triage", str(row["number"]), "--json")
     assert r.returncode == 0, r.stderr
@@ -143,6 +144,18 @@ def test_crash_triage_of_a_trial_and_of_a_log_file(command_ws):
     d = json.loads(r.stdout)
     assert set(d) == {"category", "root_cause_line", "remedy", "signature", "engine", "confidence"}
     assert d["category"] == "disk_full"
+
+
+def test_a_baseline_oom_is_retried_with_half_the_micro_batch_before_the_study_goes_on(command_ws):
+    """micro_batch 8 'OOMs' above 4: the baseline is retried at 4, which works and stands in for it."""
+    recipe = _command_recipe("fake-oom", "fake_oom.py", "micro_batch", 8, {"low": 1, "high": 4, "int": True})
+    _run(command_ws, _write_recipe(command_ws, "oom-base", recipe), "--max-trials", "3")
+    base, retry, trial = _trials(command_ws)
+    assert base["proposer"] == "baseline" and base["crash_category"] == "cuda_oom"
+    assert retry["retry_of"] == base["number"] and json.loads(retry["changed"]) == {"micro_batch": 4}
+    assert retry["status"] == "complete" and retry["verdict"] is None
+    assert trial["status"] == "complete" and trial["verdict"] in ("improved", "regressed", "flat"), trial
+    assert "no completed baseline" not in trial["reason"]
 
 
 @pytest.mark.parametrize("base_lr, expected_status", [

@@ -4,6 +4,9 @@
 --how disk     writes checkpoints into --ckpt-dir until its volume is full (ENOSPC; point it at a
                small tmpfs only);
 --how user     a bug in the run's own code (IndexError).
+With --fail-first MARKER it fails that way on its first run only, whatever the value: the first run
+creates MARKER, and a run that finds it works (a transient failure, such as a reward server that was
+not up yet).
 Within the limit it logs a few steps and one eval line (with per-item results), like fake_oom.py.
 """
 
@@ -41,10 +44,14 @@ parser.add_argument("--limit", type=float, default=1.0)
 parser.add_argument("--how", choices=["network", "disk", "user"], required=True)
 parser.add_argument("--ckpt-dir", default=".")
 parser.add_argument("--out", required=True)
+parser.add_argument("--fail-first", default=None)
 args = parser.parse_args()
 
 print(f"value={args.value}: starting", flush=True)
-if args.value > args.limit:
+first = args.fail_first is not None and not os.path.exists(args.fail_first)
+if first:
+    open(args.fail_first, "w").close()
+if args.value > args.limit or first:
     {"network": network, "disk": lambda: disk(args.ckpt_dir), "user": user}[args.how]()
 with open(args.out, "w") as fh:
     for step in range(1, 5):
