@@ -206,6 +206,9 @@ class LocalRayHead:
                 time.sleep(0.5)
         tail = (self.temp_dir / "ray-start.log").read_text(errors="replace")[-400:]
         self.stop()
+        if "Cannot include dashboard with missing packages" in tail:
+            raise BackendError("the local Ray head needs Ray's dashboard packages for its Jobs API: "
+                               "pip install 'ray[default]' (or autorl[ray]) and retry")
         raise BackendError(f"local Ray head did not come up within {self.ready_timeout_s:.0f} s: {tail.strip()}")
 
     def stop(self) -> None:
