@@ -101,21 +101,16 @@ class CommandParams(ProbeSettings):
         paths = [t for t in (self.checkpoint, self.checkpoint_base) if t]
         return argv + list(self.env.values()) + [self.metrics] + paths
 
-    def eval_tokens(self) -> int | None:
-        """The evaluator's completion limit: probe_max_new_tokens, else the command's own max_new_tokens key."""
-        own = (self.model_extra or {}).get("max_new_tokens")
-        return self.probe_max_new_tokens or (own if isinstance(own, int) and own > 0 else None)
-
 
 def _check_eval(params: CommandParams) -> None:
-    """Probe sets need a checkpoint to evaluate and a completion limit to evaluate it with."""
+    """Probe sets need a checkpoint to evaluate and their own completion limit (one eval protocol per study)."""
     splits = params.probe_splits()
     if splits and not params.checkpoint:
         raise ValueError(f"probe_{next(iter(splits))} needs checkpoint: name where the script saves its final model "
                          "(the evaluator runs on it)")
-    if splits and params.eval_tokens() is None:
-        raise ValueError("probe sets need probe_max_new_tokens (or a max_new_tokens train key): the completion "
-                         "limit of the evaluation")
+    if splits and params.probe_max_new_tokens is None:
+        raise ValueError("probe sets need probe_max_new_tokens: the evaluation's completion limit, fixed for the "
+                         "study whatever the command's own limit is")
 
 
 def template_fields(params: CommandParams) -> list[str]:
@@ -206,7 +201,7 @@ class CommandBackend(Backend):
         cwd = (Path(spec.worktree) / params.cwd).resolve()
         base = render(params.checkpoint_base, values) if params.checkpoint_base else None
         argv = eval_argv(sys.executable, cwd / render(params.checkpoint, values), run_dir / "eval.jsonl",
-                         _probe(params, Path(spec.worktree)), params.eval_tokens() or 0, base,
+                         _probe(params, Path(spec.worktree)), params.probe_max_new_tokens or 0, base,
                          self.planned_steps(spec.recipe), values["seed"])
         env = {**self.extra_env, "AUTORL_RUN_DIR": str(run_dir),
                **{k: render(v, values) for k, v in params.env.items()}}

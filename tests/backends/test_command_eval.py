@@ -63,12 +63,11 @@ def test_eval_plan_runs_the_shared_evaluator_on_the_checkpoint(tmp_path):
 
 
 def test_a_relative_checkpoint_is_read_from_cwd_and_a_lora_base_is_passed(tmp_path):
-    train = train_block(cwd="sub", checkpoint="out/{attempt}", checkpoint_base="models/base",
-                        max_new_tokens=9, probe_max_new_tokens=None)
+    train = train_block(cwd="sub", checkpoint="out/{attempt}", checkpoint_base="models/base", max_new_tokens=9)
     argv = get_backend("command").eval_plan(make_spec(tmp_path, train)).argv
     assert argv[argv.index("--model") + 1] == str(tmp_path.resolve() / "sub" / "out" / "attempt-01-test")
     assert argv[argv.index("--base") + 1] == "models/base"
-    assert argv[argv.index("--max-new-tokens") + 1] == "9"  # the command's own limit when no probe limit
+    assert argv[argv.index("--max-new-tokens") + 1] == "4"  # the probe's limit, not the command's own
 
 
 @pytest.mark.parametrize("drop", ["checkpoint", "probe_id"])
@@ -162,3 +161,17 @@ def test_a_command_study_is_judged_on_the_evaluators_items(tmp_path):
     assert len(evals[trial["id"]][0]["eval/id/items"]) == len(PROBE)
     assert trial["objective"] == 0.75 and trial["verdict"] == "improved", trial
     assert f"(paired_items, n={len(PROBE)}" in trial["reason"]
+
+
+@pytest.mark.slow
+def test_a_baseline_that_saves_no_checkpoint_ends_the_study_with_the_path_as_root_cause(tmp_path):
+    ws = tmp_path / "ws"
+    assert run_cli("init", str(ws)).returncode == 0
+    r, rows, evals = _study(ws, train_block(flags=["--no-save"]), trials=2)
+    assert r.returncode == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr + r.stdout
+    (base,) = rows
+    assert base["status"] == "crash" and base["crash_category"] == "config_error", base
+    assert base["root_cause"].startswith("error: no checkpoint at ") and base["root_cause"].endswith(
+        "expected a Hugging Face model or LoRA adapter directory")
+    assert "train.checkpoint" in base["remedy"] and evals[base["id"]] == []
+    assert "stop: config_error in the baseline" in r.stdout
