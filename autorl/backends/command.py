@@ -96,7 +96,7 @@ class CommandParams(ProbeSettings):
         return {k: v for k, v in data.items() if v is not None}
 
     def templates(self) -> list[str]:
-        """Every string that is filled in: argv, env values and the metrics path."""
+        """Every string that is filled in: argv, env values, the metrics path and the checkpoint paths."""
         argv = [self.argv] if isinstance(self.argv, str) else list(self.argv)
         paths = [t for t in (self.checkpoint, self.checkpoint_base) if t]
         return argv + list(self.env.values()) + [self.metrics] + paths
