@@ -68,11 +68,13 @@ def ledger_markdown() -> str:
 
 
 def recipe_markdown() -> str:
+    from autorl.backends.command import CommandParams
     from autorl.engine.config import EngineConfig
     from autorl.recipe import AbortRules, Objective, Recipe, SearchParam, VerdictSettings
 
     out = ["# Recipe keys\n", "Generated from the pydantic models by `python -m autorl.docs`.\n"]
     for title, model in (("Recipe (top level)", Recipe), ("train (embedded engine)", EngineConfig),
+                         ("train (command backend; any other key is a placeholder value)", CommandParams),
                          ("search.<key>", SearchParam), ("objective", Objective), ("verdict", VerdictSettings),
                          ("abort", AbortRules)):
         out.append(f"## {title}\n\n| key | default | meaning |\n|---|---|---|")

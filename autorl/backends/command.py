@@ -17,29 +17,39 @@ By default the command runs without a shell: a string template is split
 shell-style first and each value lands in exactly one argument. With
 ``shell: true`` the template is one string given to ``/bin/sh -c`` and every
 value is ``shlex.quote``-d, so a value can never add a command.
+
+With ``checkpoint`` (where the script saves its final Hugging Face model or LoRA adapter) and a probe set
+(``probe_id`` / ``probe_ood``), ``eval_plan`` runs the shared per-item evaluator (``python -m autorl.evaluate``)
+on that checkpoint once the command exits 0, so the verdict has per-item results whatever the script logs.
+A script that exits 0 without saving there ends the trial as a crash whose root cause names the path.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import string
+import sys
 import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
+from autorl import gitops
 from autorl.backends.base import Backend, LaunchPlan, LocalProcess, TrialSpec
 from autorl.backends.readers import make_reader
 from autorl.errors import RecipeError, validation_line
+from autorl.evaluate import ProbeSettings, eval_argv
 
 # Values every template may use besides the train keys; filled in by plan().
 PROVIDED_KEYS = ("run_dir", "seed", "cache_dir", "attempt", "worktree")
 
-_STRUCTURAL = ("argv", "shell", "env", "cwd", "metrics", "metrics_format", "metric_map")
+_STRUCTURAL = ("argv", "shell", "env", "cwd", "metrics", "metrics_format", "metric_map", "checkpoint",
+               "checkpoint_base", *ProbeSettings.model_fields)
 
 
-class CommandParams(BaseModel):
+class CommandParams(ProbeSettings):
     """The ``train`` block of a command recipe. Extra keys are placeholder values."""
 
     model_config = ConfigDict(extra="allow")
@@ -56,6 +66,12 @@ class CommandParams(BaseModel):
     eps_clip: float | None = Field(None, gt=0, description="PPO clip epsilon, available as '{eps_clip}'.")
     kl_coef: float | None = Field(None, ge=0, description="KL coefficient, available as '{kl_coef}'.")
     gens: int | None = Field(None, ge=1, description="Completions per prompt, available as '{gens}'.")
+    checkpoint: str | None = Field(None, description=(
+        "Where the script saves its final Hugging Face model or LoRA adapter, relative to cwd (template; "
+        "'{run_dir}' allowed). With probe_id/probe_ood, autorl evaluates it per item after training."))
+    checkpoint_base: str | None = Field(None, description=(
+        "Base model of a LoRA adapter checkpoint, a path relative to cwd or a hub name (template); default: "
+        "the adapter's own record of it."))
 
     @model_validator(mode="after")
     def _check(self) -> "CommandParams":
@@ -71,6 +87,7 @@ class CommandParams(BaseModel):
         missing = sorted(set(template_fields(self)) - set(self.values()) - set(PROVIDED_KEYS))
         if missing:
             raise ValueError(f"the command uses '{{{missing[0]}}}', which names no train key with a value: add {missing[0]} to train or fix the placeholder")
+        _check_eval(self)
         return self
 
     def values(self) -> dict[str, Any]:
@@ -79,9 +96,21 @@ class CommandParams(BaseModel):
         return {k: v for k, v in data.items() if v is not None}
 
     def templates(self) -> list[str]:
-        """Every string that is filled in: argv, env values and the metrics path."""
+        """Every string that is filled in: argv, env values, the metrics path and the checkpoint paths."""
         argv = [self.argv] if isinstance(self.argv, str) else list(self.argv)
-        return argv + list(self.env.values()) + [self.metrics]
+        paths = [t for t in (self.checkpoint, self.checkpoint_base) if t]
+        return argv + list(self.env.values()) + [self.metrics] + paths
+
+
+def _check_eval(params: CommandParams) -> None:
+    """Probe sets need a checkpoint to evaluate and their own completion limit (one eval protocol per study)."""
+    splits = params.probe_splits()
+    if splits and not params.checkpoint:
+        raise ValueError(f"probe_{next(iter(splits))} needs checkpoint: name where the script saves its final model "
+                         "(the evaluator runs on it)")
+    if splits and params.probe_max_new_tokens is None:
+        raise ValueError("probe sets need probe_max_new_tokens: the evaluation's completion limit, fixed for the "
+                         "study whatever the command's own limit is")
 
 
 def template_fields(params: CommandParams) -> list[str]:
@@ -150,6 +179,51 @@ class CommandBackend(Backend):
     def start(self, plan: LaunchPlan) -> CommandRun:
         reader = make_reader(plan.metrics_format, plan.metrics_path, plan.metric_map)
         return CommandRun(plan, reader)
+
+    def check(self, recipe: Any, root: Path) -> None:
+        """Fail before launch, with one line, when a probe set named by the recipe is not there."""
+        for name, path in _params(recipe.train).probe_splits().items():
+            problem = _probe_problem(Path(root), path)
+            if problem:
+                raise RecipeError(f"train.probe_{name}: {path} {problem}")
+
+    def eval_plan(self, spec: TrialSpec) -> LaunchPlan | None:
+        """``python -m autorl.evaluate`` on ``checkpoint`` after the command exits 0; None without checkpoint
+        or probe sets.
+
+        Its output goes to the end of ``train.log``, so a missing checkpoint is the root cause triage reads.
+        """
+        params = _params(spec.recipe.train)
+        if not (params.checkpoint and params.probe_splits()):
+            return None
+        run_dir = Path(spec.run_dir).resolve()
+        values = {**params.values(), **_provided(spec, params, run_dir)}
+        cwd = (Path(spec.worktree) / params.cwd).resolve()
+        base = render(params.checkpoint_base, values) if params.checkpoint_base else None
+        argv = eval_argv(sys.executable, cwd / render(params.checkpoint, values), run_dir / "eval.jsonl",
+                         _probe(params, Path(spec.worktree)), params.probe_max_new_tokens or 0, base,
+                         self.planned_steps(spec.recipe), values["seed"])
+        env = {**self.extra_env, "AUTORL_RUN_DIR": str(run_dir),
+               **{k: render(v, values) for k, v in params.env.items()}}
+        return LaunchPlan(argv=argv, env=env, cwd=str(cwd), log_path=str(run_dir / "train.log"),
+                          metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)
+
+
+def _probe_problem(root: Path, path: str) -> str:
+    """Why a probe set would be missing from a trial's worktree ('' when it is there)."""
+    if not (root / path).is_file():
+        return "not found (relative to the repository root)"
+    inside = not Path(path).is_absolute()
+    if inside and gitops.show_file(root, "HEAD", os.path.normpath(path)) is None:
+        return "is not committed: trials run in git worktrees of your commits, so commit it first"
+    return ""
+
+
+def _probe(params: CommandParams, worktree: Path) -> ProbeSettings:
+    """The recipe's probe settings, probe set paths made absolute (they are relative to the worktree)."""
+    probe = ProbeSettings(**{k: getattr(params, k) for k in ProbeSettings.model_fields})
+    paths = {f"probe_{n}": str((worktree / p).resolve()) for n, p in probe.probe_splits().items()}
+    return probe.model_copy(update=paths)
 
 
 def _params(train: dict[str, Any]) -> CommandParams:
