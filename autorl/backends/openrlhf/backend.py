@@ -203,7 +203,7 @@ class OpenRLHFBackend(Backend):
         argv = eval_argv(sys.executable, model, run_dir / "eval.jsonl", probe, limit, base, final_step(params),
                          params.seed or 0)
         return LaunchPlan(argv=argv, env={**self.extra_env, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
-                          cwd=str(spec.worktree), log_path=str(run_dir / "eval.log"),
+                          cwd=str(spec.worktree), log_path=str(run_dir / "train.log"),  # appended: triage reads one log
                           metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)
 
     def start(self, plan: LaunchPlan):
