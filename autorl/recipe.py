@@ -200,10 +200,15 @@ def validate_recipe(data: Any, source: str = "recipe") -> Recipe:
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """Read, override (``key=value`` strings) and validate a recipe file."""
-    data = read_recipe_data(path)
+    return recipe_from_text(read_recipe_text(path), path, overrides)
+
+
+def recipe_from_text(text: str, source: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Parse, override and validate a recipe's text, already read from ``source`` (named in errors)."""
+    data = parse_recipe_text(text, source)
     for item in overrides or []:
         apply_override(data, item)
-    return validate_recipe(data, source=str(path))
+    return validate_recipe(data, source=str(source))
 
 
 def check_base(recipe: Recipe, source: str | Path) -> None:
@@ -220,15 +225,29 @@ def check_base(recipe: Recipe, source: str | Path) -> None:
 
 def read_recipe_data(path: str | Path) -> dict:
     """The raw YAML mapping of a recipe file."""
+    return parse_recipe_text(read_recipe_text(path), path)
+
+
+def read_recipe_text(path: str | Path) -> str:
+    """A recipe file's text: the one read of it, from which its model and its committed text both come."""
     p = Path(path)
     if not p.is_file():
         raise RecipeError(f"recipe file {p} not found: pass the path of a .yaml recipe (see recipes/)")
     try:
-        data = yaml.safe_load(p.read_text())
+        return p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecipeError(f"recipe file {p} cannot be read ({exc.__class__.__name__}): check its permissions "
+                          "and that it is UTF-8 text") from None
+
+
+def parse_recipe_text(text: str, source: str | Path) -> dict:
+    """The raw YAML mapping of a recipe's text; ``source`` names it in errors."""
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise RecipeError(f"{p}{yaml_error_text(exc)}") from None
+        raise RecipeError(f"{source}{yaml_error_text(exc)}") from None
     if not isinstance(data, dict):
-        raise RecipeError(f"{p}: a recipe is a YAML mapping of keys to values")
+        raise RecipeError(f"{source}: a recipe is a YAML mapping of keys to values")
     return data
 
 

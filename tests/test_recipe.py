@@ -130,3 +130,29 @@ def test_a_study_base_may_start_outside_a_numeric_search_range():
     from autorl.recipe import check_base
 
     check_base(load_recipe(DEFAULT, ["lr=0.5"]), DEFAULT)  # searching away from the start is allowed
+
+
+def test_recipe_from_text_is_load_recipe_without_the_read():
+    from autorl.recipe import recipe_from_text
+
+    overrides = ["lr=3e-4", "abort.window=4"]
+    assert recipe_from_text(DEFAULT.read_text(), DEFAULT, overrides) == load_recipe(DEFAULT, overrides)
+    with pytest.raises(RecipeError, match=r"^x\.yaml line 3: not valid YAML"):
+        recipe_from_text("name: a\ntrain: [unclosed\n", "x.yaml")
+    with pytest.raises(RecipeError, match=r"^x\.yaml: a recipe is a YAML mapping"):
+        recipe_from_text("- a list\n", "x.yaml")
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "not found"),
+    (b"name: caf\xe9\n", "cannot be read (UnicodeDecodeError)"),
+])
+def test_an_unreadable_recipe_file_is_one_line(tmp_path, content, needle):
+    from autorl.recipe import read_recipe_text
+
+    path = tmp_path / "r.yaml"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(RecipeError) as info:
+        read_recipe_text(path)
+    assert needle in str(info.value) and "\n" not in str(info.value)

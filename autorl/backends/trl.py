@@ -1,10 +1,11 @@
 """The TRL backend: one trial = one ``GRPOTrainer`` run in a child process.
 
-``TRLParams`` is the recipe's ``train`` block, named like the embedded engine's
-(``lr``, ``eps_clip``, ``kl_coef``, ``gens`` ...) so recipes move between the two
-backends. ``grpo_config_kwargs`` maps it onto TRL's ``GRPOConfig`` field names
-(``TRL_FIELDS`` is the table); ``autorl.backends.trl_runner`` builds the model,
-the task and the trainer and writes metrics in autorl's schema.
+``TRLParams`` is the recipe's ``train`` block: it derives from the embedded engine's
+``GRPOParams`` (``lr``, ``eps_clip``, ``kl_coef``, ``gens`` ...), so recipes move between
+the two backends and each shared key is declared once. ``grpo_config_kwargs`` maps it
+onto TRL's ``GRPOConfig`` field names (``TRL_FIELDS`` is the table);
+``autorl.backends.trl_runner`` builds the model, the task and the trainer and writes
+metrics in autorl's schema.
 
 This module does not import trl or torch: recipes validate without them.
 """
@@ -16,9 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from autorl.backends.base import Backend, LaunchPlan, TrialSpec
+from autorl.engine.config import GRPOParams
 
 # TRLParams key -> GRPOConfig field (values copied as they are).
 TRL_FIELDS: dict[str, str] = {
@@ -59,35 +61,19 @@ TRL_FIXED: dict[str, Any] = {
 SCALE_REWARDS = {True: "group", False: "none", "group": "group", "batch": "batch", "none": "none"}
 
 
-class TRLParams(BaseModel):
-    """The ``train`` block of a TRL recipe."""
+class TRLParams(GRPOParams):
+    """The ``train`` block of a TRL recipe: the keys shared with the embedded engine, plus TRL's own."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field("builtin:tiny", description="'builtin:tiny' (a Hugging Face LlamaForCausalLM of the embedded engine's tiny size, warmed up by supervised training and cached) or a local Hugging Face model directory.")
-    task: str = Field("builtin:addition", description="'builtin:addition' or a JSONL file of {\"input\", \"label\"} prompts.")
-    eval_id: str | None = Field(None, description="JSONL file of ID eval prompts (JSONL tasks only).")
-    eval_ood: str | None = Field(None, description="JSONL file of OOD eval prompts (JSONL tasks only).")
-    reward: str = Field("builtin:exact_match", description="'builtin:exact_match', 'module:function' or a .py path, as in the embedded engine.")
-    sft_target: float = Field(0.4, gt=0, lt=1, description="builtin model: the supervised warm-up stops at this greedy ID pass@1.")
-    lr: float = Field(1e-4, ge=0, description="Learning rate (GRPOConfig.learning_rate), constant after warmup.")
-    eps_clip: float = Field(0.2, gt=0, description="Lower ratio clip (GRPOConfig.epsilon).")
-    eps_clip_high: float | None = Field(None, gt=0, description="Upper ratio clip (GRPOConfig.epsilon_high); None = eps_clip.")
-    kl_coef: float = Field(0.0, ge=0, description="KL weight (GRPOConfig.beta); 0 loads no reference model.")
-    gens: int = Field(8, ge=2, description="Completions per prompt (GRPOConfig.num_generations).")
-    batch_prompts: int = Field(32, ge=1, description="Prompts per step; per_device_train_batch_size = batch_prompts * gens.")
     steps: int = Field(50, ge=1, description="Optimizer steps (GRPOConfig.max_steps).")
-    ppo_epochs: int = Field(1, ge=1, description="Optimizer steps per generated batch (GRPOConfig.num_iterations); with 1 clipping is inert.")
-    max_new_tokens: int = Field(5, ge=1, description="Completion length limit (GRPOConfig.max_completion_length).")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
-    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = Field("dapo", description="TRL loss normalisation (GRPOConfig.loss_type).")
-    scale_rewards: bool | Literal["group", "batch", "none"] = Field(True, description="Divide advantages by the group std (true/'group'), the batch std ('batch'), or not (false/'none').")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    warmup_steps: int = Field(0, ge=0, description="Linear LR warmup steps.")
-    seed: int = Field(0, description="Seed (GRPOConfig.seed); a baseline repeat overrides it.")
-    eval_every: int = Field(10, ge=0, description="Greedy evaluation every N steps (and at 0 and the end); 0 = only at 0 and the end.")
-    eval_size: int = Field(500, ge=1, description="Built-in task: items per eval split.")
-    threads: int = Field(2, ge=1, description="torch.set_num_threads for the run.")
+    ppo_epochs: int = Field(1, ge=1, description="Optimizer steps per generated batch (GRPOConfig.num_iterations); "
+                                                 "with 1 clipping is inert.")
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = Field("dapo", description="TRL loss normalisation "
+                                                                                      "(GRPOConfig.loss_type).")
+    scale_rewards: bool | Literal["group", "batch", "none"] = Field(
+        True, description="Divide advantages by the group std (true/'group'), the batch std ('batch'), "
+                          "or not (false/'none').")
 
     @model_validator(mode="after")
     def _check(self) -> "TRLParams":

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from autorl.judge.noise import gain, posterior_s2, t_quantiles
-from autorl.recipe import Objective, VerdictSettings
+from autorl.recipe import AbortRules, Objective, VerdictSettings
 
 FULL_SIGHT_REPEATS = 3  # with fewer parent runs the verdict says what it cannot see
 
@@ -230,17 +230,22 @@ FLAG_LIMITS = {
     "divergence_eval_drops": 2,       # consecutive drops of eval/ood/greedy_pass@1 (seed 004 §12)
     "divergence_metric": "eval/ood/greedy_pass@1",
     "length_collapse_ratio": 0.5,     # last-quarter mean length below this fraction of the first quarter's
-    "truncation_rate": 0.5,           # truncated_rate above this ...
-    "truncation_run": 5,              # ... for this many consecutive steps (or all steps of a shorter run)
+    "truncation_run": 5,              # steps in a row (or all of a shorter run) above abort.truncated_rate
 }
 
 
-def flags(steps: list[dict], evals: list[dict], summary: dict | None, recipe_steps: int) -> list[Flag]:
-    """Health flags for one finished run (each check returns a Flag or None)."""
+def flags(steps: list[dict], evals: list[dict], summary: dict | None, recipe_steps: int,
+          abort: AbortRules | None = None) -> list[Flag]:
+    """Health flags for one finished run (each check returns a Flag or None).
+
+    The truncation threshold is the one early abort uses: ``abort.truncated_rate`` of the
+    recipe's abort block (its default when ``abort`` is None), so it lives in one place.
+    """
+    abort = abort or AbortRules()
     checks = [
         lambda: _divergence(steps, evals),
         lambda: _length_collapse(steps),
-        lambda: _high_truncation(steps),
+        lambda: _high_truncation(steps, abort.truncated_rate),
         lambda: _training_done(steps, summary, recipe_steps),
     ]
     return [f for f in (check() for check in checks) if f is not None]
@@ -283,9 +288,8 @@ def _length_collapse(steps: list[dict]) -> Flag | None:
     return Flag(name="length_collapse", evidence=f"response_length_mean fell from {early:.4g} (first {k} steps) to {late:.4g} (last {k}), {late / early - 1:+.0%}")
 
 
-def _high_truncation(steps: list[dict]) -> Flag | None:
+def _high_truncation(steps: list[dict], limit: float) -> Flag | None:
     rates = _series(steps, "truncated_rate")
-    limit = FLAG_LIMITS["truncation_rate"]
     need = min(FLAG_LIMITS["truncation_run"], len(rates))
     longest = run = 0
     for r in rates:

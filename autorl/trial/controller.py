@@ -34,8 +34,8 @@ from autorl.judge.prune import should_prune
 from autorl.ledger import Ledger, ledger_guard
 from autorl.metrics import RunMetrics
 from autorl.present.live import PlainView
-from autorl.recipe import (Recipe, apply_override, check_base, dump_values, editable_text, load_recipe,
-                           set_train_values, validate_recipe)
+from autorl.recipe import (Recipe, apply_override, check_base, dump_values, editable_text, read_recipe_text,
+                           recipe_from_text, set_train_values, validate_recipe)
 from autorl.search.hypotheses_strategy import library_for
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
@@ -217,10 +217,11 @@ class Controller:
         if self.opts.resume:
             return None, "", ""  # type: ignore[return-value]
         path = self.opts.recipe_path or _workspace_default(self.ws)
-        recipe = load_recipe(path, self.opts.overrides)
+        source = read_recipe_text(path)  # read once: the validated model and the committed text both come from it
+        recipe = recipe_from_text(source, path, self.opts.overrides)
         check_base(recipe, path)
         self._backend(recipe.backend).check(recipe, self.ws.root)
-        text = _apply_text_overrides(editable_text(Path(path).read_text()), self.opts.overrides, path)
+        text = _apply_text_overrides(editable_text(source), self.opts.overrides)
         try:
             rel = self.ws.rel(Path(path))
         except ValueError:
@@ -599,7 +600,7 @@ def _workspace_default(ws: Workspace) -> Path:
     return local if local.is_file() else default_recipe_source()
 
 
-def _apply_text_overrides(text: str, overrides: list[str], path: Path | str) -> str:
+def _apply_text_overrides(text: str, overrides: list[str]) -> str:
     """Bake ``--set`` overrides into the recipe text the study commits.
 
     Train values are edited in place (comments kept); any other key rewrites the

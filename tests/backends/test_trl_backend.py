@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import time
@@ -10,6 +11,7 @@ import pytest
 
 from autorl.backends.base import TrialSpec, get_backend
 from autorl.backends.trl import TRL_FIELDS, TRLParams, grpo_config_kwargs
+from autorl.engine.config import EngineConfig, GRPOParams
 from autorl.backends.trl_runner import make_reward_func, nonfinite_key, step_record
 from autorl.errors import RecipeError
 from autorl.metrics import STEP_KEYS, RunMetrics
@@ -34,6 +36,29 @@ def test_params_map_exactly_onto_a_real_grpo_config(tmp_path):
     assert cfg.use_cpu and not cfg.bf16 and not cfg.fp16 and not cfg.gradient_checkpointing
     assert cfg.lr_scheduler_type == "constant_with_warmup" and cfg.logging_steps == 1
     assert cfg.report_to == [] and cfg.save_strategy == "no" and cfg.adam_beta2 == 0.99
+
+
+@pytest.mark.parametrize("model", [EngineConfig, TRLParams])
+def test_shared_keys_are_declared_once(model):
+    own = set(inspect.get_annotations(model))
+    assert not own & set(GRPOParams.model_fields), "a key of GRPOParams is declared again"
+    assert set(GRPOParams.model_fields) < set(model.model_fields)
+    assert all(model.model_fields[k].description for k in model.model_fields)
+
+
+def test_each_backend_keeps_its_own_defaults_and_bounds():
+    assert (EngineConfig().ppo_epochs, TRLParams().ppo_epochs) == (2, 1)
+    assert (EngineConfig().loss_type, TRLParams().loss_type) == ("grpo", "dapo")
+    assert EngineConfig(steps=0).steps == 0
+    with pytest.raises(ValueError, match="steps"):
+        TRLParams(steps=0)
+    with pytest.raises(ValueError, match="kl_estimator"):
+        TRLParams(kl_estimator="k1")  # an engine-only key stays unknown to TRL (extra="forbid")
+
+
+def test_shared_keys_of_an_engine_block_validate_for_trl():
+    block = {k: v for k, v in EngineConfig(lr=3e-5, gens=4, seed=7).model_dump().items() if k in GRPOParams.model_fields}
+    assert TRLParams.model_validate(block).model_dump(include=set(block)) == block
 
 
 @pytest.mark.parametrize("value, expected", [(True, "group"), (False, "none"), ("batch", "batch"), ("group", "group")])

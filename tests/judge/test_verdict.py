@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from autorl.judge.verdict import Runs, confirm, credit, flags, judge, objective_items
-from autorl.recipe import Objective, VerdictSettings
+from autorl.judge.abort import WINDOW_RULES
+from autorl.judge.verdict import FLAG_LIMITS, Runs, confirm, credit, flags, judge, objective_items
+from autorl.recipe import AbortRules, Objective, VerdictSettings
 
 N_ITEMS = 200
 S = VerdictSettings()
@@ -242,6 +243,17 @@ def test_high_truncation_must_be_sustained():
     assert names(flags(sustained, [], None, 12)) == {"high_truncation"}
     blips = steps_of(12, truncated_rate=lambda i: 0.9 if i % 3 == 0 else 0.1)
     assert flags(blips, [], None, 12) == []
+
+
+def test_truncation_flag_reads_the_abort_threshold():
+    at_07 = steps_of(12, truncated_rate=0.7)
+    assert "truncation_rate" not in FLAG_LIMITS  # the rate lives in the recipe's abort block only
+    assert names(flags(at_07, [], None, 12)) == {"high_truncation"}  # default abort.truncated_rate 0.5
+    assert flags(at_07, [], None, 12, abort=AbortRules(truncated_rate=0.75)) == []
+    found = flags(at_07, [], None, 12, abort=AbortRules(truncated_rate=0.6))
+    assert names(found) == {"high_truncation"} and "> 0.6 " in found[0].evidence
+    rule = next(r for r in WINDOW_RULES if r.metric == "truncated_rate")
+    assert rule.limit == "truncated_rate"  # early abort names the same threshold
 
 
 def test_exit_zero_with_no_training_steps():
