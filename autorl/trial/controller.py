@@ -384,7 +384,8 @@ class Controller:
             row["objective"] = lifecycle.objective_value(m, recipe)
             if row["objective"] is None:
                 row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
-        row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe))]
+        row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe),
+                                                                  abort=recipe.abort)]
         if row["status"] == "config-error":
             row.update(verdict="crash", crash_category="config_error", root_cause=outcome.reason,
                        crash_signature=triage.signature("config_error", outcome.reason),

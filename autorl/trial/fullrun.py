@@ -65,7 +65,8 @@ def _record(ws, ledger, a: Attempt, recipe, out) -> dict[str, Any]:
     m = out.metrics
     step, value = best_eval(m.evals, recipe.objective.metric, recipe.objective.direction == "maximize")
     ok = out.status in ("complete", "early-stopped")
-    flags = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe))]
+    flags = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe),
+                                                  abort=recipe.abort)]
     result = {"status": out.status if ok else "crash", "reason": out.reason, "objective": value, "exit_code": out.exit_code,
               "finished": time.time(), "duration_s": out.wall_s, "flags": flags,
               "best_checkpoint": _checkpoint(m, step, value, recipe.objective.metric)}
