@@ -162,12 +162,19 @@ def main() -> None:
     parser.add_argument("--recipes", nargs="*", default=None, help="Recipe names in benchmarks/recipes (default: all).")
     parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES), choices=STRATEGIES)
     parser.add_argument("--seeds", type=int, default=5, help="Search seeds 0..N-1 per recipe x strategy.")
+    parser.add_argument("--seed-start", type=int, default=0, help="First search seed (runs seeds START..N-1).")
+    parser.add_argument("--from-json", nargs="*", default=None,
+                        help="Build the table from these per-study JSON files instead of running studies.")
     parser.add_argument("--max-trials", type=int, default=12, help="Trials after the baselines (confirmation runs included).")
     parser.add_argument("--parallel", type=int, default=2, help="Studies at once (each trial uses 1 thread).")
     parser.add_argument("--work", default=None, help="Folder for the workspaces (default: a temp dir, removed).")
     args = parser.parse_args()
+    if args.from_json is not None:
+        report([json.loads(Path(f).read_text()) for f in args.from_json], args)
+        return
     recipes = sorted(RECIPES.glob("*.yaml")) if not args.recipes else [RECIPES / f"{n}.yaml" for n in args.recipes]
-    jobs = [(r, s, k) for k in range(args.seeds) for r in recipes for s in args.strategies]  # seed-major: any prefix is balanced
+    # seed-major: any prefix of the jobs is balanced across recipes and strategies
+    jobs = [(r, s, k) for k in range(args.seed_start, args.seeds) for r in recipes for s in args.strategies]
     OUT.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="autorl-strategies-"))
@@ -189,10 +196,17 @@ def main() -> None:
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
+    report(results, args, stamp)
+
+
+def report(results: list[dict], args, stamp: str | None = None) -> None:
+    """Print the table and the target checks; write the summary JSON."""
     rows = table(results, args.max_trials)
     checks = verdicts(rows)
-    (OUT / f"strategies-{stamp}.json").write_text(json.dumps({"max_trials": args.max_trials, "seeds": args.seeds,
-                                                              "rows": rows, "checks": checks}, indent=1))
+    stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"strategies-{stamp}.json").write_text(json.dumps({"max_trials": args.max_trials, "rows": rows,
+                                                              "checks": checks}, indent=1))
     print_table(rows, checks)
 
 
