@@ -228,6 +228,16 @@ class Ledger:
              "AND status = 'complete' AND finished IS NOT NULL ORDER BY number")
         return [r[0] for r in self.db.execute(q, [study_id]).fetchall()]
 
+    def hypothesis_counts(self) -> dict[str, dict[str, int]]:
+        """Per hypothesis id: finished trials that tested it (confirmation runs apart), how many of them a move
+        rule proposed, and their candidates, confirmed and rejected improvements."""
+        q = ("SELECT hypothesis, count(*), sum(proposer = 'move'), sum(verdict = 'improved'), "
+             "sum(confirmation = 'confirmed'), sum(confirmation = 'rejected') FROM autorl_trials "
+             "WHERE hypothesis IS NOT NULL AND confirms IS NULL AND kind = 'trial' AND status != 'running' "
+             "GROUP BY hypothesis")
+        keys = ("tried", "moves", "candidates", "confirmed", "rejected")
+        return {r[0]: dict(zip(keys, (int(v or 0) for v in r[1:]))) for r in self.db.execute(q).fetchall()}
+
     def unfinished(self) -> list[dict]:
         """Trials still marked running, and full runs that have not been closed."""
         return self._trials("status = 'running' OR (kind = 'full' AND end_tag IS NULL)", [], None)
