@@ -74,8 +74,8 @@ class HypothesisStrategy:
                   if r.hypothesis.id not in inert]
         if not ranked:
             return None
-        h, inc, reason = ranked[0].hypothesis, self.incumbent(trials), ranked[0].why
-        if ranked[0].status.exploit:
+        h, inc, reason = ranked[0].hypothesis, self.working_point(trials), ranked[0].why
+        if ranked[0].status.status == "validated":  # never its one-sided first ranges again: both sides of the value
             return self._exploited(h, inc), inc, reason + "; TPE around the incumbent", True
         return h, inc, reason, False
 
@@ -130,6 +130,15 @@ class HypothesisStrategy:
 
     def _tried(self, params: dict[str, Any]) -> bool:
         return self.p.tried(Proposal(moves.PROPOSER, changed(self.p.base.train, params), "", "")) is not None
+
+    def working_point(self, trials: list[dict]) -> dict[str, Any]:
+        """Where a ranked hypothesis starts: the move chain's last good trial when it gained over its parent (a
+        group size that ended the zero-std groups is kept while lr is tried next), else the incumbent."""
+        inc = incumbent_row(trials, self.p.base.objective.direction)
+        last = moves.chain_start(moves.chain(trials, since=inc["number"] if inc else None))
+        if last is not None and (last.get("delta") or 0) > 0:
+            return {**self.p.base.train, **(last.get("params") or {})}
+        return self.incumbent(trials)
 
     def incumbent(self, trials: list[dict]) -> dict[str, Any]:
         """Train values of the best confirmed improvement (by objective), else the baseline's."""
