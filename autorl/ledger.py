@@ -31,7 +31,8 @@ TRIAL_COLUMNS: dict[str, str] = {
     "end_tag": "Tag on the commit with its results (attempt-NN-end).",
     "start_sha": "Commit SHA the trial ran.",
     "end_sha": "Commit SHA with the results file and research-log entry.",
-    "proposer": "Who proposed it: baseline, optuna, random, hypothesis (ranked), move (a direction-aware move rule, autorl/data/rules/moves.yaml), confirm, retry, promote.",
+    "proposer": "Who proposed it: baseline, optuna, random, hypothesis (ranked), move (a direction-aware move "
+                "rule, autorl/data/rules/moves.yaml), confirm, retry, promote.",
     "hypothesis": "Hypothesis id tested (NULL for plain search).",
     "why": "Why it was chosen (the diagnosis that led there).",
     "params": "JSON of the full train block run.",

@@ -179,7 +179,8 @@ def main() -> None:
     parser.add_argument("--seed-start", type=int, default=0, help="First search seed (runs seeds START..N-1).")
     parser.add_argument("--from-json", nargs="*", default=None,
                         help="Build the table from these per-study JSON files instead of running studies.")
-    parser.add_argument("--max-trials", type=int, default=12, help="Trials after the baselines (confirmation runs included).")
+    parser.add_argument("--max-trials", type=int, default=12,
+                        help="Trials after the baselines (confirmation runs included).")
     parser.add_argument("--parallel", type=int, default=2, help="Studies at once (each trial uses 1 thread).")
     parser.add_argument("--work", default=None, help="Folder for the workspaces (default: a temp dir, removed).")
     args = parser.parse_args()

@@ -18,7 +18,7 @@ ROWS = [
     (1, "baseline", None, None, None, None, None, 0.40, "baseline: the recipe as written"),
     (2, "baseline", None, None, None, None, None, 0.42, "baseline repeat 2"),
     (3, "move", "h13-flat-learning", "flat", None, None, None, 0.43, "move flat_learning: lr 1e-07 -> 1e-06"),
-    (4, "move", "h13-flat-learning", "improved", "confirmed", None, None, 0.55, "move flat_learning: lr 1e-06 -> 1e-05"),
+    (4, "move", "h13-flat-learning", "improved", "confirmed", None, None, 0.55, "move flat_learning: lr 1e-06 -> 1e-5"),
     (5, "confirm", "h13-flat-learning", None, None, 4, None, 0.50, "confirmation 1/2 of candidate 04"),
     (6, "confirm", "h13-flat-learning", None, None, 4, None, 0.52, "confirmation 2/2 of candidate 04"),
     (7, "hypothesis", "h05-reward-signal", "improved", "rejected", None, 4, 0.60, "tests h05-reward-signal"),
