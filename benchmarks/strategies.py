@@ -171,6 +171,26 @@ def print_table(rows: list[dict], checks: dict[str, dict]) -> None:
     print(f"best >= optuna on {wins} of {len(checks)} recipes, 3-run mean on {runs} (target: 5 of 6)")
 
 
+def markdown(rows: list[dict], checks: dict[str, dict]) -> str:
+    """The table as Markdown, one line per recipe: each strategy's median first (per seed), best, 3-run mean."""
+    out = ["| recipe | baseline | " + " | ".join(f"{s}: first (per seed) / best / 3-run / time" for s in STRATEGIES)
+           + " | targets: first ≤ ½ random (random > 2); ≤ TPE; best ≥ TPE |", "|---" * (len(STRATEGIES) + 3) + "|"]
+    for recipe in sorted({r["recipe"] for r in rows}):
+        by = {r["strategy"]: r for r in rows if r["recipe"] == recipe}
+        cells = [_cell(by[s]) if s in by else "-" for s in STRATEGIES]
+        c = checks.get(recipe, {})
+        marks = "; ".join("met" if c.get(k) else "not met" for k in
+                          ("half_of_random", "no_worse_than_optuna", "best_at_least_optuna")) if c else "-"
+        out.append(f"| {recipe} | {next(iter(by.values()))['baseline']:.3f} | " + " | ".join(cells) + f" | {marks} |")
+    return "\n".join(out)
+
+
+def _cell(r: dict) -> str:
+    seeds = " ".join(str(x) for x in r["per_seed"])
+    return (f"**{r['median_first']}** ({seeds}) / {r['best_median']:.3f} / {r['runs_median']:.3f} / "
+            f"{r['trial_time_s'] / 60:.0f} min")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", nargs="*", default=None, help="Recipe names in benchmarks/recipes (default: all).")
@@ -224,6 +244,7 @@ def report(results: list[dict], args, stamp: str | None = None) -> None:
     (OUT / f"strategies-{stamp}.json").write_text(json.dumps({"max_trials": args.max_trials, "rows": rows,
                                                               "checks": checks}, indent=1))
     print_table(rows, checks)
+    print(markdown(rows, checks))
 
 
 if __name__ == "__main__":
