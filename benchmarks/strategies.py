@@ -131,7 +131,7 @@ def _row(recipe: str, strategy: str, mine: list[dict], max_trials: int) -> dict:
     med = statistics.median(ranked)
     best = [r["best_confirmed"] for r in mine if r["best_confirmed"] is not None]
     runs = [r["best_confirmed_runs"] for r in mine if r.get("best_confirmed_runs") is not None]
-    return {"recipe": recipe, "strategy": strategy, "median_first": med if med <= max_trials else "never",
+    return {"recipe": recipe, "strategy": strategy, "median_first": f"{med:g}" if med <= max_trials else "never",
             "median_rank": med, "per_seed": ["never" if f is None else f for f in firsts],
             "best_median": statistics.median(best) if best else None, "best_max": max(best) if best else None,
             "runs_median": statistics.median(runs) if runs else None,
