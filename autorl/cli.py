@@ -262,7 +262,7 @@ def status(c: _Ctx, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def hypotheses_cmd(c: _Ctx, as_json: bool) -> None:
-    """The hypothesis library with status and confidence from the trials' verdicts."""
+    """The hypothesis library: status and confidence, trials tried, confirmed improvements, gain over the parent."""
     from autorl.present import review
 
     ws = c.workspace()

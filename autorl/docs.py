@@ -14,14 +14,17 @@ import click
 ROOT = Path(__file__).resolve().parent.parent
 JSON_SHAPES = {
     "ledger": "list of trial objects with keys " + ", ".join("`%s`" % k for k in (
-        "number", "attempt", "proposer", "hypothesis", "changed", "status", "verdict", "objective", "delta",
-        "ci_low", "ci_high", "method", "n_items", "gap_to_best", "duration_s", "crash_category", "reason")),
+        "number", "attempt", "proposer", "hypothesis", "why", "changed", "status", "verdict", "confirmation",
+        "objective", "delta", "ci_low", "ci_high", "method", "n_items", "parent", "gain_vs_baseline", "gap_to_best",
+        "confirms", "duration_s", "crash_category", "reason")),
     "show": "object: `trial` (every ledger column, see ledger.md), `diff_vs_baseline`, `baseline_tag`, `steps`, "
             "`curve` (reward_mean, kl, grad_norm, clip_ratio lists), `evals` (eval lines without items), `log_tail`",
     "triage": "list of crash groups: `signature`, `category`, `count`, `root_cause_line`, `remedy`, `attempts`, `actions`",
     "triage NN": "object: `attempt`, `status`, `category`, `root_cause_line`, `remedy`, `signature`, `excerpt`",
     "triage classify": "object with exactly `category`, `root_cause_line`, `remedy`, `signature`",
-    "hypotheses": "list: `id`, `title`, `priority`, `status`, `confidence`, `counts`, `demoted`, `symptoms`, `backends`, `source`",
+    "hypotheses": "list: `id`, `title`, `priority`, `status`, `confidence`, `counts`, `demoted`, `trials` (`tried`, "
+                  "`moves`, `candidates`, `confirmed`, `rejected`), `confirmed_gain` (best confirmed gain over the "
+                  "parent: fresh-seed runs' mean minus the parent's), `symptoms`, `backends`, `source`",
     "diagnose": "object: `attempt`, `bottleneck`, `areas`, `symptoms` (each with its evidence), `steps`",
     "status": "object: `studies`, `running` (attempt, kind, status, pid, step, last_eval, alive), `full_runs`",
     "promote": "object: `attempt`, `number`, `promoted_from`, `monitor_pid`, `revalidation` (verdict object), `forced`",

@@ -31,7 +31,8 @@ TRIAL_COLUMNS: dict[str, str] = {
     "end_tag": "Tag on the commit with its results (attempt-NN-end).",
     "start_sha": "Commit SHA the trial ran.",
     "end_sha": "Commit SHA with the results file and research-log entry.",
-    "proposer": "Who proposed it: baseline, optuna, random, hypothesis, retry, promote.",
+    "proposer": "Who proposed it: baseline, optuna, random, hypothesis (ranked), move (a direction-aware move "
+                "rule, autorl/data/rules/moves.yaml), confirm, retry, promote.",
     "hypothesis": "Hypothesis id tested (NULL for plain search).",
     "why": "Why it was chosen (the diagnosis that led there).",
     "params": "JSON of the full train block run.",
@@ -231,6 +232,16 @@ class Ledger:
         q = ("SELECT finished - started FROM autorl_trials WHERE study_id = ? AND kind = 'trial' "
              "AND status = 'complete' AND finished IS NOT NULL ORDER BY number")
         return [r[0] for r in self.db.execute(q, [study_id]).fetchall()]
+
+    def hypothesis_counts(self) -> dict[str, dict[str, int]]:
+        """Per hypothesis id: finished trials that tested it (confirmation runs apart), how many of them a move
+        rule proposed, and their candidates, confirmed and rejected improvements."""
+        q = ("SELECT hypothesis, count(*), sum(proposer = 'move'), sum(verdict = 'improved'), "
+             "sum(confirmation = 'confirmed'), sum(confirmation = 'rejected') FROM autorl_trials "
+             "WHERE hypothesis IS NOT NULL AND confirms IS NULL AND kind = 'trial' AND status != 'running' "
+             "GROUP BY hypothesis")
+        keys = ("tried", "moves", "candidates", "confirmed", "rejected")
+        return {r[0]: dict(zip(keys, (int(v or 0) for v in r[1:]))) for r in self.db.execute(q).fetchall()}
 
     def unfinished(self) -> list[dict]:
         """Trials still marked running, and full runs that have not been closed."""

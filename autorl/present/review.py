@@ -14,7 +14,7 @@ from autorl import gitops
 from autorl.budget import format_duration
 from autorl.recipe import dump_values
 
-LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "changed", "status", "verdict", "confirmation",
+LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "why", "changed", "status", "verdict", "confirmation",
                  "objective", "delta", "ci_low", "ci_high", "method", "n_items", "parent", "gain_vs_baseline",
                  "gap_to_best", "confirms", "duration_s", "crash_category", "reason"]
 
@@ -226,18 +226,46 @@ def format_trial_triage(d: dict) -> str:
 
 
 def hypothesis_rows(ws, ledger) -> list[dict]:
-    """Seed 002's status table: id, title, priority, status, confidence, counts."""
+    """Seed 002's status table: id, title, priority, status, confidence, counts, and what the trials found:
+    trials tried (by a move rule or a ranked proposal), candidates, confirmed, and the confirmed gain over the
+    parent (the best, as the mean of the fresh-seed runs minus the parent's mean)."""
     from autorl.search import hypotheses
 
     dirs = [hypotheses.SHIPPED_DIR] + [d for d in [ws.root / "hypotheses"] if d.is_dir()]
     trials = ledger.trials() if ledger else []
+    found = ledger.hypothesis_counts() if ledger else {}
     rows = []
     for h in hypotheses.load_library(dirs):
         st = hypotheses.status(h, trials)
+        gains = [confirmed_gain(t, trials) for t in trials if t.get("hypothesis") == h.id
+                 and t.get("confirmation") == "confirmed"]
+        gains = [g for g in gains if g is not None]
         rows.append({"id": h.id, "title": h.title, "priority": h.priority, "status": st.status,
                      "confidence": st.confidence, "counts": st.counts, "demoted": st.demoted,
+                     "trials": found.get(h.id, dict.fromkeys(("tried", "moves", "candidates", "confirmed",
+                                                              "rejected"), 0)),
+                     "confirmed_gain": max(gains) if gains else None,
                      "symptoms": h.symptoms, "backends": h.backends, "source": h.source})
     return rows
+
+
+def confirmed_gain(candidate: dict, trials: list[dict]) -> float | None:
+    """The mean objective of a candidate's fresh-seed confirmation runs minus its parent's mean (the parent's
+    own run and its confirmation runs; the study's baseline runs when the parent is the baseline)."""
+    fresh = _objectives(t for t in trials if t.get("confirms") == candidate["number"])
+    parent = candidate.get("parent")
+    if parent is None:
+        base = _objectives(t for t in trials if t.get("proposer") == "baseline"
+                           and t.get("study_id") == candidate.get("study_id"))
+    else:
+        base = _objectives(t for t in trials if t["number"] == parent or t.get("confirms") == parent)
+    if not fresh or not base:
+        return None
+    return sum(fresh) / len(fresh) - sum(base) / len(base)
+
+
+def _objectives(rows) -> list[float]:
+    return [t["objective"] for t in rows if t.get("status") == "complete" and t.get("objective") is not None]
 
 
 def print_hypotheses(rows: list[dict]) -> None:
@@ -248,20 +276,28 @@ def print_hypotheses(rows: list[dict]) -> None:
         return _print_records(c, "hypotheses", [_hypothesis_record(r) for r in rows])
     table = Table(title="hypotheses")
     table.add_column("id", no_wrap=True)
-    for col in ("priority", "status", "confidence", "tried", "improved", "title"):
+    for col in ("priority", "status", "confidence", "tried", "confirmed", "gain", "title"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        c_ = r["counts"]
+        n = r["trials"]
         table.add_row(r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
-                      str(c_.get("tried", 0)), str(c_.get("improved", 0)), r["title"])
+                      _tried_cell(n), f"{n['confirmed']}/{n['candidates']}", _gain(r), r["title"])
     c.print(table)
 
 
+def _tried_cell(n: dict) -> str:
+    return str(n["tried"]) + (f" ({n['moves']} moves)" if n["moves"] else "")
+
+
+def _gain(r: dict) -> str:
+    return "-" if r["confirmed_gain"] is None else f"{r['confirmed_gain']:+.4f}"
+
+
 def _hypothesis_record(r: dict) -> tuple[str, str]:
-    n = r["counts"]
+    n = r["trials"]
     status = r["status"] + (" (demoted)" if r["demoted"] else "")
-    head = (f"{r['id']}  {r['priority']}  {status}  confidence {r['confidence']}  "
-            f"tried {n.get('tried', 0)}, improved {n.get('improved', 0)}")
+    head = (f"{r['id']}  {r['priority']}  {status}  confidence {r['confidence']}  tried {_tried_cell(n)}, "
+            f"confirmed {n['confirmed']} of {n['candidates']} candidates, gain over parent {_gain(r)}")
     return head, r["title"]
 
 

@@ -342,11 +342,20 @@ def _clip(key: str, space: SearchParam, limit: SearchParam | None) -> SearchPara
         kept = [c for c in space.choices if limit.choices is None or c in limit.choices]
         return space.model_copy(update={"choices": kept or space.choices})
     if limit.low is None:
-        return space
+        return _within_choices(space, limit.choices) if limit.choices else space
     low, high = max(space.low, limit.low), min(space.high, limit.high)
     if low > high:
         low = high = limit.high if space.low > limit.high else limit.low
     return space.model_copy(update={"low": low, "high": high})
+
+
+def _within_choices(space: SearchParam, choices: list) -> SearchParam:
+    """A numeric range under a recipe that searches the key as choices: the choices inside the range (the
+    nearest one when none is), so a relative range never leaves the user's list (gens x 4 past the largest)."""
+    inside = [c for c in choices if space.low <= c <= space.high]
+    if not inside:
+        inside = [min(choices, key=lambda c: min(abs(c - space.low), abs(c - space.high)))]
+    return SearchParam(choices=inside)
 
 
 def fixed_values(h: Hypothesis, incumbent: dict) -> dict[str, Any]:

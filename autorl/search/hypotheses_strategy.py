@@ -18,7 +18,7 @@ from typing import Any
 from autorl.judge import diagnose
 from autorl.metrics import RunMetrics
 from autorl.recipe import dump_values
-from autorl.search import hypotheses
+from autorl.search import hypotheses, moves
 from autorl.search.proposal import Proposal, changed
 from autorl.search.strategies import OptunaStrategy
 
@@ -38,25 +38,24 @@ class HypothesisStrategy:
         self._noted: set[tuple[str, int]] = set()
         self.last_diagnosis: diagnose.Diagnosis | None = None
         self.fallback = OptunaStrategy(proposer)
+        self.table = moves.load_table()
 
     def propose(self) -> Proposal:
         trials = self.p.ledger.trials(self.p.study["id"])
+        move = self._move(trials)
+        if move is not None:
+            return move
         diag = self._diagnosis(trials)
-        inert = self.inert(trials)
-        follow = continuation(trials, self.library, inert)
-        if follow is not None:
-            h, inc, reason = follow[0], {**self.p.base.train, **follow[1]}, follow[2]
-        else:
-            ranked = [r for r in hypotheses.rank(self.library, diag, trials, self.p.base.backend)
-                      if r.hypothesis.id not in inert]
-            if not ranked:
-                return self.fallback.propose()
-            h, inc, reason = ranked[0].hypothesis, self.incumbent(trials), ranked[0].why
+        picked = self._pick(trials, diag)
+        if picked is None:
+            return self.fallback.propose()
+        h, inc, reason, exploit = picked
         space = hypotheses.resolve_search(h, inc, self.p.base.search)
         fixed = hypotheses.fixed_values(h, inc)
-        search = self.p.search(hypotheses.study_name(h, inc, prefix=self.p.study["optuna_study"]))
-        first = not search.study.get_trials(deepcopy=False)
-        number, params = self.p.ask(search, space, fixed=hypotheses.probe_params(h, space, inc) if first and space else None)
+        prefix = self.p.study["optuna_study"] + ("/exploit" if exploit else "")
+        search = self.p.search(hypotheses.study_name(h, inc, prefix=prefix))
+        probe = not exploit and space and not search.study.get_trials(deepcopy=False)
+        number, params = self.p.ask(search, space, fixed=hypotheses.probe_params(h, space, inc) if probe else None)
         values = changed(self.p.base.train, {**fixed, **params})
         delta = changed(inc, {**fixed, **params})
         why = f"tests {h.id} ({h.title}); {reason}; diagnosis: {diag.summary() if diag else 'none yet'}"
@@ -64,6 +63,82 @@ class HypothesisStrategy:
         return Proposal("hypothesis", values, why, f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
                         hypothesis=h.id, optuna_study=search.name, optuna_number=number, patch=_patch_path(h),
                         parent=parent["number"] if parent else None)
+
+    def _pick(self, trials: list[dict], diag) -> tuple[Any, dict[str, Any], str, bool] | None:
+        """(hypothesis, values its ranges resolve against, why, exploit?) for the next trial, or None."""
+        inert = self.inert(trials)
+        follow = continuation(trials, self.library, inert)
+        if follow is not None:
+            return follow[0], {**self.p.base.train, **follow[1]}, follow[2], False
+        ranked = [r for r in hypotheses.rank(self.library, diag, trials, self.p.base.backend)
+                  if r.hypothesis.id not in inert]
+        if not ranked:
+            return None
+        h, inc, reason = ranked[0].hypothesis, self.working_point(trials), ranked[0].why
+        if ranked[0].status.status == "validated":  # never its one-sided first ranges again: both sides of the value
+            return self._exploited(h, inc), inc, reason + "; TPE around the incumbent", True
+        return h, inc, reason, False
+
+    def _exploited(self, h, inc: dict[str, Any]):
+        """``h`` with its relative ranges re-centred on the incumbent (moves.yaml's exploit ratio)."""
+        return h.model_copy(update={"search": moves.recentre(h.search, inc, self.table.exploit.ratio)})
+
+    # ---- direction-aware moves (autorl/data/rules/moves.yaml) ----------------------------------------
+    def _move(self, trials: list[dict]) -> Proposal | None:
+        """Step the knobs the diagnosis points at (or keep the last helpful step's direction), from the chain's
+        last good trial, else from the incumbent."""
+        inc = incumbent_row(trials, self.p.base.objective.direction)
+        links = moves.chain(trials, since=inc["number"] if inc else None)
+        start = moves.chain_start(links) or inc or next((t for t in trials if t.get("proposer") == "baseline"
+                                                         and t.get("status") == "complete"), None)
+        if start is None:
+            return None
+        point = {**self.p.base.train, **(start.get("params") or {})}
+        diag = self._diagnose_row(start, point)
+        if diag is None:
+            return None
+        rows = self._move_rows(links, diag)
+        found = moves.next_move(rows, point, self.p.base.search, self._tried)
+        if found is None:
+            return None
+        values, applied = found
+        why = (f"move {moves.describe(applied, point, values)}, from {start['attempt']} "
+               f"(diagnosis: {diag.summary()})")
+        slug = "move-" + dump_values({m.key: values[m.key] for m in applied})
+        return Proposal(moves.PROPOSER, changed(self.p.base.train, {**point, **values}), why, slug,
+                        hypothesis=applied[0].hypothesis, parent=inc["number"] if inc else None)
+
+    def _move_rows(self, links: list[dict], diag: diagnose.Diagnosis) -> list[moves.Move]:
+        """The rows the diagnosis fires, else the last helpful step's rows (momentum)."""
+        ids = {h.id for h in self.library}
+        origin = self._params_of(links[0].get("parent")) if links else {}
+        taken = moves.steps_taken(links, origin) if links else {}
+        rows = moves.applicable(self.table, diag.names(), diagnose.bottleneck_symptoms(diag.bottleneck), ids, taken)
+        return rows or moves.momentum(self.table, links, origin, ids, taken)
+
+    def _diagnose_row(self, row: dict, params: dict[str, Any]) -> diagnose.Diagnosis | None:
+        m = RunMetrics(self.p.ledger.metrics(row["id"]))
+        if not m.steps:
+            return None
+        self.last_diagnosis = diagnose.diagnose(m.steps, m.evals, params)
+        return self.last_diagnosis
+
+    def _params_of(self, number: int | None) -> dict[str, Any]:
+        """Train values of trial ``number`` (the base recipe's for None)."""
+        row = self.p.ledger.trial(number) if number is not None else {}
+        return {**self.p.base.train, **(row.get("params") or {})}
+
+    def _tried(self, params: dict[str, Any]) -> bool:
+        return self.p.tried(Proposal(moves.PROPOSER, changed(self.p.base.train, params), "", "")) is not None
+
+    def working_point(self, trials: list[dict]) -> dict[str, Any]:
+        """Where a ranked hypothesis starts: the move chain's last good trial when it gained over its parent (a
+        group size that ended the zero-std groups is kept while lr is tried next), else the incumbent."""
+        inc = incumbent_row(trials, self.p.base.objective.direction)
+        last = moves.chain_start(moves.chain(trials, since=inc["number"] if inc else None))
+        if last is not None and (last.get("delta") or 0) > 0:
+            return {**self.p.base.train, **(last.get("params") or {})}
+        return self.incumbent(trials)
 
     def incumbent(self, trials: list[dict]) -> dict[str, Any]:
         """Train values of the best confirmed improvement (by objective), else the baseline's."""

@@ -10,6 +10,9 @@ Status = Literal["complete", "crash", "pruned", "budget-cut", "interrupted", "co
 VerdictName = Literal["improved", "regressed", "flat", "crash", "pruned"]
 
 
+OPENED_COLUMNS = ("parent", "confirms")  # set on the row when the attempt opens
+
+
 class TrialResult(BaseModel):
     """A finished trial. Field meanings are the ledger's columns of the same names (docs/ledger.md)."""
 
@@ -40,8 +43,13 @@ class TrialResult(BaseModel):
     confirms: int | None = None
 
     def ledger_values(self) -> dict[str, Any]:
-        """The columns this result sets on its ledger row."""
-        return self.model_dump(exclude={"number"})
+        """The columns this result sets on its ledger row.
+
+        ``parent`` and ``confirms`` are written when the attempt opens; a result that leaves them unset must not
+        blank them (that lost every confirmation run's link to its candidate, so nothing was ever confirmed).
+        """
+        keep = {k for k in OPENED_COLUMNS if getattr(self, k) is None}
+        return self.model_dump(exclude={"number"} | keep)
 
     def headline(self) -> str:
         """'improved (objective 0.6100, delta +0.0400)': the verdict (or status) and the numbers."""

@@ -16,7 +16,7 @@ from autorl.judge.diagnose import (
 from autorl.metrics import STEP_KEYS
 
 N = 40
-TRAIN = {"max_grad_norm": 1.0}
+TRAIN = {"max_grad_norm": 1.0, "kl_coef": 0.5}  # healthy kl 0.01 is above 0.005 x kl_coef
 
 
 def healthy(n: int = N) -> tuple[list[dict], list[dict]]:
@@ -90,6 +90,10 @@ def _zero_std(s, e):
     set_series(s, "frac_zero_std_groups", lambda i, r: 0.8)
 
 
+def _kl_pinned(s, e):
+    set_series(s, "kl", lambda i, r: 0.001)
+
+
 def _reward_zero(s, e):
     set_series(s, "reward_mean", lambda i, r: 0.0)
 
@@ -145,6 +149,7 @@ CASES = [
     ("length_collapse", _length_collapse, "unstable"),
     ("high_truncation", _truncation, "stable_low_accuracy"),
     ("zero_std_groups", _zero_std, "stable_low_accuracy"),
+    ("kl_pinned", _kl_pinned, "stable_low_accuracy"),
     ("reward_stuck", _reward_zero, None),
     ("reward_stuck", _reward_one, None),
     ("grad_vanishing", _frozen, "stable_low_accuracy"),

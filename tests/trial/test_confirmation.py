@@ -12,6 +12,7 @@ from autorl.search.hypotheses import counted_verdict
 from autorl.search.hypotheses_strategy import incumbent_row
 from autorl.trial.controller import _fixed_eval_protocol
 from autorl.trial.promote import pick_best
+from autorl.trial.result import TrialResult
 
 
 @pytest.fixture
@@ -67,3 +68,15 @@ def test_a_trial_changing_the_generation_limit_keeps_the_study_eval_limit():
     base = validate_recipe({"backend": "embedded", "train": {"max_new_tokens": 5}}, source="t")
     assert _fixed_eval_protocol({"max_new_tokens": 8}, base) == {"max_new_tokens": 8, "eval_max_new_tokens": 5}
     assert _fixed_eval_protocol({"lr": 1e-4}, base) == {"lr": 1e-4}
+
+
+def test_closing_a_trial_keeps_the_links_set_when_it_opened(tmp_path):
+    led = Ledger(tmp_path / "ledger.sqlite")
+    sid = led.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0,
+                           optuna_study="s")
+    tid = led.add_trial(study_id=sid, number=5, attempt="attempt-05", proposer="confirm", parent=2, confirms=4)
+    result = TrialResult(number=5, status="complete", finished=1.0, duration_s=1.0, objective=0.5)
+    led.update_trial(tid, **result.ledger_values())
+    row = led.trial(5)
+    assert (row["parent"], row["confirms"], row["objective"]) == (2, 4, 0.5)
+    assert [t["number"] for t in led.confirm_runs(sid, 4)] == [5]

@@ -1,0 +1,74 @@
+"""The hypotheses strategy's moves end to end on a real workspace, ledger and proposer: the real diagnosis of
+recorded engine runs (tests/data/runs: lr 5e-7 is flat, kl_coef 4 pins the policy) decides the direction;
+a flat step is followed by the next step, an overshoot by a half step, a pinned KL by a weaker one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autorl.ledger import Ledger
+from autorl.recipe import validate_recipe
+from autorl.search.proposer import Proposer
+from autorl.trial.controller import RunOptions
+from autorl.workspace import Workspace
+from tests.conftest import run_cli
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
+TRAIN = {"model": "builtin:tiny", "task": "builtin:addition", "lr": 5e-7, "kl_coef": 0.0, "gens": 8,
+         "batch_prompts": 16, "steps": 16, "eval_every": 8, "seed": 0}
+SEARCH = {"lr": {"low": 1e-7, "high": 1e-2, "log": True}, "kl_coef": {"choices": [0.0, 0.04, 0.2, 1.0, 4.0]},
+          "gens": {"choices": [2, 4, 8, 16]}}
+
+
+def _records(name: str) -> list[dict]:
+    return [json.loads(line) for line in (RUNS / f"{name}.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def study(tmp_path):
+    root = tmp_path / "ws"
+    assert run_cli("init", str(root)).returncode == 0
+    ws = Workspace.open(root)
+    ledger = Ledger(ws.ledger_path)
+
+    def make(train: dict, run: str):
+        base = validate_recipe({"backend": "embedded", "train": {**TRAIN, **train}, "search": SEARCH})
+        sid = ledger.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses",
+                                  budget_s=1.0, optuna_study="s")
+        for n in (1, 2, 3):
+            add(ledger, sid, n, "baseline", base.train, None, 0.476, run)
+        return Proposer(ws, ledger, ledger.study(study_id=sid), base, RunOptions(strategy="hypotheses")), sid
+    return make, ledger
+
+
+def add(ledger, sid, number, proposer, params, verdict, objective, run, **extra):
+    tid = ledger.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer,
+                           params=params, status="complete", verdict=verdict, objective=objective, **extra)
+    ledger.add_metrics(tid, _records(run))
+
+
+def test_flat_learning_steps_lr_up_then_again_then_bisects_after_an_overshoot(study):
+    make, ledger = study
+    proposer, sid = make({}, "flat-lr5e-7")
+    p = proposer.next()
+    assert (p.proposer, p.hypothesis) == ("move", "h13-flat-learning")
+    assert p.values == {"lr": pytest.approx(5e-6)} and "flat_learning: lr 5e-07 -> 5e-06" in p.why
+    add(ledger, sid, 4, "move", {**proposer.base.train, **p.values}, "flat", 0.48, "flat-lr5e-7", delta=0.004,
+        hypothesis=p.hypothesis)
+    p = proposer.next()  # still flat: the next step starts from trial 4
+    assert p.values == {"lr": pytest.approx(5e-5)}
+    add(ledger, sid, 5, "move", {**proposer.base.train, **p.values}, "regressed", 0.30, "flat-lr5e-7", delta=-0.17,
+        hypothesis=p.hypothesis)
+    p = proposer.next()  # 5e-5 overshot: half a step from trial 4, the last good point
+    assert p.values == {"lr": pytest.approx(5e-6 * 10 ** 0.5)}
+
+
+def test_a_pinned_policy_gets_a_weaker_kl_weight(study):
+    make, _ = study
+    proposer, _ = make({"lr": 3e-5, "kl_coef": 4.0}, "kl-pinned")
+    p = proposer.next()
+    assert (p.proposer, p.hypothesis) == ("move", "h03-kl-divergence")
+    assert p.values == {"kl_coef": 0.2}  # 4 x 0.1 = 0.4 snaps to the nearest smaller choice
