@@ -57,3 +57,33 @@ def test_forced_promotion_runs_a_full_run_on_its_own_branch(workspace):
     result = json.loads(git(workspace, "show", f"{row['end_tag']}:results/{row['attempt']}.json"))
     assert result["best_checkpoint"]["value"] == row["objective"]
     assert not (workspace / ".autorl" / "worktrees" / row["attempt"]).exists()
+
+
+# One searched value besides the recipe's own: a learning rate that lifts pass@1 by far more than seed noise
+# within a short run, so the study's one trial is improved, its fresh-seed re-runs confirm it, and the
+# re-validation agrees.
+GOOD_LR = 3.0e-4
+SHORT = ["--set", "steps=12", "--set", "eval_every=12", "--set", "verdict.baseline_repeats=2"]
+
+
+def test_a_confirmed_improvement_is_promoted_without_force(workspace):
+    recipe = workspace / "recipes" / "default.yaml"
+    text = recipe.read_text()
+    search = text[text.index("\nsearch:\n"):text.index("\nobjective:")]
+    recipe.write_text(text.replace(search, f"\nsearch:\n  lr: {{choices: [5.0e-07, {GOOD_LR}]}}\n"))
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "search only a learning rate that helps")
+    r = run_cli("-C", str(workspace), "run", "--max-trials", "5", "--budget", "10m", "--strategy", "random",
+                "--quiet", *SHORT, timeout=600)
+    assert r.returncode == 0, r.stderr + r.stdout
+    rows = _rows(workspace)
+    trial = next(t for t in rows if t["proposer"] == "random")
+    assert trial["verdict"] == "improved" and trial["confirmation"] == "confirmed", trial
+    assert [t["confirms"] for t in rows if t["proposer"] == "confirm"] == [trial["number"]] * 2
+    out = run_cli("-C", str(workspace), "promote", "--repeats", "1", "--steps", "12", "--json", timeout=400)
+    assert out.returncode == 0, out.stderr + out.stdout
+    launched = json.loads(out.stdout)
+    assert launched["promoted_from"] == trial["number"] and not launched["forced"]
+    assert launched["revalidation"]["verdict"] == "improved"
+    row = _wait_full_run(workspace, launched["number"])
+    assert row["kind"] == "full" and row["status"] in ("complete", "early-stopped"), row
