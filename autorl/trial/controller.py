@@ -3,7 +3,8 @@
 One trial, in order (each step is one function below):
 
 1. ``propose``  — the baseline first (``baseline_repeats`` seeds), then OOM retries,
-   then the strategy (hypotheses, plain Optuna TPE, or random) picks values;
+   then the strategy (hypotheses, plain Optuna TPE, or random) picks values; a proposal
+   whose planned duration (``autorl.trial.plan``) does not fit in the budget left is not started;
 2. ``prepare``  — worktree at the study's base commit, branch ``attempt-NN-slug``,
    the recipe edited in place, a commit saying why, tag ``attempt-NN-start``;
 3. ``execute``  — the backend launches the run outside this process; ``runner.watch``
