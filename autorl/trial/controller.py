@@ -394,7 +394,9 @@ class Controller:
     def _judge(self, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:
         now = time.time()
         row: dict[str, Any] = {"finished": now, "duration_s": outcome.wall_s, "exit_code": outcome.exit_code,
-                               "status": outcome.status, "reason": outcome.reason}
+                               "status": outcome.status, "reason": outcome.reason,
+                               # set when the attempt opened; the result rewrites every column it has
+                               "parent": ctx.proposal.parent, "confirms": ctx.proposal.confirms}
         recipe = ctx.recipe or self.base
         m = outcome.metrics
         nonfinite = m.has_nonfinite()
