@@ -75,7 +75,7 @@ def _confirmed(trials: list[dict], improved: list[dict]) -> int | None:
     column = next((c for c in ("confirmed", "confirmation") if trials and c in trials[0]), None)
     if column is None:
         return None
-    return sum(bool(t.get(column)) and t.get(column) not in ("no", "refuted", "rejected") for t in improved)
+    return sum(t.get(column) == "confirmed" for t in improved)  # a candidate still awaiting its re-runs is not
 
 
 def main() -> None:
