@@ -102,7 +102,8 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a train value of the base recipe.")
 @click.option("--resume", is_flag=True, help="Continue the latest study (or --study NAME).")
 @click.option("--study", "study_name", help="Study name (new) or the study to resume.")
-@click.option("--allow-overrun", is_flag=True, help="Start a trial even if its timeout exceeds the budget left.")
+@click.option("--allow-overrun", is_flag=True,
+              help="Start a trial even if its planned duration exceeds the budget left.")
 @click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Trials at once.")
 @click.option("--ray-address", default=None, help="Ray cluster for trials ('auto' for an existing one).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search.")

@@ -3,7 +3,8 @@
 One trial, in order (each step is one function below):
 
 1. ``propose``  — the baseline first (``baseline_repeats`` seeds), then OOM retries,
-   then the strategy (hypotheses, plain Optuna TPE, or random) picks values;
+   then the strategy (hypotheses, plain Optuna TPE, or random) picks values; a proposal
+   whose planned duration (``autorl.trial.plan``) does not fit in the budget left is not started;
 2. ``prepare``  — worktree at the study's base commit, branch ``attempt-NN-slug``,
    the recipe edited in place, a commit saying why, tag ``attempt-NN-start``;
 3. ``execute``  — the backend launches the run outside this process; ``runner.watch``
@@ -39,7 +40,7 @@ from autorl.recipe import (Recipe, apply_override, check_base, dump_values, edit
 from autorl.search.hypotheses_strategy import library_for
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
-from autorl.trial import lifecycle
+from autorl.trial import lifecycle, plan
 from autorl.trial.result import TrialResult
 from autorl.trial.slots import Slots, stop_job
 from autorl.trial.watch import Outcome, Stop, Watch
@@ -82,6 +83,7 @@ class Controller:
         self.started = time.time()
         self.deadline = self.started + opts.budget_s
         self._backends: dict[str, Any] = {}
+        self._held: Proposal | None = None  # the proposal last put back for not fitting (logged once)
 
     # ---- the loop -------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -89,6 +91,7 @@ class Controller:
         old = _install_signals(self._on_signal)
         try:
             self._loop()
+            self._release_unstarted()
         finally:
             _restore_signals(old)
             self._close_backends()
@@ -163,6 +166,9 @@ class Controller:
             proposal = self.proposer.next()
             if proposal is None:
                 break
+            if not self._fits(proposal):
+                self._hold(proposal)
+                break
             ctx = self.prepare(proposal)
             self.launched += 1
             opened += 1
@@ -178,10 +184,7 @@ class Controller:
             return False
         if self.opts.max_trials is not None and self.done_before + self.launched >= self.opts.max_trials:
             return False
-        if not self._fits():
-            self.ledger.event(self.study["id"], None, "budget", "next trial would not fit in the budget left")
-            return False
-        return True
+        return time.time() < self.deadline
 
     def _baseline_retry_queued(self) -> bool:
         """A crashed baseline's retry (triage's action) is waiting: it runs before the study gives up."""
@@ -195,22 +198,40 @@ class Controller:
         """The baseline, or the retry of a crashed baseline (which stands in for it)."""
         return p.proposer == "baseline" or (p.proposer == "retry" and p.retry_of in self._baseline_numbers())
 
-    def _fits(self) -> bool:
+    def _fits(self, p: Proposal) -> bool:
         left = self.deadline - time.time()
-        return left > 0 and (self.opts.allow_overrun or left >= self.expected_trial_s())
+        return left > 0 and (self.opts.allow_overrun or left >= self.expected_trial_s(p))
 
-    def expected_trial_s(self) -> float:
-        """What the next trial is planned to take: what this study's trials took (timeout_s bounds it).
+    def expected_trial_s(self, p: Proposal | None = None) -> float:
+        """What trial ``p`` is planned to take (autorl.trial.plan): this study's finished trials scaled by its work,
+        times a margin measured on them; the recipe's ``timeout_s`` is the hard cap."""
+        return self._estimate(p).seconds
 
-        Before any trial finished, the recipe's ``timeout_s`` (the hard per-trial limit) is all there is, capped
-        at half the budget so that a short study still runs the trials that tell how long trials take; after,
-        the longest of the last finished trials plus a margin, so a budget is used rather than left over by the
-        timeout's worst case.
-        """
-        took = self.ledger.durations(self.study["id"])[-PLAN_WINDOW:]
-        if not took:
-            return min(self.base.timeout_s, self.opts.budget_s / 2)
-        return min(self.base.timeout_s, max(took) * PLAN_MARGIN + PLAN_OVERHEAD_S)
+    def _estimate(self, p: Proposal | None) -> plan.Estimate:
+        took = [plan.Took(plan.work(r.get("params") or {}), r["finished"] - r["started"])
+                for r in self.ledger.trials(self.study["id"], kind="trial", status="complete")
+                if r.get("finished") is not None and r.get("started") is not None]
+        values = {**self.base.train, **(p.values if p is not None else {})}
+        return plan.expected(took, plan.work(values), self.base.timeout_s, self.opts.budget_s)
+
+    def _hold(self, p: Proposal) -> None:
+        """A proposal that does not fit goes back to the front of the queue (a trial ending may still free time)."""
+        self.proposer.pending.insert(0, p)
+        if p is not self._held:
+            self._held = p
+            self.ledger.event(self.study["id"], None, "budget", f"next trial {p.slug} not started: planned at "
+                              f"{self._estimate(p).describe()}, {max(self.deadline - time.time(), 0):.0f} s left")
+
+    def _release_unstarted(self) -> None:
+        """Proposals drawn but never started are not trials: each is logged, and its Optuna trial (if any) is told
+        FAIL rather than left RUNNING, with its values enqueued again so that a resumed study proposes them first."""
+        for p in self.proposer.pending:
+            note = ""
+            if p.optuna_study is not None and p.optuna_number is not None:
+                note = _requeue(self.proposer.search(p.optuna_study), p.optuna_number, again=p.proposer != "baseline")
+            self.ledger.event(self.study["id"], None, "not-started",
+                              f"{p.proposer} proposal {p.slug} not started when the study stopped{note}")
+        self.proposer.pending.clear()
 
     # ---- study and recovery -----------------------------------------------------
     def _base_recipe(self) -> tuple[Recipe, str, str]:
@@ -374,7 +395,9 @@ class Controller:
     def _judge(self, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:
         now = time.time()
         row: dict[str, Any] = {"finished": now, "duration_s": outcome.wall_s, "exit_code": outcome.exit_code,
-                               "status": outcome.status, "reason": outcome.reason}
+                               "status": outcome.status, "reason": outcome.reason,
+                               # set when the attempt opened; the result rewrites every column it has
+                               "parent": ctx.proposal.parent, "confirms": ctx.proposal.confirms}
         recipe = ctx.recipe or self.base
         m = outcome.metrics
         nonfinite = m.has_nonfinite()
@@ -560,9 +583,14 @@ class _WatchState:
 
 
 # ---- helpers -----------------------------------------------------------------------------
-PLAN_WINDOW = 10  # finished trials whose durations plan the next start
-PLAN_MARGIN = 1.25  # the longest of them, times this, plus PLAN_OVERHEAD_S, must fit in the budget left
-PLAN_OVERHEAD_S = 2.0  # the branch, worktree and commits around a trial that its own times do not cover
+def _requeue(search: Any, number: int, again: bool) -> str:
+    """Tell Optuna trial ``number`` FAIL (it never ran) and, when ``again``, enqueue its values for the next ask."""
+    trial = next((t for t in search.study.get_trials(deepcopy=False) if t.number == number), None)
+    search.tell(number, "fail")
+    if trial is None or not again or not trial.params:
+        return f"; Optuna trial {number} of {search.name} told FAIL"
+    search.study.enqueue_trial(dict(trial.params), skip_if_exists=False)
+    return f"; Optuna trial {number} of {search.name} told FAIL, its values enqueued for the next ask"
 
 
 def check_resume_flags(opts: RunOptions, study: dict) -> None:

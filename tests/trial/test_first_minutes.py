@@ -154,25 +154,72 @@ def test_flow_style_train_block_runs_as_a_study(tmp_path):
     assert len(trials) == 3 and all(t["status"] == "complete" for t in trials)
 
 
-def test_trial_starts_are_planned_with_what_trials_took(tmp_path):
-    """Before any trial finished, timeout_s plans a start; after, the longest recent trial plus a margin."""
+def _planning_controller(ws: Path, budget_s: float = 600):
+    """A controller on a real ledger, study and proposer, without running the loop."""
     from autorl.ledger import Ledger
     from autorl.recipe import validate_recipe
-    from autorl.trial.controller import PLAN_MARGIN, PLAN_OVERHEAD_S, Controller, RunOptions
+    from autorl.search.proposer import Proposer
+    from autorl.trial.controller import Controller, RunOptions
     from autorl.workspace import Workspace
 
-    ws = _workspace(tmp_path, _recipe("  lr: {low: 0.0005, high: 0.005, log: true}\n"))
-    ctl = Controller(Workspace.open(str(ws), None), RunOptions())
+    ctl = Controller(Workspace.open(str(ws), None), RunOptions(budget_s=budget_s, strategy="random"))
     ctl.ledger = Ledger(ws / "ledger.sqlite")
-    ctl.base = validate_recipe({"backend": "command", "train": {"argv": ["true"]}, "timeout_s": 60})
-    ctl.study = {"id": ctl.ledger.create_study(name="s", strategy="random")}
+    ctl.base = validate_recipe({"backend": "command", "train": {"argv": ["true"], "steps": 10, "gens": 8, "lr": 1e-3},
+                                "search": {"gens": {"choices": [4, 8, 16]}, "lr": {"low": 1e-5, "high": 1e-1}},
+                                "timeout_s": 60})
+    sid = ctl.ledger.create_study(name="s", strategy="random", optuna_study="s")
+    ctl.study = ctl.ledger.study(study_id=sid)
+    ctl.proposer = Proposer(ctl.ws, ctl.ledger, ctl.study, ctl.base, ctl.opts)
+    return ctl
+
+
+def _finished(ctl, n: int, gens: int, took: float, status: str = "complete") -> None:
+    ctl.ledger.add_trial(study_id=ctl.study["id"], number=n, attempt=f"a{n}", started=100.0, finished=100.0 + took,
+                         status=status, params={"argv": ["true"], "steps": 10, "gens": gens, "lr": 1e-3})
+
+
+def test_trial_starts_are_planned_from_what_the_next_trial_is(tmp_path):
+    """Before any trial finished, timeout_s (or half the budget); after, the study's durations scaled by the next
+    trial's work: one large trial does not make every later small one reserve its time."""
+    from autorl.search.proposal import Proposal
+
+    ctl = _planning_controller(_workspace(tmp_path, _recipe("  lr: {low: 0.0005, high: 0.005, log: true}\n")))
     assert ctl.expected_trial_s() == 60
     ctl.opts.budget_s = 90  # a short study still runs the first trials, which tell how long trials take
     assert ctl.expected_trial_s() == 45
-    for n, took in enumerate([8.0, 9.0, 0.5], start=1):
-        ctl.ledger.add_trial(study_id=ctl.study["id"], number=n, attempt=f"a{n}", started=100.0, finished=100.0 + took,
-                             status="complete" if n < 3 else "crash")
-    assert ctl.expected_trial_s() == 9.0 * PLAN_MARGIN + PLAN_OVERHEAD_S
-    ctl.ledger.add_trial(study_id=ctl.study["id"], number=4, attempt="a4", started=0.0, finished=500.0,
-                         status="complete")
-    assert ctl.expected_trial_s() == 60  # timeout_s stays the hard limit
+    for n in range(1, 5):
+        _finished(ctl, n, 8, 10.0)
+    _finished(ctl, 5, 16, 20.0)
+    _finished(ctl, 6, 16, 0.5, status="crash")  # a crash's time says nothing about a full trial's
+    small, large = Proposal("random", {"gens": 4}, "", "g4"), Proposal("random", {"gens": 16}, "", "g16")
+    assert ctl.expected_trial_s() == pytest.approx(12.0)  # the baseline's values: gens 8
+    assert ctl.expected_trial_s(large) == pytest.approx(22.0)
+    assert ctl.expected_trial_s(small) == pytest.approx(7.0)  # 10 s = 0 + 1.25 s per gen, fitted
+    _finished(ctl, 7, 8, 500.0)
+    assert ctl.expected_trial_s(large) == 60  # timeout_s stays the hard limit
+
+
+def test_a_proposal_that_does_not_fit_is_not_started_and_not_lost(tmp_path):
+    """Its Optuna trial is told FAIL (never left RUNNING) and its values are enqueued for the next ask; no trial row."""
+    import time
+
+    from autorl.search.proposal import Proposal
+
+    ctl = _planning_controller(_workspace(tmp_path, _recipe("  lr: {low: 0.0005, high: 0.005, log: true}\n")))
+    for n in range(1, 4):
+        _finished(ctl, n, 8, 10.0)
+    search = ctl.proposer.search()
+    number, params = search.ask(ctl.base.search)
+    ctl.proposer.pending.append(Proposal("random", params, "sampled", "next", optuna_study=search.name,
+                                         optuna_number=number))
+    ctl.launched, ctl.done_before, ctl.deadline = 0, 3, time.time() + 3.0  # 3 s left, at least 7 s planned
+    assert ctl._fill({}) == 0 and ctl._fill({}) == 0
+    assert len(ctl.proposer.pending) == 1 and len(ctl.ledger.trials(ctl.study["id"])) == 3
+    ctl._release_unstarted()
+    assert ctl.proposer.pending == []
+    states = {t.number: (t.state.name, t.params) for t in search.study.get_trials(deepcopy=False)}
+    assert states[number] == ("FAIL", params)
+    assert search.ask(ctl.base.search)[1] == params  # the next ask (a resume's) proposes it again
+    events = [e for e in ctl.ledger.events(ctl.study["id"]) if e["kind"] in ("budget", "not-started")]
+    assert [e["kind"] for e in events] == ["not-started", "budget"]  # newest first; the hold logged once
+    assert "next not started: planned at" in events[1]["message"] and "enqueued" in events[0]["message"]

@@ -57,3 +57,37 @@ def test_forced_promotion_runs_a_full_run_on_its_own_branch(workspace):
     result = json.loads(git(workspace, "show", f"{row['end_tag']}:results/{row['attempt']}.json"))
     assert result["best_checkpoint"]["value"] == row["objective"]
     assert not (workspace / ".autorl" / "worktrees" / row["attempt"]).exists()
+
+
+# One searched value besides the recipe's own: a learning rate that lifts pass@1 by far more than seed noise
+# within the default 40 steps (+0.135 here; at 12 or 20 steps 1e-4 to 5e-4 were still within noise), so the
+# study's one trial is improved, its fresh-seed re-runs confirm it, and the re-validation agrees.
+GOOD_LR = 1.0e-4
+SHORT = ["--set", "steps=40", "--set", "eval_every=40", "--set", "verdict.baseline_repeats=2",
+         "--set", "timeout_s=600"]  # a loaded machine is slow, not wrong
+
+
+def test_a_confirmed_improvement_is_promoted_without_force(workspace):
+    """A real short study finds and confirms an improvement; `autorl promote` then picks it, re-validates it and
+    launches its full run with no number and no --force."""
+    recipe = workspace / "recipes" / "default.yaml"
+    text = recipe.read_text()
+    search = text[text.index("\nsearch:\n"):text.index("\nobjective:")]
+    recipe.write_text(text.replace(search, f"\nsearch:\n  lr: {{choices: [5.0e-07, {GOOD_LR}]}}\n"))
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "search only a learning rate that helps")
+    r = run_cli("-C", str(workspace), "run", "--max-trials", "5", "--budget", "20m", "--strategy", "random",
+                "--quiet", *SHORT, timeout=1200)
+    assert r.returncode == 0, r.stderr + r.stdout
+    rows = _rows(workspace)
+    trial = next(t for t in rows if t["proposer"] == "random")
+    assert trial["verdict"] == "improved" and trial["confirmation"] == "confirmed", trial
+    assert [t["confirms"] for t in rows if t["proposer"] == "confirm"] == [trial["number"]] * 2
+    # two re-validation runs a side: with one, run-to-run noise rests on a 1-df prior and +0.09 reads as flat
+    out = run_cli("-C", str(workspace), "promote", "--repeats", "2", "--steps", "12", "--json", timeout=600)
+    assert out.returncode == 0, out.stderr + out.stdout
+    launched = json.loads(out.stdout)
+    assert launched["promoted_from"] == trial["number"] and not launched["forced"]
+    assert launched["revalidation"]["verdict"] == "improved"
+    row = _wait_full_run(workspace, launched["number"])
+    assert row["kind"] == "full" and row["status"] in ("complete", "early-stopped"), row

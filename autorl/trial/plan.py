@@ -1,0 +1,124 @@
+"""Trial starts inside a budget: how long the next trial will take, from what it is and what trials took.
+
+A trial the budget would cut wastes its time, so the controller starts one only when its expected duration fits
+in the budget left. The expectation scales this study's observed durations by the next trial's work (the product
+of its size keys: steps x gens x prompts ...; the table ``autorl/data/rules/plan.yaml``):
+
+- durations are fitted as ``fixed + per_unit x work`` over the last ``window`` finished trials (least squares;
+  with one work level only, their mean, so a smaller trial is never planned shorter than what was seen);
+- above the largest observed work the fit grows in proportion (an upper bound: the fixed part does not grow);
+- the margin is a high quantile of observed/predicted over those trials, each predicted from the others (leave
+  one out), so it is as wide as this study's own noise and model error; never below 1;
+- the recipe's ``timeout_s`` stays the hard cap; before any trial finished it is all there is (capped at half
+  the budget, so a short study still runs the trials that tell how long trials take).
+
+Pure functions: the controller passes the history and the next trial's resolved values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from autorl.data import shipped
+
+RULES_PATH = shipped("rules", "plan.yaml")
+
+
+class PlanRules(BaseModel):
+    """The planning table (autorl/data/rules/plan.yaml)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    work_keys: list[str] = Field(description="Train keys whose values multiply a trial's work.")
+    window: int = Field(ge=1, description="Finished trials (most recent) that plan the next start.")
+    quantile: float = Field(gt=0, le=1, description="Quantile of observed/predicted taken as the margin.")
+    min_for_margin: int = Field(ge=2, description="Trials needed before the margin is measured.")
+    first_margin: float = Field(ge=1, description="The margin until then.")
+    overhead_s: float = Field(ge=0, description="Seconds around a trial that its own times do not cover.")
+
+
+@lru_cache(maxsize=1)
+def rules() -> PlanRules:
+    return PlanRules.model_validate(yaml.safe_load(RULES_PATH.read_text()))
+
+
+@dataclass(frozen=True)
+class Took:
+    """One finished trial: its work and how long it took, opened to judged."""
+
+    work: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The next trial's planned duration and how it was reached."""
+
+    seconds: float
+    predicted: float | None  # the fit's duration for this work (None before any trial finished)
+    margin: float
+    basis: int  # finished trials it rests on
+
+    def describe(self) -> str:
+        if self.predicted is None:
+            return f"{self.seconds:.0f} s (timeout_s or half the budget: no trial has finished yet)"
+        return (f"{self.seconds:.0f} s ({self.predicted:.1f} s from {self.basis} finished trials "
+                f"x margin {self.margin:.2f} + overhead)")
+
+
+def work(values: dict[str, Any], keys: list[str] | None = None) -> float:
+    """The product of the positive numeric values of ``keys`` (a key that is absent counts 1)."""
+    out = 1.0
+    for key in rules().work_keys if keys is None else keys:
+        v = values.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+            out *= float(v)
+    return out
+
+
+def fit(obs: list[Took]) -> tuple[float, float]:
+    """(fixed, per_unit) by least squares, both kept >= 0; one work level gives (mean, 0)."""
+    n = len(obs)
+    mw, ms = sum(o.work for o in obs) / n, sum(o.seconds for o in obs) / n
+    var = sum((o.work - mw) ** 2 for o in obs)
+    if var <= (1e-9 * mw) ** 2 * n:
+        return ms, 0.0
+    per = sum((o.work - mw) * (o.seconds - ms) for o in obs) / var
+    if per <= 0:
+        return ms, 0.0
+    if ms - per * mw < 0:
+        return 0.0, sum(o.work * o.seconds for o in obs) / sum(o.work ** 2 for o in obs)
+    return ms - per * mw, per
+
+
+def predict(obs: list[Took], w: float) -> float:
+    """Seconds for work ``w``: the fit up to the largest observed work, in proportion beyond it."""
+    fixed, per = fit(obs)
+    top = max(o.work for o in obs)
+    at = fixed + per * min(w, top)
+    return at * (w / top if w > top else 1.0)
+
+
+def margin(obs: list[Took], r: PlanRules) -> float:
+    """The ``quantile`` of observed/predicted, each trial predicted from the others; at least 1."""
+    if len(obs) < r.min_for_margin:
+        return r.first_margin
+    ratios = sorted(o.seconds / max(predict(obs[:i] + obs[i + 1:], o.work), 1e-9) for i, o in enumerate(obs))
+    return max(1.0, ratios[min(len(ratios), math.ceil(r.quantile * len(ratios))) - 1])
+
+
+def expected(history: list[Took], next_work: float, timeout_s: float, budget_s: float,
+             r: PlanRules | None = None) -> Estimate:
+    """The next trial's planned duration, never above ``timeout_s`` (the hard per-trial limit)."""
+    r = r or rules()
+    obs = history[-r.window:]
+    if not obs:
+        return Estimate(min(timeout_s, budget_s / 2), None, 1.0, 0)
+    pred, m = predict(obs, next_work), margin(obs, r)
+    return Estimate(min(timeout_s, pred * m + r.overhead_s), pred, m, len(obs))
