@@ -94,7 +94,7 @@ def run_seed(base: Path, cache: Path, seed: int, trials: int, steps: int) -> dic
 def warm_cache(cache: Path, steps: int) -> None:
     """Build the embedded base model once (not timed), so no study pays for it."""
     ws = make_workspace(Path(tempfile.mkdtemp(prefix="warm-")), cache, bench_recipe(steps, True))
-    subprocess.run([sys.executable, "-m", "autorl.cli", "-C", str(ws), "train", "recipes/bench.yaml", "--set", "steps=0"],
+    subprocess.run([sys.executable, "-m", "autorl.cli", "-C", str(ws), "train", "recipes/bench.yaml", "--set", "steps=1"],
                    check=True, capture_output=True)
 
 

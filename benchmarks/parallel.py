@@ -51,7 +51,7 @@ def main() -> None:
         root = Path(tmp)
         cache = root / "cache"
         warm = cli("train", str(Path(__file__).resolve().parents[1] / "recipes" / "default.yaml"),
-                   "--set", "steps=0", "--set", "threads=1", cwd=root)
+                   "--set", "steps=1", "--set", "threads=1", cwd=root)
         assert warm.returncode == 0, warm.stderr
         (root / ".autorl" / "cache").rename(cache)
         results = [arm(root, cache, p, args.budget, args.steps) for p in (1, 2)]
