@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from autorl.data import shipped
+from autorl.ledger import Ledger
 
 
 def aa_recipe() -> dict:
@@ -49,9 +49,7 @@ def run(ws: Path, trials: int, cache: Path | None) -> None:
 
 
 def report(ws: Path) -> None:
-    conn = sqlite3.connect(ws / "ledger.sqlite")
-    conn.row_factory = sqlite3.Row
-    rows = [dict(r) for r in conn.execute("SELECT * FROM autorl_trials ORDER BY number")]
+    rows = Ledger(ws / "ledger.sqlite").trials()
     trials = [r for r in rows if r["proposer"] not in ("baseline", "confirm")]
     count = lambda f: sum(1 for r in trials if f(r))  # noqa: E731
     print(f"baseline runs {sum(r['proposer'] == 'baseline' for r in rows)}, trials {len(trials)}, "

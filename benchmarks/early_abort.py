@@ -21,9 +21,7 @@ not study wall clock: the machine is shared), the trials pruned and the saving.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -31,6 +29,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from autorl.ledger import Ledger
 
 SPACE = {"lr": {"low": 1.0e-5, "high": 3.0e-2, "log": True}}
 
@@ -64,14 +64,12 @@ def run_study(ws: Path, seed: int, trials: int) -> None:
 
 def study_result(ws: Path) -> dict:
     """Best objective, trial-time sum, pruned count, lr sequence and abort reasons of one study."""
-    conn = sqlite3.connect(ws / "ledger.sqlite")
-    conn.row_factory = sqlite3.Row
-    rows = [dict(r) for r in conn.execute("SELECT * FROM autorl_trials ORDER BY number")]
+    rows = Ledger(ws / "ledger.sqlite").trials()
     values = [r["objective"] for r in rows if r["objective"] is not None]
     pruned = [r for r in rows if r["status"] == "pruned"]
     return {"best": max(values) if values else None, "trial_s": sum(r["duration_s"] or 0 for r in rows),
             "pruned": len(pruned), "trials": len(rows),
-            "lrs": [round(json.loads(r["params"])["lr"], 10) for r in rows if r["proposer"] != "baseline"],
+            "lrs": [round(r["params"]["lr"], 10) for r in rows if r["proposer"] != "baseline"],
             "by": sorted({_pruned_by(r["reason"] or "") for r in pruned}),
             "statuses": [r["status"] for r in rows]}
 

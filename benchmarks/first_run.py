@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from autorl.ledger import Ledger
 
 
 def cli(ws: Path, *args: str) -> subprocess.CompletedProcess:
@@ -48,10 +49,9 @@ def one_study(seed: int, budget: str, root: Path, cache: Path | None, sets: list
 
 
 def summarize(ws: Path, seed: int, wall: float) -> dict:
-    conn = sqlite3.connect(ws / "ledger.sqlite")
-    conn.row_factory = sqlite3.Row
-    trials = [dict(t) for t in conn.execute("SELECT * FROM autorl_trials WHERE kind = 'trial' ORDER BY number")]
-    study = dict(conn.execute("SELECT * FROM autorl_studies").fetchone())
+    ledger = Ledger(ws / "ledger.sqlite")
+    trials = ledger.trials(kind="trial")
+    study = ledger.study()
     counts: dict[str, int] = {}
     for t in trials:
         key = t.get("verdict") or t.get("status")
@@ -63,7 +63,7 @@ def summarize(ws: Path, seed: int, wall: float) -> dict:
     best = max(improved, key=lambda t: t.get("ci_low") or 0.0, default=None)
     return {"seed": seed, "trials": len(trials), "counts": counts, "improved": len(improved), "confirmed": confirmed,
             "best": None if best is None else {"attempt": best["attempt"], "delta": best["delta"],
-                                               "changed": json.loads(best["changed"] or "{}"),
+                                               "changed": best["changed"] or {},
                                                "ci": [best["ci_low"], best["ci_high"]]},
             "budget_s": study["budget_s"], "wall_s": round(wall, 1),
             "trials_span_s": round(max(ends) - min(starts), 1) if starts and ends else 0.0,

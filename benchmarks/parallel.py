@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from autorl.budget import parse_duration
+from autorl.ledger import Ledger
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -33,10 +33,9 @@ def arm(root: Path, cache: Path, parallel: int, budget: str, steps: int) -> dict
     r = cli("-C", str(ws), "run", "--budget", budget, "--parallel", str(parallel), "--strategy", "random",
             "--quiet", "--set", "threads=1", "--set", f"steps={steps}", "--set", "timeout_s=60")
     assert r.returncode == 0, r.stderr
-    rows = sqlite3.connect(ws / "ledger.sqlite").execute(
-        "SELECT status, started, finished FROM autorl_trials").fetchall()
-    done = [x for x in rows if x[0] in ("complete", "pruned", "crash")]
-    span = max(x[2] for x in done) - min(x[1] for x in rows)
+    rows = Ledger(ws / "ledger.sqlite").trials()
+    done = [x for x in rows if x["status"] in ("complete", "pruned", "crash")]
+    span = max(x["finished"] for x in done) - min(x["started"] for x in rows)
     return {"parallel": parallel, "trials_done": len(done), "span_s": span,
             "trials_per_hour": len(done) / span * 3600}
 
