@@ -35,11 +35,18 @@ def engine_cache(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def workspace(tmp_path, engine_cache) -> Path:
-    """A fresh git repository made a workspace by `autorl init`, sharing the engine cache."""
+def command_ws(tmp_path) -> Path:
+    """A fresh git repository made a workspace by `autorl init`, with no engine cache (command-backend studies)."""
     ws = tmp_path / "ws"
     r = run_cli("init", str(ws))
     assert r.returncode == 0, r.stderr
+    return ws
+
+
+@pytest.fixture
+def workspace(command_ws, engine_cache) -> Path:
+    """A fresh workspace sharing the engine cache."""
+    ws = command_ws
     (ws / ".autorl").mkdir(exist_ok=True)
     os.symlink(engine_cache, ws / ".autorl" / "cache")
     return ws

@@ -24,11 +24,8 @@ SCRIPT = ROOT / "tests" / "data" / "scripts" / "fail_above.py"
 
 
 @pytest.fixture
-def ws(tmp_path) -> Path:
-    ws = tmp_path / "ws"
-    r = run_cli("init", str(ws))
-    assert r.returncode == 0, r.stderr
-    return ws
+def ws(command_ws) -> Path:
+    return command_ws
 
 
 def _recipe(ws: Path, how: str, base: float, space: dict, extra: list[str] = ()) -> str:

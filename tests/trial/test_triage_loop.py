@@ -32,15 +32,6 @@ def reward(completion, label):
 '''
 
 
-@pytest.fixture
-def command_ws(tmp_path) -> Path:
-    """A workspace for command-backend studies: no engine cache needed, so none is warmed."""
-    ws = tmp_path / "ws"
-    r = run_cli("init", str(ws))
-    assert r.returncode == 0, r.stderr
-    return ws
-
-
 def _trials(ws: Path) -> list[dict]:
     conn = sqlite3.connect(ws / "ledger.sqlite")
     conn.row_factory = sqlite3.Row
