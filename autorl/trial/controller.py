@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl import gitops
-from autorl.backends.base import TrialSpec, get_backend, kill_group, planned_steps
+from autorl.backends.base import TrialSpec, get_backend, kill_group
 from autorl.budget import format_duration
 from autorl.errors import RecipeError, UserError
 from autorl.judge import triage, verdict
@@ -331,6 +331,10 @@ class Controller:
                                 on_records=state.on_records, external=lambda: self.stop_reason)
         return _Running(ctx, w)
 
+    def planned_steps(self, recipe: Recipe) -> int:
+        """The last step a run of ``recipe`` logs, from this study's backend instance (0 when unknown)."""
+        return self._backend(recipe.backend).planned_steps(recipe)
+
     def _backend(self, name: str):
         """One backend instance per study (a Ray head, if any, is started once)."""
         if name not in self._backends:
@@ -407,7 +411,7 @@ class Controller:
             row["objective"] = lifecycle.objective_value(m, recipe)
             if row["objective"] is None:
                 row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
-        row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe),
+        row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, self.planned_steps(recipe),
                                                                   abort=recipe.abort)]
         if row["status"] == "config-error":
             row.update(verdict="crash", crash_category="config_error", root_cause=outcome.reason,
@@ -548,7 +552,7 @@ class _WatchState:
     def _prune(self, records: list[dict]) -> Stop | None:
         """Stop when an intermediate eval is clearly worse than the parent's at the same step (autorl.judge.prune)."""
         p = self.ctx.proposal
-        key, last = self.recipe.objective.metric, planned_steps(self.recipe)
+        key, last = self.recipe.objective.metric, self.ctl.planned_steps(self.recipe)
         for rec in records:  # the final eval is the result, not an intermediate value: never pruned on it
             if rec.get("type") != "eval" or not isinstance(rec.get(key), (int, float)):
                 continue
@@ -577,7 +581,7 @@ class _WatchState:
         last = m.steps[-1] if m.steps else {}
         evals = m.series(self.recipe.objective.metric)
         now = time.time()
-        self.ctl.view.progress(self.ctx.attempt.name, int(last.get("step", 0)), planned_steps(self.recipe),
+        self.ctl.view.progress(self.ctx.attempt.name, int(last.get("step", 0)), self.ctl.planned_steps(self.recipe),
                                last.get("reward_mean"), evals[-1] if evals else None,
                                now - self.ctl.started, self.ctl.deadline - now)
 
