@@ -4,13 +4,14 @@ Each item j has a solve rate p_j ~ U(0.1, 0.9) (fixed per eval set); a run with 
 u ~ N(0, sd) solves it with probability clip(p_j + effect + u). The verdict code itself
 (``autorl.judge.noise.gain``, vectorised over simulated cases) judges one trial run against
 R baseline runs. Printed per (sd, R, items): false-improved and false-regressed rates at no
-effect, and power (called improved) at +0.02, +0.05, +0.10. Then the study level: 30-trial
+effect, and power (called improved) at +0.02, +0.05, +0.10, and at +0.10 the power of the same test told
+the true run sd: no verdict can do better, so it shows where a power target is out of reach. Then the study level: 30-trial
 null studies at the default R, where an 'improved' trial is a candidate that is re-run with
 ``confirm_runs`` fresh seeds and confirmed only if those fresh runs alone beat the baseline
 at ``confirm_level`` (the rule in autorl.judge.verdict.confirm); printed is the share of
 studies with one or more false confirmed improvements.
 
-    python benchmarks/verdict_calibration.py [--cases 2000] [--studies 2000]
+    python benchmarks/verdict_calibration.py [--cases 2000] [--studies 2000] [--set baseline_repeats=3 ...]
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def judge(t: np.ndarray, b: np.ndarray, s: VerdictSettings, level: float, extra=
     return gain(t, b, [b, *extra], s.run_sd_prior, s.run_sd_prior_df, level)
 
 
-def per_trial(rng, p, sd: float, s: VerdictSettings, cases: int) -> dict[tuple[int, float], tuple[float, float]]:
-    """(R, effect) -> (rate improved, rate regressed)."""
+def per_trial(rng, p, sd: float, s: VerdictSettings, cases: int) -> dict:
+    """(R, effect) -> (rate improved, rate regressed); (R, "oracle") -> power at the largest effect, sd known."""
     base = draw(rng, p, (cases, max(REPEATS)), 0.0, sd)
     out = {}
     for effect in EFFECTS:
@@ -50,7 +51,14 @@ def per_trial(rng, p, sd: float, s: VerdictSettings, cases: int) -> dict[tuple[i
         for r in REPEATS:
             g = judge(trial, base[:, :r], s, s.level)
             out[r, effect] = (float((g["low"] > s.min_effect).mean()), float((g["high"] < 0).mean()))
+            if effect == max(EFFECTS):
+                out[r, "oracle"] = float((oracle(trial, base[:, :r], sd, s)["low"] > s.min_effect).mean())
     return out
+
+
+def oracle(t: np.ndarray, b: np.ndarray, sd: float, s: VerdictSettings) -> dict[str, np.ndarray]:
+    """The same test told the true run sd (a prior of ~infinite weight): the best power any verdict could have."""
+    return gain(t, b, [b], sd, 1e9, s.level)
 
 
 def study_level(rng, p, sd: float, s: VerdictSettings, studies: int, chunk: int = 250) -> tuple[float, float]:
@@ -73,11 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=2000, help="simulated trials per cell")
     ap.add_argument("--studies", type=int, default=2000, help="simulated 30-trial null studies per (sd, items)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a verdict setting other than its default, e.g. baseline_repeats=3 (repeatable)")
     args = ap.parse_args(argv)
-    s, rng, t0 = VerdictSettings(), np.random.default_rng(args.seed), time.time()
+    s = VerdictSettings(**dict(kv.split("=", 1) for kv in args.set))
+    rng, t0 = np.random.default_rng(args.seed), time.time()
     print(f"settings: {s.model_dump()}\n")
-    print("| items | run sd | R | false improved | false regressed | power +0.02 | power +0.05 | power +0.10 |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| items | run sd | R | false improved | false regressed | power +0.02 | power +0.05 | power +0.10 | "
+          "+0.10, sd known |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     study_rows = []
     for n in ITEMS:
         p = rng.uniform(0.1, 0.9, n).astype(np.float32)
@@ -86,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in REPEATS:
                 fi, fr = res[r, 0.0]
                 pw = " | ".join(f"{res[r, e][0]:.1%}" for e in EFFECTS[1:])
-                print(f"| {n} | {sd:g} | {r} | {fi:.1%} | {fr:.1%} | {pw} |", flush=True)
+                print(f"| {n} | {sd:g} | {r} | {fi:.1%} | {fr:.1%} | {pw} | {res[r, 'oracle']:.1%} |", flush=True)
             study_rows.append((n, sd, *study_level(rng, p, sd, s, args.studies)))
     print(f"\nstudy level: {TRIALS_PER_STUDY} no-effect trials, R = {s.baseline_repeats}, "
           f"confirm_runs = {s.confirm_runs} at level {s.confirm_level}\n")

@@ -35,7 +35,8 @@ def study(tmp_path):
     ledger = Ledger(ws.ledger_path)
 
     def make(train: dict, run: str):
-        base = validate_recipe({"backend": "embedded", "train": {**TRAIN, **train}, "search": SEARCH})
+        base = validate_recipe({"backend": "embedded", "train": {**TRAIN, **train}, "search": SEARCH,
+                                "verdict": {"baseline_repeats": 3}})
         sid = ledger.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses",
                                   budget_s=1.0, optuna_study="s")
         for n in (1, 2, 3):
