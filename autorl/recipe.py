@@ -97,6 +97,10 @@ class AbortRules(_Model):
     grad_norm_factor: float = Field(100.0, gt=0, description="grad_norm >= factor * max_grad_norm trips 'grad explosion'.")
     truncated_rate: float = Field(0.5, ge=0, le=1, description="truncated_rate above this over the window trips.")
     clip_ratio: float = Field(0.4, ge=0, le=1, description="clip_ratio above this from the start trips.")
+    collapse_window: int = Field(3, ge=1, description="Consecutive steps with reward_mean at 0, after a step 1 at or "
+                                                      "above collapse_from, that trip 'reward collapse'.")
+    collapse_from: float = Field(0.2, gt=0, description="Step 1's reward_mean must reach this for a fall to 0 to count "
+                                                        "as a collapse (a sparse reward's zero batches do not).")
     pruner: bool = Field(True, description="Stop a trial whose intermediate eval is clearly worse than the incumbent's at the same step.")
     silence_s: float = Field(120.0, gt=0, description="No new output or metric for this long = hang (watchdog).")
 

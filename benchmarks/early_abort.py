@@ -10,12 +10,13 @@ fresh workspaces that share one engine cache:
 The search space is wide enough to include learning rates that collapse the policy
 (lr log-uniform in [1e-5, 3e-2]). Optuna's RandomSampler ignores results, so for one
 seed both arms test the same values; the script checks that the lr sequences match. Candidates are not
-re-run (``confirm_runs: 0``) so that both arms launch the same trials.
+re-run (``confirm_runs: 0``) so that both arms launch the same trials; the other verdict settings are
+the defaults (4 baseline runs, which the pruner's noise estimate rests on, and which neither arm can save).
 Trials run with ``threads: 1``: on a shared 2-core box, two torch threads per trial
 ran about 5x slower than one (spin-waiting under contention). Per seed it prints the best objective, the sum of trial durations (ledger duration_s,
 not study wall clock: the machine is shared), the trials pruned and the saving.
 
-    python benchmarks/early_abort.py [--seeds 0 1 2] [--trials 10] [--steps 12] [--keep DIR]
+    python benchmarks/early_abort.py [--seeds 0 1 2] [--trials 16] [--steps 24] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def bench_recipe(steps: int, abort_on: bool) -> dict:
              "steps": steps, "eval_every": max(1, steps // 3), "seed": 0, "threads": 1, "device": "cpu"}
     return {"name": "early-abort-bench", "backend": "embedded", "train": train, "search": SPACE,
             "objective": {"metric": "eval/id/greedy_pass@1", "direction": "maximize", "reduction": "last"},
-            "verdict": {"baseline_repeats": 1, "confirm_runs": 0}, "abort": {"enabled": abort_on, "pruner": abort_on},
+            "verdict": {"confirm_runs": 0}, "abort": {"enabled": abort_on, "pruner": abort_on},
             "timeout_s": 300}
 
 
@@ -117,8 +118,8 @@ def print_table(results: dict[int, dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--trials", type=int, default=10, help="--max-trials of every study (baseline included)")
-    ap.add_argument("--steps", type=int, default=12, help="GRPO steps per trial")
+    ap.add_argument("--trials", type=int, default=16, help="--max-trials of every study (baseline runs included)")
+    ap.add_argument("--steps", type=int, default=24, help="GRPO steps per trial")
     ap.add_argument("--keep", type=Path, help="Keep the workspaces in this folder (default: a temp folder, removed)")
     args = ap.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="early-abort-")

@@ -8,6 +8,9 @@ table ``autorl/data/rules/abort.yaml`` (loaded into ``WINDOW_RULES``). A tripped
 Rules:
 
 - ``nonfinite``: any step value is NaN/inf: immediate.
+- ``reward_collapse``: reward_mean within ``reward_stuck_eps`` of 0 on ``collapse_window``
+  consecutive steps anywhere after step 1, once step 1 reached ``collapse_from``: the policy
+  collapsed and no group has a learning signal left (a ``start: any`` row of the table).
 - ``reward_stuck_zero`` / ``reward_stuck_one``: reward_mean within ``reward_stuck_eps`` of 0
   (data or reward bug, or a collapse on the first update) or of 1 (the task is too easy) on
   each of the first ``window`` steps. Every window rule also accepts the window that starts
@@ -69,10 +72,21 @@ class WindowRule(BaseModel):
     op: Literal["near", "eq", "ge", "gt"] = Field(description="near: |v - around| <= limit; eq; ge; gt.")
     limit: float | str = Field(description="A number, or the name of a threshold in the recipe's abort block.")
     around: float = Field(0.0, description="Centre for op 'near'.")
-    reason: str = Field(description="One line; {n} is the window, {limit} the limit.")
+    start: Literal["first", "any"] = Field(
+        "first", description="first: the first steps (from step 1 or 2); any: consecutive steps anywhere after step 1.")
+    window: int | str | None = Field(
+        None, description="Steps the test must hold: a number, a threshold name, or None for the abort block's window.")
+    had: float | str | None = Field(
+        None, description="The rule applies only if the metric's step-1 value reached this (a collapse needs a level "
+                          "to fall from): a number or a threshold name.")
+    reason: str = Field(description="One line; {n} is the window, {limit} the limit, {had} step 1's value.")
 
-    def threshold(self, rules: AbortRules) -> float:
-        return float(getattr(rules, self.limit)) if isinstance(self.limit, str) else float(self.limit)
+    def threshold(self, rules: AbortRules, name: float | str | None = None) -> float:
+        value = self.limit if name is None else name
+        return float(getattr(rules, value)) if isinstance(value, str) else float(value)
+
+    def steps(self, rules: AbortRules) -> int:
+        return rules.window if self.window is None else int(self.threshold(rules, self.window))
 
     def holds(self, v: float, rules: AbortRules) -> bool:
         lim = self.threshold(rules)
@@ -92,9 +106,10 @@ def load_window_rules(path: Path | None = None) -> list[WindowRule]:
     except (OSError, yaml.YAMLError, ValidationError) as exc:
         raise AbortRulesError(f"abort rules {path}: {str(exc).splitlines()[0]}: fix the file (see docs/triage.md)") from None
     for rule in rules:
-        if isinstance(rule.limit, str) and rule.limit not in AbortRules.model_fields:
-            raise AbortRulesError(f"abort rules {path}: rule {rule.name} names threshold '{rule.limit}', "
-                             f"which the recipe's abort block does not have")
+        for name in (rule.limit, rule.window, rule.had):
+            if isinstance(name, str) and name not in AbortRules.model_fields:
+                raise AbortRulesError(f"abort rules {path}: rule {rule.name} names threshold '{name}', "
+                                      f"which the recipe's abort block does not have")
     return rules
 
 
@@ -109,7 +124,7 @@ def check_abort(steps: list[dict], rules: AbortRules, max_grad_norm: float | Non
     if found:
         return found
     for rule in WINDOW_RULES:
-        found = _first_window(steps, rules, rule)
+        found = _first_window(steps, rules, rule) if rule.start == "first" else _any_window(steps, rules, rule)
         if found:
             return found
     return _grad_explosion(steps, rules, max_grad_norm)
@@ -151,14 +166,36 @@ def _first_window(steps: list[dict], rules: AbortRules, rule: WindowRule) -> Abo
     seed 004 §12's "stuck at 0 beyond step 1".
     """
     for start in (0, 1):
-        window = steps[start:start + rules.window]
-        if len(window) < rules.window:
-            return None
-        values = [_number(row, rule.metric) for row in window]
-        if all(v is not None for v in values) and all(rule.holds(v, rules) for v in values):
-            text = rule.reason.format(n=rules.window, limit=f"{rule.threshold(rules):g}")
-            return AbortDecision(rule=rule.name, reason=text, step=window[-1].get("step"), values=values)
+        found = _window_at(steps, start, rules, rule)
+        if found or len(steps) < start + rule.steps(rules):
+            return found
     return None
+
+
+def _any_window(steps: list[dict], rules: AbortRules, rule: WindowRule) -> AbortDecision | None:
+    """The rule holds on ``window`` consecutive steps anywhere after step 1, and step 1 reached ``had``."""
+    first = _number(steps[0], rule.metric)
+    if rule.had is not None and (first is None or first < rule.threshold(rules, rule.had)):
+        return None
+    n, run = rule.steps(rules), 0
+    for i in range(1, len(steps)):
+        v = _number(steps[i], rule.metric)
+        run = run + 1 if v is not None and rule.holds(v, rules) else 0
+        if run >= n:
+            return _window_at(steps, i - n + 1, rules, rule)
+    return None
+
+
+def _window_at(steps: list[dict], start: int, rules: AbortRules, rule: WindowRule) -> AbortDecision | None:
+    """The decision if the rule holds on each of the ``window`` steps from index ``start``, else None."""
+    n = rule.steps(rules)
+    window = steps[start:start + n]
+    values = [_number(row, rule.metric) for row in window]
+    if len(window) < n or any(v is None or not rule.holds(v, rules) for v in values):
+        return None
+    had = _number(steps[0], rule.metric)
+    text = rule.reason.format(n=n, limit=f"{rule.threshold(rules):g}", had=f"{had:g}" if had is not None else "?")
+    return AbortDecision(rule=rule.name, reason=text, step=window[-1].get("step"), values=values)
 
 
 def _grad_explosion(steps: list[dict], rules: AbortRules, max_grad_norm: float | None) -> AbortDecision | None:

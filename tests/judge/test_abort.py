@@ -45,7 +45,8 @@ def test_window_rule_trips_once_the_window_is_full(rule, override):
 
 def test_every_window_rule_is_tested():
     names = {r.name for r in WINDOW_RULES}
-    assert names == {"reward_stuck_zero", "reward_stuck_one", "grad_norm_zero", "zero_std_groups", "truncation", "clip_ratio"}
+    assert names == {"reward_collapse", "reward_stuck_zero", "reward_stuck_one", "grad_norm_zero", "zero_std_groups",
+                     "truncation", "clip_ratio"}
 
 
 def test_window_rules_need_every_step_of_the_window():
@@ -110,8 +111,30 @@ def test_collapse_after_the_first_update_is_caught():
     steps = [{"step": 1, "reward_mean": 0.31, "grad_norm": 2.05, "frac_zero_std_groups": 0.3}]
     steps += [{"step": k, "reward_mean": 0.0, "grad_norm": 0.0, "frac_zero_std_groups": 1.0} for k in range(2, 6)]
     d = check_abort(steps, rules, max_grad_norm=1.0)
+    assert d is not None and d.rule == "reward_collapse" and d.step == 4  # collapse_window 3 after step 1
+    assert "fell from 0.31 at step 1" in d.reason and d.values == [0.0, 0.0, 0.0]
+    assert check_abort(steps[:3], rules, max_grad_norm=1.0) is None  # not yet a full window
+    low = [{**steps[0], "reward_mean": 0.1}, *steps[1:]]  # step 1 below collapse_from: only the stuck rule
+    d = check_abort(low, rules, max_grad_norm=1.0)
     assert d is not None and d.rule == "reward_stuck_zero" and d.step == 5
-    assert check_abort(steps[:4], rules, max_grad_norm=1.0) is None  # not yet a full window
+
+
+def test_a_collapse_later_in_the_run_is_caught_and_a_short_dip_is_not():
+    rules = AbortRules(window=4)
+    dead = stream(13, reward_mean=lambda i: 0.0 if i >= 10 else 0.3, frac_zero_std_groups=lambda i: 1.0 if i >= 10 else 0.4)
+    d = check_abort(dead, rules, MAX_GRAD_NORM)
+    assert d is not None and (d.rule, d.step) == ("reward_collapse", 13)
+    assert check_abort(dead[:12], rules, MAX_GRAD_NORM) is None
+    dip = stream(14, reward_mean=lambda i: 0.0 if i in (5, 6, 9, 10) else 0.3)  # never 3 in a row
+    assert check_abort(dip, rules, MAX_GRAD_NORM) is None
+    assert check_abort(dead, AbortRules(window=4, collapse_window=4), MAX_GRAD_NORM) is None  # the window is data
+
+
+def test_a_sparse_reward_that_starts_low_is_not_a_collapse():
+    """A hard task: a few correct samples at step 1, then zero-reward batches: not a collapse (no level to lose)."""
+    rules = AbortRules(window=8)
+    sparse = stream(12, reward_mean=lambda i: 0.05 if i in (0, 7) else 0.0)
+    assert check_abort(sparse, rules, MAX_GRAD_NORM) is None
 
 
 def test_the_window_rules_are_data_and_a_bad_table_is_one_clear_error(tmp_path):
@@ -121,6 +144,9 @@ def test_the_window_rules_are_data_and_a_bad_table_is_one_clear_error(tmp_path):
     bad = tmp_path / "abort.yaml"
     bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: gt, limit: no_such_threshold, reason: r}\n")
     with pytest.raises(AbortRulesError, match="no_such_threshold"):
+        load_window_rules(bad)
+    bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: gt, limit: 1, start: any, window: no_window, reason: r}\n")
+    with pytest.raises(AbortRulesError, match="no_window"):
         load_window_rules(bad)
     bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: between, limit: 1, reason: r}\n")
     with pytest.raises(AbortRulesError, match="abort rules"):
