@@ -67,7 +67,16 @@ def summarize(ws: Path, seed: int, wall: float) -> dict:
                                                "ci": [best["ci_low"], best["ci_high"]]},
             "budget_s": study["budget_s"], "wall_s": round(wall, 1),
             "trials_span_s": round(max(ends) - min(starts), 1) if starts and ends else 0.0,
-            "used": round(wall / study["budget_s"], 3), "workspace": str(ws)}
+            "used": round(wall / study["budget_s"], 3), "first_confirmed_s": _first_confirmed_s(trials, starts),
+            "workspace": str(ws)}
+
+
+def _first_confirmed_s(trials: list[dict], starts: list[float]) -> float | None:
+    """Seconds from the first trial's start until the first improvement was confirmed (its last re-run ended)."""
+    ends = [max([t["finished"] for t in trials if t.get("confirms") == c["number"] and t.get("finished")], default=0)
+            for c in trials if c.get("confirmation") == "confirmed"]
+    ends = [e for e in ends if e]
+    return round(min(ends) - min(starts), 1) if ends and starts else None
 
 
 def _confirmed(trials: list[dict], improved: list[dict]) -> int | None:
@@ -94,10 +103,12 @@ def main() -> None:
         results.append(res)
         conf = "confirmation not recorded" if res["confirmed"] is None else f"{res['confirmed']} confirmed"
         print(f"seed {seed}: {res['trials']} trials {res['counts']}; {res['improved']} improved, {conf}; "
-              f"best {res['best']}; budget used {res['used']:.0%} ({res['wall_s']} s of {res['budget_s']:.0f} s)",
+              f"best {res['best']}; first confirmed after {res['first_confirmed_s']} s; "
+              f"budget used {res['used']:.0%} ({res['wall_s']} s of {res['budget_s']:.0f} s)",
               flush=True)
     hits = sum(r["improved"] > 0 for r in results)
-    print(f"studies with an improvement: {hits} of {len(results)}")
+    confirmed = sum(bool(r["confirmed"]) for r in results)
+    print(f"studies with an improvement: {hits} of {len(results)}; with a confirmed one: {confirmed}")
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
 
