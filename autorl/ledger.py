@@ -174,7 +174,7 @@ class Ledger:
 
     def studies(self, limit: int = 5) -> list[dict]:
         """The latest studies, newest first."""
-        return [dict(s) for s in self.db["autorl_studies"].rows_where(order_by="id desc", limit=limit)]
+        return [_decode(s) for s in self.db["autorl_studies"].rows_where(order_by="id desc", limit=limit)]
 
     def optuna_complete_count(self, optuna_study: str) -> int | None:
         """COMPLETE trials of an Optuna study in this file, read without letting Optuna create its tables."""

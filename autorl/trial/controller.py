@@ -229,7 +229,7 @@ class Controller:
         """Proposals drawn but never started are not trials: each is logged, and its Optuna trial (if any) is told
         FAIL rather than left RUNNING, with its values enqueued again so that a resumed study proposes them first."""
         for p in self.proposer.pending:
-            note = ""
+            note = "; `autorl run --resume` runs it first" if p.proposer in ("confirm", "retry") else ""
             if p.optuna_study is not None and p.optuna_number is not None:
                 note = _requeue(self.proposer.search(p.optuna_study), p.optuna_number, again=p.proposer != "baseline")
             self.ledger.event(self.study["id"], None, "not-started",
@@ -316,8 +316,10 @@ class Controller:
         crashed = self.ledger.trial(row["retry_of"])
         before = crashed.get("params") or {}
         changes = {k: v for k, v in (row.get("params") or {}).items() if k != "seed" and before.get(k) != v}
-        line = (f"the study's base recipe now has {dump_values(changes)} (the recipe as written had "
-                f"{dump_values({k: before.get(k) for k in changes})}): {crashed['attempt']} crashed "
+        if not changes:  # a retry with the same values (a transient crash) changes nothing
+            return {}, ""
+        line = (f"the study's base recipe now has {dump_values(changes)} instead of "
+                f"{dump_values({k: before.get(k) for k in changes})}: {crashed['attempt']} crashed "
                 f"({crashed.get('crash_category')}) and {row['attempt']}, its reduced retry, completed; "
                 "later trials and baseline repeats start from it")
         return changes, line

@@ -9,8 +9,11 @@ resumed study runs them first, with their links to the trial they confirm or ret
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +80,47 @@ def test_a_candidate_left_unconfirmed_by_a_stop_is_confirmed_first_on_resume(com
     assert "confirmed: 2 fresh-seed runs" in done["reason"]
 
 
+def test_a_confirmation_run_stopped_by_ctrl_c_is_run_again_on_resume(command_ws):
+    """SIGINT while the first confirmation run is training: it is recorded interrupted, the second is not started;
+    on resume both run (the interrupted one with its own seed again), and only runs that ran judge the candidate."""
+    recipe = _recipe(command_ws, "slow", "fake_oom.py",
+                     ["--micro-batch", "{micro_batch}", "--limit", "99", "--sleep", "3"],
+                     {"micro_batch": 9}, {"micro_batch": {"choices": [1, 9]}}, {"confirm_runs": 2})
+    cmd = [sys.executable, "-m", "autorl.cli", "-C", str(command_ws), "run", recipe, "--budget", "10m",
+           "--strategy", "random", "--seed", "0", "--max-trials", "4"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(command_ws, "SELECT 1 FROM autorl_trials WHERE proposer = 'confirm' AND status = 'running'")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 130), err + out
+    base, candidate, stopped = _rows(command_ws)
+    assert (stopped["proposer"], stopped["status"], stopped["confirms"]) == ("confirm", "interrupted", 2), stopped
+    assert Ledger(command_ws / "ledger.sqlite").trial(2)["confirmation"] == "candidate"
+
+    _run(command_ws, "--resume", "--max-trials", "5")
+    again, second = _rows(command_ws)[3:]
+    assert again["seed"] == stopped["seed"] and second["seed"] == stopped["seed"] + 1
+    assert all(r["confirms"] == 2 and r["status"] == "complete" for r in (again, second))
+    done = Ledger(command_ws / "ledger.sqlite").trial(2)
+    assert done["confirmation"] == "confirmed" and "2 fresh-seed runs" in done["reason"], done["reason"]
+
+
+def _wait_for(ws: Path, sql: str, timeout_s: float = 120) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if (ws / "ledger.sqlite").exists():
+            conn = sqlite3.connect(ws / "ledger.sqlite")
+            try:
+                if conn.execute(sql).fetchone():
+                    return
+            except sqlite3.OperationalError:  # the tables are not there yet
+                pass
+            finally:
+                conn.close()
+        time.sleep(0.1)
+    raise AssertionError(f"nothing matched {sql!r} within {timeout_s} s")
+
+
 def test_a_crash_whose_retry_was_queued_when_the_study_stopped_is_retried_first_on_resume(command_ws):
     """Values above 1 cannot reach the reward server (a real ECONNREFUSED): triage queues one retry with the same
     values, but the trial limit stops the study first. The resumed study runs that retry, linked to the crash."""
@@ -112,6 +156,8 @@ def test_a_crashed_baseline_stopped_before_its_retry_is_retried_on_resume_and_th
     assert (retry["proposer"], retry["retry_of"], retry["status"]) == ("retry", base["number"], "complete")
     assert trial["status"] == "complete" and trial["verdict"] in ("improved", "regressed", "flat"), trial
     assert "no completed baseline" not in trial["reason"]
+    assert "base recipe" not in (retry["reason"] or "")  # an unchanged retry carries nothing into the base
+    assert Ledger(command_ws / "ledger.sqlite").study()["base_changes"] is None
 
 
 def test_a_baseline_that_needed_a_smaller_micro_batch_changes_the_base_recipe_of_later_trials(command_ws):
@@ -125,7 +171,7 @@ def test_a_baseline_that_needed_a_smaller_micro_batch_changes_the_base_recipe_of
     assert base["crash_category"] == "cuda_oom" and base["crash_action"] == "retry_reduced"
     assert retry["retry_of"] == base["number"] and retry["changed"] == {"micro_batch": 4}
     assert "the study's base recipe now has micro_batch=4" in retry["reason"], retry["reason"]
-    assert "micro_batch=8" in retry["reason"]
+    assert "instead of micro_batch=8" in retry["reason"]
     assert len(trials) == 2 and all(t["status"] == "complete" and t["params"]["micro_batch"] == 4 for t in trials)
     assert all("micro_batch" not in t["changed"] for t in trials)  # the base itself has 4 now
     study = Ledger(command_ws / "ledger.sqlite").study()
