@@ -162,24 +162,25 @@ def test_a_crashed_baseline_stopped_before_its_retry_is_retried_on_resume_and_th
 
 def test_a_baseline_that_needed_a_smaller_micro_batch_changes_the_base_recipe_of_later_trials(command_ws):
     """fake_oom.py prints PyTorch's CUDA OOM above micro-batch 4. The recipe as written (8) OOMs; its reduced
-    retry (4) works, so the study's base recipe carries micro_batch 4: no later trial OOMs at 8 again, also
-    after a resume, and the retry's reason and the study say so."""
+    retry (4) works, so the study's base recipe carries micro_batch 4: the second baseline seed and every later
+    trial run at 4 and none OOMs at 8 again, also after a resume; the retry's reason and the study say so."""
     recipe = _recipe(command_ws, "oom-base", "fake_oom.py", ["--micro-batch", "{micro_batch}", "--steps", "{steps}"],
-                     {"micro_batch": 8, "steps": 4}, {"steps": {"choices": [4, 5, 6, 7]}}, {})
-    _run(command_ws, recipe, "--max-trials", "4")
-    base, retry, *trials = _rows(command_ws)
+                     {"micro_batch": 8, "steps": 4}, {"steps": {"choices": [4, 5, 6, 7]}}, {"baseline_repeats": 2})
+    _run(command_ws, recipe, "--max-trials", "5")
+    base, retry, repeat, *trials = _rows(command_ws)
     assert base["crash_category"] == "cuda_oom" and base["crash_action"] == "retry_reduced"
     assert retry["retry_of"] == base["number"] and retry["changed"] == {"micro_batch": 4}
     assert "the study's base recipe now has micro_batch=4" in retry["reason"], retry["reason"]
     assert "instead of micro_batch=8" in retry["reason"]
-    assert len(trials) == 2 and all(t["status"] == "complete" and t["params"]["micro_batch"] == 4 for t in trials)
-    assert all("micro_batch" not in t["changed"] for t in trials)  # the base itself has 4 now
+    assert repeat["proposer"] == "baseline" and repeat["changed"] == {"seed": 1}
+    assert len(trials) == 2 and all("micro_batch" not in t["changed"] for t in trials)  # the base itself has 4 now
+    assert all(t["status"] == "complete" and t["params"]["micro_batch"] == 4 for t in [repeat, *trials]), trials
     study = Ledger(command_ws / "ledger.sqlite").study()
     assert study["base_changes"] == {"micro_batch": 4}
     (line,) = _events(command_ws, "base-recipe")
     assert retry["attempt"] in line and base["attempt"] in line
 
-    _run(command_ws, "--resume", "--max-trials", "5")
-    resumed = _rows(command_ws)[4]
+    _run(command_ws, "--resume", "--max-trials", "6")
+    resumed = _rows(command_ws)[5]
     assert resumed["status"] == "complete" and resumed["params"]["micro_batch"] == 4, resumed
     assert [r["proposer"] for r in _rows(command_ws)].count("retry") == 1
