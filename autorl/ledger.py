@@ -55,6 +55,8 @@ TRIAL_COLUMNS: dict[str, str] = {
     "n_items": "Eval items (or repeats) behind the interval.",
     "flags": "JSON list of flags with evidence (divergence, truncation, ...).",
     "crash_category": "Triage category of a crash.",
+    "crash_action": "What triage decided for a crash: retry_reduced, retry_once, record or stop (a retry not yet run "
+                    "when the controller stopped is queued again on resume).",
     "crash_signature": "Stable signature grouping identical failures.",
     "root_cause": "The log line a person would point at.",
     "remedy": "What to do about the crash.",
@@ -80,7 +82,8 @@ def _v1(db: sqlite_utils.Database) -> None:
         "optuna_study": str, "baseline_value": float,
     }, pk="id")
     db["autorl_studies"].create_index(["name"], unique=True)
-    later = ("job_id", "job_address", "gap_to_best", "parent", "gain_vs_baseline", "confirmation", "confirms")
+    later = ("job_id", "job_address", "gap_to_best", "parent", "gain_vs_baseline", "confirmation", "confirms",
+             "crash_action")
     types = {c: str for c in TRIAL_COLUMNS if c not in later}
     types.update({c: int for c in ("id", "study_id", "number", "seed", "optuna_number", "retry_of",
                                    "promoted_from", "exit_code", "pid", "n_items")})
@@ -108,7 +111,17 @@ def _v4(db: sqlite_utils.Database) -> None:
         db["autorl_trials"].add_column(col, kind)
 
 
-MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3), ("0004_confirmation", _v4)]
+def _v5(db: sqlite_utils.Database) -> None:
+    db["autorl_trials"].add_column("crash_action", str)
+    db["autorl_studies"].add_column("base_changes", str)
+
+
+MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3), ("0004_confirmation", _v4),
+              ("0005_resume_queue", _v5)]
+# A run the controller stopped (Ctrl-C, a kill recovered on resume, the budget's end) did not reach its own end:
+# a confirmation or retry stopped that way is run again on resume.
+STOPPED_EARLY = ("interrupted", "budget-cut")
+_STOPPED_SQL = "(" + ", ".join(f"'{status}'" for status in STOPPED_EARLY) + ")"
 
 
 class Ledger:
@@ -154,14 +167,14 @@ class Ledger:
         rows = list(self.db["autorl_studies"].rows_where(where, args, order_by="id desc", limit=1))
         if not rows:
             raise NotFoundError(f"no study {name or study_id or ''} in {self.path}: start one with `autorl run`".replace("  ", " "))
-        return rows[0]
+        return _decode(rows[0])
 
     def has_study(self, name: str) -> bool:
         return bool(self.db.execute("SELECT 1 FROM autorl_studies WHERE name = ?", [name]).fetchone())
 
     def studies(self, limit: int = 5) -> list[dict]:
         """The latest studies, newest first."""
-        return [dict(s) for s in self.db["autorl_studies"].rows_where(order_by="id desc", limit=limit)]
+        return [_decode(s) for s in self.db["autorl_studies"].rows_where(order_by="id desc", limit=limit)]
 
     def optuna_complete_count(self, optuna_study: str) -> int | None:
         """COMPLETE trials of an Optuna study in this file, read without letting Optuna create its tables."""
@@ -176,6 +189,12 @@ class Ledger:
     def update_study(self, study_id: int, **values: Any) -> None:
         with self.tx():
             self.db["autorl_studies"].update(study_id, values)
+
+    def set_base_changes(self, study_id: int, changes: dict[str, Any], line: str) -> None:
+        """Record the train values the study's base recipe now carries (and why, as a ``base-recipe`` event)."""
+        with self.tx():
+            self.db["autorl_studies"].update(study_id, {"base_changes": _jsonify(changes)})
+            self._event(study_id, None, "base-recipe", line)
 
     # ---- trials -------------------------------------------------------------
     def add_trial(self, **row: Any) -> int:
@@ -256,9 +275,22 @@ class Ledger:
         """The study's trials whose improvement fresh-seed re-runs confirmed."""
         return self.trials(study_id, confirmation="confirmed", kind="trial")
 
-    def confirm_runs(self, study_id: int, candidate: int) -> list[dict]:
-        """The confirmation runs of candidate ``candidate`` (an attempt number)."""
-        return self.trials(study_id, confirms=candidate, kind="trial")
+    def confirm_runs(self, study_id: int, candidate: int, ran: bool = False) -> list[dict]:
+        """The confirmation runs of candidate ``candidate`` (an attempt number); with ``ran``, only those the
+        controller did not stop early (see ``STOPPED_EARLY``)."""
+        where = "confirms = ? AND kind = 'trial'" + (f" AND status NOT IN {_STOPPED_SQL}" if ran else "")
+        return self._trials(where, [candidate], study_id)
+
+    def open_candidates(self, study_id: int) -> list[dict]:
+        """Improved trials whose fresh-seed confirmation has not decided yet (neither confirmed nor rejected)."""
+        return self.trials(study_id, confirmation="candidate", kind="trial")
+
+    def unretried_crashes(self, study_id: int) -> list[dict]:
+        """Crashed first runs (not a retry, not a confirmation run) with no retry that ran: no retry row, or
+        only retries the controller stopped early. Whether triage wanted a retry is in ``crash_action``."""
+        where = ("kind = 'trial' AND status = 'crash' AND retry_of IS NULL AND confirms IS NULL AND number NOT IN "
+                 f"(SELECT retry_of FROM autorl_trials WHERE retry_of IS NOT NULL AND status NOT IN {_STOPPED_SQL})")
+        return self._trials(where, [], study_id)
 
     def confirm_groups(self, study_id: int) -> dict[int, list[dict]]:
         """Completed confirmation runs by candidate number (replicate groups for the run-noise estimate)."""
@@ -328,7 +360,7 @@ def _jsonify(v: Any) -> Any:
 
 def _decode(row: dict) -> dict:
     out = dict(row)
-    for key in ("params", "changed", "flags"):
+    for key in ("params", "changed", "flags", "base_changes"):
         if isinstance(out.get(key), str):
             try:
                 out[key] = json.loads(out[key])

@@ -161,10 +161,14 @@ class Proposer:
         if action is None and result.crash_category:
             action = triage.crash_action(result.crash_category)
         if p.retry_of is None and p.confirms is None and result.status == "crash":
-            if action == "retry_reduced":
-                self._queue_oom_retry(p, result.number)
-            elif action == "retry_once":
-                self._queue_retry(p, result)
+            self._queue_crash_retry(p, result.number, result.crash_category, action)
+
+    def _queue_crash_retry(self, p: Proposal, number: int, category: str | None, action: str | None) -> None:
+        """Queue the retry triage's ``action`` asks for (nothing for record or stop)."""
+        if action == "retry_reduced":
+            self._queue_oom_retry(p, number)
+        elif action == "retry_once":
+            self._queue_retry(p, number, category)
 
     def _queue_oom_retry(self, p: Proposal, number: int) -> None:
         params = {**self.base.train, **p.values}
@@ -183,20 +187,63 @@ class Proposer:
             return False
         return self.search(p.optuna_study).report(p.optuna_number, value, step)
 
-    def _queue_retry(self, p: Proposal, result: TrialResult) -> None:
+    def _queue_retry(self, p: Proposal, number: int, category: str | None) -> None:
         """The same values once more: a hang, timeout, network error or external kill may not recur."""
-        why = f"retry of a {result.crash_category} crash with the same values (it may be transient)"
+        why = f"retry of a {category} crash with the same values (it may be transient)"
         self.pending.append(Proposal("retry", dict(p.values), why, "retry-" + (dump_values(p.values) or "baseline"),
-                                     hypothesis=p.hypothesis, retry_of=result.number, patch=p.patch, parent=p.parent))
+                                     hypothesis=p.hypothesis, retry_of=number, patch=p.patch, parent=p.parent))
 
     def queue_confirmation(self, p: Proposal, number: int, runs: int) -> None:
         """Re-run candidate ``number`` with ``runs`` fresh seeds, before anything else."""
-        seed0 = int({**self.base.train, **p.values}.get("seed", 0) or 0)
         for k in range(runs):
-            seed = seed0 + 1000 + 10 * number + k
-            why = f"confirmation {k + 1}/{runs} of candidate {number:02d}: the same recipe with fresh seed {seed}"
-            self.pending.insert(k, Proposal("confirm", {**p.values, "seed": seed}, why, f"confirm-{number:02d}-s{seed}",
-                                            hypothesis=p.hypothesis, patch=p.patch, parent=p.parent, confirms=number))
+            self.pending.insert(k, self._confirmation(p, number, k, runs))
+
+    def _confirmation(self, p: Proposal, number: int, k: int, runs: int) -> Proposal:
+        """Confirmation run ``k`` of candidate ``number``: its values with fresh seed ``confirm_seed``."""
+        seed = self._confirm_seed(p, number, k)
+        why = f"confirmation {k + 1}/{runs} of candidate {number:02d}: the same recipe with fresh seed {seed}"
+        return Proposal("confirm", {**p.values, "seed": seed}, why, f"confirm-{number:02d}-s{seed}",
+                        hypothesis=p.hypothesis, patch=p.patch, parent=p.parent, confirms=number)
+
+    def _confirm_seed(self, p: Proposal, number: int, k: int) -> int:
+        return int({**self.base.train, **p.values}.get("seed", 0) or 0) + 1000 + 10 * number + k
+
+    # ---- resume: the queue a stopped controller left -----------------------------------------
+    def requeue(self) -> list[Proposal]:
+        """Rebuild, from the ledger, the work a stopped controller had queued but not run, oldest first:
+        the confirmation runs an open candidate still lacks, and the retry triage asked for a crash that has
+        none (a confirmation or retry the controller stopped early counts as not run)."""
+        rows = self.ledger.open_candidates(self.study["id"]) + self.ledger.unretried_crashes(self.study["id"])
+        for row in sorted(rows, key=lambda r: r["number"]):
+            p = self._proposal_of(row)
+            if row["status"] == "crash":
+                action = row.get("crash_action") or triage.crash_action(row.get("crash_category") or "unknown")
+                self._queue_crash_retry(p, row["number"], row.get("crash_category"), action)
+            else:
+                self.pending += self._missing_confirmations(p, row["number"])
+        return list(self.pending)
+
+    def _missing_confirmations(self, p: Proposal, number: int) -> list[Proposal]:
+        runs = self.base.verdict.confirm_runs
+        ran = {r.get("seed") for r in self.ledger.confirm_runs(self.study["id"], number, ran=True)}
+        return [self._confirmation(p, number, k, runs) for k in range(runs)
+                if self._confirm_seed(p, number, k) not in ran]
+
+    def _proposal_of(self, row: dict) -> Proposal:
+        """The proposal a ledger row ran (its changed values, hypothesis, patch and links)."""
+        return Proposal(row["proposer"], dict(row.get("changed") or {}), row.get("why") or "", row["attempt"],
+                        hypothesis=row.get("hypothesis"), retry_of=row.get("retry_of"), patch=self._patch_of(row),
+                        parent=row.get("parent"), confirms=row.get("confirms"))
+
+    def _patch_of(self, row: dict) -> str | None:
+        """The patch the row's trial applied: its hypothesis' patch when a ranked hypothesis proposed it (or the
+        trial a retry repeats)."""
+        while row.get("retry_of") is not None:
+            row = self.ledger.trial(row["retry_of"])
+        library = getattr(self.strategy, "library", [])
+        h = next((h for h in library if h.id == row.get("hypothesis")), None)
+        path = h.patch_path() if h is not None and row.get("proposer") == "hypothesis" else None
+        return str(path.resolve()) if path else None
 
     # ---- the baseline -----------------------------------------------------------------------
     def _baselines(self) -> list[dict]:

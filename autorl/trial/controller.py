@@ -111,8 +111,11 @@ class Controller:
         self.study = self._open_study(base_recipe, text, rel)
         self.base_text, self.recipe_rel = self.study["recipe"], self.study["recipe_path"]
         self.proposer = Proposer(self.ws, self.ledger, self.study, self.base, self.opts)
+        self._carry_base()
         self.slots = Slots(self.opts.parallel, self.opts.ray_address)
         self._recover()
+        if self.opts.resume:
+            self._requeue()
         self._prepare()
         self.view.study(f"study {self.study['name']}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
                         f"backend {self.base.backend}, recipe {self.recipe_rel}")
@@ -226,7 +229,7 @@ class Controller:
         """Proposals drawn but never started are not trials: each is logged, and its Optuna trial (if any) is told
         FAIL rather than left RUNNING, with its values enqueued again so that a resumed study proposes them first."""
         for p in self.proposer.pending:
-            note = ""
+            note = "; `autorl run --resume` runs it first" if p.proposer in ("confirm", "retry") else ""
             if p.optuna_study is not None and p.optuna_number is not None:
                 note = _requeue(self.proposer.search(p.optuna_study), p.optuna_number, again=p.proposer != "baseline")
             self.ledger.event(self.study["id"], None, "not-started",
@@ -272,6 +275,61 @@ class Controller:
                                      reason="the controller stopped during this trial; recovered on resume")
             gitops.remove_worktree(self.ws.root, self.ws.worktrees / row["attempt"])
         self.proposer.recover()
+
+    def _requeue(self) -> None:
+        """On resume: judge candidates whose confirmation runs all ended, then queue again the confirmations and
+        crash retries the stopped controller had queued but not run (they run before anything new)."""
+        for row in self.ledger.open_candidates(self.study["id"]):
+            self._maybe_confirm(row["number"])
+        queued = self.proposer.requeue()
+        if queued:
+            line = (f"resume: {len(queued)} queued run(s) the stopped study had not run go first: "
+                    + ", ".join(p.slug for p in queued))
+            self.ledger.event(self.study["id"], None, "requeued", line)
+            self.view.line(line)
+
+    # ---- the base recipe: what the recipe as written needed to run at all ------------------------------------
+    def _carry_base(self) -> None:
+        """Build trials from the recipe as written plus what its reduced baseline retries changed: after the
+        baseline ran out of memory and its retry with a smaller value worked, every later trial (and baseline
+        repeat) starts from that value. Derived from the ledger's rows and kept on the study (``base_changes``),
+        so a resumed study, or one stopped between the retry's end and this record, carries it too."""
+        changes, lines = {}, []
+        for row in self.ledger.baselines(self.study["id"]):
+            carried, line = self._carried_by(row)
+            changes.update(carried)
+            lines += [line] if carried else []
+        if not changes:
+            return
+        if changes != (self.study.get("base_changes") or {}):
+            self.ledger.set_base_changes(self.study["id"], changes, lines[-1])
+            self.study = self.ledger.study(study_id=self.study["id"])
+        self.base_text = set_train_values(self.study["recipe"], changes)
+        self.base = validate_recipe(_yaml(self.base_text), source=self.recipe_rel)
+        self.proposer.base = self.base
+
+    def _carried_by(self, row: dict) -> tuple[dict[str, Any], str]:
+        """What a completed retry of a crashed baseline changed against it (nothing for any other row), and the
+        line that says so."""
+        if row.get("proposer") != "retry" or row.get("status") != "complete" or row.get("retry_of") is None:
+            return {}, ""
+        crashed = self.ledger.trial(row["retry_of"])
+        before = crashed.get("params") or {}
+        changes = {k: v for k, v in (row.get("params") or {}).items() if k != "seed" and before.get(k) != v}
+        if not changes:  # a retry with the same values (a transient crash) changes nothing
+            return {}, ""
+        line = (f"the study's base recipe now has {dump_values(changes)} instead of "
+                f"{dump_values({k: before.get(k) for k in changes})}: {crashed['attempt']} crashed "
+                f"({crashed.get('crash_category')}) and {row['attempt']}, its reduced retry, completed; "
+                "later trials and baseline repeats start from it")
+        return changes, line
+
+    def _carry_note(self, ctx: TrialContext, result: TrialResult) -> str:
+        """The line a completed reduced retry of the baseline adds to its own reason."""
+        if result.status != "complete" or ctx.proposal.retry_of is None or not self._is_baseline(ctx.proposal):
+            return ""
+        row = {**self.ledger.trial(ctx.attempt.number), "status": result.status}
+        return self._carried_by(row)[1]
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_reason = Stop("interrupted", f"stopped by {signal.Signals(signum).name}")
@@ -351,6 +409,10 @@ class Controller:
         a, p = ctx.attempt, ctx.proposal
         result = TrialResult(number=a.number, **self._judge(ctx, outcome))
         action = self._crash_action(ctx, result)
+        carry = self._carry_note(ctx, result)
+        if action or carry:
+            result = result.model_copy(update={"crash_action": action.kind if action else None,
+                                               "reason": "; ".join(x for x in (result.reason, carry) if x)})
         self.proposer.tell(p, result, action.kind if action else None)
         final = outcome.metrics.evals[-1] if outcome.metrics.evals else None
         summary = {"attempt": a.name, "proposer": p.proposer, "hypothesis": p.hypothesis, "why": p.why,
@@ -365,6 +427,9 @@ class Controller:
             self._maybe_confirm(p.confirms)
         if action:
             self._act(ctx, action)
+        if carry:
+            self.view.line(f"{a.name}: {carry}")
+            self._carry_base()
 
     def _crash_action(self, ctx: TrialContext, r: TrialResult) -> triage.Action | None:
         """What to do about a crashed trial (``triage.decide_action``, rules in crash_rules.yaml)."""
@@ -488,9 +553,9 @@ class Controller:
 
     def _maybe_confirm(self, candidate: int) -> None:
         """When all of a candidate's confirmation runs have ended: confirmed or rejected, in the ledger."""
-        rows = self.ledger.confirm_runs(self.study["id"], candidate)
+        rows = self.ledger.confirm_runs(self.study["id"], candidate, ran=True)  # a stopped one is run again
         need = self.base.verdict.confirm_runs
-        if len(rows) < need or any(r["status"] == "running" for r in rows):
+        if not need or len(rows) < need or any(r["status"] == "running" for r in rows):
             return
         row, recipe = self.ledger.trial(candidate), self.base
         fresh = self._runs([self._metrics(r) for r in rows if r["status"] == "complete"], recipe)

@@ -37,6 +37,7 @@ class TrialResult(BaseModel):
     crash_signature: str | None = None
     root_cause: str | None = None
     remedy: str | None = None
+    crash_action: Literal["retry_reduced", "retry_once", "record", "stop"] | None = None
     parent: int | None = None
     gain_vs_baseline: float | None = None
     confirmation: Literal["candidate", "confirmed", "rejected"] | None = None

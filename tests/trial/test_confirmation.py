@@ -80,3 +80,25 @@ def test_closing_a_trial_keeps_the_links_set_when_it_opened(tmp_path):
     row = led.trial(5)
     assert (row["parent"], row["confirms"], row["objective"]) == (2, 4, 0.5)
     assert [t["number"] for t in led.confirm_runs(sid, 4)] == [5]
+
+
+def test_runs_the_controller_stopped_early_do_not_count_as_run(tmp_path):
+    """What resume re-queues: a confirmation run or retry that was interrupted or cut by the budget did not run."""
+    led = Ledger(tmp_path / "ledger.sqlite")
+    sid = led.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0,
+                           optuna_study="s")
+    rows = [(1, "baseline", "complete", {}), (2, "random", "complete", {"confirmation": "candidate"}),
+            (3, "confirm", "complete", {"confirms": 2}), (4, "confirm", "interrupted", {"confirms": 2}),
+            (5, "random", "crash", {"crash_action": "retry_once"}), (6, "retry", "budget-cut", {"retry_of": 5}),
+            (7, "random", "crash", {"crash_action": "retry_once"}), (8, "retry", "crash", {"retry_of": 7}),
+            (9, "confirm", "crash", {"confirms": 2})]
+    for number, proposer, status, extra in rows:
+        led.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer,
+                      status=status, **extra)
+    assert [t["number"] for t in led.confirm_runs(sid, 2)] == [3, 4, 9]
+    assert [t["number"] for t in led.confirm_runs(sid, 2, ran=True)] == [3, 9]  # a crash is an outcome
+    assert [t["number"] for t in led.open_candidates(sid)] == [2]
+    assert [t["number"] for t in led.unretried_crashes(sid)] == [5]  # 7's retry ran; 8 is itself a retry
+    led.set_base_changes(sid, {"micro_batch": 4}, "the study's base recipe now has micro_batch=4")
+    assert led.study(study_id=sid)["base_changes"] == {"micro_batch": 4}
+    assert led.events(sid, limit=1)[0]["kind"] == "base-recipe"

@@ -1,18 +1,21 @@
 """Test script: a GPU-less stand-in for a trainer that runs out of CUDA memory above a micro-batch size.
 
 With ``--micro-batch`` above ``--limit`` it prints PyTorch's CUDA OOM traceback text
-and exits 1; otherwise it logs a few steps and one eval line (with per-item results).
+and exits 1; otherwise it logs a few steps and one eval line (with per-item results),
+after ``--sleep`` seconds of "training".
 """
 
 import argparse
 import json
 import sys
+import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--micro-batch", type=int, required=True)
 parser.add_argument("--limit", type=int, default=4)
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--out", required=True)
+parser.add_argument("--sleep", type=float, default=0.0)
 args = parser.parse_args()
 
 print(f"micro_batch={args.micro_batch}: building the model", flush=True)
@@ -26,6 +29,7 @@ if args.micro_batch > args.limit:
           "78.08 GiB memory in use.", file=sys.stderr)
     sys.exit(1)
 
+time.sleep(args.sleep)
 with open(args.out, "w") as fh:
     for step in range(1, args.steps + 1):
         fh.write(json.dumps({"type": "step", "step": step, "reward_mean": 0.2 + 0.05 * step, "loss": 0.1,
