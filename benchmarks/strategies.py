@@ -52,7 +52,7 @@ RERUNS = ("confirm", "retry")  # runs the verdict or triage adds: not proposals 
 
 
 def _cli(ws: Path, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "autorl.cli", "-C", str(ws), *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
 
@@ -61,7 +61,7 @@ def make_workspace(work: Path, cache: Path, recipe: Path, name: str) -> Path:
     """A fresh workspace holding ``recipe``, its engine cache linked to the shared one."""
     ws = work / name
     subprocess.run([sys.executable, "-m", "autorl.cli", "init", str(ws)], check=True, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     (ws / ".autorl").mkdir(exist_ok=True)
     (ws / ".autorl" / "cache").symlink_to(cache, target_is_directory=True)
     shutil.copy(recipe, ws / "recipes" / recipe.name)
