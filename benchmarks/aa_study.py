@@ -24,6 +24,7 @@ import yaml
 
 from autorl.data import shipped
 from autorl.ledger import Ledger
+from autorl.recipe import VerdictSettings
 
 
 def aa_recipe() -> dict:
@@ -75,7 +76,8 @@ def main() -> None:
     args = ap.parse_args()
     ws = args.keep or Path(tempfile.mkdtemp(prefix="aa-study-"))
     t0, load0 = time.time(), os.getloadavg()[0]
-    run(ws, args.trials + 3, args.cache)
+    repeats = VerdictSettings(**(aa_recipe().get("verdict") or {})).baseline_repeats
+    run(ws, args.trials + repeats, args.cache)
     report(ws)
     print(f"wall {time.time() - t0:.0f} s; load {load0:.1f} -> {os.getloadavg()[0]:.1f}; workspace {ws}")
 

@@ -291,8 +291,12 @@ def series(metric: str, steps: list[dict], evals: list[dict], rules: DiagnosisRu
 
 
 def _smooth(xs: list[float], width: int) -> list[float]:
-    if width <= 1 or len(xs) < width:
+    """Moving averages of ``width`` points; none when the series is shorter (its threshold was set for the
+    average: the raw points are noisier, so a short run cannot be judged by it)."""
+    if width <= 1:
         return xs
+    if len(xs) < width:
+        return []
     return [_mean(xs[i - width + 1: i + 1]) for i in range(width - 1, len(xs))]
 
 

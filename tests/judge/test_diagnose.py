@@ -290,3 +290,15 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]"
+
+
+def test_a_smoothed_rule_does_not_judge_a_run_shorter_than_its_average():
+    """A reward drop calibrated on a 10-step average is not read from 8 raw, noisy steps (a flat 8-step run)."""
+    steps, evals = healthy(8)
+    noisy = [0.45, 0.40, 0.47, 0.33, 0.44, 0.36, 0.46, 0.31]  # raw drop 0.16: per-step noise at 128 samples
+    set_series(steps, "reward_mean", lambda i, r: noisy[i])
+    assert "instability" not in diagnose(steps, evals, TRAIN).names()
+    steps, evals = healthy(30)  # a real fall of the 10-step average does count
+    set_series(steps, "reward_mean", lambda i, r: 0.45 if i < 15 else 0.25)
+    d = diagnose(steps, evals, TRAIN)
+    assert "instability" in d.names() and d.bottleneck == "unstable"
