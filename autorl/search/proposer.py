@@ -12,6 +12,7 @@ Strategies (``--strategy``):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from autorl.judge import triage
@@ -99,9 +100,8 @@ class Proposer:
         seed = max(seeds + [0]) + 1
         why = (f"deliberate repeat of {twin['attempt']}'s values with a fresh seed {seed}: the search proposed only "
                f"configurations already tried in {REPEAT_TRIES} asks; {p.why}")
-        return Proposal(p.proposer, {**p.values, "seed": seed}, why, f"repeat-{twin['number']:02d}-seed{seed}",
-                        hypothesis=p.hypothesis, optuna_study=p.optuna_study, optuna_number=p.optuna_number,
-                        patch=p.patch)
+        # every other field (the parent above all: the recipe it is judged against) stays the proposal's own
+        return replace(p, values={**p.values, "seed": seed}, why=why, slug=f"repeat-{twin['number']:02d}-seed{seed}")
 
     def _baseline_need(self) -> tuple[bool, Proposal | None]:
         """(True, proposal) to run a baseline now, (True, None) to wait for one in flight."""

@@ -73,3 +73,18 @@ def test_a_pinned_policy_gets_a_weaker_kl_weight(study):
     p = proposer.next()
     assert (p.proposer, p.hypothesis) == ("move", "h03-kl-divergence")
     assert p.values == {"kl_coef": 0.2}  # 4 x 0.1 = 0.4 snaps to the nearest smaller choice
+
+
+def test_a_deliberate_repeat_keeps_the_recipe_it_is_judged_against(study):
+    """A repeat built on the incumbent was judged against the baseline once its parent was dropped: a seed-only
+    re-run of the incumbent then read as a big 'improvement' and was confirmed (a real 5-minute study did that)."""
+    from autorl.search.proposal import Proposal
+
+    make, ledger = study
+    proposer, sid = make({}, "flat-lr5e-7")
+    twin = ledger.trials(sid)[0]
+    p = Proposal("hypothesis", {"lr": 5e-5}, "tests h09", "h09", hypothesis="h09-sequence-precision",
+                 optuna_study="s-h09", optuna_number=4, patch=None, parent=3)
+    again = proposer._deliberate_repeat(p, twin)
+    assert (again.parent, again.hypothesis, again.optuna_number) == (3, "h09-sequence-precision", 4)
+    assert again.values["lr"] == 5e-5 and again.values["seed"] >= 1 and again.slug.startswith("repeat-01-seed")
