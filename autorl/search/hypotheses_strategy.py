@@ -98,7 +98,9 @@ class HypothesisStrategy:
         if diag is None:
             return None
         rows = self._move_rows(links, diag)
-        found = moves.next_move(rows, point, self.p.base.search, self._tried)
+        last = links[-1] if links and links[-1] is start else None  # the step the next one continues from
+        first = self.table.gallop.power if moves.no_effect(last, self.table.gallop) else 1.0
+        found = moves.next_move(rows, point, self.p.base.search, self._tried, first)
         if found is None:
             return None
         values, applied = found

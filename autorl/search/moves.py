@@ -49,11 +49,20 @@ class Exploit(_Model):
     ratio: float = Field(gt=1, description="Relative ranges become incumbent x [1/ratio, ratio].")
 
 
+class Gallop(_Model):
+    """How far the next step goes after a step that did nothing measurable."""
+
+    share: float = Field(gt=0, lt=1, description="'Nothing measurable': |gain| below this share of the "
+                                                 "interval's half-width, verdict flat.")
+    power: float = Field(gt=1, description="The next step's factor is the row's factor to this power.")
+
+
 class MoveTable(_Model):
     """The whole rules file."""
 
     moves: list[Move]
     exploit: Exploit
+    gallop: Gallop
 
 
 @lru_cache(maxsize=4)
@@ -159,11 +168,23 @@ def _moved_along(old: Any, new: Any, factor: float) -> bool:
     return _number(old) and _number(new) and old != new and (new - old) * (factor - 1) > 0
 
 
+def no_effect(link: dict | None, gallop: Gallop) -> bool:
+    """The chain's last step was flat with a gain far inside its interval: it changed nothing measurable."""
+    if link is None or link.get("verdict") != "flat":
+        return False
+    delta, low, high = (link.get(k) for k in ("delta", "ci_low", "ci_high"))
+    if not all(_number(v) for v in (delta, low, high)):
+        return False
+    return abs(delta) < gallop.share * (high - low) / 2
+
+
 def next_move(rows: list[Move], point: dict[str, Any], limits: dict[str, SearchParam],
-              tried: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any], list[Move]] | None:
-    """The values to set (every applicable row stepped from ``point``) and the rows applied; a full step that
-    was tried already is halved once (a bisection towards the overshoot); None when neither is new."""
-    for power in (1.0, HALF):
+              tried: Callable[[dict[str, Any]], bool], first: float = 1.0) -> tuple[dict[str, Any], list[Move]] | None:
+    """The values to set (every applicable row stepped from ``point``) and the rows applied. The step is the
+    factor to the power ``first`` (above 1 after a step that did nothing: a galloping step), then the plain
+    factor; a full step that was tried already is halved once (a bisection towards the overshoot); None when
+    none is new."""
+    for power in dict.fromkeys((first, 1.0, HALF)):
         values, applied = {}, []
         for m in rows:
             v = step(point.get(m.key), m.factor ** power, limits.get(m.key))

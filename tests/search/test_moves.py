@@ -88,7 +88,7 @@ TABLE = MoveTable.model_validate({"moves": [
     {"symptom": "zero_std_groups", "key": "gens", "factor": 4, "max_steps": 2, "hypothesis": "h05"},
     {"symptom": "flat_learning", "key": "lr", "factor": 10, "max_steps": 2, "hypothesis": "h13"},
     {"symptom": "instability", "key": "lr", "factor": 0.1, "max_steps": 3, "hypothesis": "h14"}],
-    "exploit": {"ratio": 4}})
+    "exploit": {"ratio": 4}, "gallop": {"share": 0.25, "power": 2}})
 CORE = {"flat_learning", "zero_std_groups"}
 
 
@@ -142,3 +142,19 @@ def test_move_rows_are_validated():
         Move(symptom="flat_learning", key="lr", factor=0, max_steps=1, hypothesis="h13")
     with pytest.raises(ValueError):
         MoveTable.model_validate({"moves": [], "exploit": {"ratio": 4}, "extra": 1})
+
+
+def test_a_step_that_did_nothing_is_followed_by_a_galloping_one():
+    """lr 1e-7 -> 1e-6 moved nothing measurable (+0.004 inside +-0.045): the next step is x100, not x10; a step
+    that helped within the noise (+0.035), a step that was not flat, or a missing interval keeps x10."""
+    g = TABLE.gallop
+    assert moves.no_effect({"verdict": "flat", "delta": 0.004, "ci_low": -0.041, "ci_high": 0.049}, g)
+    assert not moves.no_effect({"verdict": "flat", "delta": 0.035, "ci_low": -0.01, "ci_high": 0.08}, g)
+    assert not moves.no_effect({"verdict": "improved", "delta": 0.001, "ci_low": 0.0005, "ci_high": 0.002}, g)
+    assert not moves.no_effect({"verdict": "flat", "delta": 0.0, "ci_low": None, "ci_high": None}, g)
+    assert not moves.no_effect(None, g)
+    rows = [r for r in TABLE.moves if r.symptom == "flat_learning"]
+    far, _ = moves.next_move(rows, {"lr": 1e-6}, {"lr": LR}, lambda p: False, first=g.power)
+    assert far == {"lr": pytest.approx(1e-4)}
+    tried = moves.next_move(rows, {"lr": 1e-6}, {"lr": LR}, lambda p: p["lr"] == pytest.approx(1e-4), first=g.power)
+    assert tried[0] == {"lr": pytest.approx(1e-5)}  # the x100 point was tried: the plain step
