@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autorl.judge.verdict import Runs, judge
+from autorl.judge.verdict import Runs, judge, pct
 from autorl.recipe import VerdictSettings
 
 
@@ -43,5 +43,5 @@ def should_prune(step: int, trial_items: list[float] | None, incumbent_items: li
     if v.ci_high >= 0:
         return None
     reason = (f"clearly worse than the incumbent at step {step}: gain {v.delta:+.3f}, "
-              f"{v.level:.1%} CI [{v.ci_low:+.3f}, {v.ci_high:+.3f}] on {v.n} paired items")
+              f"{pct(v.level)} CI [{v.ci_low:+.3f}, {v.ci_high:+.3f}] on {v.n} paired items")
     return PruneDecision(step=step, delta=v.delta, ci_high=v.ci_high, reason=reason)

@@ -220,7 +220,12 @@ def _explain(verdict: str, delta: float, low: float, high: float, level: float, 
         "regressed": "upper bound below 0",
         "flat": f"interval reaches 0 or min_effect {min_effect:g}",
     }[verdict]
-    return f"{verdict}: gain {delta:+.4g}, {level:.0%} CI [{low:+.4g}, {high:+.4g}] ({method}, n={n}; {note}); {why}"
+    return f"{verdict}: gain {delta:+.4g}, {pct(level)} CI [{low:+.4g}, {high:+.4g}] ({method}, n={n}; {note}); {why}"
+
+
+def pct(level: float) -> str:
+    """A confidence level as people write it: 0.95 -> '95%', 0.975 -> '97.5%' (not rounded to '98%')."""
+    return f"{level * 100:g}%"
 
 
 # ---------------------------------------------------------------------------- flags

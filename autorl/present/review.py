@@ -132,6 +132,8 @@ def print_show(d: dict) -> None:
     sha = (t.get("start_sha") or "")[:10]
     say(f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({sha})")
     say(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
+    if t.get("reason"):
+        say(f"verdict: {t['reason']}")  # what the gain is against (the parent) and what confirmed it
     if d["diff_vs_baseline"]:
         c.print(f"[bold]diff vs {d['baseline_tag']}[/]")
         say(d["diff_vs_baseline"])

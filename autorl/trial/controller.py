@@ -569,7 +569,7 @@ class Controller:
         state = "confirmed" if v.verdict == "improved" else "rejected"
         self.ledger.set_confirmation(candidate, state, f"{len(fresh.values)} fresh-seed runs: {v.explanation}")
         self.view.study(f"{row['attempt']}: {state} by {len(fresh.values)} fresh-seed runs (gain {v.delta:+.4f}, "
-                        f"{v.level:.0%} CI [{v.ci_low:+.4f}, {v.ci_high:+.4f}])")
+                        f"{verdict.pct(v.level)} CI [{v.ci_low:+.4f}, {v.ci_high:+.4f}])")
 
     def _gap_to_best(self, value: float, recipe: Recipe) -> float | None:
         """The objective against the best earlier trial of the study (positive = better)."""

@@ -265,3 +265,12 @@ def test_exit_zero_with_no_training_steps():
 def test_short_run_reported_ok():
     found = flags(HEALTHY[:5], [], {"steps_done": 5, "status": "ok"}, 50)
     assert names(found) == {"short_run"}
+
+
+def test_the_explanation_names_the_level_it_used_unrounded():
+    """The default confirmation is at 97.5 %: the line must not say '98%' (a level no test used)."""
+    fresh = Runs(values=[0.6, 0.6], items=[[1.0] * 60 + [0.0] * 40, [1.0] * 61 + [0.0] * 39])
+    parent = Runs(values=[0.4] * 3, items=[[1.0] * 40 + [0.0] * 60, [1.0] * 41 + [0.0] * 59, [1.0] * 39 + [0.0] * 61])
+    v = confirm(fresh, parent, VerdictSettings(), "maximize")
+    assert v.level == 0.975 and "97.5% CI" in v.explanation and "98%" not in v.explanation
+    assert "95% CI" in judge(fresh, parent, VerdictSettings(), "maximize").explanation
