@@ -156,7 +156,7 @@ def ledger(c: _Ctx, as_json: bool, verdict: str | None, last: int | None, study_
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def show(c: _Ctx, number: int, as_json: bool) -> None:
-    """One trial: params and diff vs baseline, metrics, evals, log tail, git refs."""
+    """One trial: its verdict line, params and diff vs baseline, metrics, evals, log tail, git refs."""
     from autorl.present import review
 
     data = review.show_trial(c.workspace(), c.open_ledger(), number)
