@@ -246,12 +246,6 @@ class Ledger:
         """The study's trials (not full runs) that have an objective value."""
         return self._trials("objective IS NOT NULL AND kind = 'trial'", [], study_id)
 
-    def durations(self, study_id: int) -> list[float]:
-        """Seconds from opened to judged of the study's trials that ran to their end, oldest first."""
-        q = ("SELECT finished - started FROM autorl_trials WHERE study_id = ? AND kind = 'trial' "
-             "AND status = 'complete' AND finished IS NOT NULL ORDER BY number")
-        return [r[0] for r in self.db.execute(q, [study_id]).fetchall()]
-
     def hypothesis_counts(self) -> dict[str, dict[str, int]]:
         """Per hypothesis id: finished trials that tested it (confirmation runs apart), how many of them a move
         rule proposed, and their candidates, confirmed and rejected improvements."""

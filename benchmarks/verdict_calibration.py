@@ -20,6 +20,7 @@ import argparse
 import time
 
 import numpy as np
+from pydantic import ValidationError
 
 from autorl.judge.noise import gain
 from autorl.recipe import VerdictSettings
@@ -76,6 +77,16 @@ def study_level(rng, p, sd: float, s: VerdictSettings, studies: int, chunk: int 
     return any_cand / studies, any_conf / studies
 
 
+def _settings(ap: argparse.ArgumentParser, pairs: list[str]) -> VerdictSettings:
+    """The verdict settings with ``--set KEY=VALUE`` applied; a bad pair is one line (exit 2), not a traceback."""
+    if any("=" not in kv for kv in pairs):
+        ap.error("--set takes KEY=VALUE, e.g. --set baseline_repeats=3")
+    try:
+        return VerdictSettings(**dict(kv.split("=", 1) for kv in pairs))
+    except ValidationError as exc:
+        ap.error(f"--set: {str(exc).splitlines()[1]}: {str(exc).splitlines()[2].strip()}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=2000, help="simulated trials per cell")
@@ -84,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a verdict setting other than its default, e.g. baseline_repeats=3 (repeatable)")
     args = ap.parse_args(argv)
-    s = VerdictSettings(**dict(kv.split("=", 1) for kv in args.set))
+    s = _settings(ap, args.set)
     rng, t0 = np.random.default_rng(args.seed), time.time()
     print(f"settings: {s.model_dump()}\n")
     print("| items | run sd | R | false improved | false regressed | power +0.02 | power +0.05 | power +0.10 | "

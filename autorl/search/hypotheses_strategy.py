@@ -87,8 +87,7 @@ class HypothesisStrategy:
     def _move(self, trials: list[dict]) -> Proposal | None:
         """Step the knobs the diagnosis points at (or keep the last helpful step's direction), from the chain's
         last good trial, else from the incumbent."""
-        inc = incumbent_row(trials, self.p.base.objective.direction)
-        links = moves.chain(trials, since=inc["number"] if inc else None)
+        inc, links = self._chain(trials)
         start = moves.chain_start(links) or inc or next((t for t in trials if t.get("proposer") == "baseline"
                                                          and t.get("status") == "complete"), None)
         if start is None:
@@ -109,6 +108,11 @@ class HypothesisStrategy:
         slug = "move-" + dump_values({m.key: values[m.key] for m in applied})
         return Proposal(moves.PROPOSER, changed(self.p.base.train, {**point, **values}), why, slug,
                         hypothesis=applied[0].hypothesis, parent=inc["number"] if inc else None)
+
+    def _chain(self, trials: list[dict]) -> tuple[dict | None, list[dict]]:
+        """The incumbent row (None: the baseline) and the move trials taken from it."""
+        inc = incumbent_row(trials, self.p.base.objective.direction)
+        return inc, moves.chain(trials, since=inc["number"] if inc else None)
 
     def _move_rows(self, links: list[dict], diag: diagnose.Diagnosis) -> list[moves.Move]:
         """The rows the diagnosis fires, else the last helpful step's rows (momentum)."""
@@ -136,8 +140,7 @@ class HypothesisStrategy:
     def working_point(self, trials: list[dict]) -> dict[str, Any]:
         """Where a ranked hypothesis starts: the move chain's last good trial when it gained over its parent (a
         group size that ended the zero-std groups is kept while lr is tried next), else the incumbent."""
-        inc = incumbent_row(trials, self.p.base.objective.direction)
-        last = moves.chain_start(moves.chain(trials, since=inc["number"] if inc else None))
+        last = moves.chain_start(self._chain(trials)[1])
         if last is not None and (last.get("delta") or 0) > 0:
             return {**self.p.base.train, **(last.get("params") or {})}
         return self.incumbent(trials)

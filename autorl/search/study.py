@@ -86,6 +86,16 @@ class Search:
             pass
         self._open.pop(number, None)
 
+    def release(self, number: int, again: bool) -> str:
+        """Tell trial ``number`` FAIL (it was asked but never ran) and, when ``again``, enqueue its values so the
+        next ask proposes them first; returns the clause that says what was done."""
+        trial = next((t for t in self.study.get_trials(deepcopy=False) if t.number == number), None)
+        self.tell(number, "fail")
+        if trial is None or not again or not trial.params:
+            return f"; Optuna trial {number} of {self.name} told FAIL"
+        self.study.enqueue_trial(dict(trial.params), skip_if_exists=False)
+        return f"; Optuna trial {number} of {self.name} told FAIL, its values enqueued for the next ask"
+
     def fail_running(self) -> int:
         """Mark trials left RUNNING by a killed controller as FAIL; returns how many."""
         ts = _optuna().trial.TrialState

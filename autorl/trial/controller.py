@@ -231,7 +231,7 @@ class Controller:
         for p in self.proposer.pending:
             note = "; `autorl run --resume` runs it first" if p.proposer in ("confirm", "retry") else ""
             if p.optuna_study is not None and p.optuna_number is not None:
-                note = _requeue(self.proposer.search(p.optuna_study), p.optuna_number, again=p.proposer != "baseline")
+                note = self.proposer.search(p.optuna_study).release(p.optuna_number, again=p.proposer != "baseline")
             self.ledger.event(self.study["id"], None, "not-started",
                               f"{p.proposer} proposal {p.slug} not started when the study stopped{note}")
         self.proposer.pending.clear()
@@ -652,16 +652,6 @@ class _WatchState:
 
 
 # ---- helpers -----------------------------------------------------------------------------
-def _requeue(search: Any, number: int, again: bool) -> str:
-    """Tell Optuna trial ``number`` FAIL (it never ran) and, when ``again``, enqueue its values for the next ask."""
-    trial = next((t for t in search.study.get_trials(deepcopy=False) if t.number == number), None)
-    search.tell(number, "fail")
-    if trial is None or not again or not trial.params:
-        return f"; Optuna trial {number} of {search.name} told FAIL"
-    search.study.enqueue_trial(dict(trial.params), skip_if_exists=False)
-    return f"; Optuna trial {number} of {search.name} told FAIL, its values enqueued for the next ask"
-
-
 def check_resume_flags(opts: RunOptions, study: dict) -> None:
     """--resume continues the study as it was started: a flag that would change it is an error."""
     if opts.overrides:
