@@ -11,12 +11,11 @@ from pathlib import Path
 
 import click
 
+from autorl.present.review import LEDGER_FIELDS  # what `autorl ledger --json` writes
+
 ROOT = Path(__file__).resolve().parent.parent
 JSON_SHAPES = {
-    "ledger": "list of trial objects with keys " + ", ".join("`%s`" % k for k in (
-        "number", "attempt", "proposer", "hypothesis", "why", "changed", "status", "verdict", "confirmation",
-        "objective", "delta", "ci_low", "ci_high", "method", "n_items", "parent", "gain_vs_baseline", "gap_to_best",
-        "confirms", "duration_s", "crash_category", "reason")),
+    "ledger": "list of trial objects with keys " + ", ".join("`%s`" % k for k in LEDGER_FIELDS),
     "show": "object: `trial` (every ledger column, see ledger.md), `diff_vs_baseline`, `baseline_tag`, `steps`, "
             "`curve` (reward_mean, kl, grad_norm, clip_ratio lists), `evals` (eval lines without items), `log_tail`",
     "triage": "list of crash groups: `signature`, `category`, `count`, `root_cause_line`, `remedy`, `attempts`, `actions`",
