@@ -1,8 +1,9 @@
-"""Noise-aware pruning: stop a trial only when it is clearly worse than the incumbent at the same step.
+"""Noise-aware pruning: stop a trial only when it is clearly worse than a reference at the same step.
 
 Optuna's median pruner compares one noisy number with the median of other trials' numbers and
 so stops about half of all trials whatever their quality. Here an intermediate eval is compared
-item by item with the incumbent's eval at the same step on the same items, with the verdict's
+item by item with a reference's evals at the same step on the same items (the controller asks for
+the trial's parent, then the study's confirmed incumbent: ``Controller.prune_references``), with the verdict's
 noise model (per-item flips plus the run-level shift), at the recipe's ``prune_level`` (99%
 two-sided by default: with one baseline run the prior's single df makes t heavy-tailed, and at
 99.9% even a 43-point drop on 500 items was not 'clearly worse'). The trial is stopped only when
@@ -30,11 +31,11 @@ class PruneDecision(BaseModel):
 
 def should_prune(step: int, trial_items: list[float] | None, incumbent_items: list[list[float]] | None,
                  settings: VerdictSettings, direction: str,
-                 noise: list[list[list[float]]] | None = None) -> PruneDecision | None:
+                 noise: list[list[list[float]]] | None = None, than: str = "the incumbent") -> PruneDecision | None:
     """A decision to stop, or None (also when either side lacks per-item results at this step).
 
     ``incumbent_items`` are the incumbent's runs' items at the same ``step``; ``noise`` other
-    replicate groups at that step (e.g. the baseline's repeats).
+    replicate groups at that step (e.g. the baseline's repeats); ``than`` names the reference in the reason.
     """
     if not trial_items or not incumbent_items or any(len(r) != len(trial_items) for r in incumbent_items):
         return None
@@ -42,6 +43,6 @@ def should_prune(step: int, trial_items: list[float] | None, incumbent_items: li
               settings, direction, noise, level=settings.prune_level)
     if v.ci_high >= 0:
         return None
-    reason = (f"clearly worse than the incumbent at step {step}: gain {v.delta:+.3f}, "
+    reason = (f"clearly worse than {than} at step {step}: gain {v.delta:+.3f}, "
               f"{pct(v.level)} CI [{v.ci_low:+.3f}, {v.ci_high:+.3f}] on {v.n} paired items")
     return PruneDecision(step=step, delta=v.delta, ci_high=v.ci_high, reason=reason)

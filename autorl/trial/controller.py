@@ -37,7 +37,7 @@ from autorl.metrics import RunMetrics
 from autorl.present.live import PlainView
 from autorl.recipe import (Recipe, apply_override, check_base, dump_values, editable_text, read_recipe_text,
                            recipe_from_text, set_train_values, validate_recipe)
-from autorl.search.hypotheses_strategy import library_for
+from autorl.search.hypotheses_strategy import incumbent_row, library_for
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
 from autorl.trial import lifecycle, plan
@@ -540,6 +540,22 @@ class Controller:
         rows = [self.ledger.trial(parent), *self.ledger.confirm_runs(self.study["id"], parent)]
         return [self._metrics(r) for r in rows if r["status"] == "complete"]
 
+    def prune_references(self, parent: int | None) -> list[tuple[str, list[RunMetrics]]]:
+        """What a running trial must not be clearly worse than: its parent (the baseline when it has none)
+        and, once the study has one, the confirmed incumbent, by its fresh-seed confirmation runs alone (the
+        run that made it a candidate was picked for looking good). A trial clearly behind the best recipe the
+        study has confirmed cannot become the next incumbent, whatever it would gain over its own parent."""
+        runs = self._parent_metrics(parent)
+        refs = [(f"its parent {self.ledger.trial(parent)['attempt']}", runs) if runs
+                else (BASELINE_REF, self.proposer.baseline_runs())]
+        best = incumbent_row(self.ledger.trials(self.study["id"], kind="trial"), self.base.objective.direction)
+        if best is not None and best["number"] != parent:
+            fresh = [self._metrics(r) for r in self.ledger.confirm_runs(self.study["id"], best["number"], ran=True)
+                     if r["status"] == "complete"]
+            if fresh:
+                refs.append((f"the incumbent {best['attempt']}", fresh))
+        return refs
+
     def _noise(self, recipe: Recipe, parent: int | None) -> list[list[list[float]]]:
         """Replicate groups for the run-noise estimate: the baseline (if not the parent) and confirmation groups."""
         groups = [] if parent is None else [self.proposer.baseline_runs()]
@@ -632,15 +648,22 @@ class _WatchState:
         return None
 
     def _clearly_worse(self, rec: dict):
+        """The first reference (parent, then the confirmed incumbent) this eval is clearly worse than, or None."""
         items_key = _items_key(self.recipe.objective.metric)
         if items_key is None or not rec.get(items_key):
             return None
         step = int(rec["step"])
-        parent = self.ctl._parent_metrics(self.ctx.proposal.parent) or self.ctl.proposer.baseline_runs()
-        at_step = [_items_at(m, items_key, step) for m in parent]
-        if not at_step or not all(at_step):
-            return None
-        return should_prune(step, rec[items_key], at_step, self.recipe.verdict, self.recipe.objective.direction)
+        baseline = _all_at(self.ctl.proposer.baseline_runs(), items_key, step)
+        for label, runs in self.ctl.prune_references(self.ctx.proposal.parent):
+            at_step = _all_at(runs, items_key, step)
+            if not at_step:
+                continue
+            noise = [baseline] if label != BASELINE_REF and len(baseline) > 1 else []  # never counted twice
+            d = should_prune(step, rec[items_key], at_step, self.recipe.verdict, self.recipe.objective.direction,
+                             noise, than=label)
+            if d is not None:
+                return d
+        return None
 
     def _show(self, m: RunMetrics) -> None:
         last = m.steps[-1] if m.steps else {}
@@ -674,6 +697,15 @@ def _fixed_eval_protocol(values: dict[str, Any], base: Recipe) -> dict[str, Any]
 def _items_key(metric: str) -> str | None:
     parts = metric.split("/")
     return f"eval/{parts[1]}/items" if len(parts) == 3 and parts[0] == "eval" and parts[2] == "greedy_pass@1" else None
+
+
+BASELINE_REF = "the baseline"  # the pruner's reference for a trial with no parent
+
+
+def _all_at(runs: list[RunMetrics], key: str, step: int) -> list[list[float]]:
+    """Each run's per-item results at ``step`` ([] when any run lacks them)."""
+    got = [_items_at(m, key, step) for m in runs]
+    return got if got and all(got) else []
 
 
 def _items_at(m: RunMetrics, key: str, step: int) -> list[float] | None:

@@ -1,0 +1,64 @@
+"""The noise-aware pruner measures a running trial against the confirmed incumbent as well as its parent.
+
+A real random-search study on the command backend (real git, SQLite, Optuna, child processes): quality.py solves
+each of 100 eval items with probability ``quality``. The baseline is at 0.2; 0.55 and 0.95 both beat it and are
+confirmed in turn. Once 0.95 is the confirmed incumbent, a trial at 0.55 or 0.2 is still no worse than its parent
+(the baseline), but it is clearly worse than the incumbent at the middle eval and cannot become the next incumbent:
+it is stopped there.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autorl.ledger import Ledger
+from conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parents[1] / "data" / "scripts" / "quality.py"
+
+
+def _study(ws: Path, trials: int) -> list[dict]:
+    argv = [sys.executable, str(SCRIPT), "--quality", "{quality}", "--seed", "{seed}", "--steps", "{steps}",
+            "--out", "{run_dir}/metrics.jsonl"]
+    recipe = {"name": "quality", "backend": "command", "train": {"argv": argv, "quality": 0.2, "seed": 0, "steps": 4},
+              "search": {"quality": {"choices": [0.2, 0.55, 0.95]}}, "verdict": {"baseline_repeats": 2},
+              "timeout_s": 60}
+    (ws / "recipes" / "quality.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    r = run_cli("-C", str(ws), "run", "recipes/quality.yaml", "--strategy", "random", "--seed", "0",
+                "--max-trials", str(trials), "--budget", "10m", timeout=300)
+    assert r.returncode == 0, r.stderr + r.stdout
+    return Ledger(ws / "ledger.sqlite").trials()
+
+
+def _confirmed_at(rows: list[dict], quality: float) -> int | None:
+    """The attempt number of the last confirmation run of the confirmed trial at ``quality``."""
+    done = [t for t in rows if t["confirmation"] == "confirmed" and t["params"]["quality"] == quality]
+    if not done:
+        return None
+    return max(t["number"] for t in rows if t["confirms"] == done[0]["number"])
+
+
+def test_a_trial_clearly_behind_the_confirmed_incumbent_is_stopped(command_ws):
+    rows = _study(command_ws, 11)
+    ledger = Ledger(command_ws / "ledger.sqlite")
+    since = _confirmed_at(rows, 0.95)
+    assert since is not None, [(t["attempt"], t["verdict"], t["confirmation"]) for t in rows]
+    incumbent = next(t for t in rows if t["confirmation"] == "confirmed" and t["params"]["quality"] == 0.95)
+    before = [t for t in rows if t["number"] < incumbent["number"] and t["proposer"] not in ("baseline", "confirm")]
+    assert before and all(t["status"] == "complete" for t in before), before  # no incumbent yet: parent only
+    later = [t for t in rows if t["number"] > since and t["proposer"] != "confirm"]
+    behind = [t for t in later if t["params"]["quality"] < 0.95]
+    assert behind, [(t["attempt"], t["params"]) for t in later]
+    for t in behind:
+        assert (t["status"], t["verdict"]) == ("pruned", "pruned"), t
+        assert f"clearly worse than the incumbent {incumbent['attempt']} at step 2" in t["reason"], t["reason"]
+        assert max(m["step"] for m in ledger.metrics(t["id"])) == 2  # stopped at the middle eval
+    for t in later:
+        if t["params"]["quality"] == 0.95:
+            assert t["status"] == "complete", t  # as good as the incumbent: runs to the end
