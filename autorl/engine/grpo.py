@@ -140,12 +140,53 @@ def build_reference(policy, kl_coef: float):
     return ref
 
 
-def make_optimizer(params: list, config: EngineConfig):
+class AdamW:
+    """AdamW with no weight decay, with linear warmup and then a constant lr: torch.optim.AdamW's update written out.
+
+    Constructing any ``torch.optim.Optimizer`` imports ``torch._dynamo``, about a second of every trial's start-up
+    on a CPU, which no early stop can save. The update is the same (tests compare it with torch's AdamW and
+    LambdaLR step by step); the ``_foreach`` ops keep it one kernel per op on a GPU.
+    """
+
+    def __init__(self, params: list, lr: float, betas: tuple[float, float], warmup_steps: int, eps: float = 1e-8):
+        self.params, self.base_lr, self.betas, self.warmup, self.eps = params, lr, betas, warmup_steps, eps
+        self.t = 0  # optimizer steps taken (sets the warmup); each parameter counts its own updates
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.n = [0] * len(params)
+
+    @property
+    def lr(self) -> float:
+        """The lr of the next step."""
+        return self.base_lr * (min(1.0, (self.t + 1) / self.warmup) if self.warmup else 1.0)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        lr, (b1, b2) = self.lr, self.betas
+        self.t += 1
+        have = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if not have:
+            return
+        for i in have:
+            self.n[i] += 1
+        ps, gs = [self.params[i] for i in have], [self.params[i].grad for i in have]
+        ms, vs = [self.m[i] for i in have], [self.v[i] for i in have]
+        torch._foreach_lerp_(ms, gs, 1 - b1)
+        torch._foreach_mul_(vs, b2)
+        torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
+        denom = torch._foreach_sqrt(vs)
+        torch._foreach_div_(denom, [math.sqrt(1 - b2 ** self.n[i]) for i in have])
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(ps, ms, denom, [-lr / (1 - b1 ** self.n[i]) for i in have])
+
+
+def make_optimizer(params: list, config: EngineConfig) -> AdamW:
     """AdamW (betas 0.9/0.99, no weight decay) with linear warmup, then a constant lr."""
-    opt = torch.optim.AdamW(params, lr=config.lr, betas=ADAM_BETAS, weight_decay=0.0)
-    warm = config.warmup_steps
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: min(1.0, (t + 1) / warm) if warm else 1.0)
-    return opt, sched
+    return AdamW(params, config.lr, ADAM_BETAS, config.warmup_steps)
 
 
 # ---------------------------------------------------------------------------
@@ -278,9 +319,9 @@ def micro_batch_loss(policy, roll: Rollout, adv: torch.Tensor, rows: slice, conf
     return loss
 
 
-def optimizer_pass(policy, params, opt, sched, roll, adv, config, stats, autocast, first_epoch: bool) -> None:
+def optimizer_pass(policy, params, opt, roll, adv, config, stats, autocast, first_epoch: bool) -> None:
     """One optimizer step over the whole batch, accumulating gradients over micro-batches."""
-    opt.zero_grad(set_to_none=True)
+    opt.zero_grad()
     total = 0.0
     for rows in chunks(len(roll.ids), config.micro_batch):
         with autocast():
@@ -292,14 +333,13 @@ def optimizer_pass(policy, params, opt, sched, roll, adv, config, stats, autocas
         raise NonFiniteError(f"loss {total} / grad_norm {grad_norm}")
     stats.add(grad_norm=grad_norm)
     opt.step()
-    sched.step()
 
 
-def update(policy, params, opt, sched, roll: Rollout, adv: torch.Tensor, config: EngineConfig, autocast) -> dict:
+def update(policy, params, opt, roll: Rollout, adv: torch.Tensor, config: EngineConfig, autocast) -> dict:
     """``ppo_epochs`` optimizer passes over the rollout; returns the step's update diagnostics."""
     stats = StepStats()
     for epoch in range(config.ppo_epochs):
-        optimizer_pass(policy, params, opt, sched, roll, adv, config, stats, autocast, epoch == 0)
+        optimizer_pass(policy, params, opt, roll, adv, config, stats, autocast, epoch == 0)
         if epoch == 0:
             roll.old_logp = torch.cat(stats.old_logps)
     tokens = float(roll.cmask.sum())
@@ -372,8 +412,8 @@ def grpo_step(step: int, state: dict, config: EngineConfig) -> dict:
     t1 = time.perf_counter()
     adv = group_advantages(roll.rewards, config.gens, config.scale_rewards)
     cache_logprobs(policy, state["ref"], roll, config, autocast)
-    lr = state["opt"].param_groups[0]["lr"]
-    upd = update(policy, state["params"], state["opt"], state["sched"], roll, adv, config, autocast)
+    lr = state["opt"].lr
+    upd = update(policy, state["params"], state["opt"], roll, adv, config, autocast)
     t2 = time.perf_counter()
     return {"type": "step", "step": step, **rollout_metrics(roll, adv, config.gens), **upd, "lr": lr,
             "kl": upd["kl"] if state["ref"] is not None else 0.0,
@@ -394,9 +434,9 @@ def setup(config: EngineConfig, cache_dir: str | Path, log) -> dict:
         prepare_base(policy, task, config, cache_dir, judge, log)
     rng = seed_everything(config.seed)
     params = [p for p in policy.module.parameters() if p.requires_grad]
-    opt, sched = make_optimizer(params, config)
+    opt = make_optimizer(params, config)
     return {"policy": policy, "task": task, "reward": reward, "ref": build_reference(policy, config.kl_coef),
-            "rng": rng, "params": params, "opt": opt, "sched": sched, "autocast": autocast_for(config, device)}
+            "rng": rng, "params": params, "opt": opt, "autocast": autocast_for(config, device)}
 
 
 def _progress(rec: dict, steps: int) -> str:

@@ -150,3 +150,18 @@ def test_best_checkpoint_weights_are_saved_and_load(tmp_path, engine_cache):
     state = torch.load(best["path"])
     assert Path(best["path"]) == tmp_path / "best.pt" and all(torch.is_tensor(v) for v in state.values())
     assert not (tmp_path / "best.tmp").exists()
+
+
+def test_a_trial_never_imports_torch_dynamo(tmp_path, engine_cache):
+    """torch.optim.Optimizer imports torch._dynamo when one is built: about a second of every trial's start-up on a
+    CPU, which no early stop can save. A trial (config, model, optimizer, steps, evals) must not load it."""
+    cfg, metrics = tmp_path / "cfg.json", tmp_path / "metrics.jsonl"
+    cfg.write_text(json.dumps({**FAST, "steps": 2, "kl_coef": 0.05, "warmup_steps": 2}))
+    code = ("import sys; from autorl.engine.__main__ import main; "
+            f"rc = main(['--config', {str(cfg)!r}, '--metrics-out', {str(metrics)!r}, '--cache-dir', {str(engine_cache)!r}]); "
+            "print('dynamo loaded:', 'torch._dynamo' in sys.modules); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert "step 2/2 reward" in proc.stdout
+    assert "dynamo loaded: False" in proc.stdout, proc.stdout[-300:]

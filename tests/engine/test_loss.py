@@ -1,13 +1,14 @@
 """The GRPO loss math on small hand-computed tensors."""
 
+import copy
 import math
 
 import pytest
 import torch
 
 from autorl.engine.config import EngineConfig
-from autorl.engine.grpo import (Rollout, aggregate, build_reference, cache_logprobs, clipped_surrogate,
-                                group_advantages, kl_estimate, token_entropy, update)
+from autorl.engine.grpo import (ADAM_BETAS, Rollout, aggregate, build_reference, cache_logprobs, clipped_surrogate,
+                                group_advantages, kl_estimate, make_optimizer, token_entropy, update)
 from autorl.engine.model import BuiltinPolicy
 from autorl.engine.task import CharTokenizer
 
@@ -112,10 +113,9 @@ def _grads_after_one_pass(micro_batch: int, loss_type: str) -> list[torch.Tensor
             p.add_(0.01 * torch.randn_like(p))
     cache_logprobs(policy, ref, roll, config, _nullcontext)
     params = list(policy.module.parameters())
-    opt = torch.optim.SGD(params, lr=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0)
+    opt = make_optimizer(params, config)  # lr 0: the gradients are looked at, the weights stay
     adv = group_advantages(roll.rewards, 4, True)
-    update(policy, params, opt, sched, roll, adv, config, _nullcontext)
+    update(policy, params, opt, roll, adv, config, _nullcontext)
     return [p.grad.clone() for p in params]
 
 
@@ -147,11 +147,38 @@ def test_ratio_is_one_with_a_single_epoch():
     roll = _toy_rollout(policy)
     cache_logprobs(policy, None, roll, config, _nullcontext)
     params = list(policy.module.parameters())
-    opt = torch.optim.AdamW(params, lr=1e-3)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0)
-    stats = update(policy, params, opt, sched, roll, group_advantages(roll.rewards, 4, True), config, _nullcontext)
+    opt = make_optimizer(params, config)
+    stats = update(policy, params, opt, roll, group_advantages(roll.rewards, 4, True), config, _nullcontext)
     assert stats["log_ratio_abs_max"] == 0.0 and stats["clip_ratio"] == 0.0
     config2 = config.model_copy(update={"ppo_epochs": 3})
     cache_logprobs(policy, None, roll, config2, _nullcontext)
-    stats2 = update(policy, params, opt, sched, roll, group_advantages(roll.rewards, 4, True), config2, _nullcontext)
+    stats2 = update(policy, params, opt, roll, group_advantages(roll.rewards, 4, True), config2, _nullcontext)
     assert stats2["log_ratio_abs_max"] > 0  # later passes are off-policy
+
+
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_adamw_takes_the_same_steps_as_torchs_adamw_with_lambdalr(warmup):
+    """The engine's AdamW (no torch.optim.Optimizer: that imports torch._dynamo) against torch's AdamW + LambdaLR,
+    10 steps on the tiny model with random gradients (one parameter left without a gradient at step 4)."""
+    torch.manual_seed(0)
+    ours_model = BuiltinPolicy("tiny", CharTokenizer(), torch.device("cpu")).module
+    theirs_model = copy.deepcopy(ours_model)
+    ours, theirs = list(ours_model.parameters()), list(theirs_model.parameters())
+    start = [a.detach().clone() for a in ours]
+    config = EngineConfig(lr=3e-3, warmup_steps=warmup)
+    opt = make_optimizer(ours, config)
+    ref = torch.optim.AdamW(theirs, lr=config.lr, betas=ADAM_BETAS, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(ref, lambda t: min(1.0, (t + 1) / warmup) if warmup else 1.0)
+    for step in range(10):
+        assert opt.lr == pytest.approx(ref.param_groups[0]["lr"])
+        for a, b in zip(ours, theirs):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.clone()
+        if step == 4:
+            ours[0].grad = theirs[0].grad = None
+        opt.step()
+        ref.step()
+        sched.step()
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    assert all((a - s0).abs().max() > 1e-3 for a, s0 in zip(ours, start))  # every parameter moved
