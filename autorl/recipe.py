@@ -83,7 +83,7 @@ class VerdictSettings(_Model):
     confirm_level: float = Field(0.975, gt=0.5, lt=1, description="Two-sided level of the confirmation test on the "
                                                                  "fresh runs alone.")
     prune_level: float = Field(0.99, gt=0.5, lt=1, description="Two-sided level at which an intermediate eval is "
-                                                                "'clearly worse' than the incumbent's.")
+                                                                "'clearly worse' than its parent's or the incumbent's.")
     bootstrap: int = Field(2000, ge=100, description="Unused since the interval became analytic (t with "
                                                      "Satterthwaite df); kept so older recipes load.")
 
@@ -101,7 +101,8 @@ class AbortRules(_Model):
                                                       "above collapse_from, that trip 'reward collapse'.")
     collapse_from: float = Field(0.2, gt=0, description="Step 1's reward_mean must reach this for a fall to 0 to count "
                                                         "as a collapse (a sparse reward's zero batches do not).")
-    pruner: bool = Field(True, description="Stop a trial whose intermediate eval is clearly worse than the incumbent's at the same step.")
+    pruner: bool = Field(True, description="Stop a trial whose intermediate eval is clearly worse than its parent's, "
+                                         "or the confirmed incumbent's, at the same step.")
     silence_s: float = Field(120.0, gt=0, description="No new output or metric for this long = hang (watchdog).")
 
 
