@@ -29,17 +29,17 @@ class PruneDecision(BaseModel):
     reason: str = Field(description="One line a person can read.")
 
 
-def should_prune(step: int, trial_items: list[float] | None, incumbent_items: list[list[float]] | None,
+def should_prune(step: int, trial_items: list[float] | None, reference_items: list[list[float]] | None,
                  settings: VerdictSettings, direction: str,
                  noise: list[list[list[float]]] | None = None, than: str = "the incumbent") -> PruneDecision | None:
     """A decision to stop, or None (also when either side lacks per-item results at this step).
 
-    ``incumbent_items`` are the incumbent's runs' items at the same ``step``; ``noise`` other
+    ``reference_items`` are the reference's runs' items at the same ``step``; ``noise`` other
     replicate groups at that step (e.g. the baseline's repeats); ``than`` names the reference in the reason.
     """
-    if not trial_items or not incumbent_items or any(len(r) != len(trial_items) for r in incumbent_items):
+    if not trial_items or not reference_items or any(len(r) != len(trial_items) for r in reference_items):
         return None
-    v = judge(Runs(values=[0.0], items=[trial_items]), Runs(values=[0.0] * len(incumbent_items), items=incumbent_items),
+    v = judge(Runs(values=[0.0], items=[trial_items]), Runs(values=[0.0] * len(reference_items), items=reference_items),
               settings, direction, noise, level=settings.prune_level)
     if v.ci_high >= 0:
         return None

@@ -540,20 +540,21 @@ class Controller:
         rows = [self.ledger.trial(parent), *self.ledger.confirm_runs(self.study["id"], parent)]
         return [self._metrics(r) for r in rows if r["status"] == "complete"]
 
-    def prune_references(self, parent: int | None) -> list[tuple[str, list[RunMetrics]]]:
-        """What a running trial must not be clearly worse than: its parent (the baseline when it has none)
-        and, once the study has one, the confirmed incumbent, by its fresh-seed confirmation runs alone (the
-        run that made it a candidate was picked for looking good). A trial clearly behind the best recipe the
-        study has confirmed cannot become the next incumbent, whatever it would gain over its own parent."""
-        runs = self._parent_metrics(parent)
-        refs = [(f"its parent {self.ledger.trial(parent)['attempt']}", runs) if runs
-                else (BASELINE_REF, self.proposer.baseline_runs())]
+    def prune_references(self, parent: int | None) -> list[tuple[str, list[RunMetrics], list[RunMetrics]]]:
+        """What a running trial must not be clearly worse than, as (name, runs, replicate runs for the noise):
+        its parent (the baseline when it has none) and, once the study has one, the confirmed incumbent, by its
+        fresh-seed confirmation runs alone (the run that made it a candidate was picked for looking good). A
+        trial clearly behind the best recipe the study has confirmed cannot become the next incumbent, whatever
+        it would gain over its own parent. The baseline's runs are the noise replicates of any other reference."""
+        baseline, runs = self.proposer.baseline_runs(), self._parent_metrics(parent)
+        refs = [(f"its parent {self.ledger.trial(parent)['attempt']}", runs, baseline) if runs
+                else ("the baseline", baseline, [])]
         best = incumbent_row(self.ledger.trials(self.study["id"], kind="trial"), self.base.objective.direction)
         if best is not None and best["number"] != parent:
             fresh = [self._metrics(r) for r in self.ledger.confirm_runs(self.study["id"], best["number"], ran=True)
                      if r["status"] == "complete"]
             if fresh:
-                refs.append((f"the incumbent {best['attempt']}", fresh))
+                refs.append((f"the incumbent {best['attempt']}", fresh, baseline))
         return refs
 
     def _noise(self, recipe: Recipe, parent: int | None) -> list[list[list[float]]]:
@@ -653,12 +654,11 @@ class _WatchState:
         if items_key is None or not rec.get(items_key):
             return None
         step = int(rec["step"])
-        baseline = _all_at(self.ctl.proposer.baseline_runs(), items_key, step)
-        for label, runs in self.ctl.prune_references(self.ctx.proposal.parent):
+        for label, runs, replicates in self.ctl.prune_references(self.ctx.proposal.parent):
             at_step = _all_at(runs, items_key, step)
             if not at_step:
                 continue
-            noise = [baseline] if label != BASELINE_REF and len(baseline) > 1 else []  # never counted twice
+            noise = [g for g in [_all_at(replicates, items_key, step)] if len(g) > 1]
             d = should_prune(step, rec[items_key], at_step, self.recipe.verdict, self.recipe.objective.direction,
                              noise, than=label)
             if d is not None:
@@ -697,9 +697,6 @@ def _fixed_eval_protocol(values: dict[str, Any], base: Recipe) -> dict[str, Any]
 def _items_key(metric: str) -> str | None:
     parts = metric.split("/")
     return f"eval/{parts[1]}/items" if len(parts) == 3 and parts[0] == "eval" and parts[2] == "greedy_pass@1" else None
-
-
-BASELINE_REF = "the baseline"  # the pruner's reference for a trial with no parent
 
 
 def _all_at(runs: list[RunMetrics], key: str, step: int) -> list[list[float]]:
