@@ -80,7 +80,7 @@ def study_result(ws: Path) -> dict:
     pruned = [r for r in rows if r["status"] == "pruned"]
     return {"best": max(values) if values else None, "trial_s": sum(r["duration_s"] or 0 for r in rows),
             "sweep_s": sum(r["duration_s"] or 0 for r in sweep),
-            "pruned": len(pruned), "trials": len(rows),
+            "pruned": len(pruned),
             "confirmed": sum(r["confirmation"] == "confirmed" for r in rows),
             "incumbent": max((r["objective"] for r in rows if r["confirmation"] == "confirmed"), default=None),
             "lrs": [round(r["params"]["lr"], 10) for r in sweep],
@@ -163,6 +163,11 @@ def main() -> None:
     ap.add_argument("--report", type=Path, help="Print the table again from a --keep folder (runs nothing)")
     args = ap.parse_args()
     if args.report:
+        missing = [str(d) for seed in args.seeds for arm in ("abort", "none")
+                   if not (d := args.report / f"seed{seed}-{arm}" / "ledger.sqlite").is_file()]
+        if missing:
+            ap.error(f"--report {args.report}: no study ledger at {missing[0]}: give the --keep folder of a run "
+                     "and the seeds it ran (--seeds)")
         print_table({seed: seed_result(args.report, seed) for seed in args.seeds})
         return
     tmp = tempfile.TemporaryDirectory(prefix="early-abort-")
