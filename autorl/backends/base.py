@@ -138,17 +138,20 @@ class LocalProcess:
         self.plan = plan
         Path(plan.log_path).parent.mkdir(parents=True, exist_ok=True)
         self._log = open(plan.log_path, "ab", buffering=0)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **plan.env}
-        self.proc = subprocess.Popen(
+        self.proc = self._launch(plan, {**os.environ, "PYTHONUNBUFFERED": "1", **plan.env})
+        self.pid = self.proc.pid
+        self._reader = reader or JsonlTail(plan.metrics_path).poll
+        self._activity = time.time()
+        self._log_size = 0
+
+    def _launch(self, plan: LaunchPlan, env: dict[str, str]) -> Any:
+        """Start the process (in its own session, pinned to ``plan.cpus``); returns its ``Popen``."""
+        return subprocess.Popen(
             plan.argv if not plan.shell else ["/bin/sh", "-c", plan.argv[0]],
             cwd=plan.cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=(lambda: os.sched_setaffinity(0, plan.cpus)) if plan.cpus else None,
         )
-        self.pid = self.proc.pid
-        self._reader = reader or JsonlTail(plan.metrics_path).poll
-        self._activity = time.time()
-        self._log_size = 0
 
     def poll(self) -> int | None:
         code = self.proc.poll()

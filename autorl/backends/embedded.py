@@ -1,4 +1,8 @@
-"""The embedded backend: runs ``python -m autorl.engine`` as a child process."""
+"""The embedded backend: runs ``python -m autorl.engine`` as a child process.
+
+Trials are forked from a server that has imported torch once (``autorl.backends.forked``); a trial it cannot
+serve exactly starts as a fresh process.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from autorl.backends import forked
 from autorl.backends.base import Backend, LaunchPlan, TrialSpec
 from autorl.engine.config import EngineConfig, check_files
 from autorl.errors import RecipeError
@@ -39,12 +44,17 @@ class EmbeddedBackend(Backend):
                           backend=self.name)
         return plan
 
+    def start(self, plan: LaunchPlan) -> forked.ForkedProcess:
+        """A child process of the fork server (or a fresh one where the server cannot serve it exactly)."""
+        return forked.ForkedProcess(plan)
+
     def prepare(self, recipe, cache_dir: Path, run_dir: Path, timeout_s: float = 1800.0) -> int | None:
         """Build the cached base model once, before any trial (so no trial's timeout pays for it).
 
         Runs the engine with ``steps: 0`` in a child process; returns its exit code. A failure
         is not fatal here: the first trial then fails with the real error and is triaged.
         """
+        forked.warm(sys.executable)  # its imports overlap this build
         params = {**recipe.train, "steps": 0, "eval_every": 0}
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg = run_dir / "prepare_config.json"

@@ -1,0 +1,197 @@
+"""Embedded trials forked from a process that has torch imported already (``autorl.engine.forkserver``).
+
+The controller never imports torch; it starts one fork server per Python executable, the first time a trial
+(or the study's ``prepare``) asks for it, and keeps it until it exits. A trial started through it is the same
+child process ``python -m autorl.engine`` would be, minus the second of imports. Where the fork server cannot
+serve a trial exactly as a fresh process would, the trial starts as a fresh process, the way it always did:
+
+- its environment differs from the server's in a variable other than those read lazily (``LAZY_ENV``): anything
+  read at interpreter or library start-up (``PYTHON*``, ``OMP_*``, ``LD_*`` ...) must be the process's own;
+- the server did not start or has ended (its failure shows in the trial log of the fresh process);
+- ``AUTORL_FORKSERVER=0`` is set.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from autorl.backends.base import LaunchPlan, LocalProcess
+
+ENGINE = "autorl.engine"
+SERVER = "autorl.engine.forkserver"
+# Variables a trial may set differently from the server's environment: read only after the fork, when used.
+LAZY_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
+REPLY_TIMEOUT_S = 300.0  # the first reply waits for the server's imports
+LOST = 1  # the exit code of a trial whose server ended before reporting it
+
+
+class ForkServerError(RuntimeError):
+    """The fork server could not start a trial (the caller starts a fresh process instead)."""
+
+
+class ForkServer:
+    """One ``python -m autorl.engine.forkserver`` child and the replies it sends."""
+
+    def __init__(self, executable: str):
+        self.executable = executable
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([executable, "-m", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=self.env, cwd=_package_parent(),
+                                     start_new_session=True)
+        self._pids: queue.Queue[int | None] = queue.Queue()
+        self._exits: dict[int, int] = {}
+        self._send = threading.Lock()  # one request at a time, so that replies come in order
+        self._lock = threading.Lock()  # the exit codes, shared with the reader thread
+        self.alive = True
+        threading.Thread(target=self._read, name="autorl-forkserver", daemon=True).start()
+
+    def serves(self, executable: str, env: dict[str, str]) -> bool:
+        """Whether a child of this server is exactly a fresh ``executable`` process with ``env``."""
+        if not self.alive or executable != self.executable:
+            return False
+        keys = (set(env) | set(self.env)) - LAZY_ENV
+        return all(env.get(k) == self.env.get(k) for k in keys)
+
+    def spawn(self, args: list[str], cwd: str, env: dict[str, str], log: str, cpus: list[int] | None) -> int:
+        """Fork one engine run; its pid (the leader of its own process group)."""
+        request = json.dumps({"args": args, "cwd": cwd, "env": env, "log": log, "cpus": cpus}) + "\n"
+        with self._send:
+            try:
+                self.proc.stdin.write(request.encode())
+                self.proc.stdin.flush()
+                pid = self._pids.get(timeout=REPLY_TIMEOUT_S)
+            except (OSError, ValueError, queue.Empty) as exc:
+                raise ForkServerError(f"the fork server did not answer ({exc.__class__.__name__})") from None
+        if pid is None:
+            raise ForkServerError("the fork server refused the request or has ended")
+        return pid
+
+    def exit_code(self, pid: int) -> int | None:
+        """The exit code of child ``pid`` once it has ended (and forget it), else None."""
+        with self._lock:
+            code = self._exits.pop(pid, None)
+        if code is None and not self.alive and not _exists(pid):
+            return LOST
+        return code
+
+    def close(self) -> None:
+        """End the server (its running children go on in their own sessions)."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+        self.alive = False
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if "exited" in message:
+                with self._lock:
+                    self._exits[message["exited"]] = message["code"]
+            elif "pid" in message:
+                with self._lock:
+                    self._exits.pop(message["pid"], None)  # a reused pid: its old exit was already read
+                self._pids.put(message["pid"])
+        self.alive = False
+        self._pids.put(None)
+
+
+class ForkedChild:
+    """The ``Popen`` calls ``LocalProcess`` makes (``pid``, ``poll``, ``wait``) for a child of the fork server."""
+
+    def __init__(self, server: ForkServer, pid: int):
+        self.server, self.pid, self.returncode = server, pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.exit_code(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+
+class ForkedProcess(LocalProcess):
+    """A LocalProcess for an embedded engine run, forked from the fork server where it can be."""
+
+    def _launch(self, plan: LaunchPlan, env: dict[str, str]) -> Any:
+        server = server_for(plan.argv[0]) if _engine_args(plan) is not None else None
+        if server is None or not server.serves(plan.argv[0], env):
+            return super()._launch(plan, env)
+        try:
+            pid = server.spawn(_engine_args(plan), plan.cwd, env, plan.log_path, plan.cpus)
+        except ForkServerError:
+            return super()._launch(plan, env)
+        return ForkedChild(server, pid)
+
+
+_SERVERS: dict[str, ForkServer] = {}
+
+
+def server_for(executable: str) -> ForkServer | None:
+    """The running fork server for ``executable``, started on first use (None when turned off or it ended)."""
+    if os.environ.get("AUTORL_FORKSERVER", "1") == "0":
+        return None
+    server = _SERVERS.get(executable)
+    if server is None or not server.alive:
+        if server is not None:  # it ended: start no second one, trials run as fresh processes
+            return None
+        try:
+            server = _SERVERS[executable] = ForkServer(executable)
+        except OSError:
+            return None
+    return server
+
+
+def warm(executable: str) -> None:
+    """Start the fork server now, so that its imports overlap other work."""
+    server_for(executable)
+
+
+@atexit.register
+def _close_all() -> None:
+    for server in _SERVERS.values():
+        server.close()
+
+
+def _engine_args(plan: LaunchPlan) -> list[str] | None:
+    """The engine's own arguments when ``plan`` is ``python -m autorl.engine ARGS`` (else None)."""
+    if plan.shell or plan.argv[1:3] != ["-m", ENGINE]:
+        return None
+    return plan.argv[3:]
+
+
+def _package_parent() -> str:
+    """The directory ``autorl`` was imported from, so that the server imports this very package."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _exists(pid: int) -> bool:
+    """Whether ``pid`` is still running (a zombie nobody reaps counts as ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -1,0 +1,149 @@
+"""Embedded trials forked from the fork server behave as fresh ``python -m autorl.engine`` processes.
+
+Each test gets its own real fork server (``python -m autorl.engine.forkserver``) and runs the real engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autorl.backends import forked
+from autorl.backends.base import LaunchPlan
+
+
+@pytest.fixture(autouse=True)
+def own_servers(monkeypatch):
+    """A fork server of this test's own, ended after it (a test may kill its server)."""
+    servers: dict = {}
+    monkeypatch.setattr(forked, "_SERVERS", servers)
+    monkeypatch.delenv("AUTORL_FORKSERVER", raising=False)
+    yield servers
+    for server in servers.values():
+        server.close()
+
+
+def plan(tmp: Path, name: str, config: dict, cache: Path, env: dict | None = None, cwd: Path | None = None,
+         cpus: list[int] | None = None) -> LaunchPlan:
+    run = tmp / name
+    run.mkdir(parents=True)
+    (run / "cfg.json").write_text(json.dumps(config))
+    argv = [sys.executable, "-m", "autorl.engine", "--config", str(run / "cfg.json"), "--metrics-out",
+            str(run / "metrics.jsonl"), "--cache-dir", str(cache)]
+    return LaunchPlan(argv=argv, env=env or {}, cwd=str(cwd or tmp), log_path=str(run / "train.log"),
+                      metrics_path=str(run / "metrics.jsonl"), cpus=cpus)
+
+
+def finish(handle, timeout: float = 300) -> int:
+    deadline = time.time() + timeout
+    while handle.poll() is None:
+        assert time.time() < deadline, "the run did not end"
+        time.sleep(0.05)
+    return handle.poll()
+
+
+def records(p: LaunchPlan) -> list[dict]:
+    """The run's metric records without the timing fields (which differ between any two runs)."""
+    timing = ("tokens_per_s", "wall_s")
+    out = []
+    for line in Path(p.metrics_path).read_text().splitlines():
+        rec = json.loads(line)
+        out.append({k: v for k, v in rec.items() if k not in timing and not k.startswith("time_")})
+    return out
+
+
+def test_forked_run_equals_a_fresh_process(tmp_path, engine_cache, monkeypatch):
+    config = {"steps": 4, "eval_every": 2, "seed": 3}
+    forked_plan = plan(tmp_path, "forked", config, engine_cache)
+    handle = forked.ForkedProcess(forked_plan)
+    assert isinstance(handle.proc, forked.ForkedChild)
+    assert finish(handle) == 0
+    monkeypatch.setenv("AUTORL_FORKSERVER", "0")
+    fresh_plan = plan(tmp_path, "fresh", config, engine_cache)
+    fresh = forked.ForkedProcess(fresh_plan)
+    assert not isinstance(fresh.proc, forked.ForkedChild)
+    assert finish(fresh) == 0
+    got, want = records(forked_plan), records(fresh_plan)
+    assert [r["type"] for r in got].count("step") == 4
+    assert got == want
+    assert "eval step 4" in Path(forked_plan.log_path).read_text()
+
+
+def test_bad_config_exits_2_with_one_line_in_the_log(tmp_path, engine_cache):
+    p = plan(tmp_path, "bad", {"stepz": 3}, engine_cache)
+    handle = forked.ForkedProcess(p)
+    assert isinstance(handle.proc, forked.ForkedChild)
+    assert finish(handle) == 2
+    log = Path(p.log_path).read_text()
+    assert log.strip().splitlines() == ["error: config: unknown key 'stepz': check the spelling against EngineConfig"]
+
+
+def test_cancel_stops_the_process_group(tmp_path, engine_cache):
+    p = plan(tmp_path, "long", {"steps": 2000}, engine_cache)
+    handle = forked.ForkedProcess(p)
+    assert os.getpgid(handle.pid) == handle.pid and os.getsid(handle.pid) == handle.pid
+    while not Path(p.metrics_path).is_file():
+        time.sleep(0.05)
+    handle.cancel(grace_s=2)
+    assert handle.poll() == -signal.SIGTERM
+    with pytest.raises(ProcessLookupError):
+        os.killpg(handle.pid, 0)
+
+
+REWARD = """
+import json, os, sys
+from pathlib import Path
+
+def reward(completion, label):
+    out = Path("seen.json")
+    if not out.exists():
+        out.write_text(json.dumps({"cwd": os.getcwd(), "path0": sys.path[0], "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                   "cpus": sorted(os.sched_getaffinity(0)), "stdin": sys.stdin.read()}))
+    return float(completion.strip() == label.strip())
+"""
+
+
+def test_the_child_runs_in_its_worktree_with_its_environment_and_cpus(tmp_path, engine_cache):
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    (worktree / "probe_reward.py").write_text(REWARD)
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    p = plan(tmp_path, "probe", {"steps": 1, "eval_every": 0, "reward": "probe_reward:reward"}, engine_cache,
+             env={"CUDA_VISIBLE_DEVICES": ""}, cwd=worktree, cpus=[cpu])
+    handle = forked.ForkedProcess(p)
+    assert isinstance(handle.proc, forked.ForkedChild)
+    assert finish(handle) == 0, Path(p.log_path).read_text()[-500:]
+    seen = json.loads((worktree / "seen.json").read_text())
+    assert seen == {"cwd": str(worktree), "path0": str(worktree), "cuda": "", "cpus": [cpu], "stdin": ""}
+
+
+def test_an_environment_read_at_start_up_gets_a_fresh_process(tmp_path, engine_cache):
+    p = plan(tmp_path, "omp", {"steps": 1, "eval_every": 0}, engine_cache, env={"OMP_NUM_THREADS": "1"})
+    handle = forked.ForkedProcess(p)
+    assert not isinstance(handle.proc, forked.ForkedChild)
+    assert finish(handle) == 0
+
+
+def test_a_server_that_ended_loses_no_trial(tmp_path, engine_cache, own_servers):
+    running = forked.ForkedProcess(plan(tmp_path, "running", {"steps": 2000}, engine_cache))
+    assert isinstance(running.proc, forked.ForkedChild)
+    server = own_servers[sys.executable]
+    server.proc.kill()
+    server.proc.wait()
+    deadline = time.time() + 10
+    while server.alive and time.time() < deadline:
+        time.sleep(0.05)
+    assert not server.alive
+    assert running.poll() is None  # still running, in its own session
+    running.cancel(grace_s=2)
+    assert running.poll() == forked.LOST
+    after = plan(tmp_path, "after", {"steps": 1, "eval_every": 0}, engine_cache)
+    handle = forked.ForkedProcess(after)
+    assert not isinstance(handle.proc, forked.ForkedChild)
+    assert finish(handle) == 0
