@@ -8,7 +8,7 @@ serve a trial exactly as a fresh process would, the trial starts as a fresh proc
 - its environment differs from the server's in a variable other than those read lazily (``LAZY_ENV``): anything
   read at interpreter or library start-up (``PYTHON*``, ``OMP_*``, ``LD_*`` ...) must be the process's own;
 - the server did not start or has ended (its failure shows in the trial log of the fresh process);
-- ``AUTORL_FORKSERVER=0`` is set.
+- ``AUTORL_FORKSERVER=0`` is set, or this is not Linux.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 import os
 import queue
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -147,8 +148,8 @@ _SERVERS: dict[str, ForkServer] = {}
 
 def server_for(executable: str) -> ForkServer | None:
     """The running fork server for ``executable``, started on first use (None when turned off or it ended)."""
-    if os.environ.get("AUTORL_FORKSERVER", "1") == "0":
-        return None
+    if os.environ.get("AUTORL_FORKSERVER", "1") == "0" or not sys.platform.startswith("linux"):
+        return None  # elsewhere (macOS) forking a process that has loaded torch's libraries is not safe
     server = _SERVERS.get(executable)
     if server is None or not server.alive:
         if server is not None:  # it ended: start no second one, trials run as fresh processes

@@ -147,3 +147,20 @@ def test_a_server_that_ended_loses_no_trial(tmp_path, engine_cache, own_servers)
     handle = forked.ForkedProcess(after)
     assert not isinstance(handle.proc, forked.ForkedChild)
     assert finish(handle) == 0
+
+
+def test_the_embedded_backend_forks_its_trials_and_warms_the_server_in_prepare(tmp_path, engine_cache, own_servers):
+    from autorl.backends.base import TrialSpec, get_backend
+    from autorl.recipe import validate_recipe
+
+    backend = get_backend("embedded")
+    recipe = validate_recipe({"backend": "embedded", "train": {"steps": 2, "eval_every": 0}})
+    assert backend.prepare(recipe, engine_cache, tmp_path / "prepare") == 0
+    assert sys.executable in own_servers  # started while the base model was checked
+    spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run",
+                     cache_dir=engine_cache, seed=7)
+    handle = backend.start(backend.plan(spec))
+    assert isinstance(handle.proc, forked.ForkedChild)
+    assert finish(handle) == 0
+    summary = json.loads(Path(tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert summary["type"] == "summary" and summary["steps_done"] == 2
