@@ -114,7 +114,7 @@ def test_the_child_runs_in_its_worktree_with_its_environment_and_cpus(tmp_path, 
     worktree.mkdir()
     (worktree / "probe_reward.py").write_text(REWARD)
     cpu = sorted(os.sched_getaffinity(0))[-1]
-    p = plan(tmp_path, "probe", {"steps": 1, "eval_every": 0, "reward": "probe_reward:reward"}, engine_cache,
+    p = plan(tmp_path, "probe", {"steps": 1, "eval_every": 0, "threads": 1, "reward": "probe_reward:reward"}, engine_cache,
              env={"CUDA_VISIBLE_DEVICES": ""}, cwd=worktree, cpus=[cpu])
     handle = forked.ForkedProcess(p)
     assert isinstance(handle.proc, forked.ForkedChild)
