@@ -87,6 +87,7 @@ class ForkServer:
         """End the server at once: it holds nothing to save (its children go on in their own sessions)."""
         self.proc.kill()
         self.proc.wait()
+        self.proc.stdin.close()
         self.alive = False
 
     def _read(self) -> None:
@@ -102,6 +103,7 @@ class ForkServer:
                 with self._lock:
                     self._exits.pop(message["pid"], None)  # a reused pid: its old exit was already read
                 self._pids.put(message["pid"])
+        self.proc.stdout.close()
         self.alive = False
         self._pids.put(None)
 

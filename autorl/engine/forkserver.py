@@ -31,6 +31,7 @@ import select
 import signal
 import sys
 import traceback
+import warnings
 
 PRELOAD = ("torch", "autorl.engine.grpo", "autorl.engine.__main__")
 
@@ -78,7 +79,9 @@ def handle(line: bytes, wake: tuple[int, int]) -> None:
         send({"pid": None, "error": f"bad request: {exc}"})
         return
     sync_r, sync_w = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():  # Python >= 3.12 warns on fork when a thread runs: import torch starts an idle one
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         os.close(sync_r)
         child(args, cwd, env, log, request.get("cpus"), sync_w, wake)
