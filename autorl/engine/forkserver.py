@@ -37,7 +37,7 @@ PRELOAD = ("torch", "autorl.engine.grpo", "autorl.engine.__main__")
 
 
 def main() -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller ends the server by closing its stdin
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the controller ends it: a kill, or its stdin closing
     for name in PRELOAD:
         __import__(name)
     wake_r, wake_w = os.pipe()
