@@ -54,7 +54,7 @@ class EmbeddedBackend(Backend):
         Runs the engine with ``steps: 0`` in a child process; returns its exit code. A failure
         is not fatal here: the first trial then fails with the real error and is triaged.
         """
-        forked.warm(sys.executable)  # its imports overlap this build
+        forked.server_for(sys.executable)  # start the fork server now: its imports overlap this build
         params = {**recipe.train, "steps": 0, "eval_every": 0}
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg = run_dir / "prepare_config.json"

@@ -132,14 +132,14 @@ class ForkedProcess(LocalProcess):
     """A LocalProcess for an embedded engine run, forked from the fork server where it can be."""
 
     def _launch(self, plan: LaunchPlan, env: dict[str, str]) -> Any:
-        server = server_for(plan.argv[0]) if _engine_args(plan) is not None else None
+        args = _engine_args(plan)
+        server = server_for(plan.argv[0]) if args is not None else None
         if server is None or not server.serves(plan.argv[0], env):
             return super()._launch(plan, env)
         try:
-            pid = server.spawn(_engine_args(plan), plan.cwd, env, plan.log_path, plan.cpus)
+            return ForkedChild(server, server.spawn(args, plan.cwd, env, plan.log_path, plan.cpus))
         except ForkServerError:
             return super()._launch(plan, env)
-        return ForkedChild(server, pid)
 
 
 _SERVERS: dict[str, ForkServer] = {}
@@ -158,11 +158,6 @@ def server_for(executable: str) -> ForkServer | None:
         except OSError:
             return None
     return server
-
-
-def warm(executable: str) -> None:
-    """Start the fork server now, so that its imports overlap other work."""
-    server_for(executable)
 
 
 @atexit.register

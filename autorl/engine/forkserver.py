@@ -112,10 +112,9 @@ def child(args: list[str], cwd: str, env: dict[str, str], log: str, cpus: list[i
         os.environ.clear()
         os.environ.update(env)
         sys.path[0] = cwd
-        from autorl.engine.__main__ import main as engine_main
-
-        sys.argv = [sys.modules["autorl.engine.__main__"].__file__, *args]
-        code = engine_main(args)
+        engine_cli = sys.modules["autorl.engine.__main__"]  # preloaded
+        sys.argv = [engine_cli.__file__, *args]
+        code = engine_cli.main(args)
     except SystemExit as exc:
         code = exit_status(exc.code)
     except BaseException:  # as the interpreter would: the traceback to stderr, exit 1

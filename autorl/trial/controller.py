@@ -658,9 +658,9 @@ class _WatchState:
             at_step = _all_at(runs, items_key, step)
             if not at_step:
                 continue
-            noise = [g for g in [_all_at(replicates, items_key, step)] if len(g) > 1]
+            noise = _all_at(replicates, items_key, step)
             d = should_prune(step, rec[items_key], at_step, self.recipe.verdict, self.recipe.objective.direction,
-                             noise, than=label)
+                             [noise] if len(noise) > 1 else [], than=label)
             if d is not None:
                 return d
         return None
