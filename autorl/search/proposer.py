@@ -22,7 +22,7 @@ from autorl.search.hypotheses_strategy import HypothesisStrategy
 from autorl.search.proposal import Proposal
 from autorl.search.strategies import OptunaStrategy, Strategy
 from autorl.search.study import Search, study_names
-from autorl.trial.result import TrialResult
+from autorl.judge.result import TrialResult
 
 
 class Proposer:

@@ -41,7 +41,7 @@ from autorl.search.hypotheses_strategy import incumbent_row, library_for
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
 from autorl.trial import lifecycle, plan
-from autorl.trial.result import TrialResult
+from autorl.judge.result import TrialResult
 from autorl.trial.slots import Slots, stop_job
 from autorl.trial.watch import Outcome, Stop, Watch
 from autorl.workspace import Workspace, default_recipe_source

@@ -12,7 +12,7 @@ from autorl.search.hypotheses import counted_verdict
 from autorl.search.hypotheses_strategy import incumbent_row
 from autorl.trial.controller import _fixed_eval_protocol
 from autorl.trial.promote import pick_best
-from autorl.trial.result import TrialResult
+from autorl.judge.result import TrialResult
 
 
 @pytest.fixture
