@@ -21,10 +21,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autorl.backends.registry import BACKENDS, BackendName
+from autorl import loading
 from autorl.errors import RecipeError, validation_line
 
 
@@ -247,20 +247,10 @@ def read_recipe_text(path: str | Path) -> str:
 
 def parse_recipe_text(text: str, source: str | Path) -> dict:
     """The raw YAML mapping of a recipe's text; ``source`` names it in errors."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise RecipeError(f"{source}{yaml_error_text(exc)}") from None
+    data = loading.parse(text, source, RecipeError)
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: a recipe is a YAML mapping of keys to values")
     return data
-
-
-def yaml_error_text(exc: yaml.YAMLError, first_line: int = 1) -> str:
-    """' line N: not valid YAML (problem)' for a parse error; ``first_line`` is the file line of the text's line 1."""
-    line = getattr(getattr(exc, "problem_mark", None), "line", None)
-    where = f" line {line + first_line}" if line is not None else ""
-    return f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})"
 
 
 def apply_override(data: dict, item: str) -> None:
@@ -268,10 +258,7 @@ def apply_override(data: dict, item: str) -> None:
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise RecipeError(f"--set {item!r}: write key=value, e.g. --set lr=3e-4")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    value = loading.parse_value(raw)
     path = key.strip().split(".")
     if len(path) == 1 and path[0] not in Recipe.model_fields:
         path = ["train", path[0]]
@@ -303,7 +290,7 @@ def set_train_values(text: str, values: dict[str, Any]) -> str:
     lines = text.splitlines(keepends=True)
     start, indent = _find_section(lines, "train")
     for key, value in values.items():
-        rendered = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+        rendered = loading.render(value)
         pat = re.compile(rf"^{re.escape(indent)}{re.escape(key)}\s*:(.*?)(\s+#.*)?$")
         end = _section_end(lines, start, indent)
         for i in range(start + 1, end):
@@ -326,8 +313,7 @@ def editable_text(text: str) -> str:
         _find_section(text.splitlines(keepends=True), "train")
         return text
     except RecipeError:
-        data = yaml.safe_load(text) or {}
-        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+        return loading.dump(loading.parse(text) or {})
 
 
 def _find_section(lines: list[str], name: str) -> tuple[int, str]:

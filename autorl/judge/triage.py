@@ -31,16 +31,15 @@ import shutil
 from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from autorl import loading
 from autorl.data import shipped
-from autorl.errors import UserError
+from autorl.errors import RulesError  # noqa: F401  (raised by load_rules; callers catch it from here)
 
 RULES_PATH = shipped("rules", "crash_rules.yaml")
 MAX_LINES = 50_000  # only the log's tail is read: the cause of a crash is near its end
@@ -51,10 +50,6 @@ Category = Literal[
     "network_unavailable", "killed_external", "unknown",
 ]
 ActionKind = Literal["retry_reduced", "retry_once", "record", "stop"]
-
-
-class RulesError(UserError):
-    """A crash-rules file that does not load or validate."""
 
 
 class _Model(BaseModel):
@@ -147,35 +142,19 @@ class Diagnosis(_Model):
 # ---------------------------------------------------------------------------- loading rules
 
 def load_rules(path: str | Path | None = None) -> CrashRules:
-    """The crash rules at ``path`` (default: the packaged table), validated."""
-    if path is None:
-        return _default_rules()
-    return _read_rules(Path(path))
+    """The crash rules at ``path`` (default: the packaged table), validated (``autorl.loading``)."""
+    return loading.load_table(path or RULES_PATH, CrashRules, "crash rules", "docs/triage.md", _bad_pattern)
 
 
-@lru_cache(maxsize=1)
-def _default_rules() -> CrashRules:
-    return _read_rules(RULES_PATH)
-
-
-def _read_rules(path: Path) -> CrashRules:
-    try:
-        rules = CrashRules.model_validate(yaml.safe_load(path.read_text()))
-    except (OSError, yaml.YAMLError, ValidationError) as exc:
-        raise RulesError(f"crash rules {path}: {str(exc).splitlines()[0]}: fix the file (see docs/triage.md)") from None
-    for rule in rules.rules:
-        for pat in rule.patterns:
-            _check_regex(path, rule.id, pat)
-    for pat in rules.silence.progress:
-        _check_regex(path, "silence.progress", pat)
-    return rules
-
-
-def _check_regex(path: Path, rule_id: str, pattern: str) -> None:
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise RulesError(f"crash rules {path}: rule '{rule_id}' pattern {pattern!r} is not a valid regex ({exc})") from None
+def _bad_pattern(rules: CrashRules) -> str | None:
+    """The first pattern that is not a valid regex, said in one line."""
+    named = [(r.id, p) for r in rules.rules for p in r.patterns] + [("silence.progress", p) for p in rules.silence.progress]
+    for rule_id, pattern in named:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return f"rule '{rule_id}' pattern {pattern!r} is not a valid regex ({exc})"
+    return None
 
 
 # ---------------------------------------------------------------------------- reading lines

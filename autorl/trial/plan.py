@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl import loading
 from autorl.data import shipped
 
 RULES_PATH = shipped("rules", "plan.yaml")
@@ -43,9 +42,9 @@ class PlanRules(BaseModel):
     overhead_s: float = Field(ge=0, description="Seconds around a trial that its own times do not cover.")
 
 
-@lru_cache(maxsize=1)
 def rules() -> PlanRules:
-    return PlanRules.model_validate(yaml.safe_load(RULES_PATH.read_text()))
+    """The planning table, validated (``autorl.loading``)."""
+    return loading.load_table(RULES_PATH, PlanRules, "planning rules", "docs/architecture.md")
 
 
 @dataclass(frozen=True)
