@@ -78,7 +78,7 @@ def dump(data: Any) -> str:
 
 def render(value: Any) -> str:
     """``value`` as it is written after ``key: `` on one line (flow style for a list or mapping)."""
-    text = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, allow_unicode=True, width=10**6)
+    text = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, allow_unicode=True, sort_keys=False, width=10**6)
     return text.strip().removesuffix("...").strip()
 
 

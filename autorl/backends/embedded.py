@@ -13,7 +13,7 @@ from pathlib import Path
 
 from autorl.backends import forked
 from autorl.backends.base import Backend, LaunchPlan, TrialSpec
-from autorl.engine.config import EngineConfig, check_files
+from autorl.engine.config import check_files
 from autorl.errors import RecipeError
 
 
@@ -24,19 +24,17 @@ class EmbeddedBackend(Backend):
 
     def check(self, recipe, root: Path) -> None:
         """Fail before launch, with one line, when the recipe names files that are not there."""
-        problem = check_files(EngineConfig.model_validate(recipe.train), Path(root))
+        problem = check_files(recipe.params, Path(root))
         if problem:
             raise RecipeError(problem)
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         self.check(spec.recipe, spec.worktree)
         run_dir = Path(spec.run_dir)
-        params = dict(spec.recipe.train)
-        if spec.seed is not None:
-            params["seed"] = spec.seed
+        config = spec.recipe.params.model_copy(update={"seed": spec.seed} if spec.seed is not None else None)
         run_dir.mkdir(parents=True, exist_ok=True)
-        config_path = run_dir / "engine_config.json"
-        config_path.write_text(json.dumps(params, indent=1, sort_keys=True))
+        config_path = run_dir / "engine_config.json"  # the child validates it once, as an EngineConfig
+        config_path.write_text(json.dumps(config.model_dump(mode="json"), indent=1, sort_keys=True))
         argv = [sys.executable, "-m", "autorl.engine", "--config", str(config_path),
                 "--metrics-out", str(run_dir / "metrics.jsonl"), "--cache-dir", str(spec.cache_dir)]
         plan = LaunchPlan(argv=argv, env=dict(self.extra_env), cwd=str(spec.worktree),

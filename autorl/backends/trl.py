@@ -102,11 +102,9 @@ class TRLBackend(Backend):
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         run_dir = Path(spec.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        params = dict(spec.recipe.train)
-        if spec.seed is not None:
-            params["seed"] = spec.seed
+        params = spec.recipe.params.model_copy(update={"seed": spec.seed} if spec.seed is not None else None)
         config_path = run_dir / "trl_config.json"
-        config_path.write_text(json.dumps(TRLParams.model_validate(params).model_dump(mode="json"), indent=1, sort_keys=True))
+        config_path.write_text(json.dumps(params.model_dump(mode="json"), indent=1, sort_keys=True))
         metrics = run_dir / "metrics.jsonl"
         argv = [sys.executable, "-m", "autorl.backends.trl_runner", "--config", str(config_path),
                 "--metrics-out", str(metrics), "--cache-dir", str(spec.cache_dir)]

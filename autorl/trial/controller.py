@@ -35,8 +35,8 @@ from autorl.judge.prune import should_prune
 from autorl.ledger import Ledger, ledger_guard
 from autorl.metrics import RunMetrics
 from autorl.present.live import PlainView
-from autorl.recipe import (Recipe, apply_override, check_base, dump_values, editable_text, read_recipe_text,
-                           recipe_from_text, set_train_values, validate_recipe)
+from autorl.recipe import (Recipe, check_base, dump_values, editable_text, read_recipe_text, recipe_and_text,
+                           set_train_values, validate_recipe)
 from autorl.search.hypotheses_strategy import incumbent_row, library_for
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
@@ -52,7 +52,7 @@ class RunOptions:
     """What `autorl run` was asked to do."""
 
     recipe_path: Path | None = None
-    overrides: list[str] = field(default_factory=list)
+    overrides: dict = field(default_factory=dict)  # parsed --set values (autorl.recipe.parse_overrides)
     budget_s: float = 3600.0
     max_trials: int | None = None
     strategy: str | None = None  # None: hypotheses for a new study, the study's own on --resume
@@ -241,11 +241,11 @@ class Controller:
         if self.opts.resume:
             return None, "", ""  # type: ignore[return-value]
         path = self.opts.recipe_path or _workspace_default(self.ws)
-        source = read_recipe_text(path)  # read once: the validated model and the committed text both come from it
-        recipe = recipe_from_text(source, path, self.opts.overrides)
+        # read once: the committed text is the file with each --set value written in place, and the base recipe
+        # is validated from exactly that text
+        recipe, text = recipe_and_text(editable_text(read_recipe_text(path)), path, self.opts.overrides)
         check_base(recipe, path)
         self._backend(recipe.backend).check(recipe, self.ws.root)
-        text = _apply_text_overrides(editable_text(source), self.opts.overrides)
         try:
             rel = self.ws.rel(Path(path))
         except ValueError:
@@ -715,27 +715,6 @@ def _items_at(m: RunMetrics, key: str, step: int) -> list[float] | None:
 def _workspace_default(ws: Workspace) -> Path:
     local = ws.root / "recipes" / "default.yaml"
     return local if local.is_file() else default_recipe_source()
-
-
-def _apply_text_overrides(text: str, overrides: list[str]) -> str:
-    """Bake ``--set`` overrides into the recipe text the study commits.
-
-    Train values are edited in place (comments kept); any other key rewrites the
-    file from its parsed form.
-    """
-    if not overrides:
-        return text
-    import yaml
-
-    data: dict = {}
-    for item in overrides:
-        apply_override(data, item)
-    if set(data) == {"train"}:
-        return set_train_values(text, data["train"])
-    full = yaml.safe_load(text) or {}
-    for item in overrides:
-        apply_override(full, item)
-    return yaml.safe_dump(full, sort_keys=False)
 
 
 def _yaml(text: str) -> dict:

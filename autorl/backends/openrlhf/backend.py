@@ -17,7 +17,7 @@ import atexit
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -38,6 +38,7 @@ class OpenRLHFParams(ProbeSettings):
     """The ``train`` block of an OpenRLHF recipe. None means: leave OpenRLHF's default."""
 
     model_config = ConfigDict(extra="forbid")
+    run_length_keys: ClassVar[tuple[str, ...]] = ("num_episodes",)
 
     openrlhf_version: str | None = Field(None, description="OpenRLHF version on the cluster; default: the installed package's.")
     pretrain: str = Field(description="Base model: HF name or path (the actor and the vLLM engines load it).")
@@ -187,7 +188,7 @@ class OpenRLHFBackend(Backend):
 
     def planned_steps(self, recipe) -> int:
         """Global steps of a run whose prompt pool is capped by max_samples (0 when the pool is not capped)."""
-        return final_step(OpenRLHFParams.model_validate(recipe.train))
+        return final_step(recipe.params)
 
     def eval_plan(self, spec: TrialSpec) -> LaunchPlan | None:
         """``python -m autorl.evaluate`` on the model the trial saved; None when the recipe has no probe set."""
@@ -236,7 +237,7 @@ class OpenRLHFBackend(Backend):
 
 def trial_params(spec: TrialSpec) -> OpenRLHFParams:
     """The trial's parameters: the seed override applied, the final model under the run dir by default."""
-    params = OpenRLHFParams.model_validate(spec.recipe.train)
+    params = spec.recipe.params
     update = {"seed": spec.seed} if spec.seed is not None else {}
     if params.save_path is None:
         update["save_path"] = str(Path(spec.run_dir).resolve() / FINAL_MODEL)
