@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from autorl import gitops
-from autorl.backends.base import Backend, LaunchPlan, LocalProcess, TrialSpec
+from autorl.backends.base import Backend, LaunchPlan, LocalProcess, OomKnob, TrialSpec
 from autorl.backends.readers import make_reader
 from autorl.errors import RecipeError
 from autorl.evaluate import ProbeSettings, eval_argv
@@ -162,6 +162,15 @@ class CommandBackend(Backend):
     """Plans and starts a recipe's own command; metrics come back through a reader."""
 
     name = "command"
+    # A script's keys are its own: these are the names training scripts commonly give the same knobs.
+    oom_knobs = (OomKnob(("micro_batch", "micro_train_batch_size", "per_device_train_batch_size"),
+                         whole={"micro_batch": ("batch_prompts", "gens")},
+                         keeps={"per_device_train_batch_size": "gradient_accumulation_steps"}),
+                 OomKnob(("gens", "n_samples_per_prompt", "num_generations"), floor=2),
+                 OomKnob(("max_new_tokens", "generate_max_len", "max_completion_length")))
+    work_keys = ("steps", "gens", "batch_prompts", "ppo_epochs", "max_new_tokens", "rollout_batch_size",
+                 "num_episodes", "max_samples")
+    steps_key, episodes_key, grad_clip_key = "max_steps", "num_episodes", "max_grad_norm"
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         params = spec.recipe.params

@@ -10,9 +10,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from autorl.backends import forked
-from autorl.backends.base import Backend, LaunchPlan, TrialSpec
+from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
 from autorl.engine.config import check_files
 from autorl.errors import RecipeError
 
@@ -21,6 +22,24 @@ class EmbeddedBackend(Backend):
     """Plans a run of the embedded GRPO engine on the trial's resolved recipe."""
 
     name = "embedded"
+    oom_knobs = (OomKnob(("micro_batch",), whole={"micro_batch": ("batch_prompts", "gens")}),  # 0 = all at once
+                 OomKnob(("gens",), floor=2), OomKnob(("max_new_tokens",)))
+    work_keys = ("steps", "gens", "batch_prompts", "ppo_epochs", "max_new_tokens")
+    grad_clip_key = "max_grad_norm"
+
+    def trial_values(self, values: dict[str, Any], base) -> dict[str, Any]:
+        """A trial that changes the generation limit keeps the study's eval limit (the eval protocol is fixed)."""
+        if "max_new_tokens" not in values or base.train.get("eval_max_new_tokens"):
+            return values
+        return {**values, "eval_max_new_tokens": base.train.get("max_new_tokens")}
+
+    def full_run_values(self, recipe, steps: int | None, episodes: int | None) -> dict[str, Any]:
+        """The generic full-run values; a maximised eval objective also keeps its best eval's weights (best.pt)."""
+        values = super().full_run_values(recipe, steps, episodes)
+        o = recipe.objective
+        if o.direction == "maximize" and o.metric.startswith("eval/"):
+            values["save_best"] = o.metric
+        return values
 
     def check(self, recipe, root: Path) -> None:
         """Fail before launch, with one line, when the recipe names files that are not there."""

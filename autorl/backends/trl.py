@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from autorl.backends.base import Backend, LaunchPlan, TrialSpec
+from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
 from autorl.engine.config import GRPOParams
 
 # TRLParams key -> GRPOConfig field (values copied as they are).
@@ -98,6 +98,9 @@ class TRLBackend(Backend):
     """Plans ``python -m autorl.backends.trl_runner`` on the trial's train block."""
 
     name = "trl"
+    oom_knobs = (OomKnob(("gens",), floor=2), OomKnob(("max_new_tokens",)))  # the batch is batch_prompts x gens
+    work_keys = ("steps", "gens", "batch_prompts", "ppo_epochs", "max_new_tokens")
+    grad_clip_key = "max_grad_norm"
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         run_dir = Path(spec.run_dir)

@@ -23,12 +23,10 @@ import math
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-if TYPE_CHECKING:  # a type only: the backend imports this module to run its preflight
-    from autorl.backends.openrlhf.backend import OpenRLHFParams
+from autorl.backends.openrlhf.params import OpenRLHFParams
 
 LR_CHECK_STEP = 20
 LR_MIN_FRACTION = 0.30
