@@ -75,7 +75,7 @@ def test_set_train_values_changes_only_those_lines():
 
 
 def test_search_distance_for_crash_avoidance():
-    from autorl.search.proposer import distance
+    from autorl.search.view import distance
     from autorl.recipe import SearchParam
 
     space = {"lr": SearchParam(low=1e-6, high=1e-2, log=True), "gens": SearchParam(choices=[4, 8])}
@@ -219,3 +219,22 @@ def test_a_recipe_is_typed_by_its_backend_once():
     assert copy.params.gens == 16  # a copy with new values is validated again, so params never goes stale
     with pytest.raises(RecipeError, match="train.gens"):
         r.with_train(gens=1)
+
+
+def test_a_set_value_reaches_the_engine_config_as_a_number(tmp_path):
+    """The path of a setting (docs/architecture.md): --set parsed once, written into the recipe text, the recipe
+    validated once into EngineConfig, the embedded plan writes it unvalidated, the child validates it once."""
+    import json
+
+    from autorl.backends.base import TrialSpec, get_backend
+    from autorl.engine.__main__ import load_config
+    from autorl.recipe import parse_overrides, recipe_and_text
+
+    overrides = parse_overrides(["lr=3e-4", "verdict.confirm_runs=0"])
+    recipe, text = recipe_and_text(DEFAULT.read_text(), DEFAULT, overrides)
+    assert "  lr: 0.0003\n" in text and type(recipe.params.lr) is float
+    spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=ROOT, run_dir=tmp_path, cache_dir=tmp_path)
+    plan = get_backend("embedded").plan(spec)
+    path = plan.argv[plan.argv.index("--config") + 1]
+    assert json.loads(Path(path).read_text())["lr"] == 3e-4
+    assert load_config(path).lr == 3e-4 and load_config(path) == recipe.params

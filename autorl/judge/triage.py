@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -568,51 +568,6 @@ def _human(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-# Keys that grow GPU memory, by role, in the order an OOM retry reduces them. Each role lists
-# the spellings of the backends (embedded, OpenRLHF, TRL); the first one present in train is used.
-OOM_KNOBS: list[dict[str, Any]] = [
-    {"role": "micro", "keys": ["micro_batch", "micro_train_batch_size", "per_device_train_batch_size"], "min": 1},
-    {"role": "gens", "keys": ["gens", "n_samples_per_prompt", "num_generations"], "min": 2},
-    {"role": "tokens", "keys": ["max_new_tokens", "generate_max_len", "max_completion_length"], "min": 1},
-]
-# TRL: halving the per-device batch doubles accumulation so the generation batch (which must be
-# divisible by num_generations) and the effective batch stay the same.
-_COMPENSATE = {"per_device_train_batch_size": "gradient_accumulation_steps"}
-
-
-def oom_retry_overrides(train: dict, backend: str, changed: Iterable[str] = ()) -> dict | None:
-    """The train overrides for one OOM retry, or None when nothing can be reduced.
-
-    Halves the micro-batch if > 1 (the embedded engine's 0 = "all completions at once" is
-    first made explicit), else the group size (not below 2), else max_new_tokens. A key in
-    ``changed`` (what this trial changed versus its parent) is reduced first: the seeds say
-    to undo the most recent memory-expanding change before abandoning the axis.
-    """
-    knobs = sorted(OOM_KNOBS, key=lambda k: not any(key in changed for key in k["keys"]))
-    for knob in knobs:
-        key = next((k for k in knob["keys"] if isinstance(train.get(k), int) and not isinstance(train.get(k), bool)), None)
-        out = _halve(train, key, knob["min"]) if key else None
-        if out:
-            return out
-    return None
-
-
-def _halve(train: dict, key: str, floor: int) -> dict | None:
-    value = train[key]
-    if key == "micro_batch" and value == 0:
-        value = int(train.get("batch_prompts", 0)) * int(train.get("gens", 0))
-        if value % 2:
-            return None
-    new = max(floor, value // 2)
-    if new >= value:
-        return None
-    out = {key: new}
-    if key in _COMPENSATE:
-        acc = _COMPENSATE[key]
-        out[acc] = int(train.get(acc, 1)) * 2
-    return out
 
 
 def group_crashes(rows: list[dict]) -> list[dict]:
