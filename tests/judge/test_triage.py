@@ -213,12 +213,19 @@ def test_group_crashes_counts_by_signature():
 
 def test_bad_rules_file_is_a_user_error(tmp_path):
     bad = tmp_path / "rules.yaml"
-    bad.write_text("rules:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    patterns: ['(unclosed']\n"
+    bad.write_text("families:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    messages: [{re: '(unclosed'}]\n"
                    "    remedy: r\nnonfinite_remedy: n\nunknown_remedy: u\n")
     with pytest.raises(RulesError, match="not a valid regex"):
         load_rules(bad)
-    bad.write_text("rules:\n  - id: x\n    category: gpu_sad\n")
+    bad.write_text("families:\n  - id: x\n    category: gpu_sad\n")
     with pytest.raises(RulesError):
+        load_rules(bad)
+    bad.write_text("families:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    remedy: r\n"
+                   "nonfinite_remedy: n\nunknown_remedy: u\n")
+    with pytest.raises(RulesError, match="has no messages"):
+        load_rules(bad)
+    bad.write_text("families_from: [missing.yaml]\nnonfinite_remedy: n\nunknown_remedy: u\n")
+    with pytest.raises(RulesError, match="missing.yaml"):
         load_rules(bad)
 
 
