@@ -438,9 +438,9 @@ def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
     rules = load_rules()
     lines = log_text.splitlines()[-MAX_LINES:]
     hits = _hits(lines, rules)
-    best = max(hits, key=_Hit.key) if hits else None
+    best, echo = _best(hits)
     own = _own_error(lines, hits, rules) if best and best.family.echo else None
-    trace = _trace_hits(lines, hits, best, rules)
+    trace = _trace_hits(lines, hits, best, rules) + ([echo] if echo else [])
     engine = detect_engine(lines, rules)
     if nonfinite:
         d, why = _nonfinite(lines, hits, nonfinite, rules)
@@ -454,6 +454,20 @@ def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
     else:
         d, why = _unmatched(lines, exit_code, rules)
     return d.model_copy(update={"engine": engine}), [*trace, why, f"engine: {engine}"]
+
+
+def _best(hits: list[_Hit]) -> tuple[_Hit | None, str | None]:
+    """The root-cause hit: the highest key, except that a process's own error (any family that is not
+    an echo) beats an echo family's line whatever their priorities. Returns the hit and a note."""
+    if not hits:
+        return None, None
+    best = max(hits, key=_Hit.key)
+    own = [h for h in hits if not h.family.echo]
+    if not best.family.echo or not own:
+        return best, None
+    mine = max(own, key=_Hit.key)
+    return mine, (f"{best.family.id} on line {best.index + 1} only echoes another process's failure: "
+                  f"{mine.family.id} on line {mine.index + 1} is that process's own error")
 
 
 def _own_error(lines: list[str], hits: list[_Hit], rules: CrashRules) -> tuple[int, str] | None:
