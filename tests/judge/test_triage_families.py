@@ -47,6 +47,8 @@ CASES: dict[str, tuple[str, int | None]] = {
                            "Timed out waiting 600000ms for send operation to complete", 1),
     "nccl_error": ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
                    "NCCLUtils.cpp:77, unhandled system error, NCCL version 2.26.2", 1),
+    "nccl_net_error": ("node2:811:902 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+                       "10.1.0.4<51812> with status=12 opcode=1 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.0.3", 1),
     "killed_by_signal": ("KeyboardInterrupt", -2),
     "scheduler_cancel": ("slurmstepd: error: *** JOB 771 ON gpu03 CANCELLED AT 2025-02-01T08:00:00 DUE TO TIME "
                          "LIMIT ***", None),
