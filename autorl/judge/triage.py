@@ -48,8 +48,10 @@ MAX_LINES = 50_000  # only the log's tail is read: the cause of a crash is near 
 Category = Literal[
     "cuda_oom", "host_oom", "nan_divergence", "distributed_timeout", "backend_incompat",
     "config_error", "user_code_error", "disk_full", "hang_timeout", "illegal_memory_access",
-    "network_unavailable", "killed_external", "unknown",
+    "network_unavailable", "killed_external", "unknown", "output_collapse", "no_training", "reward_constant",
 ]
+# Decided from a completed run's metrics by judge/silent.py, never from a log line.
+SILENT_CATEGORIES = ("output_collapse", "no_training", "reward_constant")
 ActionKind = Literal["retry_reduced", "retry_once", "record", "stop"]
 
 
