@@ -233,7 +233,10 @@ def _check_regex(path: Path, rule_id: str, pattern: str) -> None:
 # ---------------------------------------------------------------------------- reading lines
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PREFIX = re.compile(r"^\s*(?:\((?:[\w.]+ )?pid=\d+[^)]*\)\s*|\(raylet[^)]*\)\s*|\[rank\d+\]:\s*)+")
+_PREFIX = re.compile(
+    r"^\s*(?:\((?:[\w.]+ )?pid=\d+[^)]*\)\s*|\(raylet[^)]*\)\s*|\[rank\d+\]:\s*"
+    # vLLM's and OpenRLHF's logger: "ERROR 03-14 09:31:29 [core.py:708] " (warnings keep theirs: they are skipped)
+    r"|(?:DEBUG|INFO|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? (?:\[[\w./-]+:\d+\]|[\w./-]+:\d+\])\s*)+")
 _WARNING = re.compile(
     r"\b(?:WARN|WARNING|Warning|warning)\b|\w+Warning:|^\[?W\d{4} |\[W(?:\d{4}| )", re.M
 )

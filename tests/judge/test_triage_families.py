@@ -166,3 +166,16 @@ def test_the_c10_log_stamp_measures_a_silence():
            "shutting down workers\n")
     assert classify(log, exit_code=-15).category == "hang_timeout"
     assert classify(log.replace("W0412 07:10", "W0412 05:05"), exit_code=-15).category == "killed_external"
+
+
+def test_an_exception_behind_vllms_logger_prefix_is_still_an_exception():
+    """vLLM and OpenRLHF log tracebacks as 'ERROR 03-14 09:31:29 [core.py:708] ...': the frame and the
+    exception behind that prefix are read like bare ones (a library's settings check: config_error)."""
+    pre = "(EngineCore_DP0 pid=51) ERROR 03-14 09:31:29 [core.py:708] "
+    line = pre + "ValueError: num_speculative_tokens (0) must be positive."
+    log = "\n".join([pre + "Traceback (most recent call last):",
+                     pre + '  File "/usr/local/lib/python3.12/dist-packages/vllm/config/speculative.py", line 310, in __post_init__',
+                     pre + "    raise ValueError(", line,
+                     "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+    d = classify(log, exit_code=1)
+    assert (d.category, d.root_cause_line) == ("config_error", line)
