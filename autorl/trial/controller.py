@@ -29,7 +29,7 @@ from autorl import gitops
 from autorl.backends.base import TrialSpec, get_backend, kill_group
 from autorl.budget import format_duration
 from autorl.errors import RecipeError, UserError
-from autorl.judge import triage, verdict
+from autorl.judge import silent, triage, verdict
 from autorl.judge.abort import check_abort
 from autorl.judge.prune import should_prune
 from autorl.ledger import Ledger, ledger_guard
@@ -470,7 +470,9 @@ class Controller:
         recipe = ctx.recipe or self.base
         m = outcome.metrics
         nonfinite = m.has_nonfinite()
-        if outcome.status == "complete" and nonfinite:
+        quiet = silent.check(m.steps, m.summary, _read(ctx.attempt.run_dir / "train.log"), self.planned_steps(recipe),
+                             evals=m.evals) if outcome.status == "complete" else None
+        if quiet:  # exited 0 but broken (NaN metrics, collapsed output, no step, a constant reward): never scored
             row.update(status="crash")
         if row["status"] == "complete":  # a run that logged NaN/inf is never scored, even with exit 0
             row["objective"] = lifecycle.objective_value(m, recipe)
@@ -483,7 +485,7 @@ class Controller:
                        crash_signature=triage.signature("config_error", outcome.reason),
                        remedy="fix the recipe or the environment named in the reason; nothing was launched")
         elif row["status"] in ("crash", "hang", "timeout"):
-            row.update(status="crash", verdict="crash", **self._diagnose(ctx, outcome, nonfinite))
+            row.update(status="crash", verdict="crash", **(quiet.fields() if quiet else self._diagnose(ctx, outcome, nonfinite)))
         elif row["status"] == "pruned":
             row["verdict"] = "pruned"
             if (outcome.abort or {}).get("rule") == "nonfinite":
