@@ -199,7 +199,7 @@ def triage(ctx: click.Context, as_json: bool) -> None:
 @click.option("--exit-code", type=int, default=None, help="The run's exit code, if known (negative = signal).")
 @click.option("--watchdog", type=click.Choice(["silence", "timeout"]), default=None,
               help="Why the controller killed the run, if it did.")
-@click.option("--explain", is_flag=True, help="Also print which rule fired on which line, and what was skipped.")
+@click.option("--explain", is_flag=True, help="Also print which error family matched which line, the library source of its message, and what was skipped.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def triage_classify(logfile: str, exit_code: int | None, watchdog: str | None, explain: bool, as_json: bool) -> None:
     """Classify a run log: category, root-cause line, remedy, engine, confidence, signature."""

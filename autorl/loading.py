@@ -8,14 +8,14 @@ A string that looks like such a number is quoted when dumped, so text written he
 - ``parse(text, source, error)``: the data of a YAML text; a syntax error is one ``error`` line naming the line;
 - ``parse_value(raw)``: one ``key=value`` value from the command line (text that is not YAML stays text);
 - ``dump(data)`` and ``render(value)``: YAML text of a mapping, and one value as it is written after ``key: ``;
-- ``load_table(path, model, what, doc)``: a rules table read, parsed and validated by its pydantic model, cached
-  per file version; any problem is one ``RulesError`` line naming the file, the field and what to do.
+- ``load_table(path, model, what, doc)``: a rules table read (with the files it includes), parsed and validated
+  by its pydantic model, cached per version of its files; any problem is one ``RulesError`` line naming the file,
+  the field and what to do.
 """
 
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -83,38 +83,81 @@ def render(value: Any) -> str:
 
 
 def load_table(path: str | Path, model: type[Model], what: str, doc: str,
-               check: Callable[[Model], str | None] | None = None) -> Model:
+               check: Callable[[Model], str | None] | None = None, includes: str | None = None) -> Model:
     """The table at ``path`` validated by ``model`` (and by ``check``, which returns what is wrong or None).
 
-    Cached per file version (path, size, modification time). Any problem raises ``RulesError``:
-    '<what> <path>: <problem>: fix the file (see <doc>)'."""
+    ``includes`` names a key of the table that lists more files (beside it) whose lists are appended to the
+    table's lists of the same keys. Cached per version of every file read (size, modification time). Any problem
+    raises ``RulesError``: '<what> <path>: <problem>: fix the file (see <doc>)'."""
     path = Path(path)
-    try:
-        stat = path.stat()
-    except OSError as exc:
-        raise RulesError(f"{what} {path}: cannot be read ({exc.strerror}): restore the file (see {doc})") from None
-    return _load(path, stat.st_size, stat.st_mtime_ns, model, what, doc, check)
+    key = (path, model, what, doc, check, includes)
+    cached = _TABLES.get(key)
+    if cached is not None and _versions(cached[0], what, doc) == cached[1]:
+        return cached[2]
+    files, data = _read_with_includes(path, includes, what, doc)
+    versions = _versions(files, what, doc)
+    table = _validated(data, path, model, what, doc, check)
+    if len(_TABLES) >= 64:
+        _TABLES.clear()
+    _TABLES[key] = (files, versions, table)
+    return table
 
 
-@lru_cache(maxsize=32)
-def _load(path: Path, _size: int, _mtime: int, model: type[Model], what: str, doc: str,
-          check: Callable[[Model], str | None] | None) -> Model:
+_TABLES: dict[tuple, tuple[list[Path], tuple, Any]] = {}  # the tables read, with the versions of their files
+
+
+def _versions(files: list[Path], what: str, doc: str) -> tuple:
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError as exc:
+            raise RulesError(f"{what} {f}: cannot be read ({exc.strerror}): restore the file (see {doc})") from None
+        out.append((st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _read_with_includes(path: Path, includes: str | None, what: str, doc: str) -> tuple[list[Path], Any]:
+    """The table's data, the files it includes merged in, and every file read."""
+    data = _read_data(path, what, doc)
+    files = [path]
+    names = data.get(includes) if includes and isinstance(data, dict) else None
+    for name in names or []:
+        extra_path = path.parent / str(name)
+        if not extra_path.is_file():
+            raise RulesError(f"{what} {path}: {includes} names {name}, which is not a file beside it: fix the file "
+                             f"(see {doc})")
+        extra = _read_data(extra_path, what, doc)
+        files.append(extra_path)
+        for k, v in (extra.items() if isinstance(extra, dict) else []):
+            if isinstance(v, list):
+                data[k] = [*(data.get(k) or []), *v]
+    return files, data
+
+
+def _read_data(path: Path, what: str, doc: str) -> Any:
     def fail(problem: str) -> RulesError:
         return RulesError(f"{what} {path}: {problem}: fix the file (see {doc})")
 
     try:
         text = path.read_text()
+    except FileNotFoundError:
+        raise RulesError(f"{what} {path}: cannot be read (no such file): restore the file (see {doc})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"cannot be read ({exc.__class__.__name__})") from None
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506
+        return yaml.load(text, Loader=_Loader)  # noqa: S506
     except yaml.YAMLError as exc:
         raise fail(error_text(exc).removeprefix(" ").removeprefix(": ")) from None
+
+
+def _validated(data: Any, path: Path, model: type[Model], what: str, doc: str,
+               check: Callable[[Model], str | None] | None) -> Model:
     try:
         table = model.model_validate(data if data is not None else {})
     except ValidationError as exc:
-        raise fail(validation_line(exc)) from None
+        raise RulesError(f"{what} {path}: {validation_line(exc)}: fix the file (see {doc})") from None
     problem = check(table) if check else None
     if problem:
-        raise fail(problem)
+        raise RulesError(f"{what} {path}: {problem}: fix the file (see {doc})")
     return table

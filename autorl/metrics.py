@@ -40,6 +40,8 @@ STEP_KEYS: dict[str, str] = {
     "log_ratio_abs_p99": "99th percentile of |log(pi/pi_old)|.",
     "ratio_max": "Largest pi/pi_old.",
     "frac_zero_std_groups": "Fraction of groups whose rewards are all equal (zero advantage, no signal).",
+    "degenerate_rate": "Fraction of completions that are empty (EOS first) or one token repeated up to the length "
+                       "limit: a collapsed policy.",
     "lr": "Learning rate at this step.",
     "loss": "The step's total loss.",
     "tokens_per_s": "Generated tokens per second of step wall time.",

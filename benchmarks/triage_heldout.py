@@ -8,10 +8,16 @@ and prints, separately for the ``dev`` half (the rules were written against it) 
 - category accuracy: the predicted category equals the label's;
 - root-cause accuracy: the predicted root-cause line equals the label's line exactly;
 
-then a confusion table (true category x predicted) for heldout, and with ``--misses`` the
-logs that were wrong (dev only unless ``--show-heldout``: heldout logs are not for reading).
+and the share of the calls that are not ``unknown`` that are right (a wrong call is worse than
+``unknown``); then a confusion table (true category x predicted) for heldout, and with ``--misses``
+the logs that were wrong (dev only unless ``--show-heldout``: heldout logs are not for reading).
+
+``--blind`` scores the blind corpus in ``tests/data/crashes_blind/`` instead: logs written before
+the rules were changed and never used to tune them. It is meant to be run once, after the rules
+are final; without the flag nothing of that corpus is read or printed.
 
     python benchmarks/triage_heldout.py [--misses] [--json]
+    python benchmarks/triage_heldout.py --blind [--misses]
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import yaml
 from autorl.judge.triage import classify
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "crashes"
+BLIND = CORPUS.parent / "crashes_blind"
 
 
 def load_labels(corpus: Path = CORPUS) -> list[dict]:
@@ -48,10 +55,16 @@ def score(results: list[dict], split: str) -> dict:
     """Counts and accuracies for one split."""
     rows = [r for r in results if r["split"] == split]
     cat, line = sum(r["cat_ok"] for r in rows), sum(r["line_ok"] for r in rows)
+    called = [r for r in rows if r["pred"] != "unknown"]
+    right = sum(r["cat_ok"] for r in called)
     n = len(rows)
-    return {"split": split, "n": n, "category": cat, "root_cause": line,
-            "category_pct": round(100 * cat / n, 1) if n else 0.0,
-            "root_cause_pct": round(100 * line / n, 1) if n else 0.0}
+    return {"split": split, "n": n, "category": cat, "root_cause": line, "called": len(called),
+            "called_right": right, "category_pct": _pct(cat, n), "root_cause_pct": _pct(line, n),
+            "called_right_pct": _pct(right, len(called))}
+
+
+def _pct(part: int, whole: int) -> float:
+    return round(100 * part / whole, 1) if whole else 0.0
 
 
 def confusion(results: list[dict], split: str = "heldout") -> str:
@@ -79,18 +92,22 @@ def main() -> None:
     ap.add_argument("--misses", action="store_true", help="List the dev logs that were wrong.")
     ap.add_argument("--show-heldout", action="store_true", help="Also list heldout misses (after rules are final).")
     ap.add_argument("--json", action="store_true", help="Machine-readable scores.")
+    ap.add_argument("--blind", action="store_true", help="Score the blind corpus (once, after the rules are final).")
     args = ap.parse_args()
-    results = [run_one(label) for label in load_labels()]
-    scores = [score(results, s) for s in ("dev", "heldout")]
+    corpus, splits = (BLIND, ("blind",)) if args.blind else (CORPUS, ("dev", "heldout"))
+    results = [run_one(label, corpus) for label in load_labels(corpus)]
+    scores = [score(results, s) for s in splits]
+    shown = splits[-1]
     if args.json:
-        print(json.dumps({"scores": scores, "confusion_heldout": confusion(results)}, indent=1))
+        print(json.dumps({"scores": scores, f"confusion_{shown}": confusion(results, shown)}, indent=1))
         return
     for s in scores:
         print(f"{s['split']:8} n={s['n']:3}  category {s['category']}/{s['n']} ({s['category_pct']}%)  "
-              f"root-cause line {s['root_cause']}/{s['n']} ({s['root_cause_pct']}%)")
-    print("\nheldout confusion (rows: true, columns: predicted)\n" + confusion(results))
+              f"root-cause line {s['root_cause']}/{s['n']} ({s['root_cause_pct']}%)  "
+              f"not-unknown calls right {s['called_right']}/{s['called']} ({s['called_right_pct']}%)")
+    print(f"\n{shown} confusion (rows: true, columns: predicted)\n" + confusion(results, shown))
     if args.misses:
-        print_misses(results, {"dev", "heldout"} if args.show_heldout else {"dev"})
+        print_misses(results, {"blind"} if args.blind else {"dev", "heldout"} if args.show_heldout else {"dev"})
 
 
 if __name__ == "__main__":

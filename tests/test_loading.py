@@ -49,8 +49,9 @@ def test_bad_yaml_in_a_recipe_names_the_line(tmp_path):
     (moves.load_table, "moves: []\nexploit: {ratio: 4}\n", "gallop"),
     (moves.load_table, "moves: [\n", "not valid YAML"),
     (diagnose.load_rules, "symptoms: {}\nbottlenecks: oops\n", "bottlenecks"),
-    (triage.load_rules, "rules: [{id: a, category: cuda_oom, priority: 1, patterns: ['('], remedy: r}]\n"
+    (triage.load_rules, "families: [{id: a, category: cuda_oom, priority: 1, patterns: ['('], remedy: r}]\n"
                         "nonfinite_remedy: n\nunknown_remedy: u\n", "not a valid regex"),
+    (triage.load_rules, "families_from: [missing.yaml]\nnonfinite_remedy: n\nunknown_remedy: u\n", "missing.yaml"),
     (abort.load_window_rules, "rules: 3\n", "rules"),
 ])
 def test_every_rules_table_fails_in_one_line(tmp_path, load, text, where):
@@ -85,3 +86,14 @@ def test_a_table_is_read_again_when_its_file_changes(tmp_path):
     with pytest.raises(RulesError):
         path.write_text("moves: 1\n")
         moves.load_table(path)
+
+
+def test_a_table_that_includes_others_is_read_again_when_one_of_them_changes(tmp_path):
+    main, extra = tmp_path / "crash.yaml", tmp_path / "more.yaml"
+    main.write_text("families_from: [more.yaml]\nnonfinite_remedy: n\nunknown_remedy: u\n"
+                    "families: [{id: a, category: cuda_oom, priority: 1, patterns: [alpha], remedy: r}]\n")
+    extra.write_text("families: [{id: b, category: disk_full, priority: 2, patterns: [beta], remedy: r}]\n")
+    assert [f.id for f in triage.load_rules(main).families] == ["a", "b"]
+    extra.write_text("families: [{id: b, category: disk_full, priority: 2, patterns: [beta], remedy: r},\n"
+                     "           {id: c, category: host_oom, priority: 3, patterns: [gamma], remedy: r}]\n")
+    assert [f.id for f in triage.load_rules(main).families] == ["a", "b", "c"]

@@ -36,6 +36,7 @@ from autorl.errors import BackendError
 TERMINAL = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -int(signal.SIGTERM)}
 RUNTIME_EXCLUDES = [".git", "__pycache__", "*.safetensors", "*.bin", "*.pt"]
 LOG_SYNC_EVERY_S = 1.0
+SUBMIT_RETRY_S = (2.0, 5.0, 10.0)  # waits before the 2nd, 3rd and 4th try of a submission the dashboard dropped
 
 
 def client(address: str):
@@ -60,13 +61,39 @@ def submit(address: str, argv: list[str], *, working_dir: str | Path, log_path: 
     runtime_env = {"working_dir": str(working_dir), "excludes": RUNTIME_EXCLUDES,
                    "env_vars": {"PYTHONUNBUFFERED": "1", **(env or {})}}
     job_client = client(address)
-    job_id = job_client.submit_job(
-        entrypoint=shlex.join(argv), runtime_env=runtime_env,
-        submission_id=submission_id or f"autorl-{uuid.uuid4().hex[:12]}",
-        entrypoint_num_gpus=entrypoint_num_gpus or None, entrypoint_num_cpus=entrypoint_num_cpus or None,
-        entrypoint_resources=entrypoint_resources or None,
-    )
+    job_id = submit_once(job_client, submission_id or f"autorl-{uuid.uuid4().hex[:12]}", address,
+                         entrypoint=shlex.join(argv), runtime_env=runtime_env,
+                         entrypoint_num_gpus=entrypoint_num_gpus or None, entrypoint_num_cpus=entrypoint_num_cpus or None,
+                         entrypoint_resources=entrypoint_resources or None)
     return RayJobHandle(job_client, job_id, log_path, reader, on_exit)
+
+
+def submit_once(job_client: Any, submission_id: str, address: str, **job: Any) -> str:
+    """Submit a job under ``submission_id``, retrying a dropped connection without ever starting it twice.
+
+    A busy dashboard can drop the connection while it takes the upload (seen on one host with four heads
+    starting at once: ``ServerDisconnectedError``); the job may or may not have been created. Before each retry
+    the id is looked up, so a job the dashboard did take is used, not submitted again.
+    """
+    for attempt, wait in enumerate(SUBMIT_RETRY_S + (None,)):
+        try:
+            return job_client.submit_job(submission_id=submission_id, **job)
+        except Exception as exc:  # the SDK raises aiohttp, requests and RuntimeError errors alike
+            if _job_exists(job_client, submission_id):
+                return submission_id
+            if wait is None:
+                raise BackendError(f"the Ray dashboard at {address} did not take the job after {attempt + 1} tries "
+                                   f"({type(exc).__name__}: {str(exc)[:200]}); check the head, then resume") from None
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _job_exists(job_client: Any, submission_id: str) -> bool:
+    try:
+        job_client.get_job_info(submission_id)
+    except Exception:  # not found, or the dashboard is still away
+        return False
+    return True
 
 
 class RayJobHandle:
@@ -144,6 +171,8 @@ class RayJobHandle:
         if len(text) > self._written:
             with self.log_path.open("a") as fh:
                 fh.write(text[self._written:])
+            with self.log_path.with_name(self.log_path.name + ".times").open("a") as fh:
+                fh.write(f"{self._written}\t{time.time():.2f}\n")  # where each copied chunk starts, and when it came
             self._written = len(text)
             self._activity = time.time()
 

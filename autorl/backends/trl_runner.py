@@ -137,6 +137,13 @@ def _builtin_policy(policy, task):
 # Reward and metrics
 # ---------------------------------------------------------------------------
 
+def degenerate(ids: list[int], eos_id: int) -> bool:
+    """A completion that is empty (EOS first) or one token repeated up to the length limit."""
+    if eos_id in ids:
+        return ids.index(eos_id) == 0
+    return len(ids) > 1 and len(set(ids)) == 1
+
+
 def make_reward_func(reward, eos_id: int, decode_ids: Callable[[list[int]], str] | None) -> Callable:
     """A TRL reward function over the dataset's ``answer`` column, using the engine's scorer.
 
@@ -154,6 +161,7 @@ def make_reward_func(reward, eos_id: int, decode_ids: Callable[[list[int]], str]
             scores.append(score(*reward, text, label, eos_id not in ids))
         if log_metric is not None and scores:
             log_metric("correctness", sum(s["correctness"] for s in scores) / len(scores))
+            log_metric("degenerate_rate", sum(degenerate(list(ids), eos_id) for ids in completion_ids) / len(scores))
         return [s["reward"] for s in scores]
 
     task_reward.__name__ = REWARD_NAME

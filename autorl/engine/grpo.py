@@ -373,7 +373,16 @@ def rollout_metrics(roll: Rollout, adv: torch.Tensor, gens: int) -> dict[str, fl
             "response_length_mean": float(roll.cmask.sum(-1).float().mean()),
             "advantage_mean": float(adv.mean()), "advantage_std": float(adv.std(correction=0)),
             "advantage_abs_max": float(adv.abs().max()),
-            "frac_zero_std_groups": float((groups.std(dim=1) == 0).float().mean())}
+            "frac_zero_std_groups": float((groups.std(dim=1) == 0).float().mean()),
+            "degenerate_rate": degenerate_rate(roll)}
+
+
+def degenerate_rate(roll: Rollout) -> float:
+    """Fraction of completions that are empty (EOS first) or one token repeated up to the length limit."""
+    empty = (roll.cmask.sum(-1) <= 1) & (roll.truncated == 0)
+    same = ((roll.completion == roll.completion[:, :1]) | ~roll.cmask.bool()).all(-1)
+    repeated = (roll.truncated > 0) & same & (roll.completion.shape[1] > 1)
+    return float((empty | repeated).float().mean())
 
 
 def run_eval(policy, task, config: EngineConfig, reward, autocast, step: int) -> dict:

@@ -67,15 +67,20 @@ def _training_tensors(policy, task, device):
     return ids.to(device), targets.to(device)
 
 
-def supervised_warmup(policy, task, config, judge, log=print) -> dict:
-    """Train ``policy`` in place until greedy ID pass@1 >= config.sft_target; return what happened."""
+def supervised_warmup(policy, task, config, judge, log=print, max_steps: int = SFT_SETTINGS["max_steps"],
+                      temperature: float = 0.0) -> dict:
+    """Train ``policy`` in place until ID pass@1 >= config.sft_target (or ``max_steps``); return what happened.
+
+    The check samples at ``temperature``: 0 (greedy, the built-in task's base) or a rollout temperature, for a
+    base whose sampled answers must already earn GRPO a reward."""
     torch.manual_seed(SFT_SETTINGS["seed"])
     rng = random.Random(SFT_SETTINGS["seed"])
     ids, targets = _training_tensors(policy, task, policy.device)
     params = [p for p in policy.module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=sft_lr(sum(p.numel() for p in params)), betas=SFT_SETTINGS["betas"], weight_decay=0.0)
     split, score, step, t0 = task.evals["id"], 0.0, 0, time.time()
-    while step < SFT_SETTINGS["max_steps"]:
+    mode = "greedy" if temperature == 0 else f"T={temperature:g} sampled"
+    while step < max_steps:
         idx = torch.tensor(rng.sample(range(len(ids)), SFT_SETTINGS["batch"]), device=ids.device)
         mask = torch.ones_like(ids[idx, :-1], dtype=torch.bool)
         logits = policy.logits(ids[idx, :-1], mask)
@@ -86,12 +91,12 @@ def supervised_warmup(policy, task, config, judge, log=print) -> dict:
         opt.step()
         step += 1
         if step % SFT_SETTINGS["eval_every"] == 0:
-            flags = correct_flags(policy, split.prompts, split.labels, config.max_new_tokens, 0.0, judge)
+            flags = correct_flags(policy, split.prompts, split.labels, config.max_new_tokens, temperature, judge)
             score = sum(flags) / len(flags)
-            log(f"warm-up step {step}: greedy ID pass@1 {score:.3f}")
+            log(f"warm-up step {step}: {mode} ID pass@1 {score:.3f}")
             if score >= config.sft_target:
                 break
-    log(f"warm-up: {step} steps, greedy ID pass@1 {score:.3f}, {time.time() - t0:.1f} s")
+    log(f"warm-up: {step} steps, {mode} ID pass@1 {score:.3f}, {time.time() - t0:.1f} s")
     return {"sft_steps": step, "sft_pass@1": score}
 
 

@@ -47,8 +47,10 @@ MAX_LINES = 50_000  # only the log's tail is read: the cause of a crash is near 
 Category = Literal[
     "cuda_oom", "host_oom", "nan_divergence", "distributed_timeout", "backend_incompat",
     "config_error", "user_code_error", "disk_full", "hang_timeout", "illegal_memory_access",
-    "network_unavailable", "killed_external", "unknown",
+    "network_unavailable", "killed_external", "unknown", "output_collapse", "no_training", "reward_constant",
 ]
+# Decided from a completed run's metrics by judge/silent.py, never from a log line.
+SILENT_CATEGORIES = ("output_collapse", "no_training", "reward_constant")
 ActionKind = Literal["retry_reduced", "retry_once", "record", "stop"]
 
 
@@ -56,15 +58,38 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class CrashRule(_Model):
-    """One pattern group: any pattern matching a log line means this category."""
+class Message(_Model):
+    """One error message as a library prints it, and where it comes from."""
 
-    id: str = Field(description="Short stable name of the rule.")
-    category: Category = Field(description="The failure class the rule's lines mean.")
+    re: str = Field(description="Python regex searched in one cleaned log line.")
+    lib: str = Field("", description="The library (or system component) that prints it.")
+    ver: str = Field("", description="The version it was read in.")
+    at: str = Field("", description="The file or function that prints it.")
+
+    def source(self) -> str:
+        """'lib ver (at)', or a note that the source was not recorded."""
+        where = " ".join(x for x in (self.lib, self.ver) if x)
+        return f"{where} ({self.at})" if where and self.at else where or "source not recorded"
+
+
+class Family(_Model):
+    """One failure class as the libraries word it: any of its messages on a line means this category."""
+
+    id: str = Field(description="Short stable name of the family.")
+    category: Category = Field(description="The failure class the family's lines mean.")
     priority: int = Field(description="Higher wins; causes rank above the errors they trigger.")
-    patterns: list[str] = Field(min_length=1, description="Python regexes, searched in one cleaned log line.")
     remedy: str = Field(description="One line: what to do about it.")
+    messages: list[Message] = Field(default_factory=list, description="The messages, each with its source.")
+    patterns: list[str] = Field(default_factory=list, description="Bare regexes (no recorded source).")
     in_warnings: bool = Field(False, description="Also match lines that look like warnings.")
+    echo: bool = Field(False, description="Its lines usually report another process's failure: a rank's own error wins.")
+
+    def all_messages(self) -> list[Message]:
+        """The messages, bare patterns included (as messages without a source)."""
+        return [*self.messages, *(Message(re=p) for p in self.patterns)]
+
+
+CrashRule = Family  # the older name of a family
 
 
 class Outcome(_Model):
@@ -99,8 +124,13 @@ class ActionRule(_Model):
 class CrashRules(_Model):
     """The whole crash-rules table (see autorl/data/rules/crash_rules.yaml)."""
 
-    rules: list[CrashRule] = Field(description="Line rules, in any order (priority decides).")
+    families: list[Family] = Field(default_factory=list, description="Error families, in any order (priority decides).")
+    families_from: list[str] = Field(default_factory=list, description="Files (next to this one) with more families.")
     wrappers: list[str] = Field(default_factory=list, description="Exception names that only wrap a cause.")
+    wrapper_messages: list[str] = Field(default_factory=list,
+                                        description="Regexes of exception lines that only point at a cause printed elsewhere.")
+    config_raisers: str = Field("(?!)", description="Regex of library files that validate settings: an unmatched "
+                                "exception raised there is a config error.")
     exit_codes: dict[int, Outcome] = Field(default_factory=dict, description="Category by exit code when the log says nothing.")
     watchdog: dict[str, Outcome] = Field(default_factory=dict, description="Category by controller watchdog reason.")
     watchdog_yields_to: int = Field(75, description="A log line of this priority or more beats the watchdog.")
@@ -115,15 +145,23 @@ class CrashRules(_Model):
                                description="Regex of library files.")
     user_code_remedy: str = Field("An exception raised in the run's own code: fix the code; no retry.",
                                   description="Remedy when an unmatched exception was raised outside the libraries.")
+    config_raiser_remedy: str = Field("A library rejected a setting while validating it: correct the value the line "
+                                      "names; the same values fail again.",
+                                      description="Remedy when an unmatched exception was raised in a config module.")
     high_confidence_priority: int = Field(30, description="A rule of at least this priority gives confidence 'high'.")
-    _compiled: list[tuple[CrashRule, re.Pattern]] | None = PrivateAttr(None)
+    _compiled: list[tuple[Family, Message, re.Pattern]] | None = PrivateAttr(None)
 
-    def compiled(self) -> list[tuple[CrashRule, re.Pattern]]:
-        """(rule, regex) for every pattern, compiled once. Patterns stay separate: a pattern
-        that starts with a literal is scanned for that literal first, which an alternation
-        of all of them would prevent."""
+    @property
+    def rules(self) -> list[Family]:
+        """The families (the older name)."""
+        return self.families
+
+    def compiled(self) -> list[tuple[Family, Message, re.Pattern]]:
+        """(family, message, regex) for every message, compiled once. Messages stay separate: a
+        pattern that starts with a literal is scanned for that literal first, which an
+        alternation of all of them would prevent."""
         if self._compiled is None:
-            self._compiled = [(r, re.compile(p, re.M)) for r in self.rules for p in r.patterns]
+            self._compiled = [(f, m, re.compile(m.re, re.M)) for f in self.families for m in f.all_messages()]
         return self._compiled
 
 
@@ -143,12 +181,17 @@ class Diagnosis(_Model):
 
 def load_rules(path: str | Path | None = None) -> CrashRules:
     """The crash rules at ``path`` (default: the packaged table), validated (``autorl.loading``)."""
-    return loading.load_table(path or RULES_PATH, CrashRules, "crash rules", "docs/triage.md", _bad_pattern)
+    return loading.load_table(path or RULES_PATH, CrashRules, "crash rules", "docs/triage.md", _bad_pattern,
+                              includes="families_from")
 
 
 def _bad_pattern(rules: CrashRules) -> str | None:
-    """The first pattern that is not a valid regex, said in one line."""
-    named = [(r.id, p) for r in rules.rules for p in r.patterns] + [("silence.progress", p) for p in rules.silence.progress]
+    """A family without messages, or the first pattern that is not a valid regex, said in one line."""
+    for family in rules.families:
+        if not family.all_messages():
+            return f"family '{family.id}' has no messages: give it at least one"
+    named = [(f.id, m.re) for f in rules.families for m in f.all_messages()]
+    named += [("crash rules", p) for p in [*rules.silence.progress, *rules.wrapper_messages, rules.config_raisers]]
     for rule_id, pattern in named:
         try:
             re.compile(pattern)
@@ -160,7 +203,10 @@ def _bad_pattern(rules: CrashRules) -> str | None:
 # ---------------------------------------------------------------------------- reading lines
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PREFIX = re.compile(r"^\s*(?:\((?:[\w.]+ )?pid=\d+[^)]*\)\s*|\(raylet[^)]*\)\s*|\[rank\d+\]:\s*)+")
+_PREFIX = re.compile(
+    r"^\s*(?:\((?:[\w.]+ )?pid=\d+[^)]*\)\s*|\(raylet[^)]*\)\s*|\[rank\d+\]:\s*"
+    # vLLM's and OpenRLHF's logger: "ERROR 03-14 09:31:29 [core.py:708] " (warnings keep theirs: they are skipped)
+    r"|(?:DEBUG|INFO|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? (?:\[[\w./-]+:\d+\]|[\w./-]+:\d+\])\s*)+")
 _WARNING = re.compile(
     r"\b(?:WARN|WARNING|Warning|warning)\b|\w+Warning:|^\[?W\d{4} |\[W(?:\d{4}| )", re.M
 )
@@ -180,40 +226,53 @@ def _exception_name(cleaned: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Hit:
-    rule: CrashRule
+    family: Family
+    message: Message
     index: int
     line: str
     is_exception: bool
     is_wrapper: bool
 
+    @property
+    def rule(self) -> Family:
+        """The family (the older name)."""
+        return self.family
+
     def key(self) -> tuple[int, bool, bool, int]:
         """Highest priority; then a real error over a wrapper re-reporting it; then an exception
         over a log message; then the first line (the first rank to fail, before others echo it)."""
-        return (self.rule.priority, not self.is_wrapper, self.is_exception, -self.index)
+        return (self.family.priority, not self.is_wrapper, self.is_exception, -self.index)
 
 
 def _is_wrapper(name: str | None, wrappers: list[str]) -> bool:
     return bool(name) and any(re.search(w, name) for w in wrappers)
 
 
+def _wraps(cleaned: str, rules: CrashRules) -> bool:
+    """An exception line that only wraps or points at a cause printed elsewhere."""
+    name = _exception_name(cleaned)
+    return _is_wrapper(name, rules.wrappers) or bool(name) and any(re.search(w, cleaned) for w in rules.wrapper_messages)
+
+
 def _hits(lines: list[str], rules: CrashRules) -> list[_Hit]:
-    """Every (rule, line) match; each rule is run once over the whole cleaned text (fast on big logs)."""
+    """Every (family, line) match, with the first message of the family that matched the line;
+    each message is run once over the whole cleaned text (fast on big logs)."""
     cleaned = [_clean(raw) for raw in lines]
     text = "\n".join(cleaned)
     starts = list(accumulate((len(c) + 1 for c in cleaned), initial=0))
     warnings = _matching_lines(_WARNING, text, starts)
-    found: set[tuple[int, int]] = set()
-    for rule, rx in rules.compiled():
-        found |= {(i, id(rule)) for i in _matching_lines(rx, text, starts)}
-    by_id = {id(r): r for r in rules.rules}
+    found: dict[tuple[int, int], tuple[Family, Message]] = {}
+    for family, message, rx in rules.compiled():
+        for i in _matching_lines(rx, text, starts):
+            found.setdefault((i, id(family)), (family, message))
     code = {i + 1 for i, c in enumerate(cleaned) if _FRAME.match(c)}  # source lines under traceback frames
     hits = []
-    for i, rule_id in sorted(found):
-        rule, name = by_id[rule_id], _exception_name(cleaned[i])
+    for (i, _), (family, message) in sorted(found.items(), key=lambda kv: kv[0][0]):
+        name = _exception_name(cleaned[i])
         if i in code and not name:
             continue
-        if rule.in_warnings or name or i not in warnings:
-            hits.append(_Hit(rule, i, lines[i].rstrip(), bool(name), _is_wrapper(name, rules.wrappers)))
+        if family.in_warnings or name or i not in warnings:
+            hits.append(_Hit(family, message, i, lines[i].rstrip(), bool(name), _wraps(cleaned[i], rules)))
     return hits
 
 
@@ -221,38 +280,59 @@ def _matching_lines(rx: re.Pattern, text: str, starts: list[int]) -> set[int]:
     return {bisect_right(starts, m.start()) - 1 for m in rx.finditer(text)}
 
 
-def _innermost_exception(lines: list[str], wrappers: list[str]) -> tuple[int, str] | None:
+_CHAINED = re.compile(r"^(The above exception was the direct cause of the following exception|"
+                      r"During handling of the above exception, another exception occurred):")
+
+
+def _innermost_exception(lines: list[str], rules: CrashRules, skip: set[int] = frozenset()) -> tuple[int, str] | None:
     """(index, line) of the innermost exception: the last one that is not a wrapper (else the last
-    wrapper), reported at its first occurrence (the rank or actor that raised it, before Ray or
-    the launcher printed it again)."""
-    found = [(i, _exception_name(_clean(raw))) for i, raw in enumerate(lines)]
-    found = [(i, _is_wrapper(name, wrappers)) for i, name in found if name]
+    wrapper), walked back to the first exception of its chain ("The above exception was the direct
+    cause of ..."), reported at its first occurrence (the rank or actor that raised it, before Ray
+    or the launcher printed it again). Lines in ``skip`` are not candidates."""
+    cleaned = [_clean(raw) for raw in lines]
+    found = [(i, _wraps(c, rules)) for i, c in enumerate(cleaned) if _exception_name(c) and i not in skip]
     if not found:
         return None
     real = [i for i, wrapped in found if not wrapped]
-    last = (real or [i for i, _ in found])[-1]
-    same = normalise(lines[last])
+    chosen = _chain_start((real or [i for i, _ in found])[-1], real, cleaned)
+    same = normalise(lines[chosen])
     first = next(i for i, _ in found if normalise(lines[i]) == same)
     return first, lines[first].rstrip()
+
+
+def _chain_start(index: int, candidates: list[int], cleaned: list[str]) -> int:
+    """The first exception of the chain that ends at ``index``: while a chaining line separates it
+    from the exception before, step back to that one."""
+    while True:
+        before = [i for i in candidates if i < index]
+        if not before or not any(_CHAINED.match(c) for c in cleaned[before[-1]:index]):
+            return index
+        index = before[-1]
 
 
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
 
 
-def _raised_in_user_code(lines: list[str], exc: tuple[int, str], rules: CrashRules) -> bool:
-    """True when the traceback frame just above the exception is a file outside the libraries."""
+def _raising_file(lines: list[str], exc: tuple[int, str]) -> str | None:
+    """The file of the traceback frame just above the exception, if any."""
     for raw in reversed(lines[max(0, exc[0] - 12):exc[0]]):
         m = _FRAME.match(_clean(raw))
         if m:
-            return not re.search(rules.library_paths, m.group(1))
-    return False
+            return m.group(1)
+    return None
+
+
+def _raised_in_user_code(lines: list[str], exc: tuple[int, str], rules: CrashRules) -> bool:
+    """True when the traceback frame just above the exception is a file outside the libraries."""
+    path = _raising_file(lines, exc)
+    return path is not None and not re.search(rules.library_paths, path)
 
 
 # ---------------------------------------------------------------------------- time, engine
 
 _STAMPS = [  # (regex, has_year): the timestamp formats engines print
     (re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})"), True),
-    (re.compile(r"\b[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.\d+"), False),
+    (re.compile(r"\b[IWEF](\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.\d+"), False),  # glog, torch's c10 log
     (re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG) (\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})\b"), False),
 ]
 
@@ -333,13 +413,17 @@ def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
     rules = load_rules()
     lines = log_text.splitlines()[-MAX_LINES:]
     hits = _hits(lines, rules)
-    best = max(hits, key=_Hit.key) if hits else None
-    trace = _trace_hits(lines, hits, best, rules)
+    best, echo = _best(hits)
+    own = _own_error(lines, hits, rules) if best and best.family.echo else None
+    trace = _trace_hits(lines, hits, best, rules) + ([echo] if echo else [])
     engine = detect_engine(lines, rules)
     if nonfinite:
         d, why = _nonfinite(lines, hits, nonfinite, rules)
-    elif watchdog and watchdog in rules.watchdog and not (best and best.rule.priority >= rules.watchdog_yields_to):
+    elif watchdog and watchdog in rules.watchdog and not (best and best.family.priority >= rules.watchdog_yields_to):
         d, why = _watchdog(lines, best, watchdog, rules)
+    elif own:
+        d, why = _from_exception(lines, own, rules)
+        why = f"{why}; it beats {best.family.id} on line {best.index + 1}, which only echoes another process's failure"
     elif best:
         d, why = _from_hit(lines, best, rules)
     else:
@@ -347,34 +431,58 @@ def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
     return d.model_copy(update={"engine": engine}), [*trace, why, f"engine: {engine}"]
 
 
+def _best(hits: list[_Hit]) -> tuple[_Hit | None, str | None]:
+    """The root-cause hit: the highest key, except that a process's own error (any family that is not
+    an echo) beats an echo family's line whatever their priorities. Returns the hit and a note."""
+    if not hits:
+        return None, None
+    best = max(hits, key=_Hit.key)
+    own = [h for h in hits if not h.family.echo]
+    if not best.family.echo or not own:
+        return best, None
+    mine = max(own, key=_Hit.key)
+    return mine, (f"{best.family.id} on line {best.index + 1} only echoes another process's failure: "
+                  f"{mine.family.id} on line {mine.index + 1} is that process's own error")
+
+
+def _own_error(lines: list[str], hits: list[_Hit], rules: CrashRules) -> tuple[int, str] | None:
+    """A process's own exception that no family knows (not a wrapper), when the best line is only a
+    collective's echo (an NCCL error, a timeout waiting on a peer): the rank that failed said why."""
+    matched = {h.index for h in hits}
+    exc = _innermost_exception(lines, rules, skip=matched)
+    if exc is None or _wraps(_clean(exc[1]), rules) or exc[0] in matched:
+        return None
+    return exc
+
+
 def _trace_hits(lines: list[str], hits: list[_Hit], best: _Hit | None, rules: CrashRules) -> list[str]:
-    """Wrapper lines skipped, later copies of the chosen line, and rules that matched but lost."""
-    names = ((i, _exception_name(_clean(raw))) for i, raw in enumerate(lines))
-    out = [f"skipped wrapper line {i + 1}: {lines[i].strip()}" for i, n in names if _is_wrapper(n, rules.wrappers)]
+    """Wrapper lines skipped, later copies of the chosen line, and families that matched but lost."""
+    out = [f"skipped wrapper line {i + 1}: {raw.strip()}" for i, raw in enumerate(lines) if _wraps(_clean(raw), rules)]
     if best:
         same = normalise(best.line)
         out += [f"skipped later copy on line {h.index + 1}" for h in hits
                 if h.index > best.index and normalise(h.line) == same]
-    others = sorted({(h.rule.priority, h.rule.id) for h in hits if best and h.rule.id != best.rule.id}, reverse=True)
-    out += [f"outranked: rule {rid} (priority {prio})" for prio, rid in others]
+    others = sorted({(h.family.priority, h.family.id) for h in hits if best and h.family.id != best.family.id},
+                    reverse=True)
+    out += [f"outranked: family {fid} (priority {prio})" for prio, fid in others]
     return out
 
 
 def _fired(hit: _Hit) -> str:
-    return (f"rule {hit.rule.id} (priority {hit.rule.priority}, {hit.rule.category}) fired on line "
-            f"{hit.index + 1}: {hit.line.strip()}")
+    return (f"family {hit.family.id} ({hit.family.category}, priority {hit.family.priority}) matched line "
+            f"{hit.index + 1} by a message from {hit.message.source()}: {hit.line.strip()}")
 
 
 def _from_hit(lines: list[str], best: _Hit, rules: CrashRules) -> tuple[Diagnosis, str]:
-    """A matched rule; an external kill after a long silence in the log is a hang instead."""
+    """A matched family; an external kill after a long silence in the log is a hang instead."""
     why = _fired(best)
-    if best.rule.category in rules.silence.applies_to and best.rule.id not in rules.silence.exempt_rules:
+    if best.family.category in rules.silence.applies_to and best.family.id not in rules.silence.exempt_rules:
         gap = silence_before(lines, best.index, rules)
         if gap is not None and gap >= rules.silence.seconds:
             note = f"; {gap / 60:.0f} min without output before it, so a hang, not an external kill"
             d = _diagnosis(rules.silence.category, best.line, rules.silence.remedy, confidence="medium")
             return d, why + note
-    return _diagnosis(best.rule.category, best.line, best.rule.remedy, confidence=_confidence(best, rules)), why
+    return _diagnosis(best.family.category, best.line, best.family.remedy, confidence=_confidence(best, rules)), why
 
 
 def _confidence(hit: _Hit, rules: CrashRules) -> str:
@@ -410,18 +518,30 @@ def _first_nonfinite_line(lines: list[str], key: str) -> str:
 
 
 def _unmatched(lines: list[str], exit_code: int | None, rules: CrashRules) -> tuple[Diagnosis, str]:
-    exc = _innermost_exception(lines, rules.wrappers)
+    exc = _innermost_exception(lines, rules)
     if exc is None and exit_code in rules.exit_codes:
         outcome = rules.exit_codes[exit_code]
         line = _last_line(lines) or f"exit code {exit_code}"
         d = _diagnosis(outcome.category, line, outcome.remedy, basis=f"exit code {exit_code}", confidence="medium")
-        return d, f"no rule matched and no exception: exit code {exit_code} decides"
-    if exc is not None and _raised_in_user_code(lines, exc, rules):
+        return d, f"no family matched and no exception: exit code {exit_code} decides"
+    if exc is not None:
+        return _from_exception(lines, exc, rules)
+    line = _last_line(lines) or (f"exit code {exit_code}" if exit_code is not None else "")
+    return _diagnosis("unknown", line, rules.unknown_remedy, confidence="low"), "no family matched, no exception"
+
+
+def _from_exception(lines: list[str], exc: tuple[int, str], rules: CrashRules) -> tuple[Diagnosis, str]:
+    """An exception no family knows: raised in the run's own code, in a library's settings
+    validation (``config_raisers``), or else unknown."""
+    path = _raising_file(lines, exc)
+    where = f"innermost exception on line {exc[0] + 1}"
+    if path is not None and not re.search(rules.library_paths, path):
         d = _diagnosis("user_code_error", exc[1], rules.user_code_remedy, confidence="medium")
-        return d, f"no rule matched; innermost exception (line {exc[0] + 1}) was raised in the run's own code"
-    line = exc[1] if exc else (_last_line(lines) or (f"exit code {exit_code}" if exit_code is not None else ""))
-    why = f"no rule matched; innermost exception at line {exc[0] + 1}" if exc else "no rule matched, no exception"
-    return _diagnosis("unknown", line, rules.unknown_remedy, confidence="low"), why
+        return d, f"no family matched; the {where} was raised in the run's own code ({path})"
+    if path is not None and re.search(rules.config_raisers, path):
+        d = _diagnosis("config_error", exc[1], rules.config_raiser_remedy, confidence="medium")
+        return d, f"no family matched; the {where} was raised where a library validates its settings ({path})"
+    return _diagnosis("unknown", exc[1], rules.unknown_remedy, confidence="low"), f"no family matched; {where}"
 
 
 def _diagnosis(category: str, line: str, remedy: str, basis: str | None = None,
@@ -436,7 +556,7 @@ def _diagnosis(category: str, line: str, remedy: str, basis: str | None = None,
 _NORMALISE = [
     (re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"), "<time>"),
     (re.compile(r"\b\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?"), "<time>"),
-    (re.compile(r"\b[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+"), "<time>"),
+    (re.compile(r"\b[IWEF]\d{3,4} \d{2}:\d{2}:\d{2}\.\d+"), "<time>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
     (re.compile(r"\b[0-9a-fA-F]{12,}\b"), "<id>"),
     (re.compile(r"(?:[A-Za-z]:)?(?:[\w.\-~]*/)+[\w.\-]+"), "<path>"),

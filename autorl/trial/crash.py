@@ -4,7 +4,6 @@ and that action carried out: recorded as an event and shown, a retry queued by t
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from autorl.judge import triage
@@ -16,7 +15,7 @@ from autorl.trial.watch import Outcome, Stop
 
 def diagnose(ctx: TrialContext, outcome: Outcome, nonfinite: str | None) -> dict[str, Any]:
     """The triage columns of a crashed (or NaN-stopped) trial, from its log and how the controller saw it end."""
-    log = _read(ctx.attempt.run_dir / "train.log")
+    log = train_log(ctx)
     watchdog = {"hang": "silence", "timeout": "timeout"}.get(outcome.status)
     d = triage.classify(log, exit_code=outcome.exit_code, watchdog=watchdog, metrics_nonfinite=nonfinite)
     return {"crash_category": d.category, "crash_signature": d.signature, "root_cause": d.root_cause_line,
@@ -33,7 +32,7 @@ def decide(s: StudyState, ctx: TrialContext, r: TrialResult) -> triage.Action | 
     p = ctx.proposal
     return triage.decide_action(d, is_baseline=s.proposer.is_baseline(p), retries_so_far=int(p.retry_of is not None),
                                 signature_count=len(earlier) + 1, run_dir=ctx.attempt.run_dir,
-                                log_text=_read(ctx.attempt.run_dir / "train.log"))
+                                log_text=train_log(ctx))
 
 
 def act(s: StudyState, ctx: TrialContext, action: triage.Action) -> Stop | None:
@@ -54,8 +53,9 @@ def baseline_note(s: StudyState, p: Proposal, action: triage.Action) -> str:
     return "; the baseline failed, so the study ends here"
 
 
-def _read(path: Path) -> str:
+def train_log(ctx: TrialContext) -> str:
+    """The trial's log ('' when there is none)."""
     try:
-        return path.read_text(errors="replace")
+        return (ctx.attempt.run_dir / "train.log").read_text(errors="replace")
     except OSError:
         return ""

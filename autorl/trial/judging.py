@@ -1,6 +1,7 @@
 """A finished trial judged: its status and objective, its flags, and then one of
 
-- a crash's diagnosis (``autorl.trial.crash``), also for a run that logged NaN/inf (never scored, even with exit 0);
+- a crash's diagnosis (``autorl.trial.crash``), also for a run that exited 0 but is broken (``autorl.judge.silent``:
+  NaN metrics, collapsed output, no step, a constant reward; never scored);
 - pruned (early abort or the noise-aware pruner);
 - the verdict against its parent, with the gain over the baseline apart (``autorl.judge.evidence`` assembles the
   runs, ``autorl.judge.verdict`` judges them); an improvement is only a candidate until fresh seeds confirm it
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from autorl.judge import triage, verdict
+from autorl.judge import silent, triage, verdict
 from autorl.judge.evidence import objective_value
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe
@@ -33,7 +34,9 @@ def result_row(s: StudyState, ctx: TrialContext, outcome: Outcome) -> dict[str, 
     recipe = ctx.recipe or s.base
     m = outcome.metrics
     nonfinite = m.has_nonfinite()
-    if outcome.status == "complete" and nonfinite:
+    quiet = silent.check(m.steps, m.summary, crash.train_log(ctx), s.backend.planned_steps(recipe),
+                         evals=m.evals) if outcome.status == "complete" else None
+    if quiet:  # exited 0 but broken (NaN metrics, collapsed output, no step, a constant reward): never scored
         row.update(status="crash")
     if row["status"] == "complete":  # a run that logged NaN/inf is never scored, even with exit 0
         row["objective"] = objective_value(m, recipe)
@@ -41,18 +44,20 @@ def result_row(s: StudyState, ctx: TrialContext, outcome: Outcome) -> dict[str, 
             row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
     row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary,
                                                           s.backend.planned_steps(recipe), abort=recipe.abort)]
-    row.update(_by_status(s, ctx, outcome, row, nonfinite))
+    row.update(_by_status(s, ctx, outcome, row, nonfinite, quiet))
     return row
 
 
-def _by_status(s: StudyState, ctx: TrialContext, outcome: Outcome, row: dict[str, Any],
-               nonfinite: str | None) -> dict[str, Any]:
-    """The columns that depend on how the trial ended: a crash's triage, a prune, or the verdict."""
+def _by_status(s: StudyState, ctx: TrialContext, outcome: Outcome, row: dict[str, Any], nonfinite: str | None,
+               quiet: silent.SilentFailure | None) -> dict[str, Any]:
+    """The columns that depend on how the trial ended: a crash's triage (or the silent failure that made a run
+    that exited 0 one), a prune, or the verdict."""
     if row["status"] == "config-error":
         return {"verdict": "crash", "crash_category": "config_error", "root_cause": outcome.reason,
                 "crash_signature": triage.signature("config_error", outcome.reason), "remedy": CONFIG_ERROR_REMEDY}
     if row["status"] in ("crash", "hang", "timeout"):
-        return {"status": "crash", "verdict": "crash", **crash.diagnose(ctx, outcome, nonfinite)}
+        return {"status": "crash", "verdict": "crash",
+                **(quiet.fields() if quiet else crash.diagnose(ctx, outcome, nonfinite))}
     if row["status"] == "pruned":
         if (outcome.abort or {}).get("rule") == "nonfinite":
             return {"verdict": "pruned", **crash.diagnose(ctx, outcome, nonfinite or "step"), "reason": outcome.reason}

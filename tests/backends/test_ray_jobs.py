@@ -60,3 +60,92 @@ def test_cancel_stops_a_long_job(head, tmp_path):
     assert handle.status() == "STOPPED"
     assert handle.poll() is not None and handle.poll() != 0
     assert time.time() - started < 20
+
+
+class DroppingProxy:
+    """A real TCP proxy in front of the head's dashboard that drops the first job submission's connection.
+
+    ``after=False`` closes it before the request reaches the dashboard (no job is made); ``after=True`` lets the
+    dashboard take the request and closes the connection before the answer comes back (the job exists).
+    """
+
+    def __init__(self, target: str, after: bool, limit: int = 1):
+        import socket
+        import threading
+
+        host, port = target.removeprefix("http://").split(":")
+        self.target, self.after, self.limit, self.dropped = (host, int(port)), after, limit, 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            state = {"drop": False}
+            threading.Thread(target=self._pipe, args=(client, upstream, state, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, state, False), daemon=True).start()
+
+    def _pipe(self, src, dst, state, from_client):
+        try:
+            while data := src.recv(65536):
+                if from_client and b"POST /api/jobs/" in data and self.dropped < self.limit:
+                    self.dropped += 1
+                    state["drop"] = True
+                    if not self.after:
+                        break
+                elif not from_client and state["drop"]:
+                    break  # the dashboard answered a dropped submission: the answer never reaches the client
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):  # shutdown wakes the other direction's thread, blocked in recv on the same sockets
+            try:
+                sock.shutdown(2)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self):
+        self.listener.close()
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["dropped-before-the-dashboard", "dropped-after-it"])
+def test_a_dropped_submission_is_retried_and_runs_once(head, tmp_path, after):
+    from ray.job_submission import JobSubmissionClient
+
+    proxy = DroppingProxy(head.address, after)
+    try:
+        marker = tmp_path / "runs.txt"
+        script = f"with open({str(marker)!r}, 'a') as fh:\n    fh.write('ran\\n')\n"
+        handle = submit(proxy.address, [sys.executable, "-c", script], working_dir=tmp_path, log_path=tmp_path / "d.log",
+                        submission_id=f"autorl-drop-{int(after)}-{time.time_ns()}")
+        assert proxy.dropped == 1
+        assert _wait(handle) == 0
+        time.sleep(1.0)
+        assert marker.read_text() == "ran\n"  # once, never twice
+        jobs = [j for j in JobSubmissionClient(head.address).list_jobs() if j.submission_id == handle.job_id]
+        assert len(jobs) == 1
+    finally:
+        proxy.close()
+
+
+def test_a_dashboard_that_never_takes_the_job_is_one_line(head, tmp_path, monkeypatch):
+    from autorl.backends import ray_jobs
+    from autorl.errors import BackendError
+
+    monkeypatch.setattr(ray_jobs, "SUBMIT_RETRY_S", (0.1, 0.1))
+    proxy = DroppingProxy(head.address, after=False, limit=100)
+    try:
+        with pytest.raises(BackendError) as err:
+            submit(proxy.address, [sys.executable, "-c", "pass"], working_dir=tmp_path, log_path=tmp_path / "x.log")
+    finally:
+        proxy.close()
+    assert proxy.dropped == 3 and "after 3 tries" in str(err.value) and "\n" not in str(err.value)

@@ -103,8 +103,12 @@ def test_reward_function_scores_with_the_engine_and_logs_correctness():
     rewards = fn(prompts=["37+45="] * 4, completions=["82", "81", "82", "82"], completion_ids=ids, answer=["82"] * 4,
                  log_metric=logged.__setitem__, trainer_state=None)
     assert rewards == [1.0, 0.0, 0.0, 1.0]  # a stray <pad> is not dropped; without <eos> the text still decides
-    assert logged == {"correctness": 0.5}
+    assert logged == {"correctness": 0.5, "degenerate_rate": 0.0}
     assert fn.__name__ == "task_reward"
+    empty, repeated = [chars.eos_id], [chars.index["8"]] * 4
+    fn(prompts=["37+45="] * 2, completions=["", "8888"], completion_ids=[empty, repeated], answer=["82"] * 2,
+       log_metric=logged.__setitem__, trainer_state=None)
+    assert logged["degenerate_rate"] == 1.0  # EOS alone, and one token repeated to the limit
 
 
 def test_plan_writes_the_validated_config_with_the_seed_override(tmp_path):

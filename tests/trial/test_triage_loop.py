@@ -22,13 +22,21 @@ pytestmark = pytest.mark.slow
 SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "scripts"
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
 
-ZERO_REWARD = '''"""A reward that never pays: every completion scores 0 (slowly, like a remote judge)."""
+TWO_CHARS_REWARD = '''"""Exact match, but only answers of two or more characters pay (slowly, like a remote judge)."""
 import time
 
 
 def reward(completion, label):
     time.sleep(0.002)
-    return 0.0
+    answer = completion.strip()
+    return float(len(answer) >= 2 and answer == label.strip())
+'''
+
+SHORT_REWARD = '''"""A length penalty with nothing else: the shortest completion (EOS alone) scores best."""
+
+
+def reward(completion, label):
+    return 1.0 / (1.0 + len(completion.strip()))
 '''
 
 
@@ -73,14 +81,15 @@ def _command_recipe(name: str, script: str, key: str, value, space: dict, extra:
 
 
 def test_early_abort_prunes_a_trial_whose_reward_is_stuck_at_zero(workspace):
-    """A reward that always returns 0: the searched trial is stopped at the window, PRUNED everywhere."""
-    reward = workspace / "zero_reward.py"
-    reward.write_text(ZERO_REWARD)
+    """A reward that pays nothing for one-character answers, searched at max_new_tokens 1: the trial's reward
+    is stuck at 0 and it is stopped at the window, PRUNED everywhere. The baseline (5 tokens) is paid."""
+    reward = workspace / "two_chars_reward.py"
+    reward.write_text(TWO_CHARS_REWARD)
     window, steps = 4, 12
     recipe = {"name": "reward-zero", "backend": "embedded",
               "train": {"model": "builtin:tiny", "task": "builtin:addition", "reward": str(reward), "lr": 1.0e-4,
                         "gens": 8, "batch_prompts": 16, "steps": steps, "eval_every": 0, "seed": 0, "threads": 1},
-              "search": {"lr": {"low": 1.0e-4, "high": 2.0e-4, "log": True}},
+              "search": {"max_new_tokens": {"choices": [5, 1]}},  # seeded TPE proposes 1 first
               "verdict": {"baseline_repeats": 1}, "abort": {"window": window}, "timeout_s": 120}
     _run(workspace, _write_recipe(workspace, "reward-zero", recipe), "--max-trials", "2")
     base, trial = _trials(workspace)
@@ -93,6 +102,24 @@ def test_early_abort_prunes_a_trial_whose_reward_is_stuck_at_zero(workspace):
     assert window <= len(seen) < steps and all(s["reward_mean"] == 0 for s in seen)
     assert trial["duration_s"] < base["duration_s"]
     assert _optuna_states(workspace)[trial["optuna_number"]] == "PRUNED"
+
+
+def test_a_baseline_that_completes_with_collapsed_completions_is_a_crash_not_a_result(workspace):
+    """A length-only reward with a high lr: the baseline exits 0 with every completion EOS alone, and its eval
+    (scored by the same reward) reads 1.000. It is judged output_collapse, never scored, and the study ends."""
+    reward = workspace / "short_reward.py"
+    reward.write_text(SHORT_REWARD)
+    recipe = {"name": "collapse", "backend": "embedded",
+              "train": {"model": "builtin:tiny", "task": "builtin:addition", "reward": str(reward), "lr": 1.0e-2,
+                        "gens": 8, "batch_prompts": 16, "steps": 20, "eval_every": 0, "seed": 1, "threads": 1},
+              "search": {"lr": {"low": 1.0e-4, "high": 2.0e-4, "log": True}},
+              "verdict": {"baseline_repeats": 1}, "timeout_s": 120}
+    r = run_cli("-C", str(workspace), "run", _write_recipe(workspace, "collapse", recipe), "--budget", "10m",
+                "--max-trials", "3", timeout=300)
+    (base,) = _trials(workspace)
+    assert (base["status"], base["verdict"], base["crash_category"]) == ("crash", "crash", "output_collapse"), base
+    assert base["objective"] is None and "degenerate_rate" in base["root_cause"], base
+    assert base["crash_action"] == "record" and "the baseline failed, so the study ends here" in r.stdout + r.stderr
 
 
 def test_cuda_oom_is_retried_once_with_half_the_micro_batch(command_ws):

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The small GPU recipe on real OpenRLHF 0.10.x: make its warm-started model, time one trial, sweep the learning
+# rate, run studies. In an environment with openrlhf, ray[default], vllm, deepspeed and a GPU:
+#   bash benchmarks/openrlhf_small.sh OUTDIR PHASE...
+# phases: make (the model and probe sets), one (one trial alone, timed), sweep (LRS="1e-6 1e-5 1e-4 1e-3",
+# one trial each, at once on the one GPU), study (SEEDS="0 1" studies of BUDGET, at once, in the background;
+# `wait` collects them), wait.
+set -uo pipefail
+OUT=${1:-/tmp/openrlhf-small}; mkdir -p "$OUT"; SMALL=${SMALL:-/tmp/autorl-openrlhf-small}
+cd "$(dirname "$0")/.." || exit 1  # the package root: a checkout beside it must not shadow it
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+REC=$(python3 -c "import autorl.data as d; print(d.shipped('recipes/openrlhf-small.yaml'))")
+t() { echo "== $(date +%T) $*"; }
+sample_gpu() {  # GPU utilisation and memory once a second, until the phase ends
+  nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 1 >> "$OUT/gpu-$1.csv" 2>/dev/null &
+  echo $!
+}
+workspace() {  # a fresh workspace at $1 with the recipe's paths pointing at $SMALL
+  rm -rf "$1"; python3 -m autorl.cli init "$1" >/dev/null || exit 1
+  git -C "$1" config user.email bench@example.invalid; git -C "$1" config user.name bench
+  sed "s#/tmp/autorl-openrlhf-small#$SMALL#g" "$REC" > "$1/recipes/small.yaml"
+}
+phase_make() {
+  t make; s=$(date +%s)
+  python3 -m autorl.backends.openrlhf.small "$SMALL" > "$OUT/make.log" 2>&1; echo "make exit $? in $(( $(date +%s) - s )) s"
+  tail -3 "$OUT/make.log"; cp "$SMALL/warmup.json" "$OUT/" 2>/dev/null
+}
+phase_one() {
+  t one; workspace /tmp/ws-one; g=$(sample_gpu one); s=$(date +%s)
+  python3 -m autorl.cli -C /tmp/ws-one train recipes/small.yaml ${ONE_SET:+--set "$ONE_SET"} --json > "$OUT/one.json" 2> "$OUT/one.err"
+  echo "one trial exit $? in $(( $(date +%s) - s )) s"; kill "$g"
+  cp /tmp/ws-one/.autorl/train/*/train.log "$OUT/one-train.log" 2>/dev/null
+  cp /tmp/ws-one/.autorl/train/*/train.log.times "$OUT/one-train.log.times" 2>/dev/null
+  tail -c 600 "$OUT/one.json"
+}
+phase_sweep() {
+  t sweep; g=$(sample_gpu sweep); s=$(date +%s)
+  for lr in ${LRS:-1e-6 1e-5 1e-4 1e-3}; do
+    workspace "/tmp/ws-lr$lr"
+    python3 -m autorl.cli -C "/tmp/ws-lr$lr" train recipes/small.yaml --set "lr=$lr" --json > "$OUT/sweep-$lr.json" 2>&1 &
+  done
+  wait_for_trains; echo "sweep wall $(( $(date +%s) - s )) s"; kill "$g"
+  for lr in ${LRS:-1e-6 1e-5 1e-4 1e-3}; do
+    printf '%s ' "lr $lr"; python3 - "$OUT/sweep-$lr.json" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+try:
+    out = json.loads(text[text.index("{"):])
+except ValueError:
+    print("no result:", text[-300:].replace("\n", " ")); sys.exit()
+print(out.get("status"), out.get("exit_code"), out.get("final_eval"), out.get("wall_s"))
+PY
+  done
+  tar -czf "$OUT/sweep-logs.tgz" /tmp/ws-lr*/.autorl/train/*/train.log* /tmp/ws-lr*/.autorl/train/*/*.jsonl 2>/dev/null
+}
+wait_for_trains() { while pgrep -f "autorl.cli -C /tmp/ws-" >/dev/null; do sleep 2; done; }
+phase_study() {
+  t study
+  for seed in ${SEEDS:-0 1}; do
+    workspace "/tmp/ws-study$seed"
+    setsid python3 -m autorl.cli -C "/tmp/ws-study$seed" run recipes/small.yaml --budget "${BUDGET:-20m}" \
+      --seed "$seed" --study "small-seed$seed" > "$OUT/study$seed.log" 2>&1 < /dev/null &
+  done
+  setsid bash -c "nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 1 \
+    > /tmp/gpu-study.csv 2>/dev/null" < /dev/null > /dev/null 2>&1 &
+  sleep 5; tail -2 "$OUT"/study*.log
+}
+phase_wait() {  # collect studies started by an earlier call (they run in their own sessions)
+  t wait; while pgrep -f "autorl.cli -C /tmp/ws-study" >/dev/null && [ $(( SECONDS )) -lt "${WAIT_S:-540}" ]; do sleep 5; done
+  for d in /tmp/ws-study*; do
+    [ -d "$d" ] || continue; n=$(basename "$d")
+    python3 -m autorl.cli -C "$d" ledger > "$OUT/$n-ledger.txt" 2>&1; tail -25 "$OUT/$n-ledger.txt"
+    cp "$d/ledger.sqlite" "$OUT/$n-ledger.sqlite" 2>/dev/null
+  done
+  cp /tmp/gpu-study.csv "$OUT/" 2>/dev/null
+}
+for p in "${@:2}"; do "phase_$p"; done
+t done

@@ -1,0 +1,181 @@
+"""Every error family in autorl/data/rules/crash_families.yaml, tested with a log built around one of
+its real messages (the text as the library prints it, values filled in), and the precedence rules.
+
+A family added to the rules needs a case here: test_every_family_has_a_case fails until it has one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autorl.judge.triage import classify, explain, load_rules
+
+# family -> (a line as the library prints it, exit code). Sources are in crash_families.yaml.
+CASES: dict[str, tuple[str, int | None]] = {
+    "disk_full": ("OSError: [Errno 28] No space left on device: '/ckpt/global_step_40/optim.pt'", 1),
+    "device_oom": ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total "
+                   "capacity of 63.98 GiB of which 201.00 MiB is free.", 1),
+    "nccl_device_oom": ("node7:2211:2290 [3] NCCL WARN Cuda failure 2 'out of memory'", 1),
+    "host_oom": ("RuntimeError: [enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: not enough "
+                 "memory: you tried to allocate 8589934592 bytes.", 1),
+    "sigkill_no_error": ("train.sh: line 14: 90211 Killed                  python -m grpo.train", 137),
+    "illegal_memory_access": ("RuntimeError: CUDA error: misaligned address", 1),
+    "device_side_assert": ("RuntimeError: CUDA error: device-side assert triggered", 1),
+    "kernel_assertion": ("/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:94: operator(): block: [12,0,0], "
+                         "thread: [5,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of "
+                         "bounds\"` failed.", 1),
+    "segfault": ("Fatal Python error: Segmentation fault", -11),
+    "nonfinite_refused": ("RuntimeError: NaNs detected in logits: ['req-17', 'req-18']", 1),
+    "nonfinite_metric": ("{'loss': 0.0131, 'grad_norm': inf, 'learning_rate': 1e-06, 'reward': 0.41, 'epoch': 0.2}", 0),
+    "network": ("httpx.ConnectTimeout: timed out", 1),
+    "hub_unreachable": ("OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't "
+                        "find them in the cached files.", 1),
+    "port_in_use": ("RuntimeError: The server socket has failed to listen on any local network address. "
+                    "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use", 1),
+    "backend_incompat": ("ImportError: This modeling file requires the following packages that were not found "
+                         "in your environment: flash_attn. Run `pip install flash_attn`", 1),
+    "abi_mismatch": ("ImportError: /venv/lib/python3.11/site-packages/flash_attn_2_cuda.cpython-311-x86_64-linux-"
+                     "gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi", 1),
+    "config_error": ("ValueError: GRPO requires at least 2 generations per prompt to calculate the advantages. "
+                     "You provided 1, which is less than the minimum required.", 1),
+    "checkpoint_missing": ("error: no checkpoint at /runs/attempt-03/model", 1),
+    "reward_function_error": ("Failed to fetch reward from remote RM: [Errno 2] No such file", 1),
+    "reward_signature": ("TypeError: format_reward() missing 1 required positional argument: 'solution'", 1),
+    "rewards_missing": ("ValueError: reward_model_group is required when rewards are not precomputed", 1),
+    "python_bug": ("ZeroDivisionError: division by zero", 1),
+    "collective_timeout": ("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+                           "Timed out waiting 600000ms for send operation to complete", 1),
+    "nccl_error": ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+                   "NCCLUtils.cpp:77, unhandled system error, NCCL version 2.26.2", 1),
+    "nccl_net_error": ("node2:811:902 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+                       "10.1.0.4<51812> with status=12 opcode=1 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.0.3", 1),
+    "killed_by_signal": ("KeyboardInterrupt", -2),
+    "scheduler_cancel": ("slurmstepd: error: *** JOB 771 ON gpu03 CANCELLED AT 2025-02-01T08:00:00 DUE TO TIME "
+                         "LIMIT ***", None),
+    "scheduler_preempt": ("slurmstepd: error: *** STEP 771.0 ON gpu03 CANCELLED AT 2025-02-01T08:00:00 DUE TO "
+                          "PREEMPTION ***", None),
+    "signal_received": ("W0201 08:00:00.120000 811 torch/distributed/elastic/agent/server/api.py:719] Received 15 "
+                        "death signal, shutting down workers", -15),
+    "ray_worker_died": ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.", 1),
+}
+
+CONTEXT = [
+    "2025-02-01 07:59:40,101 INFO trainer: step 11 | reward 0.412 | kl 0.0031",
+    "2025-02-01 07:59:52,877 INFO trainer: step 12 | reward 0.437 | kl 0.0034",
+    "Traceback (most recent call last):",
+    '  File "/opt/venv/lib/python3.11/site-packages/engine/step.py", line 88, in run',
+    "    out = self._step(batch)",
+]
+
+
+def _family(family_id: str):
+    return next(f for f in load_rules().families if f.id == family_id)
+
+
+def test_every_family_has_a_case():
+    assert {f.id for f in load_rules().families} == set(CASES)
+
+
+def test_every_message_names_its_source():
+    for family in load_rules().families:
+        for message in family.messages:
+            assert message.lib and message.ver and message.at, (family.id, message.re)
+
+
+@pytest.mark.parametrize("family_id", sorted(CASES))
+def test_family_matches_its_real_message(family_id):
+    line, code = CASES[family_id]
+    log = "\n".join([*CONTEXT, line, "[launcher] child exited"]) + "\n"
+    d = classify(log, exit_code=code)
+    assert d.category == _family(family_id).category, (family_id, d)
+    assert d.root_cause_line == line
+    fired = [t for t in explain(log, exit_code=code) if t.startswith("family ")]
+    assert fired and fired[0].startswith(f"family {family_id} ") and "by a message from " in fired[0]
+
+
+# ---- precedence ------------------------------------------------------------------------------
+
+ECHO = ("[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5")
+
+
+def test_a_ranks_own_error_beats_the_collectives_echo_printed_before_it():
+    own = "[rank2]: ZeroDivisionError: division by zero"
+    d = classify("\n".join([ECHO, own]) + "\n", exit_code=1)
+    assert (d.category, d.root_cause_line) == ("user_code_error", own)
+    assert any("only echoes another process's failure" in t for t in explain("\n".join([ECHO, own]), exit_code=1))
+
+
+def test_a_ranks_own_unknown_exception_beats_the_echo():
+    """An exception no family knows, raised in the rank's own code, is still that rank's error."""
+    log = "\n".join([ECHO, "[rank1]: Traceback (most recent call last):",
+                     '[rank1]:   File "/home/me/grpo/buffer.py", line 41, in push',
+                     "[rank1]:     raise RuntimeError(f'buffer holds {n} groups, expected {m}')",
+                     "[rank1]: RuntimeError: buffer holds 7 groups, expected 8"])
+    d = classify(log, exit_code=1)
+    assert (d.category, d.root_cause_line) == ("user_code_error", "[rank1]: RuntimeError: buffer holds 7 groups, expected 8")
+
+
+def test_the_echo_alone_is_a_distributed_failure():
+    assert classify(ECHO + "\n", exit_code=1).category == "distributed_timeout"
+
+
+def test_a_chain_of_exceptions_is_reported_at_its_first():
+    log = "\n".join(["Traceback (most recent call last):",
+                     '  File "/opt/venv/lib/python3.11/site-packages/engine/sync.py", line 9, in pull',
+                     "engine.sync.StaleVersionError: weights at version 41, expected 42", "",
+                     "The above exception was the direct cause of the following exception:", "",
+                     "Traceback (most recent call last):",
+                     '  File "/opt/venv/lib/python3.11/site-packages/engine/loop.py", line 30, in step',
+                     "RuntimeError: step 42 failed"])
+    d = classify(log, exit_code=1)
+    assert d.root_cause_line == "engine.sync.StaleVersionError: weights at version 41, expected 42"
+
+
+def test_a_line_that_points_at_the_root_cause_above_is_a_wrapper():
+    cause = "(EngineCore_DP0 pid=5) ValueError: Total number of attention heads (14) must be divisible by tensor parallel size (4)."
+    log = "\n".join([cause, "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+    d = classify(log, exit_code=1)
+    assert (d.category, d.root_cause_line) == ("config_error", cause)
+
+
+def test_an_unknown_error_raised_where_a_library_validates_settings_is_a_config_error():
+    log = "\n".join(["Traceback (most recent call last):",
+                     '  File "/opt/venv/lib/python3.11/site-packages/trl/trainer/grpo_config.py", line 1160, in __post_init__',
+                     "    raise ValueError(",
+                     "ValueError: vllm_importance_sampling_clip_min (2.0) must be less than vllm_importance_sampling_clip_max (1.5)."])
+    d = classify(log, exit_code=1)
+    assert d.category == "config_error" and d.root_cause_line.startswith("ValueError: vllm_importance")
+    elsewhere = log.replace("trl/trainer/grpo_config.py", "trl/trainer/grpo_trainer.py")
+    assert classify(elsewhere, exit_code=1).category == "unknown"
+
+
+def test_a_nan_metric_line_is_nan_even_with_exit_zero_but_a_tensorboard_warning_is_not():
+    line = "(TaskRunner pid=8) step:14 - actor/pg_loss:nan - actor/grad_norm:nan - critic/score/mean:0.000"
+    d = classify(f"step:13 - actor/grad_norm:0.31\n{line}\ndone\n", exit_code=0)
+    assert (d.category, d.root_cause_line) == ("nan_divergence", line)
+    assert classify("WARNING:tensorboardX.x2num:NaN or Inf found in input tensor.\n", exit_code=0).category == "unknown"
+    assert classify("{'loss': 0.0, 'grad_norm': 0.21, 'nan_count': 0}\n", exit_code=0).category == "unknown"
+
+
+def test_the_c10_log_stamp_measures_a_silence():
+    """torch's C++ log stamp ([W412 05:04:10.1 ...]: month 4, day 12) counts as a timestamp."""
+    log = ("[2025-04-12 05:01:52,004] INFO trainer: step 2\n"
+           "[rank0]:[W412 05:04:10.118000 ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 0] barrier\n"
+           "W0412 07:10:02.530000 4410 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, "
+           "shutting down workers\n")
+    assert classify(log, exit_code=-15).category == "hang_timeout"
+    assert classify(log.replace("W0412 07:10", "W0412 05:05"), exit_code=-15).category == "killed_external"
+
+
+def test_an_exception_behind_vllms_logger_prefix_is_still_an_exception():
+    """vLLM and OpenRLHF log tracebacks as 'ERROR 03-14 09:31:29 [core.py:708] ...': the frame and the
+    exception behind that prefix are read like bare ones (a library's settings check: config_error)."""
+    pre = "(EngineCore_DP0 pid=51) ERROR 03-14 09:31:29 [core.py:708] "
+    line = pre + "ValueError: num_speculative_tokens (0) must be positive."
+    log = "\n".join([pre + "Traceback (most recent call last):",
+                     pre + '  File "/usr/local/lib/python3.12/dist-packages/vllm/config/speculative.py", line 310, in __post_init__',
+                     pre + "    raise ValueError(", line,
+                     "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+    d = classify(log, exit_code=1)
+    assert (d.category, d.root_cause_line) == ("config_error", line)
