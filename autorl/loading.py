@@ -43,13 +43,18 @@ for _cls in (_Loader, _Dumper):
 Model = TypeVar("Model", bound=BaseModel)
 
 
+def _yaml(text: str) -> Any:
+    """The one call into the YAML parser: every text autorl reads as YAML goes through here."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+
+
 def parse(text: str, source: str | Path = "", error: type[UserError] = UserError, first_line: int = 1,
           where: str = "") -> Any:
     """The data of ``text``; a syntax error raises ``error``: '<source> line N: not valid YAML (problem)<where>'.
 
     ``first_line`` is the file line of the text's line 1 (front matter starts on line 2)."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        return _yaml(text)
     except yaml.YAMLError as exc:
         raise error(f"{source}{error_text(exc, first_line)}{where}") from None
 
@@ -66,7 +71,7 @@ def parse_value(raw: str) -> Any:
     if not raw.strip():
         return ""
     try:
-        return yaml.load(raw, Loader=_Loader)  # noqa: S506
+        return _yaml(raw)
     except yaml.YAMLError:
         return raw
 
@@ -94,8 +99,7 @@ def load_table(path: str | Path, model: type[Model], what: str, doc: str,
     cached = _TABLES.get(key)
     if cached is not None and _versions(cached[0], what, doc) == cached[1]:
         return cached[2]
-    files, data = _read_with_includes(path, includes, what, doc)
-    versions = _versions(files, what, doc)
+    files, versions, data = _read_with_includes(path, includes, what, doc)
     table = _validated(data, path, model, what, doc, check)
     if len(_TABLES) >= 64:
         _TABLES.clear()
@@ -117,8 +121,10 @@ def _versions(files: list[Path], what: str, doc: str) -> tuple:
     return tuple(out)
 
 
-def _read_with_includes(path: Path, includes: str | None, what: str, doc: str) -> tuple[list[Path], Any]:
-    """The table's data, the files it includes merged in, and every file read."""
+def _read_with_includes(path: Path, includes: str | None, what: str, doc: str) -> tuple[list[Path], tuple, Any]:
+    """Every file read, their versions as they were before the reads, and the table's data with the files it
+    includes merged in."""
+    versions = _versions([path], what, doc)
     data = _read_data(path, what, doc)
     files = [path]
     names = data.get(includes) if includes and isinstance(data, dict) else None
@@ -127,12 +133,13 @@ def _read_with_includes(path: Path, includes: str | None, what: str, doc: str) -
         if not extra_path.is_file():
             raise RulesError(f"{what} {path}: {includes} names {name}, which is not a file beside it: fix the file "
                              f"(see {doc})")
+        versions += _versions([extra_path], what, doc)
         extra = _read_data(extra_path, what, doc)
         files.append(extra_path)
         for k, v in (extra.items() if isinstance(extra, dict) else []):
             if isinstance(v, list):
                 data[k] = [*(data.get(k) or []), *v]
-    return files, data
+    return files, versions, data
 
 
 def _read_data(path: Path, what: str, doc: str) -> Any:
@@ -146,7 +153,7 @@ def _read_data(path: Path, what: str, doc: str) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"cannot be read ({exc.__class__.__name__})") from None
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506
+        return _yaml(text)
     except yaml.YAMLError as exc:
         raise fail(error_text(exc).removeprefix(" ").removeprefix(": ")) from None
 

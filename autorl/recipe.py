@@ -2,7 +2,13 @@
 
 A recipe is validated once, here, into a :class:`Recipe`. Its ``train`` block is
 validated by the backend's own parameter model (``autorl.backends.registry``), so a typo in
-``train.lr`` or a negative value fails before anything launches.
+``train.lr`` or a negative value fails before anything launches; ``Recipe.params`` is that typed
+model and ``Recipe.train`` the same values as plain data.
+
+``--set key=value`` is parsed once (``parse_overrides``; ``3e-4`` is a number, as everywhere
+``autorl.loading`` reads YAML). ``recipe_and_text`` applies the values and writes each on its own line
+of the recipe text (``set_values``: every other line, comments included, kept), which is what a
+study commits and what each trial's recipe is written from.
 
     name: addition-default
     backend: embedded
