@@ -71,6 +71,7 @@ phase_wait() {  # collect studies started by an earlier call (they run in their 
     [ -d "$d" ] || continue; n=$(basename "$d")
     python3 -m autorl.cli -C "$d" ledger > "$OUT/$n-ledger.txt" 2>&1; tail -25 "$OUT/$n-ledger.txt"
     cp "$d/ledger.sqlite" "$OUT/$n-ledger.sqlite" 2>/dev/null
+    python3 benchmarks/openrlhf_phases.py "$d" > "$OUT/$n-phases.md" 2>&1; cat "$OUT/$n-phases.md"
   done
   cp /tmp/gpu-study.csv "$OUT/" 2>/dev/null
 }

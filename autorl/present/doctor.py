@@ -125,6 +125,40 @@ def check_openrlhf(_ws: Path) -> _Result:
     return _Result(True, f"openrlhf {version}: {dialect}")
 
 
+def tested_stack() -> dict[str, str]:
+    """Package -> the version pinned by autorl's ``openrlhf`` extra (the versions run for real), from its metadata."""
+    import re
+
+    try:
+        requires = metadata.requires("autorl") or []
+    except metadata.PackageNotFoundError:
+        return {}
+    pins = {}
+    for req in requires:
+        found = re.match(r"([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([^;\s]+)\s*;.*extra\s*==\s*['\"]openrlhf['\"]", req)
+        if found:
+            pins[found.group(1).lower()] = found.group(3)
+    return pins
+
+
+def _stack_package(dist: str) -> Callable[[Path], _Result]:
+    def check(_ws: Path) -> _Result:
+        tested = tested_stack().get(dist)
+        try:
+            have = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return _Result(False, f"{dist} not installed (tested: {tested})", "pip install 'autorl[openrlhf]' on the GPU machine")
+        if have != tested:
+            return _Result(False, f"{dist} {have}; autorl ran the OpenRLHF stack with {tested}",
+                           f"pip install '{dist}=={tested}' (or 'autorl[openrlhf]'), or expect untested behaviour")
+        return _Result(True, f"{dist} {have} (the version autorl was run with)")
+
+    return check
+
+
+STACK = ("openrlhf", "vllm", "deepspeed", "ray")
+
+
 def check_gpus(_ws: Path) -> _Result:
     exe = shutil.which("nvidia-smi")
     if exe is None:
@@ -171,6 +205,7 @@ CHECKS: list[_Spec] = [
     _Spec("package:torch", check_torch, False),
     *[_Spec(f"{kind}:{d}", _package(d, why, extra), False) for kind, d, why, extra in OPTIONAL_PACKAGES],
     _Spec("backend:openrlhf", check_openrlhf, False),
+    *[_Spec(f"stack:{d}", _stack_package(d), False) for d in STACK],
     _Spec("disk", check_disk, True),
     _Spec("gpus", check_gpus, False),
     _Spec("gnu patch", check_patch, False),

@@ -91,3 +91,29 @@ def _is_gnu_patch() -> bool:
 def test_check_model_forbids_unknown_fields():
     with pytest.raises(ValueError):
         Check(name="x", ok=True, required=False, detail="d", extra_field=1)
+
+
+def test_the_openrlhf_extra_pins_the_stack_that_was_run_for_real():
+    from autorl.present.doctor import tested_stack
+
+    assert tested_stack() == {"openrlhf": "0.10.4", "vllm": "0.22.1", "deepspeed": "0.19.1", "ray": "2.55.0"}
+
+
+def test_each_stack_package_is_one_line_saying_missing_or_which_version():
+    from importlib import metadata
+
+    from autorl.present.doctor import doctor
+
+    checks = {c.name: c for c in doctor(".", ["stack:vllm", "stack:ray"])}
+    vllm, ray = checks["stack:vllm"], checks["stack:ray"]
+    try:
+        have = metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        have = None
+    if have is None:
+        assert not vllm.ok and vllm.detail == "vllm not installed (tested: 0.22.1)" and "autorl[openrlhf]" in vllm.fix
+    ray_have = metadata.version("ray")
+    assert ray.ok == (ray_have == "2.55.0")
+    if not ray.ok:
+        assert ray.detail == f"ray {ray_have}; autorl ran the OpenRLHF stack with 2.55.0" and "ray==2.55.0" in ray.fix
+    assert not ray.required and "\n" not in ray.detail

@@ -31,24 +31,52 @@ def _autorl(*args: str, cwd: Path | None = None, timeout: float = 900) -> subpro
                           timeout=timeout, cwd=cwd)
 
 
-def test_one_real_openrlhf_trial_is_judged_on_per_item_evals(tmp_path):
-    tiny = tmp_path / "tiny"
-    subprocess.run([sys.executable, "-m", "autorl.backends.openrlhf.tiny", str(tiny)], check=True, capture_output=True)
-    recipe = tmp_path / "tiny.yaml"
-    recipe.write_text(Path(shipped("recipes/openrlhf-tiny.yaml")).read_text().replace("/tmp/autorl-openrlhf-tiny",
-                                                                                      str(tiny)))
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    """The small recipe's inputs (a warm-started 34 M Llama, prompts, probes), made once on the GPU."""
+    root = tmp_path_factory.mktemp("small")
+    out = subprocess.run([sys.executable, "-m", "autorl.backends.openrlhf.small", str(root)], capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return root
+
+
+def _workspace(tmp_path: Path, small: Path) -> Path:
     ws = tmp_path / "ws"
     assert _autorl("init", str(ws)).returncode == 0
     for key, value in (("user.email", "gpu@example.invalid"), ("user.name", "gpu")):
         subprocess.run(["git", "-C", str(ws), "config", key, value], check=True)
-    run = _autorl("-C", str(ws), "run", str(recipe), "--max-trials", "1", "--budget", "10m", "--study", "gpu")
+    text = Path(shipped("recipes/openrlhf-small.yaml")).read_text().replace("/tmp/autorl-openrlhf-small", str(small))
+    (ws / "recipes" / "small.yaml").write_text(text)
+    return ws
+
+
+def test_one_real_openrlhf_trial_is_judged_on_per_item_evals(tmp_path, small):
+    ws = _workspace(tmp_path, small)
+    run = _autorl("-C", str(ws), "run", "recipes/small.yaml", "--max-trials", "1", "--budget", "10m", "--study", "gpu")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     trial = Ledger(ws / "ledger.sqlite").trials()[0]
     assert trial["status"] == "complete", trial
     assert trial["objective"] is not None and 0.0 <= trial["objective"] <= 1.0
     run_dir = Path(trial["log_path"]).parent
-    items = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()]
-    assert items, "the per-item evaluator wrote nothing"
+    evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()]
+    assert evals and len(evals[-1]["eval/id/items"]) == 500 and len(evals[-1]["eval/ood/items"]) == 500
     log = (run_dir / "train.log").read_text(errors="replace")
-    assert "Global step 4" in log and "policy_loss" in log
+    assert "Global step 16" in log and "policy_loss" in log
     assert (run_dir / "model" / "config.json").is_file()
+    assert (run_dir / "train.log.times").is_file()
+
+
+def test_a_study_reaches_a_verdict_on_a_trial_that_learns(tmp_path, small):
+    """Two baseline runs (the seed noise), then the search's first move: a trial that trains with a learning rate
+    that moves the policy, judged per item against the baseline."""
+    ws = _workspace(tmp_path, small)
+    run = _autorl("-C", str(ws), "run", "recipes/small.yaml", "--max-trials", "3", "--budget", "20m", "--study", "learn",
+                  timeout=1800)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    trials = Ledger(ws / "ledger.sqlite").trials()
+    assert [t["proposer"] for t in trials[:2]] == ["baseline", "baseline"]
+    moved = trials[2]
+    assert moved["status"] == "complete" and moved["verdict"] in ("improved", "regressed", "flat"), moved
+    assert json.loads(moved["changed"]), "the third trial changed nothing"
+    assert moved["ci_low"] is not None and moved["ci_high"] is not None and moved["n_items"] == 500

@@ -1,0 +1,93 @@
+"""Where an OpenRLHF trial's time goes: its log cut into phases at the lines each phase starts with.
+
+The job log autorl copies from Ray (``train.log``) has a sidecar ``train.log.times``: the character offset of
+each copied chunk and the time it arrived. A marker line's time is the arrival of its chunk (about a second's
+resolution, whatever clock or format the line itself carries). The phases of OpenRLHF 0.10.x with vLLM and
+DeepSpeed, colocated or not, in the order a run passes them:
+
+| phase | from the line | what it is |
+|---|---|---|
+| ``driver`` | Ray's ``Runtime env is setting up`` | the job's runtime env and the driver's imports |
+| ``vllm`` | ``Connected to Ray cluster`` | vLLM engine actors: imports, engine start, weights, KV cache |
+| ``actor`` | vLLM's first ``seconds to fall asleep`` (colocated) or the first ``Generate samples`` | the DeepSpeed actor (and reference), the trainer, the NCCL group |
+| ``training`` | vLLM's first ``wake up tags ['weights']`` or the first ``Starting experience making`` | every GRPO step |
+| ``save`` | ``Prompt dataloader is exhausted`` | the final model written, the job's end |
+
+``phases`` also takes the trial's own start and end (the controller's clock): the time before the job's first
+line is ``submit`` (Ray head, packaging the working directory) and after its last copied chunk ``eval`` (the
+per-item evaluation that runs after the job, and closing the trial).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from pathlib import Path
+
+MARKS: list[tuple[str, re.Pattern[str]]] = [
+    ("driver", re.compile(r"Runtime env is setting up|Running entrypoint for job")),
+    ("vllm", re.compile(r"Connected to Ray cluster")),
+    ("actor", re.compile(r"seconds to fall asleep|Generate samples")),
+    ("training", re.compile(r"seconds to wake up tags \['weights'\]|Starting experience making")),
+    ("save", re.compile(r"Prompt dataloader is exhausted")),
+]
+ORDER = ["submit", *(name for name, _ in MARKS), "eval"]
+
+
+def read_times(path: str | Path) -> list[tuple[int, float]]:
+    """(offset, arrival) of each copied chunk, from a ``.times`` sidecar ('' or missing: none)."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    rows = []
+    for line in p.read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) == 2:
+            rows.append((int(parts[0]), float(parts[1])))
+    return rows
+
+
+def marks(text: str, times: list[tuple[int, float]]) -> dict[str, float]:
+    """Phase name -> arrival time of its first marker line, for the phases the log reached in order."""
+    if not times:
+        return {}
+    offsets = [o for o, _ in times]
+    out: dict[str, float] = {}
+    start = 0
+    for name, pattern in MARKS:
+        found = pattern.search(text, start)
+        if found is None:
+            continue
+        out[name] = times[max(bisect.bisect_right(offsets, found.start()) - 1, 0)][1]
+        start = found.end()
+    return out
+
+
+def phases(text: str, times: list[tuple[int, float]], started: float, ended: float) -> dict[str, float]:
+    """Seconds per phase (``ORDER``) of a trial that ran from ``started`` to ``ended``; phases not reached are 0.
+
+    Empty when the log has no arrival times (a log copied before the sidecar existed): nothing can be split."""
+    if not times:
+        return {}
+    points = [("submit", started), *marks(text, times).items()]
+    job_end = times[-1][1]
+    points += [("eval", max(job_end, points[-1][1])), ("end", ended)]
+    out = dict.fromkeys(ORDER, 0.0)
+    for (name, at), (_, nxt) in zip(points, points[1:]):
+        out[name] = round(max(nxt - at, 0.0), 2)
+    return out
+
+
+def table(rows: dict[str, dict[str, float]]) -> str:
+    """A Markdown table: one column per trial, one row per phase, and the start-up and training shares."""
+    names = list(rows)
+    lines = ["| phase | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for phase in ORDER:
+        lines.append(f"| {phase} | " + " | ".join(f"{rows[n][phase]:.0f} s" for n in names) + " |")
+    total = {n: sum(rows[n].values()) for n in names}
+    lines.append("| **total** | " + " | ".join(f"{total[n]:.0f} s" for n in names) + " |")
+    start = {n: sum(rows[n][p] for p in ("submit", "driver", "vllm", "actor")) for n in names}
+    lines.append("| start-up (submit to first step) | " + " | ".join(f"{start[n]:.0f} s" for n in names) + " |")
+    share = {n: (rows[n]["training"] + rows[n]["eval"]) / total[n] if total[n] else 0.0 for n in names}
+    lines.append("| training + eval share | " + " | ".join(f"{share[n]:.0%}" for n in names) + " |")
+    return "\n".join(lines)
