@@ -75,9 +75,11 @@ def init(c: _Ctx, directory: str | None) -> None:
 @pass_ctx
 def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | None, dry_run: bool, as_json: bool) -> None:
     """Run one training run of RECIPE (no search, no git)."""
+    from autorl.recipe import parse_overrides
     from autorl.trial.train import plan_single, run_single
 
-    spec, plan = plan_single(Path(c.directory), Path(c.directory) / recipe, list(overrides), metrics_out, dry_run)
+    spec, plan = plan_single(Path(c.directory), Path(c.directory) / recipe, parse_overrides(overrides), metrics_out,
+                             dry_run)
     if dry_run:
         _emit(plan.model_dump(), as_json, lambda d: "\n".join(f"{k}: {v}" for k, v in d.items()))
         return
@@ -99,7 +101,8 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
 @click.option("--max-trials", type=click.IntRange(min=1), help="Stop after this many trials.")
 @click.option("--strategy", type=click.Choice(["hypotheses", "optuna", "random"]), default=None,
               help="How trials are proposed [default: hypotheses; on --resume, the study's own].")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a train value of the base recipe.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a value of the base recipe (train key or dotted path); committed in place.")
 @click.option("--resume", is_flag=True, help="Continue the latest study (or --study NAME).")
 @click.option("--study", "study_name", help="Study name (new) or the study to resume.")
 @click.option("--allow-overrun", is_flag=True,
@@ -115,14 +118,15 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
         seed: int, quiet: bool) -> None:
     """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent."""
     from autorl.budget import parse_duration
-    from autorl.trial.controller import Controller, RunOptions
     from autorl.present.live import make_view
+    from autorl.recipe import parse_overrides
+    from autorl.trial.controller import Controller, RunOptions
 
     budget_s = parse_duration(budget)
     ws = c.workspace()
     if resume and recipe:
         raise UserError("--resume continues a study with its own recipe: drop the RECIPE argument")
-    opts = RunOptions(recipe_path=Path(c.directory) / recipe if recipe else None, overrides=list(overrides),
+    opts = RunOptions(recipe_path=Path(c.directory) / recipe if recipe else None, overrides=parse_overrides(overrides),
                       budget_s=budget_s, max_trials=max_trials, strategy=strategy, resume=resume,
                       study_name=study_name, allow_overrun=allow_overrun, seed=seed, parallel=parallel,
                       ray_address=ray_address)
@@ -380,9 +384,9 @@ def _patches_dir(c: _Ctx) -> Path:
 def preflight(c: _Ctx, recipe: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Cheap checks before a launch: steps, LR at step 20, disk, patches, GPUs. Exit 1 if any fails."""
     from autorl.backends.openrlhf.preflight import preflight as run_checks
-    from autorl.recipe import load_recipe
+    from autorl.recipe import load_recipe, parse_overrides
 
-    r = load_recipe(Path(c.directory) / recipe, list(overrides))
+    r = load_recipe(Path(c.directory) / recipe, parse_overrides(overrides))
     if r.backend != "openrlhf":
         raise UserError(f"preflight checks OpenRLHF recipes; {recipe} uses backend '{r.backend}'")
     checks = [ch.model_dump() for ch in run_checks(r, worktree=c.directory)]

@@ -74,7 +74,13 @@ def recipe_markdown() -> str:
     from autorl.engine.config import EngineConfig
     from autorl.recipe import AbortRules, Objective, Recipe, SearchParam, VerdictSettings
 
-    out = ["# Recipe keys\n", "Generated from the pydantic models by `python -m autorl.docs`.\n"]
+    out = ["# Recipe keys\n", "Generated from the pydantic models by `python -m autorl.docs`.\n",
+           "Numbers may be written as people write them: `lr: 3e-4` and `lr: 1e-5` are numbers (YAML 1.1 reads "
+           "them as strings; autorl's reader, `autorl/loading.py`, does not). `--set key=value` values are read the "
+           "same way, once; a bare key is a `train` key, a dotted one any other (`--set verdict.confirm_runs=0`). "
+           "`autorl run` commits the recipe with each `--set` value written on its own line, comments kept, and "
+           "validates the study's base recipe from exactly that text. The `train` block is validated by its "
+           "backend's model (`Recipe.params` is that typed model).\n"]
     for title, model in (("Recipe (top level)", Recipe), ("train (embedded engine)", EngineConfig),
                          ("train (command backend; any other key is a placeholder value)", CommandParams),
                          ("search.<key>", SearchParam), ("objective", Objective), ("verdict", VerdictSettings),

@@ -27,6 +27,10 @@ class RecipeError(UserError):
     """A recipe file or a ``--set`` override does not validate."""
 
 
+class RulesError(UserError):
+    """A rules table (``autorl/data/rules/*.yaml``, or one a test or user passes) that does not load or validate."""
+
+
 class WorkspaceError(UserError):
     """The workspace is not usable (not a git repository, unwritable ledger, ...)."""
 

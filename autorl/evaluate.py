@@ -1,6 +1,7 @@
 """The per-item evaluator every backend shares: greedy pass@1 with per-item results and sampling pass@k.
 
-One implementation judges a trial's final policy whatever trained it:
+One implementation judges a trial's final policy whatever trained it (the metrics themselves are
+``autorl.engine.peritem``, which imports no torch):
 
 - the embedded engine (and the TRL runner) call ``evaluate_split`` in-process with a generator over their
   live policy (``autorl.engine.evaluate``);
@@ -22,14 +23,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from autorl.engine.peritem import Generate, Judge, check_sampling, evaluate
 from autorl.errors import UserError
-
-Generate = Callable[[list[str], float], list[tuple[str, bool]]]
-Judge = Callable[[str, str, bool], float]
 
 
 class EvalError(UserError):
@@ -59,46 +58,9 @@ class ProbeSettings(BaseModel):
         return {n: p for n, p in (("id", self.probe_id), ("ood", self.probe_ood)) if p}
 
 
-def check_sampling(k: int, temperature: float) -> None:
-    """pass@k with k > 1 at temperature 0 would repeat one greedy answer k times: refuse it."""
-    if k > 1 and temperature <= 0:
-        raise ValueError(f"probe_k={k} needs probe_temperature > 0: k greedy samples are one sample repeated")
-
-
 # ---------------------------------------------------------------------------
-# The one implementation of the per-item metrics
+# The judge and the probe sets
 # ---------------------------------------------------------------------------
-
-def correct_flags(generate: Generate, prompts: list[str], labels: list[str], temperature: float,
-                  judge: Judge) -> list[int]:
-    """0/1 per prompt: is the completion sampled at ``temperature`` (0 = greedy) correct?"""
-    outputs = generate(prompts, temperature)
-    return [int(judge(text, gold, truncated) >= 1.0) for (text, truncated), gold in zip(outputs, labels)]
-
-
-def evaluate_split(generate: Generate, name: str, prompts: list[str], labels: list[str], judge: Judge,
-                   k: int = 0, temperature: float = 1.0) -> dict[str, Any]:
-    """The eval keys of one split: greedy pass@1, its items, and sampling pass@k when k > 0."""
-    items = correct_flags(generate, prompts, labels, 0.0, judge)
-    out: dict[str, Any] = {f"eval/{name}/greedy_pass@1": sum(items) / len(items), f"eval/{name}/items": items}
-    if k > 0:
-        check_sampling(k, temperature)
-        hits = [0] * len(items)
-        for _ in range(k):
-            flags = correct_flags(generate, prompts, labels, temperature, judge)
-            hits = [h | f for h, f in zip(hits, flags)]
-        out[f"eval/{name}/sampling_pass@{k}"] = sum(hits) / len(hits)
-    return out
-
-
-def evaluate(generate: Generate, splits: dict[str, tuple[list[str], list[str]]], judge: Judge, k: int,
-             temperature: float, step: int) -> dict[str, Any]:
-    """One eval record over every split."""
-    record: dict[str, Any] = {"type": "eval", "step": step}
-    for name, (prompts, labels) in splits.items():
-        record.update(evaluate_split(generate, name, prompts, labels, judge, k, temperature))
-    return record
-
 
 def make_judge(reward_spec: str) -> Judge:
     """The correctness judge of a reward spec (the seed-004 exact match for builtin:exact_match)."""

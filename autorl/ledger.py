@@ -15,66 +15,103 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Annotated, Any, Callable, Iterator, TypedDict, get_type_hints
 
 import sqlite_utils
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from autorl.errors import NotFoundError, WorkspaceError
+from autorl.errors import NotFoundError, WorkspaceError, validation_line
 
-TRIAL_COLUMNS: dict[str, str] = {
-    "id": "Row id.",
-    "study_id": "The study this trial belongs to.",
-    "number": "Attempt number NN (unique per workspace).",
-    "attempt": "Attempt name = branch, e.g. attempt-07-lr-3e-4.",
-    "branch": "Git branch of the trial.",
-    "start_tag": "Tag on the commit the trial ran (attempt-NN-start).",
-    "end_tag": "Tag on the commit with its results (attempt-NN-end).",
-    "start_sha": "Commit SHA the trial ran.",
-    "end_sha": "Commit SHA with the results file and research-log entry.",
-    "proposer": "Who proposed it: baseline, optuna, random, hypothesis (ranked), move (a direction-aware move "
-                "rule, autorl/data/rules/moves.yaml), confirm, retry, promote.",
-    "hypothesis": "Hypothesis id tested (NULL for plain search).",
-    "why": "Why it was chosen (the diagnosis that led there).",
-    "params": "JSON of the full train block run.",
-    "changed": "JSON of the values that differ from the baseline recipe.",
-    "seed": "Seed the trial ran with.",
-    "optuna_number": "Optuna trial number (join key with Optuna's tables).",
-    "status": "running, complete, pruned, crash, budget-cut, interrupted, timeout, config-error.",
-    "verdict": "improved, regressed, flat, crash, pruned (NULL while running or for a baseline).",
-    "reason": "One line: why this status/verdict.",
-    "objective": "Objective value (NULL for a crash; never a placeholder).",
-    "delta": "Gain over the trial's parent (the recipe it modifies), better-is-positive.",
-    "gap_to_best": "Objective minus the best objective of the study's earlier trials (the incumbent), better-is-positive.",
-    "ci_low": "Lower end of the interval for delta.",
-    "ci_high": "Upper end of the interval for delta.",
-    "parent": "Attempt number of the parent the trial was judged against (NULL = the baseline).",
-    "gain_vs_baseline": "Gain over the study's original baseline, reported apart from the verdict.",
-    "confirmation": "For an improved trial: candidate, confirmed or rejected (fresh-seed re-runs decide).",
-    "confirms": "Attempt number of the candidate this confirmation run re-runs.",
-    "method": "How the interval was computed.",
-    "n_items": "Eval items (or repeats) behind the interval.",
-    "flags": "JSON list of flags with evidence (divergence, truncation, ...).",
-    "crash_category": "Triage category of a crash.",
-    "crash_action": "What triage decided for a crash: retry_reduced, retry_once, record or stop (a retry not yet run "
-                    "when the controller stopped is queued again on resume).",
-    "crash_signature": "Stable signature grouping identical failures.",
-    "root_cause": "The log line a person would point at.",
-    "remedy": "What to do about the crash.",
-    "retry_of": "Attempt number of the crashed trial this retries.",
-    "promoted_from": "Attempt number a full run was promoted from.",
-    "kind": "trial or full.",
-    "started": "Unix time the trial started.",
-    "finished": "Unix time it ended.",
-    "duration_s": "Wall seconds.",
-    "log_path": "The run's log file.",
-    "metrics_path": "The run's metrics JSONL.",
-    "exit_code": "Exit code of the run (NULL if it never exited).",
-    "pid": "Process group of the running trial (for cleanup on resume).",
-    "job_id": "Ray job id of the running trial (for cleanup on resume).",
-    "job_address": "Ray dashboard address the job was submitted to.",
-}
+class TrialRow(TypedDict, total=False):
+    """One row of ``autorl_trials`` as the ledger writes and reads it: each column's type and meaning (docs/ledger.md
+    is generated from this table). Writes are validated against it; JSON columns come back decoded."""
+
+    id: Annotated[int | None, 'Row id.']
+    study_id: Annotated[int | None, 'The study this trial belongs to.']
+    number: Annotated[int | None, 'Attempt number NN (unique per workspace).']
+    attempt: Annotated[str | None, 'Attempt name = branch, e.g. attempt-07-lr-3e-4.']
+    branch: Annotated[str | None, 'Git branch of the trial.']
+    start_tag: Annotated[str | None, 'Tag on the commit the trial ran (attempt-NN-start).']
+    end_tag: Annotated[str | None, 'Tag on the commit with its results (attempt-NN-end).']
+    start_sha: Annotated[str | None, 'Commit SHA the trial ran.']
+    end_sha: Annotated[str | None, 'Commit SHA with the results file and research-log entry.']
+    proposer: Annotated[str | None, "Who proposed it: baseline, optuna, random, hypothesis (ranked), move (a "
+                        "direction-aware move rule, autorl/data/rules/moves.yaml), confirm, retry, promote."]
+    hypothesis: Annotated[str | None, 'Hypothesis id tested (NULL for plain search).']
+    why: Annotated[str | None, 'Why it was chosen (the diagnosis that led there).']
+    params: Annotated[dict[str, Any] | None, 'JSON of the full train block run.']
+    changed: Annotated[dict[str, Any] | None, 'JSON of the values that differ from the baseline recipe.']
+    seed: Annotated[int | None, 'Seed the trial ran with.']
+    optuna_number: Annotated[int | None, "Optuna trial number (join key with Optuna's tables)."]
+    status: Annotated[str | None, 'running, complete, pruned, crash, budget-cut, interrupted, timeout, config-error.']
+    verdict: Annotated[str | None, 'improved, regressed, flat, crash, pruned (NULL while running or for a baseline).']
+    reason: Annotated[str | None, 'One line: why this status/verdict.']
+    objective: Annotated[float | None, 'Objective value (NULL for a crash; never a placeholder).']
+    delta: Annotated[float | None, "Gain over the trial's parent (the recipe it modifies), better-is-positive."]
+    gap_to_best: Annotated[float | None, "Objective minus the best objective of the study's earlier trials (the "
+                           "incumbent), better-is-positive."]
+    ci_low: Annotated[float | None, 'Lower end of the interval for delta.']
+    ci_high: Annotated[float | None, 'Upper end of the interval for delta.']
+    parent: Annotated[int | None, 'Attempt number of the parent the trial was judged against (NULL = the baseline).']
+    gain_vs_baseline: Annotated[float | None, "Gain over the study's original baseline, reported apart from the "
+                                "verdict."]
+    confirmation: Annotated[str | None, "For an improved trial: candidate, confirmed or rejected (fresh-seed re-runs "
+                            "decide)."]
+    confirms: Annotated[int | None, 'Attempt number of the candidate this confirmation run re-runs.']
+    method: Annotated[str | None, 'How the interval was computed.']
+    n_items: Annotated[int | None, 'Eval items (or repeats) behind the interval.']
+    flags: Annotated[list[dict[str, Any]] | None, 'JSON list of flags with evidence (divergence, truncation, ...).']
+    crash_category: Annotated[str | None, 'Triage category of a crash.']
+    crash_action: Annotated[str | None, "What triage decided for a crash: retry_reduced, retry_once, record or stop "
+                            "(a retry not yet run when the controller stopped is queued again on resume)."]
+    crash_signature: Annotated[str | None, 'Stable signature grouping identical failures.']
+    root_cause: Annotated[str | None, 'The log line a person would point at.']
+    remedy: Annotated[str | None, 'What to do about the crash.']
+    retry_of: Annotated[int | None, 'Attempt number of the crashed trial this retries.']
+    promoted_from: Annotated[int | None, 'Attempt number a full run was promoted from.']
+    kind: Annotated[str | None, 'trial or full.']
+    started: Annotated[float | None, 'Unix time the trial started.']
+    finished: Annotated[float | None, 'Unix time it ended.']
+    duration_s: Annotated[float | None, 'Wall seconds.']
+    log_path: Annotated[str | None, "The run's log file."]
+    metrics_path: Annotated[str | None, "The run's metrics JSONL."]
+    exit_code: Annotated[int | None, 'Exit code of the run (NULL if it never exited).']
+    pid: Annotated[int | None, 'Process group of the running trial (for cleanup on resume).']
+    job_id: Annotated[str | None, 'Ray job id of the running trial (for cleanup on resume).']
+    job_address: Annotated[str | None, 'Ray dashboard address the job was submitted to.']
 
 
+class StudyRow(TypedDict, total=False):
+    """One row of ``autorl_studies``."""
+
+    id: int | None
+    name: str | None
+    recipe_path: str | None
+    recipe: str | None
+    base_sha: str | None
+    strategy: str | None
+    budget_s: float | None
+    created: float | None
+    status: str | None
+    optuna_study: str | None
+    baseline_value: float | None
+    base_changes: dict[str, Any] | None
+
+
+TRIAL_COLUMNS: dict[str, str] = {k: h.__metadata__[0] for k, h in get_type_hints(TrialRow, include_extras=True).items()}
+_JSON_COLUMNS = ("params", "changed", "flags", "base_changes")
+
+
+def _write_model(row: type) -> type[BaseModel]:
+    """The pydantic model a write to ``row``'s table is validated by (an unknown column is an error)."""
+    fields = {k: (h, None) for k, h in get_type_hints(row).items()}
+    return create_model(f"{row.__name__}Write", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+_TRIAL_WRITE, _STUDY_WRITE = _write_model(TrialRow), _write_model(StudyRow)
+
+
+# ---- migrations: each one frozen as it shipped (a new column is a new migration, never an edit of an old one) ----
 def _v1(db: sqlite_utils.Database) -> None:
     db["autorl_studies"].create({
         "id": int, "name": str, "recipe_path": str, "recipe": str, "base_sha": str,
@@ -82,13 +119,15 @@ def _v1(db: sqlite_utils.Database) -> None:
         "optuna_study": str, "baseline_value": float,
     }, pk="id")
     db["autorl_studies"].create_index(["name"], unique=True)
-    later = ("job_id", "job_address", "gap_to_best", "parent", "gain_vs_baseline", "confirmation", "confirms",
-             "crash_action")
-    types = {c: str for c in TRIAL_COLUMNS if c not in later}
-    types.update({c: int for c in ("id", "study_id", "number", "seed", "optuna_number", "retry_of",
-                                   "promoted_from", "exit_code", "pid", "n_items")})
-    types.update({c: float for c in ("objective", "delta", "ci_low", "ci_high", "started", "finished", "duration_s")})
-    db["autorl_trials"].create(types, pk="id", foreign_keys=[("study_id", "autorl_studies")])
+    db["autorl_trials"].create({
+        "id": int, "study_id": int, "number": int, "attempt": str, "branch": str, "start_tag": str, "end_tag": str,
+        "start_sha": str, "end_sha": str, "proposer": str, "hypothesis": str, "why": str, "params": str,
+        "changed": str, "seed": int, "optuna_number": int, "status": str, "verdict": str, "reason": str,
+        "objective": float, "delta": float, "ci_low": float, "ci_high": float, "method": str, "n_items": int,
+        "flags": str, "crash_category": str, "crash_signature": str, "root_cause": str, "remedy": str,
+        "retry_of": int, "promoted_from": int, "kind": str, "started": float, "finished": float,
+        "duration_s": float, "log_path": str, "metrics_path": str, "exit_code": int, "pid": int,
+    }, pk="id", foreign_keys=[("study_id", "autorl_studies")])
     db["autorl_trials"].create_index(["number"], unique=True)
     db["autorl_metrics"].create({"trial_id": int, "step": int, "type": str, "data": str},
                                 foreign_keys=[("trial_id", "autorl_trials")])
@@ -125,24 +164,12 @@ _STOPPED_SQL = "(" + ", ".join(f"'{status}'" for status in STOPPED_EARLY) + ")"
 
 
 class Ledger:
-    """The ledger of one workspace. Every write is one transaction."""
+    """The ledger of one workspace. Every write is one transaction; ``records(study_id)`` is one study's face."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.db = _open(self.path)
-        self.migrate()
-
-    # ---- schema ---------------------------------------------------------
-    def migrate(self) -> None:
-        with self.tx():
-            self.db.execute("CREATE TABLE IF NOT EXISTS autorl_migrations (name TEXT PRIMARY KEY, applied REAL)")
-        done = {r[0] for r in self.db.execute("SELECT name FROM autorl_migrations").fetchall()}
-        for name, step in MIGRATIONS:
-            if name in done:
-                continue
-            with self.tx():
-                step(self.db)
-                self.db.execute("INSERT INTO autorl_migrations VALUES (?, ?)", [name, time.time()])
+        _migrate(self.db, self.tx)
 
     @contextmanager
     def tx(self) -> Iterator[None]:
@@ -156,12 +183,17 @@ class Ledger:
             raise
         conn.execute("COMMIT")
 
+    def records(self, study_id: int) -> "StudyRecords":
+        """The rows of study ``study_id``, and the queries a running study asks of them."""
+        return StudyRecords(self, study_id)
+
     # ---- studies ----------------------------------------------------------
     def create_study(self, **row: Any) -> int:
+        row = _checked(_STUDY_WRITE, row)
         with self.tx():
             return self.db["autorl_studies"].insert({"created": time.time(), "status": "running", **row}).last_pk
 
-    def study(self, name: str | None = None, study_id: int | None = None) -> dict:
+    def study(self, name: str | None = None, study_id: int | None = None) -> StudyRow:
         """A study by name or id; the latest when neither is given."""
         where, args = ("name = ?", [name]) if name else ("id = ?", [study_id]) if study_id else ("1", [])
         rows = list(self.db["autorl_studies"].rows_where(where, args, order_by="id desc", limit=1))
@@ -172,7 +204,7 @@ class Ledger:
     def has_study(self, name: str) -> bool:
         return bool(self.db.execute("SELECT 1 FROM autorl_studies WHERE name = ?", [name]).fetchone())
 
-    def studies(self, limit: int = 5) -> list[dict]:
+    def studies(self, limit: int = 5) -> list[StudyRow]:
         """The latest studies, newest first."""
         return [_decode(s) for s in self.db["autorl_studies"].rows_where(order_by="id desc", limit=limit)]
 
@@ -187,64 +219,51 @@ class Ledger:
         return self.db.execute(q, [row[0]]).fetchone()[0]
 
     def update_study(self, study_id: int, **values: Any) -> None:
+        values = _checked(_STUDY_WRITE, values)
         with self.tx():
             self.db["autorl_studies"].update(study_id, values)
 
-    def set_base_changes(self, study_id: int, changes: dict[str, Any], line: str) -> None:
-        """Record the train values the study's base recipe now carries (and why, as a ``base-recipe`` event)."""
-        with self.tx():
-            self.db["autorl_studies"].update(study_id, {"base_changes": _jsonify(changes)})
-            self._event(study_id, None, "base-recipe", line)
-
     # ---- trials -------------------------------------------------------------
     def add_trial(self, **row: Any) -> int:
-        row = {k: _jsonify(v) for k, v in row.items()}
+        row = _checked(_TRIAL_WRITE, row)
         with self.tx():
             tid = self.db["autorl_trials"].insert({"status": "running", "kind": "trial", **row}).last_pk
-            self._event(row.get("study_id"), tid, "trial-start", row.get("attempt", ""))
+            _insert_event(self.db, row.get("study_id"), tid, "trial-start", row.get("attempt", ""))
         return tid
 
     def update_trial(self, trial_id: int, event: str | None = None, **values: Any) -> None:
-        values = {k: _jsonify(v) for k, v in values.items()}
+        values = _checked(_TRIAL_WRITE, values)
         with self.tx():
             self.db["autorl_trials"].update(trial_id, values)
             if event:
                 row = self.db["autorl_trials"].get(trial_id)
-                self._event(row["study_id"], trial_id, event, values.get("reason") or values.get("status") or "")
+                _insert_event(self.db, row["study_id"], trial_id, event, values.get("reason") or values.get("status") or "")
 
-    def trial(self, number: int) -> dict:
+    def trial(self, number: int) -> TrialRow:
         rows = list(self.db["autorl_trials"].rows_where("number = ?", [number]))
         if not rows:
             raise NotFoundError(f"no trial {number:02d} in the ledger: list them with `autorl ledger`")
         return _decode(rows[0])
 
-    def trials(self, study_id: int | None = None, **equal: Any) -> list[dict]:
+    def trials(self, study_id: int | None = None, **equal: Any) -> list[TrialRow]:
         """Trials in attempt order, optionally of one study and with columns equal to values (e.g. kind="full")."""
         unknown = set(equal) - set(TRIAL_COLUMNS)
         if unknown:
             raise ValueError(f"no trial column {sorted(unknown)}")
-        return self._trials(" AND ".join([f"{k} = ?" for k in equal] or ["1"]), list(equal.values()), study_id)
+        return _select(self.db, " AND ".join([f"{k} = ?" for k in equal] or ["1"]), list(equal.values()), study_id)
 
-    # named queries: every condition on trials beyond plain equality lives here
-    def baselines(self, study_id: int) -> list[dict]:
+    # named queries: every condition on trials beyond plain equality lives here (one study's in StudyRecords)
+    def baselines(self, study_id: int) -> list[TrialRow]:
         """The study's baseline runs (the recipe as written, every seed). A baseline that crashed and was
         retried (triage's retry of a hang, timeout, network error or OOM) is replaced by its retry."""
         where = ("kind = 'trial' AND (proposer = 'baseline' OR (proposer = 'retry' AND retry_of IN "
                  "(SELECT number FROM autorl_trials WHERE proposer = 'baseline'))) "
                  "AND number NOT IN (SELECT retry_of FROM autorl_trials WHERE retry_of IS NOT NULL)")
-        return self._trials(where, [], study_id)
+        return _select(self.db, where, [], study_id)
 
-    def crashed(self, study_id: int | None = None) -> list[dict]:
+    def crashed(self, study_id: int | None = None) -> list[TrialRow]:
         """Trials that crashed (verdict or status crash)."""
-        return self._trials("verdict = 'crash' OR status = 'crash'", [], study_id)
-
-    def crash_signatures(self, study_id: int) -> list[dict]:
-        """Crashed trials that have a triage signature."""
-        return self._trials("verdict = 'crash' AND crash_signature IS NOT NULL", [], study_id)
-
-    def scored(self, study_id: int) -> list[dict]:
-        """The study's trials (not full runs) that have an objective value."""
-        return self._trials("objective IS NOT NULL AND kind = 'trial'", [], study_id)
+        return _select(self.db, "verdict = 'crash' OR status = 'crash'", [], study_id)
 
     def hypothesis_counts(self) -> dict[str, dict[str, int]]:
         """Per hypothesis id: finished trials that tested it (confirmation runs apart), how many of them a move
@@ -256,42 +275,9 @@ class Ledger:
         keys = ("tried", "moves", "candidates", "confirmed", "rejected")
         return {r[0]: dict(zip(keys, (int(v or 0) for v in r[1:]))) for r in self.db.execute(q).fetchall()}
 
-    def unfinished(self) -> list[dict]:
+    def unfinished(self) -> list[TrialRow]:
         """Trials still marked running, and full runs that have not been closed."""
-        return self._trials("status = 'running' OR (kind = 'full' AND end_tag IS NULL)", [], None)
-
-    def _trials(self, where: str, args: list, study_id: int | None) -> list[dict]:
-        if study_id is not None:
-            where, args = f"({where}) AND study_id = ?", args + [study_id]
-        return [_decode(r) for r in self.db["autorl_trials"].rows_where(where, args, order_by="number")]
-
-    def confirmed(self, study_id: int) -> list[dict]:
-        """The study's trials whose improvement fresh-seed re-runs confirmed."""
-        return self.trials(study_id, confirmation="confirmed", kind="trial")
-
-    def confirm_runs(self, study_id: int, candidate: int, ran: bool = False) -> list[dict]:
-        """The confirmation runs of candidate ``candidate`` (an attempt number); with ``ran``, only those the
-        controller did not stop early (see ``STOPPED_EARLY``)."""
-        where = "confirms = ? AND kind = 'trial'" + (f" AND status NOT IN {_STOPPED_SQL}" if ran else "")
-        return self._trials(where, [candidate], study_id)
-
-    def open_candidates(self, study_id: int) -> list[dict]:
-        """Improved trials whose fresh-seed confirmation has not decided yet (neither confirmed nor rejected)."""
-        return self.trials(study_id, confirmation="candidate", kind="trial")
-
-    def unretried_crashes(self, study_id: int) -> list[dict]:
-        """Crashed first runs (not a retry, not a confirmation run) with no retry that ran: no retry row, or
-        only retries the controller stopped early. Whether triage wanted a retry is in ``crash_action``."""
-        where = ("kind = 'trial' AND status = 'crash' AND retry_of IS NULL AND confirms IS NULL AND number NOT IN "
-                 f"(SELECT retry_of FROM autorl_trials WHERE retry_of IS NOT NULL AND status NOT IN {_STOPPED_SQL})")
-        return self._trials(where, [], study_id)
-
-    def confirm_groups(self, study_id: int) -> dict[int, list[dict]]:
-        """Completed confirmation runs by candidate number (replicate groups for the run-noise estimate)."""
-        out: dict[int, list[dict]] = {}
-        for row in self._trials("confirms IS NOT NULL AND status = 'complete' AND kind = 'trial'", [], study_id):
-            out.setdefault(row["confirms"], []).append(row)
-        return out
+        return _select(self.db, "status = 'running' OR (kind = 'full' AND end_tag IS NULL)", [], None)
 
     def set_confirmation(self, number: int, state: str, reason: str) -> None:
         """Mark trial ``number`` candidate, confirmed or rejected, with why."""
@@ -318,18 +304,115 @@ class Ledger:
 
     def event(self, study_id: int | None, trial_id: int | None, kind: str, message: str) -> None:
         with self.tx():
-            self._event(study_id, trial_id, kind, message)
+            _insert_event(self.db, study_id, trial_id, kind, message)
 
     def events(self, study_id: int | None = None, limit: int = 50) -> list[dict]:
         where, args = ("study_id = ?", [study_id]) if study_id else ("1", [])
         return list(self.db["autorl_events"].rows_where(where, args, order_by="id desc", limit=limit))
 
-    def _event(self, study_id: int | None, trial_id: int | None, kind: str, message: str) -> None:
-        self.db["autorl_events"].insert({"time": time.time(), "study_id": study_id, "trial_id": trial_id,
-                                         "kind": kind, "message": message})
-
     def close(self) -> None:
         self.db.close()
+
+
+class StudyRecords:
+    """One study's rows, and the queries a running study asks of them (the study loop, its proposer, the evidence
+    a verdict rests on). Its writes go through the ledger, one transaction each."""
+
+    def __init__(self, ledger: Ledger, study_id: int):
+        self.ledger, self.id = ledger, study_id
+
+    def trials(self, **equal: Any) -> list[TrialRow]:
+        """The study's trials in attempt order, with columns equal to values."""
+        return self.ledger.trials(self.id, **equal)
+
+    def trial(self, number: int) -> TrialRow:
+        return self.ledger.trial(number)
+
+    def metrics(self, trial_id: int) -> list[dict]:
+        return self.ledger.metrics(trial_id)
+
+    def event(self, trial_id: int | None, kind: str, message: str) -> None:
+        self.ledger.event(self.id, trial_id, kind, message)
+
+    def baselines(self) -> list[TrialRow]:
+        return self.ledger.baselines(self.id)
+
+    def scored(self) -> list[TrialRow]:
+        """The study's trials (not full runs) that have an objective value."""
+        return _select(self.ledger.db, "objective IS NOT NULL AND kind = 'trial'", [], self.id)
+
+    def crash_signatures(self) -> list[TrialRow]:
+        """Crashed trials that have a triage signature."""
+        return _select(self.ledger.db, "verdict = 'crash' AND crash_signature IS NOT NULL", [], self.id)
+
+    def confirmed(self) -> list[TrialRow]:
+        """The study's trials whose improvement fresh-seed re-runs confirmed."""
+        return self.trials(confirmation="confirmed", kind="trial")
+
+    def open_candidates(self) -> list[TrialRow]:
+        """Improved trials whose fresh-seed confirmation has not decided yet (neither confirmed nor rejected)."""
+        return self.trials(confirmation="candidate", kind="trial")
+
+    def confirm_runs(self, candidate: int, ran: bool = False) -> list[TrialRow]:
+        """The confirmation runs of candidate ``candidate`` (an attempt number); with ``ran``, only those the
+        controller did not stop early (see ``STOPPED_EARLY``)."""
+        where = "confirms = ? AND kind = 'trial'" + (f" AND status NOT IN {_STOPPED_SQL}" if ran else "")
+        return _select(self.ledger.db, where, [candidate], self.id)
+
+    def confirm_groups(self) -> dict[int, list[TrialRow]]:
+        """Completed confirmation runs by candidate number (replicate groups for the run-noise estimate)."""
+        out: dict[int, list[TrialRow]] = {}
+        where = "confirms IS NOT NULL AND status = 'complete' AND kind = 'trial'"
+        for row in _select(self.ledger.db, where, [], self.id):
+            out.setdefault(row["confirms"], []).append(row)
+        return out
+
+    def unretried_crashes(self) -> list[TrialRow]:
+        """Crashed first runs (not a retry, not a confirmation run) with no retry that ran: no retry row, or
+        only retries the controller stopped early. Whether triage wanted a retry is in ``crash_action``."""
+        where = ("kind = 'trial' AND status = 'crash' AND retry_of IS NULL AND confirms IS NULL AND number NOT IN "
+                 f"(SELECT retry_of FROM autorl_trials WHERE retry_of IS NOT NULL AND status NOT IN {_STOPPED_SQL})")
+        return _select(self.ledger.db, where, [], self.id)
+
+    def set_base_changes(self, changes: dict[str, Any], line: str) -> None:
+        """Record the train values the study's base recipe now carries (and why, as a ``base-recipe`` event)."""
+        with self.ledger.tx():
+            self.ledger.db["autorl_studies"].update(self.id, _checked(_STUDY_WRITE, {"base_changes": changes}))
+            _insert_event(self.ledger.db, self.id, None, "base-recipe", line)
+
+
+def _migrate(db: sqlite_utils.Database, tx: Callable[[], Any]) -> None:
+    with tx():
+        db.execute("CREATE TABLE IF NOT EXISTS autorl_migrations (name TEXT PRIMARY KEY, applied REAL)")
+    done = {r[0] for r in db.execute("SELECT name FROM autorl_migrations").fetchall()}
+    for name, step in MIGRATIONS:
+        if name in done:
+            continue
+        with tx():
+            step(db)
+            db.execute("INSERT INTO autorl_migrations VALUES (?, ?)", [name, time.time()])
+
+
+def _select(db: sqlite_utils.Database, where: str, args: list, study_id: int | None) -> list[TrialRow]:
+    if study_id is not None:
+        where, args = f"({where}) AND study_id = ?", args + [study_id]
+    return [_decode(r) for r in db["autorl_trials"].rows_where(where, args, order_by="number")]
+
+
+def _insert_event(db: sqlite_utils.Database, study_id: int | None, trial_id: int | None, kind: str,
+                  message: str) -> None:
+    db["autorl_events"].insert({"time": time.time(), "study_id": study_id, "trial_id": trial_id,
+                                "kind": kind, "message": message})
+
+
+def _checked(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` validated against the row's columns (an unknown column or a wrong type is a bug: ValueError),
+    JSON columns serialised."""
+    try:
+        typed = model.model_validate(values)
+    except ValidationError as exc:
+        raise ValueError(f"ledger write: {validation_line(exc)}") from None
+    return {k: _jsonify(getattr(typed, k)) for k in values}
 
 
 def _open(path: Path) -> sqlite_utils.Database:
@@ -352,9 +435,9 @@ def _jsonify(v: Any) -> Any:
     return json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v
 
 
-def _decode(row: dict) -> dict:
+def _decode(row: dict) -> Any:
     out = dict(row)
-    for key in ("params", "changed", "flags", "base_changes"):
+    for key in _JSON_COLUMNS:
         if isinstance(out.get(key), str):
             try:
                 out[key] = json.loads(out[key])

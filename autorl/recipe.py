@@ -2,7 +2,13 @@
 
 A recipe is validated once, here, into a :class:`Recipe`. Its ``train`` block is
 validated by the backend's own parameter model (``autorl.backends.registry``), so a typo in
-``train.lr`` or a negative value fails before anything launches.
+``train.lr`` or a negative value fails before anything launches; ``Recipe.params`` is that typed
+model and ``Recipe.train`` the same values as plain data.
+
+``--set key=value`` is parsed once (``parse_overrides``; ``3e-4`` is a number, as everywhere
+``autorl.loading`` reads YAML). ``recipe_and_text`` applies the values and writes each on its own line
+of the recipe text (``set_values``: every other line, comments included, kept), which is what a
+study commits and what each trial's recipe is written from.
 
     name: addition-default
     backend: embedded
@@ -19,12 +25,12 @@ import importlib
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from autorl.backends.registry import BACKENDS, BackendName
+from autorl import loading
 from autorl.errors import RecipeError, validation_line
 
 
@@ -112,7 +118,8 @@ class Recipe(_Model):
     name: str = Field("recipe", description="Short name, used in slugs.")
     description: str = Field("", description="Free text.")
     backend: BackendName = Field("embedded", description="Which backend runs the trials.")
-    train: dict[str, Any] = Field(default_factory=dict, description="Backend parameters (see the backend's parameter model).")
+    train: dict[str, Any] = Field(default_factory=dict, description="Backend parameters (see the backend's parameter "
+                                                                    "model; ``params`` is this block typed).")
     search: dict[str, SearchParam] = Field(default_factory=dict, description="Keys of train that the search may vary.")
     objective: Objective = Field(default_factory=Objective, description="What a trial is scored on.")
     verdict: VerdictSettings = Field(default_factory=VerdictSettings, description="How a trial is judged against the baseline.")
@@ -121,25 +128,34 @@ class Recipe(_Model):
     cpus_per_trial: float = Field(1.0, gt=0, description="CPUs a trial asks Ray for (with --ray-address).")
     gpus_per_trial: float = Field(0.0, ge=0, description="GPUs a trial asks Ray for (with --ray-address).")
     full: dict[str, Any] = Field(default_factory=dict, description="train overrides for a promoted full run.")
+    _params: BaseModel = PrivateAttr()
 
     @model_validator(mode="after")
     def _check(self) -> "Recipe":
         model = params_model(self.backend)
-        self.train = _validate_params(model, self.train, "train")
+        self._params = _typed_params(model, self.train, "train")
+        self.train = self._params.model_dump(mode="json")
         for key in self.search:
             if key not in self.train and key not in model.model_fields:
                 raise ValueError(f"search names '{key}', which train does not have: add it to train or remove it from search")
         return self
 
+    @property
     def params(self) -> BaseModel:
-        """The train block as the backend's typed model."""
-        return params_model(self.backend).model_validate(self.train)
+        """The train block as the backend's typed model (``backends.registry``), validated once, with the recipe.
+
+        ``train`` holds the same values as plain data (what the search merges and the ledger stores)."""
+        return self._params
 
     def with_train(self, **values: Any) -> "Recipe":
         """A copy with train keys replaced (validated)."""
-        data = self.model_dump()
-        data["train"] = {**data["train"], **values}
-        return validate_recipe(data, source=self.name)
+        return self.model_copy(update={"train": {**self.train, **values}})
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "Recipe":
+        """A copy; one with fields updated is validated again, so that ``params`` always says what ``train`` says."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return validate_recipe({**self.model_dump(), **update}, source=self.name)
 
 
 def _check_inside(key: str, value: Any, p: SearchParam) -> None:
@@ -151,10 +167,6 @@ def _check_inside(key: str, value: Any, p: SearchParam) -> None:
     if value is not None and p.choices is not None and value not in p.choices:
         raise ValueError(f"train.{key} is {value!r}, which is not among search.{key} choices {p.choices}: "
                          f"add it to the choices or change train.{key}")
-
-
-# Train keys that must be > 0 when present: a run of zero steps trains nothing.
-POSITIVE_KEYS = ("steps", "num_episodes", "max_epochs")
 
 
 def train_keys(backend: str) -> list[dict[str, Any]]:
@@ -172,20 +184,22 @@ def params_model(backend: str) -> type[BaseModel]:
     return getattr(importlib.import_module(module), attr)
 
 
-def _validate_params(model: type[BaseModel], train: dict, where: str) -> dict:
+def _typed_params(model: type[BaseModel], train: dict, where: str) -> BaseModel:
+    """``train`` validated by the backend's model; no value may be infinite or NaN, and none of the model's
+    ``run_length_keys`` (steps, episodes: a run of zero trains nothing) may be below 1."""
     try:
         typed = model.model_validate(train)
     except ValidationError as exc:
         raise ValueError(validation_line(exc, where, unknown=_unknown_key)) from None
     for key in train:
-        _check_number(f"{where}.{key}", key, getattr(typed, key, None))
-    return typed.model_dump(exclude_unset=False, exclude_defaults=False, mode="json") | {}
+        _check_number(f"{where}.{key}", key, getattr(typed, key, None), model.run_length_keys)
+    return typed
 
 
-def _check_number(loc: str, key: str, value: Any) -> None:
+def _check_number(loc: str, key: str, value: Any, run_length_keys: tuple[str, ...]) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{loc} is {value}: give a finite number (e.g. 1e-4)")
-    if key in POSITIVE_KEYS and isinstance(value, (int, float)) and value <= 0:
+    if key in run_length_keys and isinstance(value, (int, float)) and value <= 0:
         raise ValueError(f"{loc} is {value}: a run needs at least 1 (e.g. {key}: 40)")
 
 
@@ -203,17 +217,38 @@ def validate_recipe(data: Any, source: str = "recipe") -> Recipe:
         raise RecipeError(f"{source}: {validation_line(exc, unknown=_unknown_key)}") from None
 
 
-def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Read, override (``key=value`` strings) and validate a recipe file."""
+def load_recipe(path: str | Path, overrides: Overrides | Iterable[str] | None = None) -> Recipe:
+    """Read, override and validate a recipe file (``overrides``: parsed, or ``key=value`` strings)."""
     return recipe_from_text(read_recipe_text(path), path, overrides)
 
 
-def recipe_from_text(text: str, source: str | Path, overrides: list[str] | None = None) -> Recipe:
+def recipe_from_text(text: str, source: str | Path, overrides: Overrides | Iterable[str] | None = None) -> Recipe:
     """Parse, override and validate a recipe's text, already read from ``source`` (named in errors)."""
+    return recipe_and_text(text, source, overrides)[0]
+
+
+def recipe_and_text(text: str, source: str | Path, overrides: Overrides | Iterable[str] | None = None
+                    ) -> tuple[Recipe, str]:
+    """The validated recipe of ``text`` with ``overrides`` applied, and the text that says exactly that: each
+    override written in place, every other line (comments too) kept. Where the in-place edit cannot say the same
+    (a layout it does not follow), the text is written out again from the recipe's data instead."""
+    overrides = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
     data = parse_recipe_text(text, source)
-    for item in overrides or []:
-        apply_override(data, item)
-    return validate_recipe(data, source=str(source))
+    for path, value in overrides.items():
+        _put(data, path, value)
+    if overrides:
+        text = _edited(text, overrides, data)
+    return validate_recipe(data, source=str(source)), text
+
+
+def _edited(text: str, overrides: Overrides, data: dict) -> str:
+    try:
+        edited = set_values(text, overrides)
+        if loading.parse(edited) == data:
+            return edited
+    except (RecipeError, IndexError):
+        pass
+    return loading.dump(data)
 
 
 def check_base(recipe: Recipe, source: str | Path) -> None:
@@ -226,11 +261,6 @@ def check_base(recipe: Recipe, source: str | Path) -> None:
             _check_inside(key, recipe.train.get(key), param)
         except ValueError as exc:
             raise RecipeError(f"{source}: {exc}") from None
-
-
-def read_recipe_data(path: str | Path) -> dict:
-    """The raw YAML mapping of a recipe file."""
-    return parse_recipe_text(read_recipe_text(path), path)
 
 
 def read_recipe_text(path: str | Path) -> str:
@@ -247,40 +277,10 @@ def read_recipe_text(path: str | Path) -> str:
 
 def parse_recipe_text(text: str, source: str | Path) -> dict:
     """The raw YAML mapping of a recipe's text; ``source`` names it in errors."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise RecipeError(f"{source}{yaml_error_text(exc)}") from None
+    data = loading.parse(text, source, RecipeError)
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: a recipe is a YAML mapping of keys to values")
     return data
-
-
-def yaml_error_text(exc: yaml.YAMLError, first_line: int = 1) -> str:
-    """' line N: not valid YAML (problem)' for a parse error; ``first_line`` is the file line of the text's line 1."""
-    line = getattr(getattr(exc, "problem_mark", None), "line", None)
-    where = f" line {line + first_line}" if line is not None else ""
-    return f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})"
-
-
-def apply_override(data: dict, item: str) -> None:
-    """Apply one ``--set key=value``: a bare key means ``train.key``."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
-        raise RecipeError(f"--set {item!r}: write key=value, e.g. --set lr=3e-4")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    path = key.strip().split(".")
-    if len(path) == 1 and path[0] not in Recipe.model_fields:
-        path = ["train", path[0]]
-    node = data
-    for part in path[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise RecipeError(f"--set {key}: '{part}' is not a section")
-    node[path[-1]] = value
 
 
 def dump_values(values: dict[str, Any]) -> str:
@@ -294,58 +294,132 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def set_train_values(text: str, values: dict[str, Any]) -> str:
-    """Rewrite ``train:`` scalars in recipe YAML text in place, keeping everything else.
+# ---- overrides: ``--set key=value``, parsed once ---------------------------------------------------------------
+Overrides = dict[tuple[str, ...], Any]  # a recipe path ('train', 'lr') -> its new value
 
-    Lines other than the changed keys are kept byte for byte, so ``git diff``
-    between two attempts shows exactly the values under test.
+
+def parse_overrides(items: Iterable[str]) -> Overrides:
+    """``--set key=value`` items, each parsed once (``autorl.loading``: 3e-4 is a number); a bare key is a train key.
+
+    A key given twice keeps its last value."""
+    out: Overrides = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise RecipeError(f"--set {item!r}: write key=value, e.g. --set lr=3e-4")
+        path = tuple(key.strip().split("."))
+        out[("train", *path) if len(path) == 1 and path[0] not in Recipe.model_fields else path] = \
+            loading.parse_value(raw)
+    return out
+
+
+def _put(data: dict, path: tuple[str, ...], value: Any) -> None:
+    """Set ``value`` at ``path`` in parsed recipe data, making the sections on the way."""
+    node = data
+    for part in path[:-1]:
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
+        if not isinstance(node, dict):
+            raise RecipeError(f"--set {'.'.join(path)}: '{part}' is not a section")
+    node[path[-1]] = value
+
+
+# ---- the recipe's text, edited in place --------------------------------------------------------------------------
+def set_train_values(text: str, values: dict[str, Any]) -> str:
+    """Rewrite ``train:`` values in recipe YAML text in place (``set_values`` under ``train``)."""
+    return set_values(text, {("train", key): value for key, value in values.items()})
+
+
+def set_values(text: str, values: dict[tuple[str, ...], Any]) -> str:
+    """Rewrite the values at recipe paths in YAML text in place, keeping every other line byte for byte.
+
+    A key that is there gets its value replaced (its comment kept); a missing one is added at the end of its
+    section, a missing section with it; a section written in flow style (``abort: {window: 4}``) is rewritten as
+    one flow mapping on its own line. So ``git diff`` between two attempts shows exactly the values under test.
     """
     lines = text.splitlines(keepends=True)
-    start, indent = _find_section(lines, "train")
-    for key, value in values.items():
-        rendered = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
-        pat = re.compile(rf"^{re.escape(indent)}{re.escape(key)}\s*:(.*?)(\s+#.*)?$")
-        end = _section_end(lines, start, indent)
-        for i in range(start + 1, end):
-            m = pat.match(lines[i].rstrip("\n"))
-            if m:
-                lines[i] = f"{indent}{key}: {rendered}{m.group(2) or ''}\n"
-                break
-        else:
-            lines.insert(end, f"{indent}{key}: {rendered}\n")
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    for path, value in values.items():
+        _set_path(lines, path, value)
     return "".join(lines)
 
 
-def editable_text(text: str) -> str:
-    """The recipe text with ``train`` as an indented block, so trials can edit values in place.
+def _set_path(lines: list[str], path: tuple[str, ...], value: Any) -> None:
+    lo, hi, indent = 0, len(lines), ""
+    for depth, key in enumerate(path):
+        i = _key_line(lines, lo, hi, indent, key)
+        if i is None:
+            at = _content_end(lines, lo, hi)
+            lines[at:at] = _nested(path[depth:], value, indent)
+            return
+        rest, comment = _value_text(lines[i], indent, key)
+        if depth == len(path) - 1:
+            lines[i:_block_end(lines, i, hi, indent)] = [f"{indent}{key}: {loading.render(value)}{comment}\n"]
+            return
+        if rest:  # a flow mapping on the key's line: rewritten as one
+            inner = loading.parse(rest)
+            if not isinstance(inner, dict):
+                raise RecipeError(f"'{key}' is not a section")
+            _put(inner, path[depth + 1:], value)
+            lines[i] = f"{indent}{key}: {loading.render(inner)}{comment}\n"
+            return
+        lo, hi = i + 1, _block_end(lines, i, hi, indent)
+        indent = _child_indent(lines, lo, hi) or indent + "  "
 
-    A block-style recipe is returned unchanged (comments kept); a flow-style ``train: {...}`` one is
-    rewritten once, from its parsed form, before the study commits it.
-    """
-    try:
-        _find_section(text.splitlines(keepends=True), "train")
-        return text
-    except RecipeError:
-        data = yaml.safe_load(text) or {}
-        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+def _key_line(lines: list[str], lo: int, hi: int, indent: str, key: str) -> int | None:
+    pat = re.compile(rf"^{re.escape(indent)}{re.escape(key)}\s*:(\s|$)")
+    return next((i for i in range(lo, hi) if pat.match(lines[i])), None)
 
 
-def _find_section(lines: list[str], name: str) -> tuple[int, str]:
-    for i, line in enumerate(lines):
-        if re.match(rf"^{name}\s*:\s*(#.*)?$", line.rstrip("\n")):
-            for nxt in lines[i + 1:]:
-                if nxt.strip() and not nxt.lstrip().startswith("#"):
-                    return i, nxt[: len(nxt) - len(nxt.lstrip())] or "  "
-            return i, "  "
-    raise RecipeError(f"recipe has no block-style '{name}:' section to edit: write train as an indented block")
+def _value_text(line: str, indent: str, key: str) -> tuple[str, str]:
+    """(the value written after ``key:``, the line's trailing comment with its spaces)."""
+    m = re.match(rf"^{re.escape(indent)}{re.escape(key)}\s*:(.*?)(\s+#.*)?$", line.rstrip("\n"))
+    return m.group(1).strip(), m.group(2) or ""
 
 
-def _section_end(lines: list[str], start: int, indent: str) -> int:
-    end = start + 1
-    for i in range(start + 1, len(lines)):
-        line = lines[i]
-        if line.strip() and not line.startswith(indent) and not line.lstrip().startswith("#"):
-            break
-        if line.strip():
-            end = i + 1
+def _block_end(lines: list[str], i: int, hi: int, indent: str) -> int:
+    """The index after the last line of the block under the key on line ``i`` (trailing comments excluded)."""
+    end = i + 1
+    for j in range(i + 1, hi):
+        line = lines[j]
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        inner = line[len(indent):] if line.startswith(indent) else ""
+        if inner[:1] in (" ", "\t") or inner.startswith("- ") or inner.rstrip() == "-":
+            end = j + 1
+            continue
+        break
     return end
+
+
+def _content_end(lines: list[str], lo: int, hi: int) -> int:
+    """The index after the last line in [lo, hi) that is neither blank nor a comment (``lo`` when none is)."""
+    return next((j + 1 for j in range(hi - 1, lo - 1, -1) if lines[j].strip() and not lines[j].lstrip().startswith("#")), lo)
+
+
+def _child_indent(lines: list[str], lo: int, hi: int) -> str | None:
+    line = next((x for x in lines[lo:hi] if x.strip() and not x.lstrip().startswith("#")), None)
+    return line[: len(line) - len(line.lstrip())] if line is not None else None
+
+
+def _nested(path: tuple[str, ...], value: Any, indent: str) -> list[str]:
+    """The lines of ``a:\\n  b: value`` for path ('a', 'b') at ``indent``."""
+    if len(path) == 1:
+        return [f"{indent}{path[0]}: {loading.render(value)}\n"]
+    return [f"{indent}{path[0]}:\n", *_nested(path[1:], value, indent + "  ")]
+
+
+def editable_text(text: str) -> str:
+    """The recipe text with ``train`` as an indented block, so trials edit one line per value.
+
+    A recipe whose ``train`` is a block (or absent) is returned unchanged, comments kept; a flow-style
+    ``train: {...}`` one is rewritten once, from its parsed form, before the study commits it.
+    """
+    lines = text.splitlines(keepends=True)
+    at = _key_line(lines, 0, len(lines), "", "train")
+    if at is None or not _value_text(lines[at], "", "train")[0]:
+        return text
+    return loading.dump(loading.parse(text) or {})

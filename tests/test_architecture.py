@@ -1,9 +1,11 @@
 """The shape the architecture page promises (docs/architecture.md), checked on the source itself.
 
-- no import cycle between autorl's modules (imports at module level; lazy imports inside functions are exempt);
+- every import between autorl's modules, at module level, inside a function or under an ``if`` (``TYPE_CHECKING``
+  too), runs down a declared layer order (``LAYERS``) or stays in its layer, and the graph of them has no cycle;
 - no SQL outside autorl/ledger.py;
 - no ``hasattr`` probe of a backend: every hook is declared on ``autorl.backends.base.Backend``;
-- functions stay short (none over 40 lines, docstrings excluded).
+- functions stay short (none over 40 lines, docstrings excluded), classes small (none over 25 methods), and no
+  file of trial/ over 350 lines.
 """
 
 from __future__ import annotations
@@ -16,32 +18,63 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "autorl"
 SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|PRAGMA)\b|\b(WHERE|IS NULL|IS NOT NULL)\b")
 
+# Lowest first. A module may import its own layer's modules or any below it, never one above. Within a layer the
+# no-cycle rule alone holds. A package prefix covers its modules; the longest matching prefix places a module.
+LAYERS: list[tuple[str, ...]] = [
+    ("autorl", "autorl.errors", "autorl.data", "autorl.metrics", "autorl.budget"),  # what everything shares
+    ("autorl.loading", "autorl.ledger", "autorl.gitops", "autorl.workspace"),  # files, SQL, git
+    ("autorl.engine",),  # the embedded trainer (and the per-item metrics every evaluator uses)
+    ("autorl.evaluate",),  # the per-item evaluator of a saved checkpoint
+    ("autorl.backends",),  # how a run is started somewhere
+    ("autorl.recipe",),  # the recipe, its train block typed by the backend's model
+    ("autorl.judge",),  # what a run means
+    ("autorl.search",),  # what to try next
+    ("autorl.present",),  # what a person reads
+    ("autorl.trial",),  # one trial's life and the study loop
+    ("autorl.cli",),  # the command line
+    ("autorl.docs",),  # the generated reference pages
+]
+
 
 def _module(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _eager_imports(path: Path) -> set[str]:
-    """autorl modules imported at module level (also under ``if``), resolved to module names."""
-    out = set()
-    tree = ast.parse(path.read_text())
-    nodes = [n for s in tree.body for n in ([s] + (s.body if isinstance(s, ast.If) else []))]
-    for node in nodes:
+def _imports(path: Path) -> dict[str, int]:
+    """autorl modules imported anywhere in the file (module level, in functions, under ``if``), with a line each.
+    A type-only import counts too: a cycle of types is still two modules that cannot be read apart."""
+    out: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("autorl"):
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
+            for name in [node.module, *(f"{node.module}.{a.name}" for a in node.names)]:
+                out.setdefault(name, node.lineno)
         elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("autorl"))
+            for a in node.names:
+                if a.name.startswith("autorl"):
+                    out.setdefault(a.name, node.lineno)
     return out
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph() -> dict[str, dict[str, int]]:
+    """Module -> {imported autorl module: line}, function-level imports included."""
     files = {_module(p): p for p in PKG.rglob("*.py")}
-    return {m: {i for i in _eager_imports(p) if i in files and i != m} for m, p in files.items()}
+    return {m: {i: line for i, line in _imports(p).items() if i in files and i != m} for m, p in files.items()}
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+def _layer(module: str) -> int | None:
+    found = [(len(prefix), i) for i, layer in enumerate(LAYERS) for prefix in layer
+             if module == prefix or module.startswith(prefix + ".")]
+    return max(found)[1] if found else None
+
+
+def _upward(graph: dict[str, dict[str, int]]) -> list[str]:
+    return [f"{m} (layer {_layer(m)}) -> {i} (layer {_layer(i)}), line {line}"
+            for m, targets in sorted(graph.items()) for i, line in sorted(targets.items())
+            if _layer(i) is not None and _layer(m) is not None and _layer(i) > _layer(m)]
+
+
+def _cycle(graph: dict[str, dict[str, int]] | dict[str, set[str]]) -> list[str] | None:
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -63,16 +96,30 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_cycle():
+def test_no_import_cycle_function_level_imports_included():
     graph = _graph()
     assert len(graph) > 50  # the walk found the package
+    assert "autorl.engine.grpo" in graph["autorl.engine.__main__"]  # an import inside a function is followed
     cycle = _cycle(graph)
     assert cycle is None, " -> ".join(cycle)
 
 
-def test_cycle_finder_finds_a_planted_cycle():
+def test_every_module_has_a_layer_and_no_import_runs_up():
+    graph = _graph()
+    assert not [m for m in graph if _layer(m) is None], "place these modules in LAYERS"
+    up = _upward(graph)
+    assert not up, "\n".join(up)
+
+
+def test_the_checks_find_a_planted_cycle_an_upward_arrow_and_imports_in_functions(tmp_path):
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert _upward({"autorl.judge.x": {"autorl.trial.y": 3}}) == [
+        "autorl.judge.x (layer 6) -> autorl.trial.y (layer 9), line 3"]
+    src = tmp_path / "m.py"
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autorl.trial import a\n"
+                   "def f():\n    from autorl.cli import main\n")
+    assert set(_imports(src)) == {"autorl.trial", "autorl.trial.a", "autorl.cli", "autorl.cli.main"}
 
 
 def _strings(path: Path) -> list[tuple[int, str]]:
@@ -106,3 +153,16 @@ def test_functions_stay_short():
                 if body and body[-1].end_lineno - body[0].lineno + 1 > 40:
                     long.append(f"{p.relative_to(ROOT)}:{n.lineno} {n.name}")
     assert not long, long
+
+
+def test_classes_stay_small_and_trial_files_short():
+    big = []
+    for p in PKG.rglob("*.py"):
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.ClassDef):
+                methods = [x for x in n.body if isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                if len(methods) > 25:
+                    big.append(f"{p.relative_to(ROOT)}:{n.lineno} {n.name}: {len(methods)} methods")
+    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in (PKG / "trial").glob("*.py")
+            if (n := len(p.read_text().splitlines())) > 350]
+    assert not big and not long, big + long

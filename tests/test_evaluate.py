@@ -7,6 +7,7 @@ import json
 import pytest
 
 from autorl import evaluate as ev
+from autorl.engine import peritem
 
 
 def _generator(answers: dict[str, list[str]]):
@@ -26,7 +27,7 @@ def _generator(answers: dict[str, list[str]]):
 def test_greedy_items_and_pass_at_k():
     gen = _generator({"1+1=": ["2"], "2+2=": ["5", "3", "4"]})
     judge = ev.make_judge("builtin:exact_match")
-    out = ev.evaluate_split(gen, "id", ["1+1=", "2+2="], ["2", "4"], judge, k=3, temperature=1.0)
+    out = peritem.evaluate_split(gen, "id", ["1+1=", "2+2="], ["2", "4"], judge, k=3, temperature=1.0)
     assert out["eval/id/items"] == [1, 0] and out["eval/id/greedy_pass@1"] == 0.5
     assert out["eval/id/sampling_pass@3"] == 1.0
 

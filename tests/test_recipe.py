@@ -20,7 +20,7 @@ def _data():
 def test_default_recipe_validates():
     r = load_recipe(DEFAULT)
     assert r.backend == "embedded" and set(r.search) == {"lr", "eps_clip", "kl_coef", "gens"}
-    assert r.params().gens == 8
+    assert r.params.gens == 8 and r.train["gens"] == 8
 
 
 @pytest.mark.parametrize("override, needle", [
@@ -75,7 +75,7 @@ def test_set_train_values_changes_only_those_lines():
 
 
 def test_search_distance_for_crash_avoidance():
-    from autorl.search.proposer import distance
+    from autorl.search.view import distance
     from autorl.recipe import SearchParam
 
     space = {"lr": SearchParam(low=1e-6, high=1e-2, log=True), "gens": SearchParam(choices=[4, 8])}
@@ -156,3 +156,85 @@ def test_an_unreadable_recipe_file_is_one_line(tmp_path, content, needle):
     with pytest.raises(RecipeError) as info:
         read_recipe_text(path)
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_set_is_parsed_once_into_paths_and_numbers():
+    from autorl.recipe import parse_overrides
+
+    got = parse_overrides(["lr=3e-4", "timeout_s=30", "verdict.confirm_runs=0", "warmup=1e-5", "lr=1e-5", "name=a=b"])
+    assert got == {("train", "lr"): 1e-5, ("timeout_s",): 30, ("verdict", "confirm_runs"): 0,
+                   ("train", "warmup"): 1e-5, ("name",): "a=b"}
+    with pytest.raises(RecipeError, match="write key=value"):
+        parse_overrides(["=3"])
+
+
+def test_overrides_outside_train_keep_the_users_comments():
+    from autorl.recipe import recipe_and_text
+
+    text = DEFAULT.read_text()
+    overrides = ["lr=3e-4", "timeout_s=30", "verdict.confirm_runs=0", "abort.window=4", "objective.reduction=best",
+                 "search.gens.choices=[4, 8]"]
+    recipe, out = recipe_and_text(text, DEFAULT, overrides)
+    assert recipe == load_recipe(DEFAULT, overrides)
+    data = yaml.safe_load(out)
+    assert (data["train"]["lr"], data["timeout_s"], data["verdict"]["confirm_runs"], data["abort"]["window"]) == \
+        (3e-4, 30, 0, 4)
+    assert data["search"]["gens"] == {"choices": [4, 8]} and data["objective"]["reduction"] == "best"
+    comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    assert comments and all(c in out.splitlines() for c in comments)
+    assert "timeout_s: 30  # the hard per-trial limit" in out  # the value changed, its comment kept
+    changed = [line for line in out.splitlines() if line not in text.splitlines()]
+    assert len(changed) == 7  # one line per value (abort: is a new section of two lines)
+
+
+@pytest.mark.parametrize("text, path, value, expect", [
+    ("a: 1\nabort: {window: 8, pruner: true}  # why\n", ("abort", "window"), 4,
+     "a: 1\nabort: {window: 4, pruner: true}  # why\n"),
+    ("search:\n  gens:\n    choices:\n    - 4\n    - 8\n  lr: {low: 1}\n", ("search", "gens", "choices"), [2],
+     "search:\n  gens:\n    choices: [2]\n  lr: {low: 1}\n"),
+    ("train:\n    lr: 1  # keep\n# tail\nname: x", ("train", "gens"), 8,
+     "train:\n    lr: 1  # keep\n    gens: 8\n# tail\nname: x\n"),
+    ("name: x\n", ("verdict", "confirm_runs"), 0, "name: x\nverdict:\n  confirm_runs: 0\n"),
+    ("train:\nname: x\n", ("train", "lr"), 0.001, "train:\n  lr: 0.001\nname: x\n"),
+])
+def test_values_are_written_in_place(text, path, value, expect):
+    from autorl.recipe import set_values
+
+    assert set_values(text, {path: value}) == expect
+
+
+def test_a_layout_the_editor_does_not_follow_is_written_out_again():
+    from autorl.recipe import recipe_and_text
+
+    text = "name: x\ntrain: &t\n  lr: 0.1\ntimeout_s: 30\n"  # an anchor: the value text is not the mapping
+    recipe, out = recipe_and_text(text, "x.yaml", ["lr=3e-4"])
+    assert recipe.train["lr"] == 3e-4 and yaml.safe_load(out)["train"]["lr"] == 3e-4
+
+
+def test_a_recipe_is_typed_by_its_backend_once():
+    r = load_recipe(DEFAULT, ["lr=3e-4"])
+    assert type(r.params).__name__ == "EngineConfig" and r.params.lr == 3e-4
+    assert r.with_train(gens=4).params.gens == 4 and r.params.gens == 8
+    copy = r.model_copy(update={"train": {**r.train, "gens": 16}})
+    assert copy.params.gens == 16  # a copy with new values is validated again, so params never goes stale
+    with pytest.raises(RecipeError, match="train.gens"):
+        r.with_train(gens=1)
+
+
+def test_a_set_value_reaches_the_engine_config_as_a_number(tmp_path):
+    """The path of a setting (docs/architecture.md): --set parsed once, written into the recipe text, the recipe
+    validated once into EngineConfig, the embedded plan writes it unvalidated, the child validates it once."""
+    import json
+
+    from autorl.backends.base import TrialSpec, get_backend
+    from autorl.engine.__main__ import load_config
+    from autorl.recipe import parse_overrides, recipe_and_text
+
+    overrides = parse_overrides(["lr=3e-4", "verdict.confirm_runs=0"])
+    recipe, text = recipe_and_text(DEFAULT.read_text(), DEFAULT, overrides)
+    assert "  lr: 0.0003\n" in text and type(recipe.params.lr) is float
+    spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=ROOT, run_dir=tmp_path, cache_dir=tmp_path)
+    plan = get_backend("embedded").plan(spec)
+    path = plan.argv[plan.argv.index("--config") + 1]
+    assert json.loads(Path(path).read_text())["lr"] == 3e-4
+    assert load_config(path).lr == 3e-4 and load_config(path) == recipe.params

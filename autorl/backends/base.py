@@ -21,11 +21,13 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl.errors import UserError
 from autorl.metrics import JsonlTail
 
 
@@ -75,6 +77,45 @@ class RunHandle(Protocol):
         """time.time() of the last output or metric (for the hang watchdog)."""
 
 
+@dataclass(frozen=True)
+class OomKnob:
+    """A train key that grows memory, as an OOM retry reduces it: halved, never below ``floor``.
+
+    ``keys`` are its spellings (the first one the train block has as an integer is reduced); ``whole`` names, per
+    key, the keys whose product a value of 0 stands for ('all at once'), made explicit before it is halved;
+    ``keeps`` names, per key, a key that doubles as it halves, so the effective batch stays the same."""
+
+    keys: tuple[str, ...]
+    floor: int = 1
+    whole: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    keeps: Mapping[str, str] = field(default_factory=dict)
+
+    def reduce(self, train: Mapping[str, Any]) -> dict[str, int] | None:
+        """The overrides that halve this knob in ``train``, or None when it is absent or at its floor."""
+        key = next((k for k in self.keys if isinstance(train.get(k), int) and not isinstance(train.get(k), bool)), None)
+        if key is None:
+            return None
+        value = train[key]
+        if value == 0 and key in self.whole:
+            value = _product(train, self.whole[key])
+            if value % 2:
+                return None
+        new = max(self.floor, value // 2)
+        if new >= value:
+            return None
+        out = {key: new}
+        if key in self.keeps:
+            out[self.keeps[key]] = int(train.get(self.keeps[key], 1)) * 2
+        return out
+
+
+def _product(train: Mapping[str, Any], keys: tuple[str, ...]) -> int:
+    out = 1
+    for key in keys:
+        out *= int(train.get(key, 0))
+    return out
+
+
 class Backend:
     """What every backend is: a name, how to plan and start one trial, and optional hooks with defaults.
 
@@ -92,10 +133,24 @@ class Backend:
     - ``close()`` once at the end of the study (stop a Ray head this backend started).
 
     ``runs_on_ray`` says that ``start`` submits a Ray job itself (the lifecycle then never wraps it in one).
+
+    What only a backend knows about its own ``train`` keys, so that nothing outside ``backends/`` names them:
+
+    - ``oom_knobs``, read by ``oom_retry``: what an out-of-memory retry reduces, in order;
+    - ``work_keys``: the keys whose values multiply a trial's duration (``autorl.trial.plan`` scales by them);
+    - ``steps_key`` / ``episodes_key``: where ``autorl promote --steps`` / ``--episodes`` go (``full_run_values``);
+    - ``grad_clip_key``: the gradient clipping norm, which the grad-explosion abort rule scales by;
+    - ``trial_values``: a proposal's values as the trial runs them (the embedded engine pins its eval length);
+    - ``planned_steps``: the last step a run logs.
     """
 
     name = "base"
     runs_on_ray = False
+    oom_knobs: tuple[OomKnob, ...] = ()
+    work_keys: tuple[str, ...] = ("steps",)
+    steps_key: str | None = "steps"
+    episodes_key: str | None = None
+    grad_clip_key: str | None = None
 
     def __init__(self, ray_address: str | None = None, extra_env: dict[str, str] | None = None):
         self.ray_address = ray_address
@@ -129,6 +184,40 @@ class Backend:
 
     def close(self) -> None:
         """Release what the backend holds across trials; the default holds nothing."""
+
+    # ---- what only the backend knows about its train keys --------------------------------------------------------
+    def oom_retry(self, train: Mapping[str, Any], changed: Iterable[str] = ()) -> dict[str, Any] | None:
+        """The train overrides of one retry after an out-of-memory crash, or None when nothing can be reduced.
+
+        The first of ``oom_knobs`` that can go lower is halved, except that a knob this trial changed against its
+        parent (``changed``) goes first: undo the most recent memory-expanding change before abandoning the axis."""
+        moved = set(changed)
+        for knob in sorted(self.oom_knobs, key=lambda k: not moved & set(k.keys)):
+            out = knob.reduce(train)
+            if out:
+                return out
+        return None
+
+    def trial_values(self, values: dict[str, Any], base: Any) -> dict[str, Any]:
+        """The train values a trial of study recipe ``base`` runs with when a proposal changes ``values``;
+        the default: exactly those."""
+        return values
+
+    def full_run_values(self, recipe: Any, steps: int | None, episodes: int | None) -> dict[str, Any]:
+        """Train values of a promoted full run: the recipe's ``full`` block, then the lengths asked for."""
+        values = dict(recipe.full)
+        for asked, key, flag in ((steps, self.steps_key, "--steps"), (episodes, self.episodes_key, "--episodes")):
+            if asked is None:
+                continue
+            if key is None:
+                raise UserError(f"the {self.name} backend has no run length that {flag} sets: "
+                                f"use {'--episodes' if flag == '--steps' else '--steps'} or the recipe's full block")
+            values[key] = asked
+        return values
+
+    def max_grad_norm(self, recipe: Any) -> float | None:
+        """The gradient clipping norm of ``recipe`` (None when the backend has none or leaves its default)."""
+        return recipe.train.get(self.grad_clip_key) if self.grad_clip_key else None
 
 
 class LocalProcess:

@@ -32,14 +32,14 @@ import string
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from autorl import gitops
-from autorl.backends.base import Backend, LaunchPlan, LocalProcess, TrialSpec
+from autorl.backends.base import Backend, LaunchPlan, LocalProcess, OomKnob, TrialSpec
 from autorl.backends.readers import make_reader
-from autorl.errors import RecipeError, validation_line
+from autorl.errors import RecipeError
 from autorl.evaluate import ProbeSettings, eval_argv
 
 # Values every template may use besides the train keys; filled in by plan().
@@ -53,6 +53,7 @@ class CommandParams(ProbeSettings):
     """The ``train`` block of a command recipe. Extra keys are placeholder values."""
 
     model_config = ConfigDict(extra="allow")
+    run_length_keys: ClassVar[tuple[str, ...]] = ("steps", "num_episodes", "max_epochs")  # the scripts' usual names
 
     argv: list[str] | str = Field(description="The command template: a list of arguments, or one string (split shell-style, or run by /bin/sh when shell is true). '{key}' is replaced by train.key.")
     shell: bool = Field(False, description="Run the template through /bin/sh -c; every substituted value is shell-quoted.")
@@ -161,9 +162,18 @@ class CommandBackend(Backend):
     """Plans and starts a recipe's own command; metrics come back through a reader."""
 
     name = "command"
+    # A script's keys are its own: these are the names training scripts commonly give the same knobs.
+    oom_knobs = (OomKnob(("micro_batch", "micro_train_batch_size", "per_device_train_batch_size"),
+                         whole={"micro_batch": ("batch_prompts", "gens")},
+                         keeps={"per_device_train_batch_size": "gradient_accumulation_steps"}),
+                 OomKnob(("gens", "n_samples_per_prompt", "num_generations"), floor=2),
+                 OomKnob(("max_new_tokens", "generate_max_len", "max_completion_length")))
+    work_keys = ("steps", "gens", "batch_prompts", "ppo_epochs", "max_new_tokens", "rollout_batch_size",
+                 "num_episodes", "max_samples")
+    steps_key, episodes_key, grad_clip_key = "max_steps", "num_episodes", "max_grad_norm"
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
-        params = _params(spec.recipe.train)
+        params = spec.recipe.params
         run_dir = Path(spec.run_dir).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
         values = {**params.values(), **_provided(spec, params, run_dir)}
@@ -182,7 +192,7 @@ class CommandBackend(Backend):
 
     def check(self, recipe: Any, root: Path) -> None:
         """Fail before launch, with one line, when a probe set named by the recipe is not there."""
-        for name, path in _params(recipe.train).probe_splits().items():
+        for name, path in recipe.params.probe_splits().items():
             problem = _probe_problem(Path(root), path)
             if problem:
                 raise RecipeError(f"train.probe_{name}: {path} {problem}")
@@ -193,7 +203,7 @@ class CommandBackend(Backend):
 
         Its output goes to the end of ``train.log``, so a missing checkpoint is the root cause triage reads.
         """
-        params = _params(spec.recipe.train)
+        params = spec.recipe.params
         if not (params.checkpoint and params.probe_splits()):
             return None
         run_dir = Path(spec.run_dir).resolve()
@@ -224,13 +234,6 @@ def _probe(params: CommandParams, worktree: Path) -> ProbeSettings:
     probe = ProbeSettings(**{k: getattr(params, k) for k in ProbeSettings.model_fields})
     paths = {f"probe_{n}": str((worktree / p).resolve()) for n, p in probe.probe_splits().items()}
     return probe.model_copy(update=paths)
-
-
-def _params(train: dict[str, Any]) -> CommandParams:
-    try:
-        return CommandParams.model_validate(train)
-    except ValidationError as exc:
-        raise RecipeError(validation_line(exc, "train")) from None
 
 
 def _provided(spec: TrialSpec, params: CommandParams, run_dir: Path) -> dict[str, Any]:

@@ -10,10 +10,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from autorl.backends import forked
-from autorl.backends.base import Backend, LaunchPlan, TrialSpec
-from autorl.engine.config import EngineConfig, check_files
+from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
+from autorl.engine.config import check_files
 from autorl.errors import RecipeError
 
 
@@ -21,22 +22,38 @@ class EmbeddedBackend(Backend):
     """Plans a run of the embedded GRPO engine on the trial's resolved recipe."""
 
     name = "embedded"
+    oom_knobs = (OomKnob(("micro_batch",), whole={"micro_batch": ("batch_prompts", "gens")}),  # 0 = all at once
+                 OomKnob(("gens",), floor=2), OomKnob(("max_new_tokens",)))
+    work_keys = ("steps", "gens", "batch_prompts", "ppo_epochs", "max_new_tokens")
+    grad_clip_key = "max_grad_norm"
+
+    def trial_values(self, values: dict[str, Any], base) -> dict[str, Any]:
+        """A trial that changes the generation limit keeps the study's eval limit (the eval protocol is fixed)."""
+        if "max_new_tokens" not in values or base.train.get("eval_max_new_tokens"):
+            return values
+        return {**values, "eval_max_new_tokens": base.train.get("max_new_tokens")}
+
+    def full_run_values(self, recipe, steps: int | None, episodes: int | None) -> dict[str, Any]:
+        """The generic full-run values; a maximised eval objective also keeps its best eval's weights (best.pt)."""
+        values = super().full_run_values(recipe, steps, episodes)
+        o = recipe.objective
+        if o.direction == "maximize" and o.metric.startswith("eval/"):
+            values["save_best"] = o.metric
+        return values
 
     def check(self, recipe, root: Path) -> None:
         """Fail before launch, with one line, when the recipe names files that are not there."""
-        problem = check_files(EngineConfig.model_validate(recipe.train), Path(root))
+        problem = check_files(recipe.params, Path(root))
         if problem:
             raise RecipeError(problem)
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         self.check(spec.recipe, spec.worktree)
         run_dir = Path(spec.run_dir)
-        params = dict(spec.recipe.train)
-        if spec.seed is not None:
-            params["seed"] = spec.seed
+        config = spec.recipe.params.model_copy(update={"seed": spec.seed} if spec.seed is not None else None)
         run_dir.mkdir(parents=True, exist_ok=True)
-        config_path = run_dir / "engine_config.json"
-        config_path.write_text(json.dumps(params, indent=1, sort_keys=True))
+        config_path = run_dir / "engine_config.json"  # the child validates it once, as an EngineConfig
+        config_path.write_text(json.dumps(config.model_dump(mode="json"), indent=1, sort_keys=True))
         argv = [sys.executable, "-m", "autorl.engine", "--config", str(config_path),
                 "--metrics-out", str(run_dir / "metrics.jsonl"), "--cache-dir", str(spec.cache_dir)]
         plan = LaunchPlan(argv=argv, env=dict(self.extra_env), cwd=str(spec.worktree),

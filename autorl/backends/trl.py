@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from autorl.backends.base import Backend, LaunchPlan, TrialSpec
+from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
 from autorl.engine.config import GRPOParams
 
 # TRLParams key -> GRPOConfig field (values copied as they are).
@@ -98,15 +98,16 @@ class TRLBackend(Backend):
     """Plans ``python -m autorl.backends.trl_runner`` on the trial's train block."""
 
     name = "trl"
+    oom_knobs = (OomKnob(("gens",), floor=2), OomKnob(("max_new_tokens",)))  # the batch is batch_prompts x gens
+    work_keys = ("steps", "gens", "batch_prompts", "ppo_epochs", "max_new_tokens")
+    grad_clip_key = "max_grad_norm"
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         run_dir = Path(spec.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        params = dict(spec.recipe.train)
-        if spec.seed is not None:
-            params["seed"] = spec.seed
+        params = spec.recipe.params.model_copy(update={"seed": spec.seed} if spec.seed is not None else None)
         config_path = run_dir / "trl_config.json"
-        config_path.write_text(json.dumps(TRLParams.model_validate(params).model_dump(mode="json"), indent=1, sort_keys=True))
+        config_path.write_text(json.dumps(params.model_dump(mode="json"), indent=1, sort_keys=True))
         metrics = run_dir / "metrics.jsonl"
         argv = [sys.executable, "-m", "autorl.backends.trl_runner", "--config", str(config_path),
                 "--metrics-out", str(metrics), "--cache-dir", str(spec.cache_dir)]

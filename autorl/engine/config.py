@@ -10,7 +10,7 @@ engine. The four keys the search tunes by default are ``lr``, ``eps_clip``,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,6 +26,7 @@ class GRPOParams(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
+    run_length_keys: ClassVar[tuple[str, ...]] = ("steps",)  # a recipe's run of 0 of these trains nothing
 
     # --- what to train on -------------------------------------------------
     model: str = Field("builtin:tiny", description="'builtin:tiny' (64x2, 132k params), 'builtin:small' (256x4), "

@@ -1,4 +1,4 @@
-"""Evaluation of the engine's live policy through the shared per-item evaluator (``autorl.evaluate``)."""
+"""Evaluation of the engine's live policy through the shared per-item metrics (``autorl.engine.peritem``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from autorl import evaluate as shared
+from autorl.engine import peritem as shared
 from autorl.engine.task import Split
 
 EVAL_CHUNK = 512  # prompts per generate call

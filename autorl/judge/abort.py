@@ -3,7 +3,7 @@
 ``check_abort`` is called by the controller on the live step stream (every poll, with all
 steps so far) and returns the first rule that trips, or None. Thresholds come from the
 recipe's ``abort`` block (autorl.recipe.AbortRules); the window rules themselves are the data
-table ``autorl/data/rules/abort.yaml`` (loaded into ``WINDOW_RULES``). A tripped trial is recorded as PRUNED, not as a crash.
+table ``autorl/data/rules/abort.yaml`` (``load_window_rules``, read on first use). A tripped trial is recorded as PRUNED, not as a crash.
 
 Rules:
 
@@ -33,19 +33,14 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from autorl import loading
 from autorl.data import shipped
-from autorl.errors import UserError
 from autorl.metrics import absent_keys
 from autorl.recipe import AbortRules
 
 RULES_PATH = shipped("rules", "abort.yaml")
-
-
-class AbortRulesError(UserError):
-    """The abort rules table does not validate."""
 
 
 NONFINITE_STRINGS = ("nan", "NaN", "inf", "-inf", "Infinity", "-Infinity")
@@ -100,20 +95,18 @@ class _Table(BaseModel):
 
 def load_window_rules(path: Path | None = None) -> list[WindowRule]:
     """The window rules table (default: the packaged autorl/data/rules/abort.yaml), validated."""
-    path = path or RULES_PATH
-    try:
-        rules = _Table.model_validate(yaml.safe_load(path.read_text())).rules
-    except (OSError, yaml.YAMLError, ValidationError) as exc:
-        raise AbortRulesError(f"abort rules {path}: {str(exc).splitlines()[0]}: fix the file (see docs/triage.md)") from None
-    for rule in rules:
+    return loading.load_table(path or RULES_PATH, _Table, "abort rules", "docs/triage.md", _unknown_threshold).rules
+
+
+def _unknown_threshold(table: _Table) -> str | None:
+    """A rule that names a threshold the recipe's abort block does not have."""
+    for rule in table.rules:
         for name in (rule.limit, rule.window, rule.had):
             if isinstance(name, str) and name not in AbortRules.model_fields:
-                raise AbortRulesError(f"abort rules {path}: rule {rule.name} names threshold '{name}', "
-                                      f"which the recipe's abort block does not have")
-    return rules
+                return f"rule {rule.name} names threshold '{name}', which the recipe's abort block does not have"
+    return None
 
 
-WINDOW_RULES: list[WindowRule] = load_window_rules()
 
 
 def check_abort(steps: list[dict], rules: AbortRules, max_grad_norm: float | None) -> AbortDecision | None:
@@ -123,7 +116,7 @@ def check_abort(steps: list[dict], rules: AbortRules, max_grad_norm: float | Non
     found = _nonfinite(steps)
     if found:
         return found
-    for rule in WINDOW_RULES:
+    for rule in load_window_rules():
         found = _first_window(steps, rules, rule) if rule.start == "first" else _any_window(steps, rules, rule)
         if found:
             return found
@@ -133,7 +126,7 @@ def check_abort(steps: list[dict], rules: AbortRules, max_grad_norm: float | Non
 def unavailable(steps: list[dict], max_grad_norm: float | None = None) -> list[str]:
     """One line per rule that cannot fire because its backend declares the rule's key absent."""
     gone = absent_keys(steps)
-    keyed = [(rule.name, rule.metric) for rule in WINDOW_RULES]
+    keyed = [(rule.name, rule.metric) for rule in load_window_rules()]
     keyed += [("grad_explosion", "grad_norm")] if max_grad_norm else []
     return [f"{name}: not available ({key} absent from this backend's metrics)" for name, key in keyed if key in gone]
 

@@ -18,22 +18,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from autorl import loading
 from autorl.data import shipped
-from autorl.errors import UserError, validation_line
 from autorl.metrics import RunMetrics, absent_keys, iter_records
 
 RULES_PATH = shipped("rules", "diagnosis.yaml")
-
-
-class DiagnosisRulesError(UserError):
-    """A diagnosis rules file does not validate."""
 
 
 class _Model(BaseModel):
@@ -218,29 +212,22 @@ WINDOWED_STATS = {"mean", "max", "min", "last", "spike", "frac_nonfinite"}
 
 # ---------------------------------------------------------------- loading
 
-@lru_cache(maxsize=8)
 def load_rules(path: Path = RULES_PATH) -> DiagnosisRules:
-    """The rules table, validated (cached per path)."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-        rules = DiagnosisRules.model_validate(data)
-    except (OSError, yaml.YAMLError) as exc:
-        raise DiagnosisRulesError(f"{path}: cannot read rules ({exc}): restore the file") from None
-    except ValidationError as exc:
-        raise DiagnosisRulesError(f"{path}: {validation_line(exc)}") from None
-    _check_names(rules, path)
-    return rules
+    """The rules table, validated (cached per file version)."""
+    return loading.load_table(path, DiagnosisRules, "diagnosis rules", "docs/hypotheses.md", _unknown_names)
 
 
-def _check_names(rules: DiagnosisRules, path: Path) -> None:
+def _unknown_names(rules: DiagnosisRules) -> str | None:
+    """A symptom on a statistic that does not exist, or a bottleneck naming a symptom that does not."""
     for name, rule in rules.symptoms.items():
         for cond in rule.when_all + rule.when_any:
             if cond.stat not in STATS:
-                raise DiagnosisRulesError(f"{path}: symptoms.{name}: unknown stat '{cond.stat}': use one of {sorted(STATS)}")
+                return f"symptoms.{name}: unknown stat '{cond.stat}': use one of {sorted(STATS)}"
     for row in rules.bottlenecks:
         unknown = set(row.when_any) - set(rules.symptoms)
         if unknown:
-            raise DiagnosisRulesError(f"{path}: bottleneck {row.name} names unknown symptoms {sorted(unknown)}")
+            return f"bottleneck {row.name} names unknown symptoms {sorted(unknown)}"
+    return None
 
 
 def bottleneck_symptoms(name: str, rules: DiagnosisRules | None = None) -> set[str]:

@@ -3,7 +3,7 @@
 Optuna's median pruner compares one noisy number with the median of other trials' numbers and
 so stops about half of all trials whatever their quality. Here an intermediate eval is compared
 item by item with a reference's evals at the same step on the same items (the controller asks for
-the trial's parent, then the study's confirmed incumbent: ``Controller.prune_references``), with the verdict's
+the trial's parent, then the study's confirmed incumbent: ``autorl.judge.evidence``), with the verdict's
 noise model (per-item flips plus the run-level shift), at the recipe's ``prune_level`` (99%
 two-sided by default: with one baseline run the prior's single df makes t heavy-tailed, and at
 99.9% even a 43-point drop on 500 items was not 'clearly worse'). The trial is stopped only when

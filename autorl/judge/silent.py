@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import math
 import re
-from functools import lru_cache
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from autorl import loading
 from autorl.data import shipped
 from autorl.judge import triage
 
@@ -84,13 +83,9 @@ class SilentFailure(_Model):
                 "reason": f"exited 0 but {self.check.replace('_', ' ')}: {self.root_cause_line[:160]}"}
 
 
-@lru_cache(maxsize=1)
 def load_rules() -> SilentRules:
-    """The shipped silent-failure table, validated."""
-    try:
-        return SilentRules.model_validate(yaml.safe_load(RULES_PATH.read_text()))
-    except (OSError, yaml.YAMLError, ValidationError) as exc:
-        raise triage.RulesError(f"silent-failure rules {RULES_PATH}: {str(exc).splitlines()[0]}") from None
+    """The shipped silent-failure table, validated (``autorl.loading``)."""
+    return loading.load_table(RULES_PATH, SilentRules, "silent-failure rules", "docs/triage.md")
 
 
 def check(steps: list[dict], summary: dict | None = None, log_text: str = "", planned_steps: int = 0,

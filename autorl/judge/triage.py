@@ -31,16 +31,15 @@ import shutil
 from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from autorl import loading
 from autorl.data import shipped
-from autorl.errors import UserError
+from autorl.errors import RulesError  # noqa: F401  (raised by load_rules; callers catch it from here)
 
 RULES_PATH = shipped("rules", "crash_rules.yaml")
 MAX_LINES = 50_000  # only the log's tail is read: the cause of a crash is near its end
@@ -53,10 +52,6 @@ Category = Literal[
 # Decided from a completed run's metrics by judge/silent.py, never from a log line.
 SILENT_CATEGORIES = ("output_collapse", "no_training", "reward_constant")
 ActionKind = Literal["retry_reduced", "retry_once", "record", "stop"]
-
-
-class RulesError(UserError):
-    """A crash-rules file that does not load or validate."""
 
 
 class _Model(BaseModel):
@@ -185,49 +180,24 @@ class Diagnosis(_Model):
 # ---------------------------------------------------------------------------- loading rules
 
 def load_rules(path: str | Path | None = None) -> CrashRules:
-    """The crash rules at ``path`` (default: the packaged table), validated."""
-    if path is None:
-        return _default_rules()
-    return _read_rules(Path(path))
+    """The crash rules at ``path`` (default: the packaged table), validated (``autorl.loading``)."""
+    return loading.load_table(path or RULES_PATH, CrashRules, "crash rules", "docs/triage.md", _bad_pattern,
+                              includes="families_from")
 
 
-@lru_cache(maxsize=1)
-def _default_rules() -> CrashRules:
-    return _read_rules(RULES_PATH)
-
-
-def _read_rules(path: Path) -> CrashRules:
-    data = _load_yaml(path)
-    for name in data.get("families_from") or [] if isinstance(data, dict) else []:
-        extra = _load_yaml(path.parent / str(name))
-        data.setdefault("families", [])
-        data["families"] = [*data["families"], *(extra.get("families") or [] if isinstance(extra, dict) else [])]
-    try:
-        rules = CrashRules.model_validate(data)
-    except ValidationError as exc:
-        raise RulesError(f"crash rules {path}: {str(exc).splitlines()[0]}: fix the file (see docs/triage.md)") from None
+def _bad_pattern(rules: CrashRules) -> str | None:
+    """A family without messages, or the first pattern that is not a valid regex, said in one line."""
     for family in rules.families:
         if not family.all_messages():
-            raise RulesError(f"crash rules {path}: family '{family.id}' has no messages: give it at least one")
-        for message in family.all_messages():
-            _check_regex(path, family.id, message.re)
-    for pat in [*rules.silence.progress, *rules.wrapper_messages, rules.config_raisers]:
-        _check_regex(path, "crash rules", pat)
-    return rules
-
-
-def _load_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise RulesError(f"crash rules {path}: {str(exc).splitlines()[0]}: fix the file (see docs/triage.md)") from None
-
-
-def _check_regex(path: Path, rule_id: str, pattern: str) -> None:
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise RulesError(f"crash rules {path}: rule '{rule_id}' pattern {pattern!r} is not a valid regex ({exc})") from None
+            return f"family '{family.id}' has no messages: give it at least one"
+    named = [(f.id, m.re) for f in rules.families for m in f.all_messages()]
+    named += [("crash rules", p) for p in [*rules.silence.progress, *rules.wrapper_messages, rules.config_raisers]]
+    for rule_id, pattern in named:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return f"rule '{rule_id}' pattern {pattern!r} is not a valid regex ({exc})"
+    return None
 
 
 # ---------------------------------------------------------------------------- reading lines
@@ -718,51 +688,6 @@ def _human(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-# Keys that grow GPU memory, by role, in the order an OOM retry reduces them. Each role lists
-# the spellings of the backends (embedded, OpenRLHF, TRL); the first one present in train is used.
-OOM_KNOBS: list[dict[str, Any]] = [
-    {"role": "micro", "keys": ["micro_batch", "micro_train_batch_size", "per_device_train_batch_size"], "min": 1},
-    {"role": "gens", "keys": ["gens", "n_samples_per_prompt", "num_generations"], "min": 2},
-    {"role": "tokens", "keys": ["max_new_tokens", "generate_max_len", "max_completion_length"], "min": 1},
-]
-# TRL: halving the per-device batch doubles accumulation so the generation batch (which must be
-# divisible by num_generations) and the effective batch stay the same.
-_COMPENSATE = {"per_device_train_batch_size": "gradient_accumulation_steps"}
-
-
-def oom_retry_overrides(train: dict, backend: str, changed: Iterable[str] = ()) -> dict | None:
-    """The train overrides for one OOM retry, or None when nothing can be reduced.
-
-    Halves the micro-batch if > 1 (the embedded engine's 0 = "all completions at once" is
-    first made explicit), else the group size (not below 2), else max_new_tokens. A key in
-    ``changed`` (what this trial changed versus its parent) is reduced first: the seeds say
-    to undo the most recent memory-expanding change before abandoning the axis.
-    """
-    knobs = sorted(OOM_KNOBS, key=lambda k: not any(key in changed for key in k["keys"]))
-    for knob in knobs:
-        key = next((k for k in knob["keys"] if isinstance(train.get(k), int) and not isinstance(train.get(k), bool)), None)
-        out = _halve(train, key, knob["min"]) if key else None
-        if out:
-            return out
-    return None
-
-
-def _halve(train: dict, key: str, floor: int) -> dict | None:
-    value = train[key]
-    if key == "micro_batch" and value == 0:
-        value = int(train.get("batch_prompts", 0)) * int(train.get("gens", 0))
-        if value % 2:
-            return None
-    new = max(floor, value // 2)
-    if new >= value:
-        return None
-    out = {key: new}
-    if key in _COMPENSATE:
-        acc = _COMPENSATE[key]
-        out[acc] = int(train.get(acc, 1)) * 2
-    return out
 
 
 def group_crashes(rows: list[dict]) -> list[dict]:

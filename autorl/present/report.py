@@ -24,9 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
-
-from autorl import gitops
+from autorl import gitops, loading
 from autorl.budget import format_duration
 from autorl.errors import GitError, UserError
 from autorl.recipe import Objective, SearchParam, dump_values
@@ -91,7 +89,7 @@ def _write(out: Path, data: dict) -> Path:
 def collect(ws, ledger, study: str | None = None) -> dict[str, Any]:
     """Everything the page shows, as plain data."""
     st = ledger.study(study)
-    recipe = yaml.safe_load(st.get("recipe") or "") or {}
+    recipe = loading.parse(st.get("recipe") or "", "the study's recipe") or {}
     objective = Objective.model_validate(recipe.get("objective") or {})
     trials = ledger.trials(st["id"])
     numbers = {t["number"] for t in trials}

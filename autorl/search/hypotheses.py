@@ -67,14 +67,14 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autorl.judge.diagnose import Diagnosis, bottleneck_names, bottleneck_symptoms, symptom_names
+from autorl import loading
 from autorl.errors import UserError, validation_line
 from autorl.data import shipped
 from autorl.backends.registry import BACKENDS, BackendName
-from autorl.recipe import SearchParam, params_model, yaml_error_text
+from autorl.recipe import SearchParam, params_model
 
 SHIPPED_DIR = shipped("hypotheses")
 """The library shipped with autorl (one .md per hypothesis)."""
@@ -239,10 +239,7 @@ def _split_front_matter(path: Path) -> tuple[dict, str]:
     m = re.match(r"^---[ \t]*\n(.*?)\n---[ \t]*(?:\n|$)", text, re.S)
     if not m:
         raise HypothesisError(f"{path}: no YAML front matter: start the file with a '---' block holding id, title, priority, ...")
-    try:
-        meta = yaml.safe_load(m.group(1))
-    except yaml.YAMLError as exc:
-        raise HypothesisError(f"{path}{yaml_error_text(exc, first_line=2)} in the front matter") from None
+    meta = loading.parse(m.group(1), path, HypothesisError, first_line=2, where=" in the front matter")
     if not isinstance(meta, dict):
         raise HypothesisError(f"{path}: front matter must be a YAML mapping of fields")
     return meta, text[m.end():]

@@ -12,15 +12,16 @@ entry carry the diagnosis that led there.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from autorl.judge import diagnose
+from autorl.judge.evidence import incumbent_row
 from autorl.metrics import RunMetrics
 from autorl.recipe import dump_values
 from autorl.search import hypotheses, moves
 from autorl.search.proposal import Proposal, changed
 from autorl.search.strategies import OptunaStrategy
+from autorl.search.view import StudyView
 
 
 def library_for(ws, backend: str) -> list:
@@ -32,16 +33,21 @@ def library_for(ws, backend: str) -> list:
 class HypothesisStrategy:
     """Proposes the next trial for ``--strategy hypotheses``."""
 
-    def __init__(self, proposer):
-        self.p = proposer
-        self.library = library_for(proposer.ws, proposer.base.backend)
+    def __init__(self, view: StudyView):
+        self.s = view
+        self.library = library_for(view.ws, view.base.backend)
         self._noted: set[tuple[str, int]] = set()
         self.last_diagnosis: diagnose.Diagnosis | None = None
-        self.fallback = OptunaStrategy(proposer)
+        self.fallback = OptunaStrategy(view)
         self.table = moves.load_table()
 
+    def patch(self, hypothesis: str | None) -> str | None:
+        """The patch file of ``hypothesis`` in the library, resolved (None when it has none)."""
+        h = next((h for h in self.library if h.id == hypothesis), None)
+        return _patch_path(h) if h is not None else None
+
     def propose(self) -> Proposal:
-        trials = self.p.ledger.trials(self.p.study["id"])
+        trials = self.s.trials()
         move = self._move(trials)
         if move is not None:
             return move
@@ -50,16 +56,16 @@ class HypothesisStrategy:
         if picked is None:
             return self.fallback.propose()
         h, inc, reason, exploit = picked
-        space = hypotheses.resolve_search(h, inc, self.p.base.search)
+        space = hypotheses.resolve_search(h, inc, self.s.base.search)
         fixed = hypotheses.fixed_values(h, inc)
-        prefix = self.p.study["optuna_study"] + ("/exploit" if exploit else "")
-        search = self.p.search(hypotheses.study_name(h, inc, prefix=prefix))
+        prefix = self.s.name + ("/exploit" if exploit else "")
+        search = self.s.search(hypotheses.study_name(h, inc, prefix=prefix))
         probe = not exploit and space and not search.study.get_trials(deepcopy=False)
-        number, params = self.p.ask(search, space, fixed=hypotheses.probe_params(h, space, inc) if probe else None)
-        values = changed(self.p.base.train, {**fixed, **params})
+        number, params = self.s.ask(search, space, fixed=hypotheses.probe_params(h, space, inc) if probe else None)
+        values = changed(self.s.base.train, {**fixed, **params})
         delta = changed(inc, {**fixed, **params})
         why = f"tests {h.id} ({h.title}); {reason}; diagnosis: {diag.summary() if diag else 'none yet'}"
-        parent = incumbent_row(trials, self.p.base.objective.direction)
+        parent = incumbent_row(trials, self.s.base.objective.direction)
         return Proposal("hypothesis", values, why, f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
                         hypothesis=h.id, optuna_study=search.name, optuna_number=number, patch=_patch_path(h),
                         parent=parent["number"] if parent else None)
@@ -69,8 +75,8 @@ class HypothesisStrategy:
         inert = self.inert(trials)
         follow = continuation(trials, self.library, inert)
         if follow is not None:
-            return follow[0], {**self.p.base.train, **follow[1]}, follow[2], False
-        ranked = [r for r in hypotheses.rank(self.library, diag, trials, self.p.base.backend)
+            return follow[0], {**self.s.base.train, **follow[1]}, follow[2], False
+        ranked = [r for r in hypotheses.rank(self.library, diag, trials, self.s.base.backend)
                   if r.hypothesis.id not in inert]
         if not ranked:
             return None
@@ -92,26 +98,26 @@ class HypothesisStrategy:
                                                          and t.get("status") == "complete"), None)
         if start is None:
             return None
-        point = {**self.p.base.train, **(start.get("params") or {})}
+        point = {**self.s.base.train, **(start.get("params") or {})}
         diag = self._diagnose_row(start, point)
         if diag is None:
             return None
         rows = self._move_rows(links, diag)
         last = links[-1] if links and links[-1] is start else None  # the step the next one continues from
         first = self.table.gallop.power if moves.no_effect(last, self.table.gallop) else 1.0
-        found = moves.next_move(rows, point, self.p.base.search, self._tried, first)
+        found = moves.next_move(rows, point, self.s.base.search, self._tried, first)
         if found is None:
             return None
         values, applied = found
         why = (f"move {moves.describe(applied, point, values)}, from {start['attempt']} "
                f"(diagnosis: {diag.summary()})")
         slug = "move-" + dump_values({m.key: values[m.key] for m in applied})
-        return Proposal(moves.PROPOSER, changed(self.p.base.train, {**point, **values}), why, slug,
+        return Proposal(moves.PROPOSER, changed(self.s.base.train, {**point, **values}), why, slug,
                         hypothesis=applied[0].hypothesis, parent=inc["number"] if inc else None)
 
     def _chain(self, trials: list[dict]) -> tuple[dict | None, list[dict]]:
         """The incumbent row (None: the baseline) and the move trials taken from it."""
-        inc = incumbent_row(trials, self.p.base.objective.direction)
+        inc = incumbent_row(trials, self.s.base.objective.direction)
         return inc, moves.chain(trials, since=inc["number"] if inc else None)
 
     def _move_rows(self, links: list[dict], diag: diagnose.Diagnosis) -> list[moves.Move]:
@@ -123,7 +129,7 @@ class HypothesisStrategy:
         return rows or moves.momentum(self.table, links, origin, ids, taken)
 
     def _diagnose_row(self, row: dict, params: dict[str, Any]) -> diagnose.Diagnosis | None:
-        m = RunMetrics(self.p.ledger.metrics(row["id"]))
+        m = RunMetrics(self.s.metrics(row["id"]))
         if not m.steps:
             return None
         self.last_diagnosis = diagnose.diagnose(m.steps, m.evals, params)
@@ -131,24 +137,24 @@ class HypothesisStrategy:
 
     def _params_of(self, number: int | None) -> dict[str, Any]:
         """Train values of trial ``number`` (the base recipe's for None)."""
-        row = self.p.ledger.trial(number) if number is not None else {}
-        return {**self.p.base.train, **(row.get("params") or {})}
+        row = self.s.trial(number) if number is not None else {}
+        return {**self.s.base.train, **(row.get("params") or {})}
 
     def _tried(self, params: dict[str, Any]) -> bool:
-        return self.p.tried(Proposal(moves.PROPOSER, changed(self.p.base.train, params), "", "")) is not None
+        return self.s.tried(changed(self.s.base.train, params)) is not None
 
     def working_point(self, trials: list[dict]) -> dict[str, Any]:
         """Where a ranked hypothesis starts: the move chain's last good trial when it gained over its parent (a
         group size that ended the zero-std groups is kept while lr is tried next), else the incumbent."""
         last = moves.chain_start(self._chain(trials)[1])
         if last is not None and (last.get("delta") or 0) > 0:
-            return {**self.p.base.train, **(last.get("params") or {})}
+            return {**self.s.base.train, **(last.get("params") or {})}
         return self.incumbent(trials)
 
     def incumbent(self, trials: list[dict]) -> dict[str, Any]:
         """Train values of the best confirmed improvement (by objective), else the baseline's."""
-        best = incumbent_row(trials, self.p.base.objective.direction)
-        return {**self.p.base.train, **((best or {}).get("params") or {})}
+        best = incumbent_row(trials, self.s.base.objective.direction)
+        return {**self.s.base.train, **((best or {}).get("params") or {})}
 
     def inert(self, trials: list[dict]) -> set[str]:
         """Hypotheses whose latest finished trial had no effect at all: every metric identical to its parent's.
@@ -169,36 +175,27 @@ class HypothesisStrategy:
         return out
 
     def _same_run(self, a: dict, b: dict) -> bool:
-        fa, fb = (fingerprint(self.p.ledger.metrics(t["id"])) for t in (a, b))
+        fa, fb = (fingerprint(self.s.metrics(t["id"])) for t in (a, b))
         return bool(fa) and fa == fb
 
     def _note_inert(self, hid: str, t: dict, parent: dict) -> None:
         if (hid, t["number"]) in self._noted:
             return
         self._noted.add((hid, t["number"]))
-        self.p.ledger.event(self.p.study["id"], t["id"], "no-effect",
-                            f"{t['attempt']} ({hid}, {dump_values(t.get('changed') or {})}) left every metric "
-                            f"identical to {parent['attempt']}: the idea has no effect here; not pushed further")
+        self.s.note(t["id"], "no-effect",
+                    f"{t['attempt']} ({hid}, {dump_values(t.get('changed') or {})}) left every metric "
+                    f"identical to {parent['attempt']}: the idea has no effect here; not pushed further")
 
     def _diagnosis(self, trials: list[dict]) -> diagnose.Diagnosis | None:
         """Diagnose the latest finished trial that has metrics (the incumbent's if it is newer)."""
         for t in reversed(trials):
             if t.get("status") in ("complete", "pruned") or t.get("verdict") == "crash":
-                m = RunMetrics(self.p.ledger.metrics(t["id"]))
+                m = RunMetrics(self.s.metrics(t["id"]))
                 if m.steps:
-                    self.last_diagnosis = diagnose.diagnose(m.steps, m.evals, t.get("params") or self.p.base.train)
+                    self.last_diagnosis = diagnose.diagnose(m.steps, m.evals, t.get("params") or self.s.base.train)
                     return self.last_diagnosis
         return None
 
-
-
-def incumbent_row(trials: list[dict], direction: str) -> dict | None:
-    """The best trial whose improvement was confirmed by fresh seeds (by objective), or None (the baseline)."""
-    better = [t for t in trials if t.get("confirmation") == "confirmed" and t.get("objective") is not None]
-    if not better:
-        return None
-    sign = 1 if direction == "maximize" else -1
-    return max(better, key=lambda t: sign * t["objective"])
 
 
 MAX_CHAIN = 3  # flat-but-better steps in a row that one hypothesis may take from its own last trial
@@ -263,7 +260,5 @@ def continuation(trials: list[dict], library: list, inert: set[str] | frozenset 
 
 
 def _patch_path(h) -> str | None:
-    if not h.patch:
-        return None
-    base = Path(h.source).resolve().parent.parent if h.source else Path.cwd()
-    return str((base / h.patch).resolve())
+    path = h.patch_path()
+    return str(path.resolve()) if path else None

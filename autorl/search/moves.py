@@ -9,13 +9,12 @@ from the ledger rows, choosing the next move, and the re-centred space a validat
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl import loading
 from autorl.data import shipped
 from autorl.recipe import SearchParam
 
@@ -65,11 +64,9 @@ class MoveTable(_Model):
     gallop: Gallop
 
 
-@lru_cache(maxsize=4)
-def load_table(path: str | None = None) -> MoveTable:
-    """The moves table (default: the shipped one)."""
-    text = Path(path or shipped("rules", "moves.yaml")).read_text()
-    return MoveTable.model_validate(yaml.safe_load(text))
+def load_table(path: str | Path | None = None) -> MoveTable:
+    """The moves table (default: the shipped one), validated (``autorl.loading``)."""
+    return loading.load_table(path or shipped("rules", "moves.yaml"), MoveTable, "move rules", "docs/hypotheses.md")
 
 
 # ---------------------------------------------------------------- one step

@@ -1,9 +1,10 @@
 """Search strategies: each turns the study's history into the next proposal.
 
-A strategy has one method, ``propose() -> Proposal | None``, and talks to the study through the proposer it is
-given (``search(name)`` opens an Optuna study, ``ask(search, space, fixed)`` asks it while avoiding repeated
-crashes). ``optuna`` (TPE) and ``random`` are ``OptunaStrategy``; ``hypotheses`` is
-``autorl.search.hypotheses_strategy.HypothesisStrategy``.
+A strategy has two methods, ``propose() -> Proposal | None`` and ``patch(hypothesis) -> path | None``, and sees
+its study only through the ``StudyView`` it is given (``autorl.search.view``: the base recipe, the study's
+trials and metrics, ``search(name)`` to open an Optuna study, ``ask(search, space, fixed)`` to ask it while
+avoiding repeated crashes, ``tried(values)``, ``note(...)``). ``optuna`` (TPE) and ``random`` are
+``OptunaStrategy``; ``hypotheses`` is ``autorl.search.hypotheses_strategy.HypothesisStrategy``.
 """
 
 from __future__ import annotations
@@ -12,23 +13,30 @@ from typing import Protocol
 
 from autorl.recipe import dump_values
 from autorl.search.proposal import Proposal, changed
+from autorl.search.view import StudyView
 
 
 class Strategy(Protocol):
     def propose(self) -> Proposal | None:
         """The next proposal, or None when there is nothing to propose now."""
 
+    def patch(self, hypothesis: str | None) -> str | None:
+        """The patch a trial this strategy proposed for ``hypothesis`` applied (None: no patch)."""
+
 
 class OptunaStrategy:
     """Plain Optuna over the recipe's search space: TPE for ``optuna``, the RandomSampler for ``random``."""
 
-    def __init__(self, proposer, label: str = "optuna"):
-        self.p, self.label = proposer, label
+    def __init__(self, view: StudyView, label: str = "optuna"):
+        self.s, self.label = view, label
 
     def propose(self) -> Proposal:
-        search = self.p.search()
-        number, params = self.p.ask(search, self.p.base.search)
-        values = changed(self.p.base.train, params)
+        search = self.s.search()
+        number, params = self.s.ask(search, self.s.base.search)
+        values = changed(self.s.base.train, params)
         why = f"{self.label} proposal: {dump_values(values) or 'baseline values'}"
         return Proposal(self.label, values, why, dump_values(values) or self.label,
                         optuna_study=search.name, optuna_number=number)
+
+    def patch(self, hypothesis: str | None) -> str | None:
+        return None

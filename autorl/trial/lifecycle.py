@@ -9,7 +9,7 @@ open → commit → launch → watch → judge → close, one function each:
 3. ``Watch`` (``autorl.trial.watch``) follows it: the timeout, the silence watchdog, the caller's early abort and
    pruning, an external stop;
 4. judging belongs to the caller and ``autorl.judge`` (a study judges against the baseline, promote re-validates,
-   a full run keeps its best eval); ``objective_value`` is the one reduction of a run to its objective;
+   a full run keeps its best eval; ``autorl.judge.evidence`` assembles what a verdict compares);
 5. ``close_attempt``: the results file and the research-log entry committed on the branch, tag ``attempt-NN-end``,
    the ledger row updated, the worktree removed.
 
@@ -27,7 +27,7 @@ from typing import Any, Callable
 from autorl import gitops
 from autorl.backends.base import Backend, LaunchPlan, LocalProcess, RunHandle, TrialSpec, get_backend
 from autorl.errors import UserError
-from autorl.metrics import RunMetrics, reduce_series
+from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe
 from autorl.trial.watch import Outcome, Stop, Watch
 
@@ -122,13 +122,7 @@ class TrainThenEval:
         self.current.cancel(grace_s)
 
 
-# ---- 3. watch (autorl.trial.watch) and 4. the objective --------------------------------------------------
-def objective_value(m: RunMetrics, recipe: Recipe) -> float | None:
-    """The recipe's objective reduced from a run's metrics (None when the run never logged it)."""
-    o = recipe.objective
-    return reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")
-
-
+# ---- 3. watch (autorl.trial.watch) ---------------------------------------------------------------------------
 def watch_run(handle: RunHandle, recipe: Recipe, *, deadline: float | None = None, timeout_s: float | None = None,
               on_records: Callable[[list[dict], RunMetrics], Stop | None] | None = None,
               external: Callable[[], Stop | None] | None = None) -> Watch:

@@ -2,7 +2,8 @@
 
 A trial the budget would cut wastes its time, so the controller starts one only when its expected duration fits
 in the budget left. The expectation scales this study's observed durations by the next trial's work (the product
-of its size keys: steps x gens x prompts ...; the table ``autorl/data/rules/plan.yaml``):
+of its size keys, steps x gens x prompts ..., which its backend names in ``work_keys``; the planning table is
+``autorl/data/rules/plan.yaml``):
 
 - durations are fitted as ``fixed + per_unit x work`` over the last ``window`` finished trials (least squares;
   with one work level only, their mean, so a smaller trial is never planned shorter than what was seen);
@@ -19,12 +20,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from typing import Any, Iterable
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl import loading
 from autorl.data import shipped
 
 RULES_PATH = shipped("rules", "plan.yaml")
@@ -35,7 +35,6 @@ class PlanRules(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    work_keys: list[str] = Field(description="Train keys whose values multiply a trial's work.")
     window: int = Field(ge=1, description="Finished trials (most recent) that plan the next start.")
     quantile: float = Field(gt=0, le=1, description="Quantile of observed/predicted taken as the margin.")
     min_for_margin: int = Field(ge=2, description="Trials needed before the margin is measured.")
@@ -43,9 +42,9 @@ class PlanRules(BaseModel):
     overhead_s: float = Field(ge=0, description="Seconds around a trial that its own times do not cover.")
 
 
-@lru_cache(maxsize=1)
 def rules() -> PlanRules:
-    return PlanRules.model_validate(yaml.safe_load(RULES_PATH.read_text()))
+    """The planning table, validated (``autorl.loading``)."""
+    return loading.load_table(RULES_PATH, PlanRules, "planning rules", "docs/architecture.md")
 
 
 @dataclass(frozen=True)
@@ -72,10 +71,10 @@ class Estimate:
                 f"x margin {self.margin:.2f} + overhead)")
 
 
-def work(values: dict[str, Any], keys: list[str] | None = None) -> float:
-    """The product of the positive numeric values of ``keys`` (a key that is absent counts 1)."""
+def work(values: dict[str, Any], keys: Iterable[str]) -> float:
+    """The product of the positive numeric values of ``keys`` (the backend's ``work_keys``; one absent counts 1)."""
     out = 1.0
-    for key in rules().work_keys if keys is None else keys:
+    for key in keys:
         v = values.get(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
             out *= float(v)

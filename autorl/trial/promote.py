@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from autorl import gitops
-from autorl.judge import verdict
+from autorl.backends.base import get_backend
 from autorl.errors import AutorlError, NotFoundError, UserError
+from autorl.judge import verdict
+from autorl.judge.evidence import objective_value, runs_of
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe, load_recipe, set_train_values
-from autorl.trial.lifecycle import objective_value, open_attempt, run_detached
+from autorl.trial.lifecycle import open_attempt, run_detached
 
 
 class PromotionRefused(AutorlError):
@@ -75,12 +77,12 @@ def revalidate(ws, ledger, row: dict, repeats: int, view=print) -> verdict.Verdi
     seeds = [10_000 + 7 * i for i in range(repeats)]
     t_runs = [_run_once(ws, trial, row["start_tag"], s, f"revalidate-{row['number']:02d}-trial-s{s}", view) for s in seeds]
     b_runs = [_run_once(ws, base, base_row["start_tag"], s, f"revalidate-{row['number']:02d}-base-s{s}", view) for s in seeds]
-    t_items = [verdict.objective_items(m.evals, trial.objective) for m in t_runs]
-    b_items = [verdict.objective_items(m.evals, trial.objective) for m in b_runs]
-    values = lambda runs, r: [v for v in (objective_value(m, r) for m in runs) if v is not None]  # noqa: E731
-    return verdict.judge(verdict.Runs(values=values(t_runs, trial), items=t_items if all(t_items) else None),
-                         verdict.Runs(values=values(b_runs, base), items=b_items if all(b_items) else None),
-                         trial.verdict, trial.objective.direction)
+    fresh, parent = runs_of(t_runs, trial), runs_of(b_runs, trial)  # one objective on both sides: the trial's
+    if fresh is None or parent is None:
+        side = "the trial's" if fresh is None else "the baseline's"
+        raise PromotionRefused(f"{row['attempt']}: none of {side} re-validation runs logged {trial.objective.metric}, "
+                               "so there is nothing to compare: read their logs under runs/")
+    return verdict.judge(fresh, parent, trial.verdict, trial.objective.direction)
 
 
 def _run_once(ws, recipe: Recipe, rev: str, seed: int, name: str, view) -> RunMetrics:
@@ -91,16 +93,9 @@ def _run_once(ws, recipe: Recipe, rev: str, seed: int, name: str, view) -> RunMe
 
 
 def full_values(recipe: Recipe, steps: int | None, episodes: int | None) -> dict[str, Any]:
-    """Train values of the full run: the recipe's ``full`` block plus the command-line lengths."""
-    values = dict(recipe.full)
-    if steps is not None:
-        values["steps" if recipe.backend == "embedded" else "max_steps"] = steps
-    if episodes is not None:
-        values["num_episodes"] = episodes
-    o = recipe.objective
-    if recipe.backend == "embedded" and o.direction == "maximize" and o.metric.startswith("eval/"):
-        values["save_best"] = recipe.objective.metric  # the engine keeps the best eval's weights (best.pt)
-    return values
+    """Train values of the full run: the recipe's ``full`` block plus the command-line lengths, where the
+    recipe's backend puts them (``Backend.full_run_values``)."""
+    return get_backend(recipe.backend).full_run_values(recipe, steps, episodes)
 
 
 def promote(ws, ledger, number: int | None, *, steps: int | None = None, episodes: int | None = None,

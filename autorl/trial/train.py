@@ -12,13 +12,13 @@ from autorl import gitops
 from autorl.backends.base import LaunchPlan, TrialSpec, get_backend, planned_steps
 from autorl.errors import WorkspaceError
 from autorl.metrics import RunMetrics
-from autorl.recipe import load_recipe
+from autorl.recipe import Overrides, load_recipe
 from autorl.trial.lifecycle import TrainThenEval, follow, watch_run
 from autorl.trial.watch import Outcome
 from autorl.workspace import RUN_DIR
 
 
-def plan_single(cwd: Path, recipe_path: Path, overrides: list[str], metrics_out: str | None,
+def plan_single(cwd: Path, recipe_path: Path, overrides: Overrides, metrics_out: str | None,
                 dry_run: bool = False) -> tuple[TrialSpec, LaunchPlan]:
     """Validate the recipe and plan its run (nothing is launched; with ``dry_run`` nothing is written either)."""
     recipe = load_recipe(recipe_path, overrides)

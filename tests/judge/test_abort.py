@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from autorl.judge.abort import WINDOW_RULES, check_abort
+from autorl.judge.abort import check_abort, load_window_rules
 from autorl.recipe import AbortRules
 
 RULES = AbortRules(window=4)
@@ -44,7 +44,7 @@ def test_window_rule_trips_once_the_window_is_full(rule, override):
 
 
 def test_every_window_rule_is_tested():
-    names = {r.name for r in WINDOW_RULES}
+    names = {r.name for r in load_window_rules()}
     assert names == {"reward_collapse", "reward_stuck_zero", "reward_stuck_one", "grad_norm_zero", "zero_std_groups",
                      "truncation", "clip_ratio"}
 
@@ -138,16 +138,17 @@ def test_a_sparse_reward_that_starts_low_is_not_a_collapse():
 
 
 def test_the_window_rules_are_data_and_a_bad_table_is_one_clear_error(tmp_path):
-    from autorl.judge.abort import AbortRulesError, RULES_PATH, load_window_rules
+    from autorl.errors import RulesError
+    from autorl.judge.abort import RULES_PATH
 
-    assert [r.name for r in load_window_rules(RULES_PATH)] == [r.name for r in WINDOW_RULES]
+    assert [r.name for r in load_window_rules(RULES_PATH)] == [r.name for r in load_window_rules()]
     bad = tmp_path / "abort.yaml"
     bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: gt, limit: no_such_threshold, reason: r}\n")
-    with pytest.raises(AbortRulesError, match="no_such_threshold"):
+    with pytest.raises(RulesError, match="no_such_threshold"):
         load_window_rules(bad)
     bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: gt, limit: 1, start: any, window: no_window, reason: r}\n")
-    with pytest.raises(AbortRulesError, match="no_window"):
+    with pytest.raises(RulesError, match="no_window"):
         load_window_rules(bad)
     bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: between, limit: 1, reason: r}\n")
-    with pytest.raises(AbortRulesError, match="abort rules"):
+    with pytest.raises(RulesError, match="abort rules"):
         load_window_rules(bad)

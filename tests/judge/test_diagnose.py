@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from autorl.judge.diagnose import (
-    STATS, DiagnosisRulesError, bottleneck_names, diagnose, diagnose_run, load_rules, symptom_names,
+    STATS, bottleneck_names, diagnose, diagnose_run, load_rules, symptom_names,
 )
+from autorl.errors import RulesError
 from autorl.metrics import STEP_KEYS
 
 N = 40
@@ -269,10 +270,10 @@ def test_malformed_rules_file_names_the_field(tmp_path):
     path = tmp_path / "rules.yaml"
     path.write_text("symptoms:\n  x:\n    description: d\n    when_all:\n      - {metric: loss, stat: mean, op: bigger, threshold: 1}\n"
                     "bottlenecks: []\ndefault: {name: none, description: d, areas: []}\n")
-    with pytest.raises(DiagnosisRulesError, match=r"symptoms\.x\.when_all\.0\.op"):
+    with pytest.raises(RulesError, match=r"symptoms\.x\.when_all\.0\.op"):
         load_rules(path)
     path.write_text(path.read_text().replace("op: bigger", "op: gt").replace("stat: mean", "stat: median"))
-    with pytest.raises(DiagnosisRulesError, match="unknown stat 'median'"):
+    with pytest.raises(RulesError, match="unknown stat 'median'"):
         load_rules(path)
 
 

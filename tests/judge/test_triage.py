@@ -1,4 +1,5 @@
-"""Crash triage: real-looking engine logs -> category, root line, remedy, signature; OOM retries."""
+"""Crash triage: real-looking engine logs -> category, root line, remedy, signature (OOM retries: each backend's
+oom_retry, tests/backends/test_contract.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from autorl.judge.triage import (
     SILENT_CATEGORIES, Diagnosis, RulesError, classify, crash_action, excerpt, group_crashes, load_rules, normalise,
-    oom_retry_overrides, signature,
+    signature,
 )
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -174,28 +175,6 @@ def test_every_category_has_an_action():
     assert crash_action("cuda_oom") == "retry_reduced"
     assert crash_action("disk_full") == "stop"
     assert crash_action("user_code_error") == "record"  # stops the study only in the baseline (decide_action)
-
-
-@pytest.mark.parametrize("train,backend,expected", [
-    ({"micro_batch": 8, "gens": 8, "max_new_tokens": 64}, "embedded", {"micro_batch": 4}),
-    ({"micro_batch": 0, "batch_prompts": 32, "gens": 8, "max_new_tokens": 5}, "embedded", {"micro_batch": 128}),
-    ({"micro_batch": 1, "gens": 8, "max_new_tokens": 64}, "embedded", {"gens": 4}),
-    ({"micro_batch": 1, "gens": 2, "max_new_tokens": 64}, "embedded", {"max_new_tokens": 32}),
-    ({"micro_batch": 1, "gens": 3, "max_new_tokens": 64}, "embedded", {"gens": 2}),
-    ({"micro_train_batch_size": 4, "n_samples_per_prompt": 8}, "openrlhf", {"micro_train_batch_size": 2}),
-    ({"micro_train_batch_size": 1, "n_samples_per_prompt": 16, "generate_max_len": 4096}, "openrlhf", {"n_samples_per_prompt": 8}),
-    ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "num_generations": 8}, "trl",
-     {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4}),
-])
-def test_oom_retry_overrides(train, backend, expected):
-    assert oom_retry_overrides(train, backend) == expected
-
-
-def test_oom_retry_reduces_the_recent_change_first_and_gives_up_at_the_floor():
-    train = {"micro_batch": 8, "gens": 16, "max_new_tokens": 64}
-    assert oom_retry_overrides(train, "embedded", changed=["gens"]) == {"gens": 8}
-    assert oom_retry_overrides({"micro_batch": 1, "gens": 2, "max_new_tokens": 1}, "embedded") is None
-    assert oom_retry_overrides({"micro_batch": 0, "batch_prompts": 1, "gens": 3, "max_new_tokens": 1}, "embedded") == {"gens": 2}
 
 
 def test_group_crashes_counts_by_signature():

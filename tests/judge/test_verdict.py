@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from autorl.judge.abort import WINDOW_RULES
+from autorl.judge.abort import load_window_rules
 from autorl.judge.verdict import FLAG_LIMITS, Runs, confirm, credit, flags, judge, objective_items
 from autorl.recipe import AbortRules, Objective, VerdictSettings
 
@@ -252,7 +252,7 @@ def test_truncation_flag_reads_the_abort_threshold():
     assert flags(at_07, [], None, 12, abort=AbortRules(truncated_rate=0.75)) == []
     found = flags(at_07, [], None, 12, abort=AbortRules(truncated_rate=0.6))
     assert names(found) == {"high_truncation"} and "> 0.6 " in found[0].evidence
-    rule = next(r for r in WINDOW_RULES if r.metric == "truncated_rate")
+    rule = next(r for r in load_window_rules() if r.metric == "truncated_rate")
     assert rule.limit == "truncated_rate"  # early abort names the same threshold
 
 

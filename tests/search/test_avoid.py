@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl.search.proposer import AVOID_RADIUS, distance
+from autorl.search.view import AVOID_RADIUS, distance
 from autorl.recipe import SearchParam
 from conftest import git, run_cli
 

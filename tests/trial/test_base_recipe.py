@@ -13,7 +13,8 @@ from conftest import run_cli
 
 from autorl.errors import RecipeError
 from autorl.recipe import validate_recipe
-from autorl.trial.controller import Controller, RunOptions
+from autorl.trial.controller import RunOptions
+from autorl.trial.opening import base_recipe
 from autorl.workspace import Workspace
 
 OPENED: list[str] = []
@@ -40,7 +41,7 @@ def _base(ws: Workspace, overrides: list[str]) -> tuple:
     WATCHED.add(str(path))
     OPENED.clear()
     try:
-        return Controller(ws, RunOptions(recipe_path=path, overrides=overrides))._base_recipe()
+        return base_recipe(ws, RunOptions(recipe_path=path, overrides=overrides))
     finally:
         WATCHED.discard(str(path))
 

@@ -9,10 +9,10 @@ from autorl.errors import NotFoundError
 from autorl.ledger import Ledger
 from autorl.recipe import validate_recipe
 from autorl.search.hypotheses import counted_verdict
-from autorl.search.hypotheses_strategy import incumbent_row
-from autorl.trial.controller import _fixed_eval_protocol
+from autorl.judge.evidence import incumbent_row
+from autorl.backends.base import get_backend
 from autorl.trial.promote import pick_best
-from autorl.trial.result import TrialResult
+from autorl.judge.result import TrialResult
 
 
 @pytest.fixture
@@ -31,10 +31,10 @@ def ledger(tmp_path):
 
 
 def test_named_queries(ledger):
-    sid = ledger.study()["id"]
-    assert [t["number"] for t in ledger.confirmed(sid)] == [2]
-    assert [t["number"] for t in ledger.confirm_runs(sid, 3)] == [4]
-    assert list(ledger.confirm_groups(sid)) == [3]
+    records = ledger.records(ledger.study()["id"])
+    assert [t["number"] for t in records.confirmed()] == [2]
+    assert [t["number"] for t in records.confirm_runs(3)] == [4]
+    assert list(records.confirm_groups()) == [3]
     ledger.set_confirmation(3, "rejected", "2 fresh-seed runs: flat")
     row = ledger.trial(3)
     assert row["confirmation"] == "rejected" and row["reason"].endswith("rejected: 2 fresh-seed runs: flat")
@@ -66,8 +66,11 @@ def test_hypotheses_count_improvements_only_once_confirmed():
 
 def test_a_trial_changing_the_generation_limit_keeps_the_study_eval_limit():
     base = validate_recipe({"backend": "embedded", "train": {"max_new_tokens": 5}}, source="t")
-    assert _fixed_eval_protocol({"max_new_tokens": 8}, base) == {"max_new_tokens": 8, "eval_max_new_tokens": 5}
-    assert _fixed_eval_protocol({"lr": 1e-4}, base) == {"lr": 1e-4}
+    embedded = get_backend("embedded")
+    assert embedded.trial_values({"max_new_tokens": 8}, base) == {"max_new_tokens": 8, "eval_max_new_tokens": 5}
+    assert embedded.trial_values({"lr": 1e-4}, base) == {"lr": 1e-4}
+    pinned = base.with_train(eval_max_new_tokens=5)
+    assert embedded.trial_values({"max_new_tokens": 8}, pinned) == {"max_new_tokens": 8}
 
 
 def test_closing_a_trial_keeps_the_links_set_when_it_opened(tmp_path):
@@ -79,7 +82,7 @@ def test_closing_a_trial_keeps_the_links_set_when_it_opened(tmp_path):
     led.update_trial(tid, **result.ledger_values())
     row = led.trial(5)
     assert (row["parent"], row["confirms"], row["objective"]) == (2, 4, 0.5)
-    assert [t["number"] for t in led.confirm_runs(sid, 4)] == [5]
+    assert [t["number"] for t in led.records(sid).confirm_runs(4)] == [5]
 
 
 def test_runs_the_controller_stopped_early_do_not_count_as_run(tmp_path):
@@ -95,10 +98,11 @@ def test_runs_the_controller_stopped_early_do_not_count_as_run(tmp_path):
     for number, proposer, status, extra in rows:
         led.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer,
                       status=status, **extra)
-    assert [t["number"] for t in led.confirm_runs(sid, 2)] == [3, 4, 9]
-    assert [t["number"] for t in led.confirm_runs(sid, 2, ran=True)] == [3, 9]  # a crash is an outcome
-    assert [t["number"] for t in led.open_candidates(sid)] == [2]
-    assert [t["number"] for t in led.unretried_crashes(sid)] == [5]  # 7's retry ran; 8 is itself a retry
-    led.set_base_changes(sid, {"micro_batch": 4}, "the study's base recipe now has micro_batch=4")
+    records = led.records(sid)
+    assert [t["number"] for t in records.confirm_runs(2)] == [3, 4, 9]
+    assert [t["number"] for t in records.confirm_runs(2, ran=True)] == [3, 9]  # a crash is an outcome
+    assert [t["number"] for t in records.open_candidates()] == [2]
+    assert [t["number"] for t in records.unretried_crashes()] == [5]  # 7's retry ran; 8 is itself a retry
+    records.set_base_changes({"micro_batch": 4}, "the study's base recipe now has micro_batch=4")
     assert led.study(study_id=sid)["base_changes"] == {"micro_batch": 4}
     assert led.events(sid, limit=1)[0]["kind"] == "base-recipe"

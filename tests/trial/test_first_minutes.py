@@ -156,26 +156,31 @@ def test_flow_style_train_block_runs_as_a_study(tmp_path):
 
 def _planning_controller(ws: Path, budget_s: float = 600):
     """A controller on a real ledger, study and proposer, without running the loop."""
+    from autorl.backends.base import get_backend
+    from autorl.judge.evidence import Evidence
     from autorl.ledger import Ledger
+    from autorl.present.live import PlainView
     from autorl.recipe import validate_recipe
     from autorl.search.proposer import Proposer
     from autorl.trial.controller import Controller, RunOptions
+    from autorl.trial.state import StudyState
     from autorl.workspace import Workspace
 
     ctl = Controller(Workspace.open(str(ws), None), RunOptions(budget_s=budget_s, strategy="random"))
-    ctl.ledger = Ledger(ws / "ledger.sqlite")
-    ctl.base = validate_recipe({"backend": "command", "train": {"argv": ["true"], "steps": 10, "gens": 8, "lr": 1e-3},
-                                "search": {"gens": {"choices": [4, 8, 16]}, "lr": {"low": 1e-5, "high": 1e-1}},
-                                "timeout_s": 60})
-    sid = ctl.ledger.create_study(name="s", strategy="random", optuna_study="s")
-    ctl.study = ctl.ledger.study(study_id=sid)
-    ctl.proposer = Proposer(ctl.ws, ctl.ledger, ctl.study, ctl.base, ctl.opts)
+    ledger = Ledger(ws / "ledger.sqlite")
+    base = validate_recipe({"backend": "command", "train": {"argv": ["true"], "steps": 10, "gens": 8, "lr": 1e-3},
+                            "search": {"gens": {"choices": [4, 8, 16]}, "lr": {"low": 1e-5, "high": 1e-1}},
+                            "timeout_s": 60})
+    row = ledger.study(study_id=ledger.create_study(name="s", strategy="random", optuna_study="s"))
+    proposer = Proposer(ctl.ws, ledger, row, base, ctl.opts)
+    ctl.s = StudyState(ctl.ws, ctl.opts, PlainView(quiet=True), ledger, row, base, "", "recipes/r.yaml",
+                       get_backend("command"), proposer, proposer.records, Evidence(proposer.records))
     return ctl
 
 
 def _finished(ctl, n: int, gens: int, took: float, status: str = "complete") -> None:
-    ctl.ledger.add_trial(study_id=ctl.study["id"], number=n, attempt=f"a{n}", started=100.0, finished=100.0 + took,
-                         status=status, params={"argv": ["true"], "steps": 10, "gens": gens, "lr": 1e-3})
+    ctl.s.ledger.add_trial(study_id=ctl.s.id, number=n, attempt=f"a{n}", started=100.0, finished=100.0 + took,
+                           status=status, params={"argv": ["true"], "steps": 10, "gens": gens, "lr": 1e-3})
 
 
 def test_trial_starts_are_planned_from_what_the_next_trial_is(tmp_path):
@@ -204,22 +209,23 @@ def test_a_proposal_that_does_not_fit_is_not_started_and_not_lost(tmp_path):
     import time
 
     from autorl.search.proposal import Proposal
+    from autorl.trial import recovery
 
     ctl = _planning_controller(_workspace(tmp_path, _recipe("  lr: {low: 0.0005, high: 0.005, log: true}\n")))
     for n in range(1, 4):
         _finished(ctl, n, 8, 10.0)
-    search = ctl.proposer.search()
-    number, params = search.ask(ctl.base.search)
-    ctl.proposer.pending.append(Proposal("random", params, "sampled", "next", optuna_study=search.name,
+    search = ctl.s.proposer.search()
+    number, params = search.ask(ctl.s.base.search)
+    ctl.s.proposer.pending.append(Proposal("random", params, "sampled", "next", optuna_study=search.name,
                                          optuna_number=number))
     ctl.launched, ctl.done_before, ctl.deadline = 0, 3, time.time() + 3.0  # 3 s left, at least 7 s planned
     assert ctl._fill({}) == 0 and ctl._fill({}) == 0
-    assert len(ctl.proposer.pending) == 1 and len(ctl.ledger.trials(ctl.study["id"])) == 3
-    ctl._release_unstarted()
-    assert ctl.proposer.pending == []
+    assert len(ctl.s.proposer.pending) == 1 and len(ctl.s.records.trials()) == 3
+    recovery.release_unstarted(ctl.s)
+    assert ctl.s.proposer.pending == []
     states = {t.number: (t.state.name, t.params) for t in search.study.get_trials(deepcopy=False)}
     assert states[number] == ("FAIL", params)
-    assert search.ask(ctl.base.search)[1] == params  # the next ask (a resume's) proposes it again
-    events = [e for e in ctl.ledger.events(ctl.study["id"]) if e["kind"] in ("budget", "not-started")]
+    assert search.ask(ctl.s.base.search)[1] == params  # the next ask (a resume's) proposes it again
+    events = [e for e in ctl.s.ledger.events(ctl.s.id) if e["kind"] in ("budget", "not-started")]
     assert [e["kind"] for e in events] == ["not-started", "budget"]  # newest first; the hold logged once
     assert "next not started: planned at" in events[1]["message"] and "enqueued" in events[0]["message"]

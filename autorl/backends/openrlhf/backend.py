@@ -1,6 +1,6 @@
 """The OpenRLHF backend: GRPO trials as ``openrlhf.cli.train_ppo_ray`` Ray jobs.
 
-``OpenRLHFParams`` is the recipe's ``train`` block for this backend. ``plan``
+``OpenRLHFParams`` (``params.py``) is the recipe's ``train`` block for this backend. ``plan``
 turns it into the exact ``train_ppo_ray`` argv for the target OpenRLHF version
 (flat or dotted flags, see ``openrlhf_flags``), with the environment the metrics
 patch reads (``METRICS_LOG_DIR`` and friends). ``start`` submits the plan as a
@@ -17,12 +17,9 @@ import atexit
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
-
-from pydantic import ConfigDict, Field, model_validator
-
-from autorl.backends.base import Backend, LaunchPlan, TrialSpec
+from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
 from autorl.backends.openrlhf.flags import FLAG_BY_FIELD, to_args
+from autorl.backends.openrlhf.params import OpenRLHFParams
 from autorl.errors import RecipeError
 from autorl.evaluate import ProbeSettings, eval_argv
 
@@ -32,96 +29,6 @@ NOT_FLAGS = {"openrlhf_version", "extra_args", "eval_split_names", "entrypoint_n
 REWARD_WRAPPER = Path(__file__).with_name("reward_func.py")
 BUILTIN_REWARD = "builtin:exact_match"
 FINAL_MODEL = "model"  # <run_dir>/model: the final weights (or LoRA adapter) when the recipe names no save_path
-
-
-class OpenRLHFParams(ProbeSettings):
-    """The ``train`` block of an OpenRLHF recipe. None means: leave OpenRLHF's default."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    openrlhf_version: str | None = Field(None, description="OpenRLHF version on the cluster; default: the installed package's.")
-    pretrain: str = Field(description="Base model: HF name or path (the actor and the vLLM engines load it).")
-    lr: float = Field(5e-7, gt=0, description="Actor learning rate (peak, after warmup).")
-    eps_clip: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip range [1-eps, 1+eps].")
-    kl_coef: float = Field(0.001, ge=0, description="KL coefficient (init_kl_coef); > 0 loads a reference model.")
-    gens: int = Field(8, ge=2, description="Completions per prompt (n_samples_per_prompt), the GRPO group size.")
-    advantage_estimator: Literal["group_norm", "dr_grpo"] = Field("group_norm", description="GRPO (r-mean)/std, or Dr. GRPO r-mean.")
-    use_kl_loss: bool = Field(False, description="Put KL in the actor loss instead of the reward.")
-    kl_estimator: Literal["k1", "k2", "k3"] | None = Field(None, description="KL estimator; k3 with use_kl_loss.")
-    entropy_loss_coef: float | None = Field(0.0, description="Entropy loss coefficient; 0 logs entropy without using it.")
-    lora_rank: int = Field(0, ge=0, description="LoRA rank; 0 trains the full model.")
-    lora_alpha: int | None = Field(None, ge=1, description="LoRA alpha (seed 004: 2 x rank).")
-    target_modules: list[str] | None = Field(None, description="LoRA target modules (attention-only for MoE).")
-    vllm_num_engines: int = Field(1, ge=1, description="vLLM rollout engines.")
-    vllm_tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine.")
-    vllm_gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="vLLM GPU memory fraction.")
-    zero_stage: Literal[0, 1, 2, 3] | None = Field(None, description="DeepSpeed ZeRO stage.")
-    param_dtype: Literal["bf16", "fp16"] | None = Field(None, description="Training dtype.")
-    attn_implementation: str | None = Field(None, description="Actor attention (eager, sdpa, flash_attention_2, or a kernels repo id); gpt-oss needs one that keeps its attention sinks: eager or kernels-community/vllm-flash-attn3.")
-    offload: bool = Field(False, description="ZeRO-3 parameter offload to CPU (flat CLI + offload_cli.patch only).")
-    adam_offload: bool = Field(False, description="Offload Adam states to CPU.")
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
-    gradient_checkpointing_use_reentrant: bool = Field(False, description="Reentrant checkpointing (ZeRO-3 + offload).")
-    prompt_max_len: int | None = Field(None, ge=1, description="Prompt token limit (OpenRLHF < 0.9.8).")
-    generate_max_len: int | None = Field(None, ge=1, description="Generation token limit (OpenRLHF < 0.9.8).")
-    max_len: int | None = Field(None, ge=1, description="Prompt + response token limit (OpenRLHF >= 0.9.8).")
-    max_new_tokens: int | None = Field(None, ge=1, description="Generation token limit (OpenRLHF >= 0.9.8).")
-    rollout_batch_size: int = Field(16, ge=1, description="Prompts per rollout (global step).")
-    micro_rollout_batch_size: int | None = Field(None, ge=1, description="Prompts per micro rollout batch.")
-    train_batch_size: int = Field(16, ge=1, description="Global training batch size.")
-    micro_train_batch_size: int = Field(1, ge=1, description="Per-GPU micro batch.")
-    num_episodes: int = Field(1, ge=1, description="Passes over the prompt pool.")
-    max_samples: int | None = Field(None, ge=1, description="Cap on prompts read from prompt_data (the trial's pool).")
-    lr_warmup_ratio: float = Field(0.03, ge=0, lt=1, description="Fraction of total steps of linear warmup.")
-    max_norm: float | None = Field(None, gt=0, description="Gradient clipping norm.")
-    temperature: float | None = Field(None, ge=0, description="Rollout sampling temperature.")
-    seed: int | None = Field(None, description="Training seed.")
-    prompt_data: str = Field(description="Prompt dataset: JSONL path (relative to the worktree) or HF name.")
-    input_key: str = Field("input", description="Prompt key in prompt_data rows.")
-    label_key: str | None = Field("label", description="Answer key passed to the reward function.")
-    apply_chat_template: bool = Field(False, description="Wrap prompts with the tokenizer's chat template.")
-    reward_func: str | None = Field(None, description="'builtin:exact_match' (seed 004), a reward_func .py file (relative to the worktree) or a URL: --remote_rm_url. Files and the builtin go through autorl's wrapper, which also logs zero-std groups.")
-    eval_dataset: str | None = Field(None, description="Eval prompts (needs reward_func).")
-    eval_steps: int | None = Field(None, description="Evaluate every this many steps (-1 never).")
-    eval_temperature: float | None = Field(0.0, ge=0, description="Eval sampling temperature; 0 is greedy.")
-    eval_n_samples_per_prompt: int | None = Field(1, ge=1, description="Eval samples per prompt.")
-    eval_split_names: dict[str, str] = Field(default_factory=lambda: {"default": "ood"}, description="Eval rows' datasource -> autorl split name (eval/<split>/...).")
-    save_path: str | None = Field(None, description="Final model directory.")
-    ckpt_path: str | None = Field(None, description="Checkpoint directory.")
-    save_steps: int | None = Field(None, description="Checkpoint every this many steps (-1 never).")
-    max_ckpt_num: int | None = Field(None, ge=1, description="Checkpoints kept.")
-    disable_ds_ckpt: bool = Field(False, description="Skip DeepSpeed's own checkpoint files.")
-    save_hf_ckpt: bool = Field(False, description="Also write HF-format checkpoints.")
-    checkpoint_gb: float | None = Field(None, gt=0, description="Expected size of one checkpoint (preflight disk check); default estimated.")
-    tensorboard_dir: str | None = Field(None, description="TensorBoard root; default <run_dir>/tensorboard.")
-    logging_steps: int | None = Field(None, ge=1, description="Log every this many steps.")
-    actor_num_nodes: int = Field(1, ge=1, description="Nodes for the actor.")
-    actor_num_gpus_per_node: int = Field(1, ge=1, description="Actor GPUs per node.")
-    ref_num_nodes: int | None = Field(None, ge=1, description="Nodes for the reference model; default actor's.")
-    ref_num_gpus_per_node: int | None = Field(None, ge=1, description="Reference GPUs per node; default actor's.")
-    colocate_actor_ref: bool = Field(False, description="Reference model shares the actor's GPUs.")
-    colocate_all: bool = Field(False, description="Actor, reference and vLLM engines share the same GPUs (sleep mode).")
-    pool_size: int | None = Field(None, ge=1, description="Prompt pool size when prompt_data is not a local file (preflight).")
-    entrypoint_num_gpus: float = Field(0, ge=0, description="GPUs Ray reserves for the driver itself (the actors get their own).")
-    extra_args: list[str] = Field(default_factory=list, description="Extra train_ppo_ray words, appended as given.")
-
-    @model_validator(mode="after")
-    def _check(self) -> "OpenRLHFParams":
-        if self.eval_dataset and not self.reward_func:
-            raise ValueError("eval_dataset needs reward_func (OpenRLHF scores eval samples with it)")
-        if self.lora_rank and self.lora_alpha is None:
-            self.lora_alpha = 2 * self.lora_rank
-        return self
-
-    def gpus_needed(self) -> int:
-        """Actor GPUs plus vLLM GPUs (reference GPUs too unless colocated or there is no reference)."""
-        actor = self.actor_num_nodes * self.actor_num_gpus_per_node
-        ref = 0 if self.colocate_actor_ref or self.kl_coef == 0 else self._ref_gpus()
-        vllm = self.vllm_num_engines * self.vllm_tensor_parallel_size
-        return max(actor, ref, vllm) if self.colocate_all else actor + ref + vllm
-
-    def _ref_gpus(self) -> int:
-        return (self.ref_num_nodes or self.actor_num_nodes) * (self.ref_num_gpus_per_node or self.actor_num_gpus_per_node)
 
 
 def installed_version() -> str | None:
@@ -159,6 +66,10 @@ class OpenRLHFBackend(Backend):
 
     name = "openrlhf"
     runs_on_ray = True
+    oom_knobs = (OomKnob(("micro_train_batch_size",)), OomKnob(("gens",), floor=2),
+                 OomKnob(("max_new_tokens", "generate_max_len")))
+    work_keys = ("gens", "max_new_tokens", "rollout_batch_size", "num_episodes", "max_samples")
+    steps_key, episodes_key = None, "num_episodes"  # a run is sized by episodes over its prompt pool
 
     def __init__(self, ray_address: str | None = None, extra_env: dict[str, str] | None = None, python: str | None = None):
         super().__init__(ray_address, extra_env)
@@ -187,7 +98,7 @@ class OpenRLHFBackend(Backend):
 
     def planned_steps(self, recipe) -> int:
         """Global steps of a run whose prompt pool is capped by max_samples (0 when the pool is not capped)."""
-        return final_step(OpenRLHFParams.model_validate(recipe.train))
+        return final_step(recipe.params)
 
     def eval_plan(self, spec: TrialSpec) -> LaunchPlan | None:
         """``python -m autorl.evaluate`` on the model the trial saved; None when the recipe has no probe set."""
@@ -236,7 +147,7 @@ class OpenRLHFBackend(Backend):
 
 def trial_params(spec: TrialSpec) -> OpenRLHFParams:
     """The trial's parameters: the seed override applied, the final model under the run dir by default."""
-    params = OpenRLHFParams.model_validate(spec.recipe.train)
+    params = spec.recipe.params
     update = {"seed": spec.seed} if spec.seed is not None else {}
     if params.save_path is None:
         update["save_path"] = str(Path(spec.run_dir).resolve() / FINAL_MODEL)

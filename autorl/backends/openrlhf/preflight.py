@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autorl.backends.openrlhf.backend import OpenRLHFParams
+from autorl.backends.openrlhf.params import OpenRLHFParams
 
 LR_CHECK_STEP = 20
 LR_MIN_FRACTION = 0.30
@@ -180,7 +180,7 @@ def preflight(recipe, worktree: str | Path = ".", patches_dir: str | Path | None
     """All checks for an OpenRLHF ``recipe`` (an ``autorl.recipe.Recipe``)."""
     from autorl.backends.openrlhf.patches import DEFAULT_DIR, site_packages_of
 
-    params = OpenRLHFParams.model_validate(recipe.train)
+    params = recipe.params
     root = Path(worktree)
     site = site_packages_of() if site_packages == "auto" else (Path(site_packages) if site_packages else None)
     patches = Path(patches_dir) if patches_dir else (root / "patches" if (root / "patches").is_dir() else DEFAULT_DIR)

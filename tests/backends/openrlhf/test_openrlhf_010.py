@@ -64,7 +64,7 @@ def test_reward_wrapper_counts_zero_std_groups(monkeypatch):
 
 def test_eval_plan_runs_the_shared_evaluator(tmp_path):
     recipe = load_recipe(Path("autorl/data/recipes/openrlhf-tiny.yaml"))
-    recipe.train["openrlhf_version"] = "0.10.4"
+    recipe = recipe.with_train(openrlhf_version="0.10.4")
     spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run",
                      cache_dir=tmp_path / "cache")
     backend = OpenRLHFBackend()

@@ -1,0 +1,185 @@
+"""The evidence a verdict rests on, assembled in one place for the study loop, promote and the pruner.
+
+A verdict compares runs (``verdict.Runs``: each run's objective and its per-item results). Which runs stand on
+each side is decided here, from the study's ledger rows:
+
+- a trial against its **parent**: the parent's own run and its completed fresh-seed confirmation runs (the
+  baseline's runs when it has no parent); the gain over the study's original baseline is reported apart;
+- a **candidate's confirmation**: its fresh-seed runs alone (the run that made it a candidate was picked for
+  looking good) against its parent's runs;
+- the **run-to-run noise**: the study's replicate groups (the baseline's runs unless the baseline is the parent,
+  and every candidate's confirmation runs);
+- a running trial's **pruning references**: its parent (else the baseline), then the confirmed incumbent by its
+  fresh-seed runs alone, each with the replicate runs that measure the noise at the same step;
+- promote's **re-validation**: fresh runs of the trial and of the baseline, through ``runs_of``.
+
+``objective_value`` is the one reduction of a run to its objective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from autorl.judge import verdict
+from autorl.judge.prune import PruneDecision, should_prune
+from autorl.metrics import RunMetrics, reduce_series
+
+
+def objective_value(m: RunMetrics, recipe: Any) -> float | None:
+    """The recipe's objective reduced from a run's metrics (None when the run never logged it)."""
+    o = recipe.objective
+    return reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")
+
+
+def runs_of(metrics: list[RunMetrics], recipe: Any) -> verdict.Runs | None:
+    """Runs as the verdict sees them: each run's objective and per-item results (a run without the objective is
+    left out; items only when every run has them); None when no run has the objective."""
+    values = [objective_value(m, recipe) for m in metrics]
+    keep = [(v, m) for v, m in zip(values, metrics) if v is not None]
+    if not keep:
+        return None
+    items = [verdict.objective_items(m.evals, recipe.objective) for _, m in keep]
+    return verdict.Runs(values=[v for v, _ in keep], items=items if all(items) else None)
+
+
+def incumbent_row(trials: list[dict], direction: str) -> dict | None:
+    """The best trial whose improvement was confirmed by fresh seeds (by objective), or None (the baseline)."""
+    better = [t for t in trials if t.get("confirmation") == "confirmed" and t.get("objective") is not None]
+    if not better:
+        return None
+    sign = 1 if direction == "maximize" else -1
+    return max(better, key=lambda t: sign * t["objective"])
+
+
+class Reference(NamedTuple):
+    """What a running trial must not be clearly worse than: a name, its runs, and replicate runs for the noise."""
+
+    label: str
+    runs: list[RunMetrics]
+    replicates: list[RunMetrics]
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A candidate's fresh-seed runs, judged: confirmed or rejected, why, and the verdict (None: nothing to judge)."""
+
+    state: str
+    reason: str
+    verdict: verdict.Verdict | None
+    runs: int
+
+
+class Evidence:
+    """One study's runs as evidence, read from its ledger rows (``autorl.ledger.StudyRecords``), each run's
+    metrics read once."""
+
+    def __init__(self, records: Any):
+        self.records = records
+        self._metrics: dict[int, RunMetrics] = {}
+
+    def metrics(self, row: dict) -> RunMetrics:
+        if row["id"] not in self._metrics:
+            self._metrics[row["id"]] = RunMetrics(self.records.metrics(row["id"]))
+        return self._metrics[row["id"]]
+
+    def baseline_runs(self) -> list[RunMetrics]:
+        """The completed runs of the recipe as written (a crashed baseline's retry stands in for it)."""
+        return [self.metrics(r) for r in self.records.baselines() if r["status"] == "complete"]
+
+    def parent_runs(self, parent: int | None) -> list[RunMetrics]:
+        """The parent's runs: its own and its completed confirmation runs (none for the baseline)."""
+        if parent is None:
+            return []
+        rows = [self.records.trial(parent), *self.records.confirm_runs(parent)]
+        return [self.metrics(r) for r in rows if r["status"] == "complete"]
+
+    def noise(self, recipe: Any, parent: int | None) -> list[list[list[float]]]:
+        """Replicate groups for the run-noise estimate: the baseline (if not the parent) and confirmation groups."""
+        groups = [] if parent is None else [self.baseline_runs()]
+        groups += [[self.metrics(r) for r in rows] for rows in self.records.confirm_groups().values()]
+        out = []
+        for runs in groups:
+            items = [verdict.objective_items(m.evals, recipe.objective) for m in runs]
+            if len(items) > 1 and all(items):
+                out.append(items)
+        return out
+
+    def credit(self, trial: RunMetrics, parent: int | None, recipe: Any) -> verdict.Credit | None:
+        """The trial's verdict against its parent and its gain over the baseline (None: no completed baseline)."""
+        base = runs_of(self.baseline_runs(), recipe)
+        if base is None:
+            return None
+        against = runs_of(self.parent_runs(parent), recipe) or base
+        return verdict.credit(runs_of([trial], recipe), against, base, recipe.verdict, recipe.objective.direction,
+                              self.noise(recipe, parent))
+
+    def confirmation(self, candidate: dict, recipe: Any) -> Confirmation | None:
+        """The candidate judged on its fresh-seed runs once all of them have ended (None until then)."""
+        rows = self.records.confirm_runs(candidate["number"], ran=True)  # a stopped one is run again
+        need = recipe.verdict.confirm_runs
+        if not need or len(rows) < need or any(r["status"] == "running" for r in rows):
+            return None
+        fresh = runs_of([self.metrics(r) for r in rows if r["status"] == "complete"], recipe)
+        base = runs_of(self.baseline_runs(), recipe)
+        if fresh is None or base is None:
+            return Confirmation("rejected", "its confirmation runs did not complete", None, 0)
+        parent = runs_of(self.parent_runs(candidate.get("parent")), recipe) or base
+        v = verdict.confirm(fresh, parent, recipe.verdict, recipe.objective.direction,
+                            self.noise(recipe, candidate.get("parent")))
+        state = "confirmed" if v.verdict == "improved" else "rejected"
+        return Confirmation(state, f"{len(fresh.values)} fresh-seed runs: {v.explanation}", v, len(fresh.values))
+
+    def prune_references(self, parent: int | None, direction: str) -> list[Reference]:
+        """What a running trial must not be clearly worse than: its parent (the baseline when it has none) and,
+        once the study has one, the confirmed incumbent, by its fresh-seed confirmation runs alone (the run that
+        made it a candidate was picked for looking good). A trial clearly behind the best recipe the study has
+        confirmed cannot become the next incumbent, whatever it would gain over its own parent. The baseline's
+        runs are the noise replicates of any other reference."""
+        baseline, runs = self.baseline_runs(), self.parent_runs(parent)
+        refs = [Reference(f"its parent {self.records.trial(parent)['attempt']}", runs, baseline) if runs
+                else Reference("the baseline", baseline, [])]
+        best = incumbent_row(self.records.trials(kind="trial"), direction)
+        if best is not None and best["number"] != parent:
+            fresh = [self.metrics(r) for r in self.records.confirm_runs(best["number"], ran=True)
+                     if r["status"] == "complete"]
+            if fresh:
+                refs.append(Reference(f"the incumbent {best['attempt']}", fresh, baseline))
+        return refs
+
+    def clearly_worse(self, record: dict, parent: int | None, recipe: Any) -> PruneDecision | None:
+        """The first reference (parent, then the confirmed incumbent) an intermediate eval ``record`` is clearly
+        worse than at its step (``autorl.judge.prune``), or None."""
+        key = items_key(recipe.objective.metric)
+        if key is None or not record.get(key):
+            return None
+        step = int(record["step"])
+        for label, runs, replicates in self.prune_references(parent, recipe.objective.direction):
+            at_step = items_at_step(runs, key, step)
+            if not at_step:
+                continue
+            noise = items_at_step(replicates, key, step)
+            d = should_prune(step, record[key], at_step, recipe.verdict, recipe.objective.direction,
+                             [noise] if len(noise) > 1 else [], than=label)
+            if d is not None:
+                return d
+        return None
+
+
+def items_key(metric: str) -> str | None:
+    """The per-item key of a greedy pass@1 eval metric (``eval/<split>/items``), else None."""
+    parts = metric.split("/")
+    return f"eval/{parts[1]}/items" if len(parts) == 3 and parts[0] == "eval" and parts[2] == "greedy_pass@1" else None
+
+
+def items_at_step(runs: list[RunMetrics], key: str, step: int) -> list[list[float]]:
+    """Each run's per-item results at ``step`` ([] when any run lacks them)."""
+    got = [_items_at(m, key, step) for m in runs]
+    return got if got and all(got) else []
+
+
+def _items_at(m: RunMetrics, key: str, step: int) -> list[float] | None:
+    for e in m.evals:
+        if e.get(key) and e.get("step") == step:
+            return e[key]
+    return None

@@ -1,0 +1,96 @@
+"""The runs queued in front of the strategy: a candidate's fresh-seed confirmation runs and a crash's retry.
+
+``RunQueue.pending`` is taken first by the proposer. A confirmation run re-runs a candidate's values with a fresh
+seed; a retry re-runs a crashed trial as triage's action says (``retry_once``: unchanged, ``retry_reduced``: with
+its backend's ``oom_retry`` reduction). On resume, ``requeue`` rebuilds from the ledger what a stopped study had
+queued but not run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autorl.judge import triage
+from autorl.recipe import dump_values
+from autorl.search.proposal import Proposal
+
+
+class RunQueue:
+    """Confirmation runs and crash retries waiting to run, oldest first (``records``: the study's ledger rows)."""
+
+    def __init__(self, records: Any, view: Any, backend: Any, strategy: Any):
+        self.records, self.view, self.backend, self.strategy = records, view, backend, strategy
+        self.pending: list[Proposal] = []
+
+    def crash_retry(self, p: Proposal, number: int, category: str | None, action: str | None) -> None:
+        """Queue the retry triage's ``action`` asks for (nothing for record or stop)."""
+        if action == "retry_reduced":
+            self._reduced_retry(p, number)
+        elif action == "retry_once":
+            self._same_retry(p, number, category)
+
+    def _reduced_retry(self, p: Proposal, number: int) -> None:
+        params = {**self.view.base.train, **p.values}
+        reduced = self.backend.oom_retry(params, changed=tuple(p.values))
+        if not reduced:
+            return
+        values = {**p.values, **reduced}
+        why = f"retry of an out-of-memory crash with {dump_values(reduced)} (the most recent memory-expanding change reduced)"
+        retry = Proposal("retry", values, why, "oom-retry-" + dump_values(reduced), hypothesis=p.hypothesis,
+                         retry_of=number, patch=p.patch, parent=p.parent)
+        self.pending.append(retry)
+
+    def _same_retry(self, p: Proposal, number: int, category: str | None) -> None:
+        """The same values once more: a hang, timeout, network error or external kill may not recur."""
+        why = f"retry of a {category} crash with the same values (it may be transient)"
+        self.pending.append(Proposal("retry", dict(p.values), why, "retry-" + (dump_values(p.values) or "baseline"),
+                                     hypothesis=p.hypothesis, retry_of=number, patch=p.patch, parent=p.parent))
+
+    def confirmation_runs(self, p: Proposal, number: int, runs: int) -> None:
+        """Re-run candidate ``number`` with ``runs`` fresh seeds, before anything else."""
+        for k in range(runs):
+            self.pending.insert(k, self._confirmation(p, number, k, runs))
+
+    def _confirmation(self, p: Proposal, number: int, k: int, runs: int) -> Proposal:
+        """Confirmation run ``k`` of candidate ``number``: its values with fresh seed ``confirm_seed``."""
+        seed = self._confirm_seed(p, number, k)
+        why = f"confirmation {k + 1}/{runs} of candidate {number:02d}: the same recipe with fresh seed {seed}"
+        return Proposal("confirm", {**p.values, "seed": seed}, why, f"confirm-{number:02d}-s{seed}",
+                        hypothesis=p.hypothesis, patch=p.patch, parent=p.parent, confirms=number)
+
+    def _confirm_seed(self, p: Proposal, number: int, k: int) -> int:
+        return int({**self.view.base.train, **p.values}.get("seed", 0) or 0) + 1000 + 10 * number + k
+
+    # ---- resume: the queue a stopped controller left -----------------------------------------
+    def requeue(self) -> list[Proposal]:
+        """Rebuild, from the ledger, the work a stopped controller had queued but not run, oldest first:
+        the confirmation runs an open candidate still lacks, and the retry triage asked for a crash that has
+        none (a confirmation or retry the controller stopped early counts as not run)."""
+        rows = self.records.open_candidates() + self.records.unretried_crashes()
+        for row in sorted(rows, key=lambda r: r["number"]):
+            p = self._proposal_of(row)
+            if row["status"] == "crash":
+                action = row.get("crash_action") or triage.crash_action(row.get("crash_category") or "unknown")
+                self.crash_retry(p, row["number"], row.get("crash_category"), action)
+            else:
+                self.pending += self._missing_confirmations(p, row["number"])
+        return list(self.pending)
+
+    def _missing_confirmations(self, p: Proposal, number: int) -> list[Proposal]:
+        runs = self.view.base.verdict.confirm_runs
+        ran = {r.get("seed") for r in self.records.confirm_runs(number, ran=True)}
+        return [self._confirmation(p, number, k, runs) for k in range(runs)
+                if self._confirm_seed(p, number, k) not in ran]
+
+    def _proposal_of(self, row: dict) -> Proposal:
+        """The proposal a ledger row ran (its changed values, hypothesis, patch and links)."""
+        return Proposal(row["proposer"], dict(row.get("changed") or {}), row.get("why") or "", row["attempt"],
+                        hypothesis=row.get("hypothesis"), retry_of=row.get("retry_of"), patch=self._patch_of(row),
+                        parent=row.get("parent"), confirms=row.get("confirms"))
+
+    def _patch_of(self, row: dict) -> str | None:
+        """The patch the row's trial applied: its hypothesis' patch when a ranked hypothesis proposed it (or the
+        trial a retry repeats)."""
+        while row.get("retry_of") is not None:
+            row = self.records.trial(row["retry_of"])
+        return self.strategy.patch(row.get("hypothesis")) if row.get("proposer") == "hypothesis" else None

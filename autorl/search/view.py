@@ -1,0 +1,99 @@
+"""What a strategy sees of its study: the narrow view it proposes from.
+
+A strategy (``autorl.search.strategies``) gets a ``StudyView`` and nothing else of the study: the base recipe,
+the study's trials and their metrics, its Optuna searches (asked with crash avoidance), whether a configuration
+was tried already, and one way to say something (a ledger event). The proposer holds the same view and the
+queue in front of the strategy (baseline repeats, confirmations, crash retries).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from autorl.judge import triage
+from autorl.recipe import Recipe, SearchParam, dump_values
+from autorl.search.study import Search
+
+AVOID_RADIUS = 0.1  # normalised distance to a repeatedly crashing point that is not sampled again
+AVOID_TRIES = 10
+
+
+class StudyView:
+    """One running study as a strategy may see it (``records`` is ``autorl.ledger.StudyRecords``)."""
+
+    def __init__(self, ws: Any, records: Any, study: dict, base: Recipe, *, sampler: str = "tpe", seed: int = 0,
+                 parallel: bool = False):
+        self.ws, self.records, self.base = ws, records, base
+        self.name = study["optuna_study"]  # the study's Optuna name; a hypothesis' studies are named under it
+        self._sampler, self._seed, self._parallel = sampler, seed, parallel
+        self._searches: dict[str, Search] = {}
+
+    # ---- the study's rows ----------------------------------------------------------------------------------
+    def trials(self, **equal: Any) -> list[dict]:
+        """The study's trials in attempt order (optionally with columns equal to values)."""
+        return self.records.trials(**equal)
+
+    def trial(self, number: int) -> dict:
+        return self.records.trial(number)
+
+    def metrics(self, trial_id: int) -> list[dict]:
+        return self.records.metrics(trial_id)
+
+    def note(self, trial_id: int | None, kind: str, message: str) -> None:
+        """A ledger event of this study (what a strategy decided and why)."""
+        self.records.event(trial_id, kind, message)
+
+    def tried(self, values: dict[str, Any], patch: str | None = None, hypothesis: str | None = None) -> dict | None:
+        """The earlier trial of this study that ran the base recipe with ``values`` (and the same patch), if any."""
+        want = {**self.base.train, **values}
+        for row in self.records.trials(kind="trial"):
+            if row.get("params") == want and (not patch or row.get("hypothesis") == hypothesis):
+                return row
+        return None
+
+    # ---- Optuna --------------------------------------------------------------------------------------------
+    def search(self, name: str | None = None, sampler: str | None = None) -> Search:
+        """The Optuna study ``name`` (default: the study's own), opened once."""
+        name = name or self.name
+        if name not in self._searches:
+            self._searches[name] = Search(self.ws.ledger_path, name, self.base.objective.direction,
+                                          sampler or self._sampler, seed=self._seed + len(self._searches),
+                                          parallel=self._parallel)
+        return self._searches[name]
+
+    def ask(self, search: Search, space: dict, fixed: dict | None = None) -> tuple[int, dict[str, Any]]:
+        """Ask Optuna, skipping points next to a crash that repeated (told FAIL without running)."""
+        for _ in range(AVOID_TRIES):
+            number, params = search.ask(space, fixed=fixed)
+            near = self._near_repeated_crash(space, params)
+            if fixed or near is None:
+                return number, params
+            search.tell(number, "fail")
+            self.note(None, "avoided", f"skipped {dump_values(params)}: next to {near}, whose crash signature repeated")
+        return number, params
+
+    def _near_repeated_crash(self, space: dict, params: dict[str, Any]) -> str | None:
+        rows = self.records.crash_signatures()
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["crash_signature"]] = counts.get(r["crash_signature"], 0) + 1
+        limit = triage.repeat_limit()  # from the rules file's repeat_limit
+        for r in rows:
+            if counts[r["crash_signature"]] >= limit and distance(space, params, r.get("params") or {}) < AVOID_RADIUS:
+                return r["attempt"]
+        return None
+
+
+def distance(space: dict[str, SearchParam], a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Chebyshev distance in the search space, each axis scaled to [0, 1] (log axes in log space)."""
+    worst = 0.0
+    for key, p in space.items():
+        x, y = a.get(key), b.get(key)
+        if p.choices is not None or not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
+            worst = max(worst, 0.0 if x == y else 1.0)
+            continue
+        lo, hi = (math.log(p.low), math.log(p.high)) if p.log else (p.low, p.high)
+        fx, fy = (math.log(max(x, 1e-300)), math.log(max(y, 1e-300))) if p.log else (x, y)
+        worst = max(worst, abs(fx - fy) / ((hi - lo) or 1.0))
+    return worst

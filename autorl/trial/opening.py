@@ -1,0 +1,109 @@
+"""Opening a study: every input checked first (recipe, flags, hypothesis files, patches), only then the ledger and git.
+
+A new study reads its recipe once: the committed text is the file with each ``--set`` value written in place
+(``autorl.recipe.recipe_and_text``), and the base recipe is validated once, from exactly that text. On
+``--resume`` the study's own recipe and strategy are taken over, and a flag that would change them is an error.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from autorl import gitops
+from autorl.backends.base import get_backend
+from autorl.errors import UserError
+from autorl.judge.evidence import Evidence
+from autorl.ledger import Ledger, ledger_guard
+from autorl.present.live import PlainView
+from autorl.recipe import Recipe, check_base, editable_text, read_recipe_text, recipe_and_text, recipe_from_text
+from autorl.search.hypotheses_strategy import library_for
+from autorl.search.proposer import Proposer
+from autorl.trial.state import StudyState
+from autorl.workspace import Workspace, default_recipe_source
+
+
+def open_study(ws: Workspace, opts: Any, view: PlainView) -> StudyState:
+    """The study ``opts`` asks for, new or resumed, with its ledger row, base recipe, backend and proposer."""
+    ledger_guard(ws.ledger_path)
+    resumed = resumed_study(ws, opts)
+    if resumed is None:
+        recipe, text, rel = base_recipe(ws, opts)
+    else:
+        recipe, text, rel = recipe_from_text(resumed["recipe"], resumed["recipe_path"]), "", ""
+    backend = get_backend(recipe.backend, ray_address=opts.ray_address)
+    if resumed is None:
+        backend.check(recipe, ws.root)
+    if opts.strategy == "hypotheses":
+        library_for(ws, recipe.backend)  # the library (and its patches) now: a bad file stops the study unwritten
+    ws.ensure_ignored()
+    ledger = Ledger(ws.ledger_path)
+    row = _study_row(ws, ledger, opts, recipe, text, rel)
+    proposer = Proposer(ws, ledger, row, recipe, opts, backend)
+    return StudyState(ws, opts, view, ledger, row, recipe, row["recipe"], row["recipe_path"], backend, proposer,
+                      proposer.records, Evidence(proposer.records))
+
+
+def resumed_study(ws: Workspace, opts: Any) -> dict | None:
+    """On --resume: the study row, with the study's own settings taken over (a conflicting flag is an error)."""
+    if not opts.resume:
+        opts.strategy = opts.strategy or "hypotheses"
+        return None
+    if not ws.ledger_path.exists():
+        raise UserError(f"no ledger at {ws.ledger_path} to resume: start a study with `autorl run`")
+    study = Ledger(ws.ledger_path).study(opts.study_name)
+    check_resume_flags(opts, study)
+    opts.strategy = study["strategy"]
+    return study
+
+
+def check_resume_flags(opts: Any, study: dict) -> None:
+    """--resume continues the study as it was started: a flag that would change it is an error."""
+    if opts.overrides:
+        raise UserError(f"--set does not apply on --resume: study {study['name']} keeps its recipe; "
+                        "start a new study to change values")
+    if opts.recipe_path is not None:
+        raise UserError("--resume continues a study with its own recipe: drop the RECIPE argument")
+    if opts.strategy and opts.strategy != study["strategy"]:
+        raise UserError(f"study {study['name']} uses --strategy {study['strategy']}: drop --strategy "
+                        f"{opts.strategy}, or start a new study with it")
+
+
+def base_recipe(ws: Workspace, opts: Any) -> tuple[Recipe, str, str]:
+    """A new study's base recipe, the text it commits and where that text lives in the repository."""
+    path = opts.recipe_path or workspace_default(ws)
+    recipe, text = recipe_and_text(editable_text(read_recipe_text(path)), path, opts.overrides)
+    check_base(recipe, path)
+    try:
+        rel = ws.rel(Path(path))
+    except ValueError:
+        rel = f"recipes/{Path(path).name}"
+    return recipe, text, rel
+
+
+def workspace_default(ws: Workspace) -> Path:
+    local = ws.root / "recipes" / "default.yaml"
+    return local if local.is_file() else default_recipe_source()
+
+
+def _study_row(ws: Workspace, ledger: Ledger, opts: Any, recipe: Recipe, text: str, rel: str) -> dict:
+    """The resumed study's row, marked running again, or a new study's row."""
+    if opts.resume:
+        study = ledger.study(opts.study_name)
+        ledger.update_study(study["id"], status="running")
+        return study
+    name = opts.study_name or f"{gitops.slugify(recipe.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if ledger.has_study(name):
+        raise UserError(f"study {name} exists already: continue it with `autorl run --resume --study {name}`")
+    sid = ledger.create_study(name=name, recipe_path=rel, recipe=text, base_sha=gitops.head_sha(ws.root),
+                              strategy=opts.strategy, budget_s=opts.budget_s, optuna_study=name)
+    return ledger.study(study_id=sid)
+
+
+def prepare_backend(state: StudyState) -> None:
+    """Let the backend build what every trial shares (the embedded base model) outside any trial."""
+    t0 = time.time()
+    code = state.backend.prepare(state.base, state.ws.cache, state.ws.runs / "prepare")
+    if code is not None:
+        state.records.event(None, "prepare", f"exit {code} in {time.time() - t0:.1f} s")
