@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 
-from autorl.errors import BudgetError
+from autorl.errors import BudgetError, short_repr
+
+MAX_S = 366 * 86400.0  # a budget longer than a year is a typo
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
@@ -18,9 +21,11 @@ def parse_duration(text: str) -> float:
     elif s and _PART.sub("", s) == "" and len({u for _, u in _PART.findall(s)}) == len(_PART.findall(s)):
         value = sum(float(n) * _UNITS[u] for n, u in _PART.findall(s))
     else:
-        raise BudgetError(f"budget {text!r} is not a duration: write e.g. 90m, 24h, 1h30m, 2d or 45s")
+        raise BudgetError(f"budget {short_repr(text)} is not a duration: write e.g. 90m, 24h, 1h30m, 2d or 45s")
     if value <= 0:
-        raise BudgetError(f"budget {text!r} must be positive")
+        raise BudgetError(f"budget {short_repr(text)} must be positive")
+    if not math.isfinite(value) or value > MAX_S:
+        raise BudgetError(f"budget {short_repr(text)} is longer than a year: write e.g. 24h or 7d")
     return value
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from autorl.errors import AutorlError, UserError
+from autorl.errors import AutorlError, UserError, one_line
 
 
 def _backend_names() -> list[str]:
@@ -32,13 +32,14 @@ class _Ctx:
 
         return Workspace.open(self.directory, self.ledger)
 
-    def open_ledger(self):
-        from autorl.ledger import Ledger
+    def open_ledger(self, write: bool = False):
+        """The workspace's ledger: read-only for the review commands, writable for a command that records."""
+        from autorl.ledger import Ledger, open_read
 
         ws = self.workspace()
         if not ws.ledger_path.exists():
             raise UserError(f"no ledger at {ws.ledger_path}: run a study first with `autorl run`")
-        return Ledger(ws.ledger_path)
+        return Ledger(ws.ledger_path) if write else open_read(ws.ledger_path)
 
 
 pass_ctx = click.make_pass_decorator(_Ctx)
@@ -107,9 +108,10 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
 @click.option("--study", "study_name", help="Study name (new) or the study to resume.")
 @click.option("--allow-overrun", is_flag=True,
               help="Start a trial even if its planned duration exceeds the budget left.")
-@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Trials at once.")
+@click.option("--parallel", type=click.IntRange(min=1, max=1024), default=1, show_default=True, help="Trials at once.")
 @click.option("--ray-address", default=None, help="Ray cluster for trials ('auto' for an existing one).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search.")
+@click.option("--seed", type=click.IntRange(min=0, max=2 ** 32 - 1), default=0, show_default=True,
+              help="Seed of the search.")
 @click.option("--quiet", is_flag=True, help="Only one line per finished trial.")
 @pass_ctx
 def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strategy: str | None,
@@ -247,7 +249,7 @@ def promote(c: _Ctx, number: int | None, steps: int | None, episodes: int | None
     from autorl.trial.promote import promote as do_promote
 
     say = (lambda _msg: None) if as_json else click.echo
-    result = do_promote(c.workspace(), c.open_ledger(), number, steps=steps, episodes=episodes, repeats=repeats,
+    result = do_promote(c.workspace(), c.open_ledger(write=True), number, steps=steps, episodes=episodes, repeats=repeats,
                         dry_run=dry_run, force=force, view=say)
     _emit(result, as_json, lambda d: "\n".join(f"{k}: {v}" for k, v in d.items()))
 
@@ -259,7 +261,7 @@ def status(c: _Ctx, as_json: bool) -> None:
     """What is running now: trials and full runs, their last step and eval."""
     from autorl.present import review
 
-    data = review.status_rows(c.open_ledger())
+    data = review.status_rows(c.open_ledger(), c.workspace())
     _emit(data, as_json, review.format_status)
 
 
@@ -409,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="autorl", standalone_mode=False)
     except AutorlError as exc:
-        click.echo(f"autorl: error: {exc}", err=True)
+        click.echo(f"autorl: error: {one_line(exc)}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
@@ -417,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("autorl: aborted", err=True)
         return 130
     except click.ClickException as exc:
-        click.echo(f"autorl: error: {exc.format_message()}", err=True)
+        click.echo(f"autorl: error: {one_line(exc.format_message())}", err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("autorl: interrupted", err=True)

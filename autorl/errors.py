@@ -3,12 +3,16 @@
 ``UserError`` (exit 2) is a mistake the user can fix: bad recipe, bad flag, not a
 git repository. Anything else under ``AutorlError`` (exit 1) is a failure of the
 system or an external tool. Messages name what is wrong and what to do.
-``validation_line`` is the one formatter of a pydantic ValidationError.
+``validation_line`` is the one formatter of a pydantic ValidationError; ``short`` bounds any value shown in a
+message and ``one_line`` is what the CLI prints of an error: one line, bounded in length, whatever it quotes.
 """
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, Callable
+
+MAX_LINE = 600  # characters of an error line, the quoted values shortened to fit
 
 
 class AutorlError(Exception):
@@ -43,6 +47,19 @@ class NotFoundError(UserError):
     """A trial, study or file the user named does not exist."""
 
 
+class StudyBusyError(UserError):
+    """The study is run by another controller (its lock is held)."""
+
+
+class LedgerError(WorkspaceError):
+    """The ledger is gone, replaced, damaged or not an autorl ledger; the line says what to do, and never to delete
+    a ledger that can still be read."""
+
+
+class DiskFullError(UserError):
+    """No space left where the study writes (its ledger, worktrees or run folder)."""
+
+
 class GitError(AutorlError):
     """A git command failed."""
 
@@ -64,6 +81,29 @@ def validation_line(exc: Any, prefix: str = "", unknown: Callable[[tuple], str] 
         return f"unknown key '{loc}': {unknown(err['loc']) if unknown else 'check the spelling'}"
     if err["type"] == "missing":
         return f"'{loc}' is missing: add it"
-    msg = err["msg"].removeprefix("Value error, ")
-    got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
-    return f"{loc}: {msg}{got}" if loc else msg
+    msg = short(err["msg"].removeprefix("Value error, "), 300)
+    got = f" (got {short_repr(err['input'])})" if "input" in err and not isinstance(err["input"], dict) else ""
+    return f"{short(loc, 120)}: {msg}{got}" if loc else msg
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxlevel = 60, 60, 6, 6, 6, 2
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)``, bounded whatever its size or depth (only what is shown is walked)."""
+    return _REPR.repr(value)
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """``str(value)`` on one line, its middle elided beyond ``limit`` characters."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        keep = max(limit - 5, 2)
+        text = f"{text[:keep * 2 // 3]} ... {text[len(text) - keep // 3:]}"
+    return " ".join(text.split()) if ("\n" in text or "\r" in text) else text
+
+
+def one_line(exc: BaseException | str) -> str:
+    """What the CLI prints of an error: one line of at most ``MAX_LINE`` characters (its end, what to do, kept)."""
+    return short(" ".join(str(exc).split()), MAX_LINE)

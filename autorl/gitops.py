@@ -125,12 +125,28 @@ def ref_exists(root: Path, ref: str) -> bool:
         return _resolves(repo, ref)
 
 
+MAX_ATTEMPT = 10 ** 9 - 1  # attempt numbers autorl gives; a ref with a larger one is not autorl's
+
+
 def next_attempt_number(root: Path, floor: int = 0) -> int:
-    """One past the highest attempt-NN in any branch or tag (and past ``floor``)."""
+    """One past the highest attempt-NN in any branch or tag (and past ``floor``). A ref whose number has more than
+    nine digits is not one of autorl's and is passed over, whatever the repository holds."""
     with _open(root) as repo:
         names = [r.name for r in (*repo.heads, *repo.tags)]
-    nums = [int(m.group(1)) for m in (re.match(r"attempt-(\d+)", n) for n in names) if m]
+    nums = [int(m.group(1)) for m in (re.match(r"attempt-(\d{1,9})(?!\d)", n) for n in names) if m]
     return max(nums + [floor]) + 1
+
+
+def free_attempt_number(root: Path, number: int, slug: str) -> int:
+    """``number``, or the next one whose branch ``attempt-NN-slug`` and tags ``attempt-NN-start``/``-end`` are all
+    free (a branch or tag someone made by hand is never overwritten, and never stops a study)."""
+    with _open(root) as repo:
+        while any(_resolves(repo, ref) for ref in (f"refs/heads/{attempt_name(number, slug)}",
+                                                   f"refs/tags/{start_tag(number)}", f"refs/tags/{end_tag(number)}")):
+            number += 1
+    if number > MAX_ATTEMPT:
+        raise GitError(f"attempt numbers are used up to {MAX_ATTEMPT} in {root}: start a new workspace")
+    return number
 
 
 def refs(root: Path) -> dict[str, str]:

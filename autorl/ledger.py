@@ -6,21 +6,35 @@ opens the study) never collide. WAL mode, and one transaction per state change:
 a kill at any instant leaves a ledger that opens, passes ``PRAGMA
 integrity_check`` and resumes. The schema is versioned by ``MIGRATIONS``
 (recorded in ``autorl_migrations``).
+
+The file is watched as well as written. A ledger remembers the file it opened (device and inode): every
+transaction first checks that the path still names that file, so a ledger removed or replaced while a study runs
+stops the study before anything more is written (``check``; Optuna's storage opens the file without ever creating
+it, ``optuna_url``). Creating and migrating a ledger, creating Optuna's tables and numbering an attempt take
+the ledger's lock (``exclusive``: the file ``<ledger>-lock``), so studies started at once share one ledger
+safely. The review commands open it read-only (``Ledger.open_read``). Any SQLite failure, whichever query meets
+it, is one ``LedgerError`` line (``DiskFullError`` for a full disk) that says what to do, and never to delete a
+ledger that can still be read.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import shutil
 import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, TypedDict, get_type_hints
+from urllib.parse import quote
 
 import sqlite_utils
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from autorl.errors import NotFoundError, WorkspaceError, validation_line
+from autorl import locks
+from autorl.errors import DiskFullError, LedgerError, NotFoundError, WorkspaceError, short, validation_line
 
 class TrialRow(TypedDict, total=False):
     """One row of ``autorl_trials`` as the ledger writes and reads it: each column's type and meaning (docs/ledger.md
@@ -163,25 +177,96 @@ STOPPED_EARLY = ("interrupted", "budget-cut")
 _STOPPED_SQL = "(" + ", ".join(f"'{status}'" for status in STOPPED_EARLY) + ")"
 
 
-class Ledger:
-    """The ledger of one workspace. Every write is one transaction; ``records(study_id)`` is one study's face."""
+class LedgerFile:
+    """The file a ledger opened: which file it is (``check``), its lock (``exclusive``), its whole-file check
+    (``verify``) and how Optuna opens it (``optuna_url``, ``create_optuna_tables``)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: Path, readonly: bool):
+        self.path, self.readonly = path, readonly
+        self.identity: tuple[int, int] | None = None
+
+    def remember(self) -> None:
+        """This is the file the ledger opened (its device and inode)."""
+        self.identity = _identity(self.path)
+
+    @contextmanager
+    def exclusive(self, what: str = "write the ledger") -> Iterator[None]:
+        """The ledger's lock for the ``with`` block: one process at a time creates or migrates the ledger, creates
+        Optuna's tables, numbers an attempt."""
+        with locks.waiting(Path(f"{self.path}-lock"), what):
+            yield
+
+    def check(self) -> None:
+        """Raise ``LedgerError`` if the path no longer names the file this ledger opened (removed, replaced)."""
+        now = _identity(self.path)
+        if now != self.identity:
+            how = "was removed" if now is None else "was replaced by another file"
+            raise LedgerError(f"ledger {short(self.path, 200)} {how} while this study ran: the study stopped and "
+                              "wrote nothing more; put the ledger back, then `autorl run --resume` (a trial that "
+                              "was running is recovered then)")
+
+    def verify(self, db: sqlite_utils.Database) -> float:
+        """``PRAGMA quick_check`` of the whole file (every page, not only the header); returns its seconds."""
+        t0 = time.monotonic()
+        with _translated_errors(self.path):
+            rows = [r[0] for r in db.execute("PRAGMA quick_check(3)").fetchall()]
+        if rows != ["ok"]:
+            raise damaged(self.path, "; ".join(rows)[:200])
+        return time.monotonic() - t0
+
+    def optuna_url(self) -> str:
+        """The SQLAlchemy URL of this file for Optuna: it never creates the file (a removed ledger is not
+        re-created empty), and is read-only for a read-only ledger."""
+        mode = "ro" if self.readonly else "rw"
+        return f"sqlite:///file:{quote(quote(str(self.path.resolve())))}?mode={mode}&uri=true"
+
+    def create_optuna_tables(self) -> None:
+        """Optuna's tables in this file, created by one process at a time (Optuna creates them on first use)."""
+        import logging
+
+        import optuna
+
+        optuna.logging.set_verbosity(logging.WARNING)
+        with self.exclusive("create Optuna's tables"), _translated_errors(self.path):
+            self.check()
+            storage = optuna.storages.RDBStorage(self.optuna_url(), engine_kwargs={"connect_args": {"timeout": 30}})
+            storage.engine.dispose()
+
+
+class Ledger:
+    """The ledger of one workspace. Every write is one transaction; ``records(study_id)`` is one study's face;
+    ``file`` is the file it opened."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
-        self.db = _open(self.path)
-        _migrate(self.db, self.tx)
+        self.file = LedgerFile(self.path, readonly)
+        if readonly:
+            self.db = _open_read(self.path)
+            self.file.remember()
+            return
+        _check_path(self.path)
+        with self.file.exclusive("create or migrate the ledger"), _translated_errors(self.path):
+            self.db = _open(self.path)
+            self.file.remember()
+            _migrate(self.db, self.tx)
 
     @contextmanager
     def tx(self) -> Iterator[None]:
-        """One IMMEDIATE transaction (rolled back on any error)."""
+        """One IMMEDIATE transaction (rolled back on any error; the rollback never hides that error), on the file
+        this ledger opened (``LedgerFile.check``)."""
         conn = self.db.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
+            self.file.check()
             yield
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite rolled back already (a full disk); the error that got here is the one to tell
             raise
-        conn.execute("COMMIT")
 
     def records(self, study_id: int) -> "StudyRecords":
         """The rows of study ``study_id``, and the queries a running study asks of them."""
@@ -310,8 +395,16 @@ class Ledger:
         where, args = ("study_id = ?", [study_id]) if study_id else ("1", [])
         return list(self.db["autorl_events"].rows_where(where, args, order_by="id desc", limit=limit))
 
-    def close(self) -> None:
-        self.db.close()
+    def close(self, lost: bool = False) -> None:
+        """Close the connection. With ``lost`` (the file was removed or replaced while open), its write-ahead log
+        is first folded into the file this ledger opened, wherever that file is now: a ledger put back is whole,
+        and no stale log is left at the path to be read into whatever file is there next."""
+        try:
+            if lost:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            self.db.close()
+        except sqlite3.Error:
+            pass
 
 
 class StudyRecords:
@@ -393,6 +486,30 @@ def _migrate(db: sqlite_utils.Database, tx: Callable[[], Any]) -> None:
             db.execute("INSERT INTO autorl_migrations VALUES (?, ?)", [name, time.time()])
 
 
+def open_read(path: str | Path) -> Ledger:
+    """The ledger at ``path`` for reading only (the review commands): nothing is created or written, except the
+    migrations a ledger of an older autorl still needs."""
+    path = Path(path)
+    if not path.is_file():
+        raise NotFoundError(f"no ledger at {short(path, 200)}: run a study first with `autorl run`")
+    ledger = Ledger(path, readonly=True)
+    with _translated_errors(path):
+        pending = _pending(ledger.db)
+    if pending:
+        ledger.close()
+        Ledger(path).close()
+        ledger = Ledger(path, readonly=True)
+    return ledger
+
+
+def _pending(db: sqlite_utils.Database) -> list[str]:
+    """The migrations the ledger has not had yet."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'autorl_migrations'").fetchone():
+        return [name for name, _ in MIGRATIONS]
+    done = {r[0] for r in db.execute("SELECT name FROM autorl_migrations").fetchall()}
+    return [name for name, _ in MIGRATIONS if name not in done]
+
+
 def _select(db: sqlite_utils.Database, where: str, args: list, study_id: int | None) -> list[TrialRow]:
     if study_id is not None:
         where, args = f"({where}) AND study_id = ?", args + [study_id]
@@ -416,19 +533,172 @@ def _checked(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _open(path: Path) -> sqlite_utils.Database:
-    if path.exists() and not path.is_file():
-        raise WorkspaceError(f"ledger path {path} is not a file: pass --ledger FILE")
-    if not path.parent.is_dir():
-        raise WorkspaceError(f"ledger directory {path.parent} does not exist: create it or pass another --ledger")
-    try:
-        conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=30000")
-    except sqlite3.DatabaseError as exc:
-        hint = "it is not a ledger (or is corrupt)" if path.exists() else "cannot create it"
-        raise WorkspaceError(f"ledger {path}: {hint} ({exc}): check permissions or pass another --ledger") from None
+    _check_path(path)
+    conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=30000")
     return sqlite_utils.Database(conn)
+
+
+def _check_path(path: Path) -> None:
+    if path.exists() and not path.is_file():
+        raise WorkspaceError(f"ledger path {short(path, 200)} is not a file: pass --ledger FILE")
+    if path.is_symlink() and not path.exists():
+        raise WorkspaceError(f"ledger path {short(path, 200)} is a link to nothing: point it at your ledger, or pass "
+                             "--ledger FILE")
+    if not path.parent.is_dir():
+        raise WorkspaceError(f"ledger directory {short(path.parent, 200)} does not exist: create it or pass another "
+                             "--ledger")
+
+
+def _open_read(path: Path) -> sqlite_utils.Database:
+    """A read-only connection. Where SQLite cannot make the shared-memory file a WAL reader needs (a full disk,
+    a read-only folder) and no write-ahead log is waiting, the file is read as it is on disk (``immutable``)."""
+    _check_path(path)
+    with _translated_errors(path):
+        for extra in ("", "&immutable=1"):
+            conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro{extra}", uri=True, timeout=30,
+                                   isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute("PRAGMA busy_timeout=30000")
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if extra or _has_wal(path) or _code(exc) not in _CANNOT_READ_IN_PLACE:
+                    raise
+                continue
+            _check_is_ledger(conn, path)
+            return sqlite_utils.Database(conn)
+    raise AssertionError("unreachable")
+
+
+_CANNOT_READ_IN_PLACE = ("SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR_SHMSIZE",
+                         "SQLITE_IOERR_SHMOPEN", "SQLITE_READONLY_CANTINIT", "SQLITE_IOERR_WRITE",
+                         "SQLITE_IOERR_TRUNCATE", "SQLITE_IOERR_SHMMAP")
+
+
+def _has_wal(path: Path) -> bool:
+    try:
+        return os.path.getsize(f"{path}-wal") > 0
+    except OSError:
+        return False
+
+
+def _check_is_ledger(conn: sqlite3.Connection, path: Path) -> None:
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+    if names and "autorl_trials" not in names:
+        conn.close()
+        raise LedgerError(f"{short(path, 200)} is a SQLite file but not an autorl ledger (no autorl_trials table): "
+                          "pass your ledger with --ledger FILE")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, or None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+# ---- any SQLite failure is one line ------------------------------------------------------------------------------
+def _code(exc: BaseException) -> str:
+    """SQLite's error name (Python >= 3.11 gives it), else one read from the message."""
+    name = getattr(exc, "sqlite_errorname", None)
+    if name:
+        return name
+    text = str(exc).lower()
+    for needle, code in (("disk is full", "SQLITE_FULL"), ("malformed", "SQLITE_CORRUPT"),
+                         ("not a database", "SQLITE_NOTADB"), ("readonly", "SQLITE_READONLY"),
+                         ("locked", "SQLITE_BUSY"), ("disk i/o", "SQLITE_IOERR"), ("unable to open", "SQLITE_CANTOPEN")):
+        if needle in text:
+            return code
+    return "SQLITE_ERROR"
+
+
+def ledger_error(path: Path, exc: BaseException) -> Exception:
+    """The one line that says what a SQLite failure on the ledger at ``path`` means, and what to do."""
+    code, msg, where = _code(exc), short(exc, 120), short(path, 200)
+    if code == "SQLITE_FULL" or (code.startswith("SQLITE_IOERR") and free_bytes(path) < (1 << 20)):
+        return disk_full(path)
+    if code.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return damaged(path, msg)
+    if code == "SQLITE_READONLY_DBMOVED":
+        return LedgerError(f"ledger {where} was moved or removed while in use ({msg}): put it back, then `autorl run "
+                           "--resume`")
+    if code.startswith("SQLITE_READONLY"):
+        return LedgerError(f"ledger {where} cannot be written ({msg}): check the permissions of the file and its "
+                           "folder, or pass another --ledger")
+    if code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return LedgerError(f"ledger {where} stayed locked by another process for 30 s ({msg}): try again once it "
+                           "is done")
+    if code.startswith("SQLITE_CANTOPEN"):
+        return LedgerError(f"ledger {where} cannot be opened ({msg}): check that its folder exists and is "
+                           "writable, or pass another --ledger")
+    return LedgerError(f"ledger {where}: SQLite failed ({code}: {msg}): the ledger is kept as it is; check the "
+                       "disk, then try again")
+
+
+def damaged(path: Path, what: str) -> LedgerError:
+    where = short(path, 200)
+    return LedgerError(f"ledger {where} is damaged ({what}): keep the file; copy it aside and let "
+                       f"`sqlite3 COPY .recover` rebuild what it holds into a new file, and pass that with --ledger "
+                       "(or --ledger NEW to start afresh)")
+
+
+def disk_full(path: Path) -> DiskFullError:
+    free = free_bytes(path)
+    return DiskFullError(f"no space left on the disk of {short(path, 200)} ({_size(free)} free): free some space, then "
+                         "run the command again (a stopped study goes on with `autorl run --resume`; its ledger is "
+                         "kept)")
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes free to this user on the file system of ``path`` (or of the nearest folder above it that exists)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return 1 << 62
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.0f} KiB"
+
+
+@contextmanager
+def _translated_errors(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise ledger_error(path, exc) from None
+    except OSError as exc:
+        if exc.errno == 28:  # ENOSPC
+            raise disk_full(path) from None
+        raise
+
+
+def _translating(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def wrapper(self, *args: Any, **kwargs: Any) -> Any:
+        with _translated_errors(self.path if isinstance(self, Ledger) else self.ledger.path):
+            return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _translate_all(cls: type) -> None:
+    """Every public method of ``cls`` turns a SQLite failure into its one line."""
+    for name, fn in list(vars(cls).items()):
+        if callable(fn) and not name.startswith("_") and name != "tx":
+            setattr(cls, name, _translating(fn))
+
+
+_translate_all(Ledger)
+_translate_all(StudyRecords)
 
 
 def _jsonify(v: Any) -> Any:
@@ -447,22 +717,21 @@ def _decode(row: dict) -> Any:
 
 
 def ledger_guard(path: Path) -> None:
-    """Fail early, before anything is written, if the ledger cannot be written."""
-    import os
-
+    """Fail early, before anything is written, if the ledger cannot be written or read: a path that is not a file,
+    a folder that is not there or not writable, a disk with no room, a file that is not an autorl ledger, a
+    damaged one (every page is checked)."""
+    _check_path(path)
     target = path if path.exists() else path.parent
-    if not target.exists():
-        raise WorkspaceError(f"ledger directory {path.parent} does not exist: create it or pass another --ledger")
     if not os.access(target, os.W_OK):
-        raise WorkspaceError(f"ledger {path} is not writable: fix its permissions or pass another --ledger")
+        raise WorkspaceError(f"ledger {short(path, 200)} is not writable: fix its permissions or pass another --ledger")
+    if free_bytes(target) < MIN_FREE:
+        raise disk_full(path)
     if path.exists():
-        _check_readable(path)
+        ledger = Ledger(path, readonly=True)
+        try:
+            ledger.file.verify(ledger.db)
+        finally:
+            ledger.close()
 
 
-def _check_readable(path: Path) -> None:
-    try:
-        conn = sqlite3.connect(str(path))
-        conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
-        conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise WorkspaceError(f"ledger {path} is not a SQLite database ({exc}): move it away or pass another --ledger") from None
+MIN_FREE = 4 << 20  # a study does not start with less free space than this where its ledger lives

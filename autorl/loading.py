@@ -10,27 +10,140 @@ A string that looks like such a number is quoted when dumped, so text written he
 - ``dump(data)`` and ``render(value)``: YAML text of a mapping, and one value as it is written after ``key: ``;
 - ``load_table(path, model, what, doc)``: a rules table read (with the files it includes), parsed and validated
   by its pydantic model, cached per version of its files; any problem is one ``RulesError`` line naming the file,
-  the field and what to do.
+  the field and what to do;
+- ``read_text(path, error, what)``: a file's text, read with the size bound.
+
+Whatever is read is bounded before it can cost anything (``LIMITS``): a text over 1 MiB, nesting deeper than 64
+levels, aliases that would expand to more than 2,000,000 values and characters (an alias bomb, or an alias that
+holds itself), a key given twice in one mapping, an integer outside 64 bits or a number written with more than 100
+characters, a float that overflows, a date that does not exist: each is one ``Refused`` (a YAML error with the line
+it is on), which every caller turns into its own one-line error. Anchors, aliases and ``<<`` merges are allowed
+within the bound.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from autorl.errors import RulesError, UserError, validation_line
+from autorl.errors import RulesError, UserError, short, validation_line
 
 # A float with an exponent and no dot (3e-4), or an exponent without a sign (1.0e5): strings in YAML 1.1.
 _EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
 _FIRST = list("-+0123456789.")
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The bounds on what autorl reads as YAML."""
+
+    max_bytes: int = 1 << 20  # the text (and any file read as text)
+    max_depth: int = 64  # nested collections
+    max_expanded: int = 2_000_000  # values + characters of a node with every alias expanded
+    max_number_chars: int = 100  # how a number is written
+    int_range: tuple[int, int] = (-(2 ** 63), 2 ** 63 - 1)  # what SQLite and every library downstream can hold
+
+
+LIMITS = Limits()
+
+
+class Refused(yaml.MarkedYAMLError):
+    """YAML that is refused for what it would cost or because it cannot mean one thing (a key given twice)."""
+
+    def __init__(self, problem: str, mark: Any = None):
+        super().__init__(problem=problem, problem_mark=mark)
+
+
 class _Loader(yaml.SafeLoader):
-    """Safe YAML with numbers like 3e-4 read as numbers."""
+    """Safe YAML with numbers like 3e-4 read as numbers, and the bounds of ``LIMITS`` applied while it is read."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+        self._weight: dict[int, int] = {}  # id(node) -> its size with aliases expanded
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        """Each node once, refusing depth beyond the bound and aliases that hold themselves or expand too far."""
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            held = self.anchors.get(event.anchor)
+            if held is not None and id(held) not in self._weight:
+                raise Refused(f"alias *{short(event.anchor, 40)} is inside the value it names (it would never end): "
+                              "write the value out", event.start_mark)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > LIMITS.max_depth:
+            raise Refused(f"nested deeper than {LIMITS.max_depth} levels: flatten it", event.start_mark)
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        self._weigh(node)
+        return node
+
+    def _weigh(self, node: Any) -> None:
+        if isinstance(node, yaml.ScalarNode):
+            weight = 1 + len(node.value)
+        else:
+            children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+            weight = 1 + sum(self._weight.get(id(child), 1) for child in children)
+        if weight > LIMITS.max_expanded:
+            raise Refused(f"aliases here expand to more than {LIMITS.max_expanded:,} values and characters (an alias "
+                          "bomb?): write the values out", node.start_mark)
+        self._weight[id(node)] = weight
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        """A value that cannot be built (an impossible date, a number out of range) names its line."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError, TypeError, ArithmeticError) as exc:
+            raise Refused(f"{short(getattr(node, 'value', ''), 40)!r} cannot be read ({short(exc, 80)})",
+                          node.start_mark) from None
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+        """A mapping in which no key is given twice (a ``<<`` merge may be overridden, as YAML says)."""
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise Refused(f"key {short(key, 60)!r} is given twice in one mapping (first on line "
+                                  f"{seen[key] + 1}): keep one", key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: Any) -> int:
+        _check_length(node)
+        value = super().construct_yaml_int(node)
+        low, high = LIMITS.int_range
+        if not low <= value <= high:
+            raise Refused(f"the integer {short(node.value, 40)} is outside 64 bits: give a smaller number",
+                          node.start_mark)
+        return value
+
+    def construct_yaml_float(self, node: Any) -> float:
+        _check_length(node)
+        value = super().construct_yaml_float(node)
+        if math.isinf(value) and "inf" not in node.value.lower():
+            raise Refused(f"the number {short(node.value, 40)} is too large for a float: give a smaller number or "
+                          ".inf", node.start_mark)
+        return value
+
+
+def _check_length(node: Any) -> None:
+    if len(node.value) > LIMITS.max_number_chars:
+        raise Refused(f"a number written with {len(node.value):,} characters (more than {LIMITS.max_number_chars}): "
+                      "give a smaller number", node.start_mark)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -44,8 +157,33 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def _yaml(text: str) -> Any:
-    """The one call into the YAML parser: every text autorl reads as YAML goes through here."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    """The one call into the YAML parser: every text autorl reads as YAML goes through here, within ``LIMITS``."""
+    if len(text) > LIMITS.max_bytes:
+        raise Refused(f"{len(text) / (1 << 20):.1f} MiB of text is more than the {LIMITS.max_bytes >> 20} MiB autorl "
+                      "reads: shorten it")
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except RecursionError:
+        raise Refused("nested too deeply to read: flatten it") from None
+
+
+def read_text(path: str | Path, error: type[UserError], what: str) -> str:
+    """The text of the file at ``path``, read with the size bound; a file that is larger, not there, not a regular
+    file or not UTF-8 is one ``error`` line: '<what> <path>: <problem>'."""
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{what} {short(p, 200)} not found (or not a regular file): pass the path of a file")
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read(LIMITS.max_bytes + 1)
+    except OSError as exc:
+        raise error(f"{what} {short(p, 200)} cannot be read ({exc.strerror}): check its permissions") from None
+    if len(data) > LIMITS.max_bytes:
+        raise error(f"{what} {short(p, 200)} is larger than the {LIMITS.max_bytes >> 20} MiB autorl reads: shorten it")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {short(p, 200)} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
 
 
 def parse(text: str, source: str | Path = "", error: type[UserError] = UserError, first_line: int = 1,
@@ -63,7 +201,9 @@ def error_text(exc: yaml.YAMLError, first_line: int = 1) -> str:
     """' line N: not valid YAML (problem)' for a parse error."""
     line = getattr(getattr(exc, "problem_mark", None), "line", None)
     at = f" line {line + first_line}" if line is not None else ""
-    return f"{at}: not valid YAML ({getattr(exc, 'problem', exc)})"
+    if isinstance(exc, Refused):
+        return f"{at}: {exc.problem}"
+    return f"{at}: not valid YAML ({short(getattr(exc, 'problem', None) or exc, 200)})"
 
 
 def parse_value(raw: str) -> Any:
@@ -72,6 +212,8 @@ def parse_value(raw: str) -> Any:
         return ""
     try:
         return _yaml(raw)
+    except Refused:
+        raise
     except yaml.YAMLError:
         return raw
 
@@ -146,12 +288,12 @@ def _read_data(path: Path, what: str, doc: str) -> Any:
     def fail(problem: str) -> RulesError:
         return RulesError(f"{what} {path}: {problem}: fix the file (see {doc})")
 
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not path.exists():
         raise RulesError(f"{what} {path}: cannot be read (no such file): restore the file (see {doc})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail(f"cannot be read ({exc.__class__.__name__})") from None
+    try:
+        text = read_text(path, RulesError, what)
+    except RulesError as exc:
+        raise fail(str(exc).removeprefix(f"{what} {path} ")) from None
     try:
         return _yaml(text)
     except yaml.YAMLError as exc:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from autorl.backends.registry import BACKENDS, BackendName
 from autorl import loading
-from autorl.errors import RecipeError, validation_line
+from autorl.errors import RecipeError, short, validation_line
 
 
 
@@ -267,12 +267,8 @@ def read_recipe_text(path: str | Path) -> str:
     """A recipe file's text: the one read of it, from which its model and its committed text both come."""
     p = Path(path)
     if not p.is_file():
-        raise RecipeError(f"recipe file {p} not found: pass the path of a .yaml recipe (see recipes/)")
-    try:
-        return p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError(f"recipe file {p} cannot be read ({exc.__class__.__name__}): check its permissions "
-                          "and that it is UTF-8 text") from None
+        raise RecipeError(f"recipe file {short(p, 200)} not found: pass the path of a .yaml recipe (see recipes/)")
+    return loading.read_text(p, RecipeError, "recipe file")
 
 
 def parse_recipe_text(text: str, source: str | Path) -> dict:
@@ -308,8 +304,11 @@ def parse_overrides(items: Iterable[str]) -> Overrides:
         if not sep or not key.strip():
             raise RecipeError(f"--set {item!r}: write key=value, e.g. --set lr=3e-4")
         path = tuple(key.strip().split("."))
-        out[("train", *path) if len(path) == 1 and path[0] not in Recipe.model_fields else path] = \
-            loading.parse_value(raw)
+        try:
+            value = loading.parse_value(raw)
+        except loading.Refused as exc:
+            raise RecipeError(f"--set {short(key.strip(), 60)}: {exc.problem}") from None
+        out[("train", *path) if len(path) == 1 and path[0] not in Recipe.model_fields else path] = value
     return out
 
 

@@ -1,23 +1,32 @@
 """A workspace: a git repository with recipes/, hypotheses/, patches/ and ledger.sqlite.
 
-autorl writes only two things into the user's working tree: ``ledger.sqlite`` and
-its run folder ``.autorl/`` (worktrees, run logs, caches). Both are ignored via
-``.git/info/exclude``, which is not part of the working tree.
+autorl writes only two things into the user's working tree: ``ledger.sqlite`` (with SQLite's ``-wal``/``-shm``
+files and its ``-lock`` file beside it) and its run folder ``.autorl/`` (worktrees, run logs, caches, locks). Both
+are ignored via ``.git/info/exclude``, which is not part of the working tree.
+
+One controller runs a study at a time: ``lock_study`` takes the study's lock in ``.autorl/locks/`` for the
+controller's life (``autorl.locks``: released by the kernel when the controller ends, however it ends), and
+``study_holder`` says who holds it. Several studies may run in one workspace at once, each with its own lock.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autorl import gitops
+from autorl import gitops, locks
 from autorl.data import shipped
-from autorl.errors import WorkspaceError
+from autorl.errors import StudyBusyError, WorkspaceError, short
 
 RUN_DIR = ".autorl"
 LEDGER = "ledger.sqlite"
 IGNORES = [f"/{RUN_DIR}/", f"/{LEDGER}", f"/{LEDGER}-*"]
+
+
 @dataclass(frozen=True)
 class Workspace:
     root: Path
@@ -27,7 +36,9 @@ class Workspace:
     def open(cls, path: str | Path = ".", ledger: str | Path | None = None) -> "Workspace":
         root = gitops.repo_root(path)
         lp = Path(ledger).resolve() if ledger else root / LEDGER
-        return cls(root=root, ledger_path=lp)
+        ws = cls(root=root, ledger_path=lp)
+        ws.check_run_dir()
+        return ws
 
     @property
     def run_dir(self) -> Path:
@@ -45,16 +56,66 @@ class Workspace:
     def cache(self) -> Path:
         return self.run_dir / "cache"
 
+    @property
+    def locks(self) -> Path:
+        return self.run_dir / "locks"
+
+    def check_run_dir(self) -> None:
+        """``.autorl`` and its folders are folders (or links to folders) where they exist: a file or a link to
+        nothing in their place is one line, whoever asks."""
+        for d in (self.run_dir, self.worktrees, self.runs, self.cache, self.locks):
+            if d.is_symlink() and not d.exists():
+                raise WorkspaceError(f"{short(d, 200)} is a link to nothing: autorl keeps its run folder there; point "
+                                     "the link at a folder, or move it away")
+            if d.exists() and not d.is_dir():
+                raise WorkspaceError(f"{short(d, 200)} is not a folder: autorl keeps its run folder there; move it "
+                                     "away (or rename it) and run again")
+            if d == self.run_dir and not d.exists():
+                return
+
     def ensure_ignored(self) -> None:
-        """Keep autorl's files out of ``git status`` without editing the user's tree."""
+        """Keep autorl's files out of ``git status`` without editing the user's tree, and make the run folder."""
+        self.check_run_dir()
+        try:
+            for d in (self.worktrees, self.runs, self.cache, self.locks):
+                d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WorkspaceError(f"cannot make autorl's run folder {short(self.run_dir, 200)} ({exc.strerror}): check "
+                                 "that the workspace is writable") from None
         exclude = gitops.common_dir(self.root) / "info" / "exclude"
-        exclude.parent.mkdir(parents=True, exist_ok=True)
-        text = exclude.read_text() if exclude.exists() else ""
+        text = exclude.read_text(errors="replace") if exclude.is_file() else ""
         missing = [line for line in IGNORES if line not in text.splitlines()]
         if missing:
-            exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(missing) + "\n")
-        for d in (self.worktrees, self.runs, self.cache):
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                _write_atomically(exclude, text + ("" if text.endswith("\n") or not text else "\n")
+                                  + "\n".join(missing) + "\n")
+            except OSError as exc:
+                raise WorkspaceError(f"cannot write {short(exclude, 200)} ({exc.strerror}): free some space or fix "
+                                     "its permissions, then run again") from None
+
+    def study_lock_path(self, name: str) -> Path:
+        """The lock file of study ``name`` in this workspace's ledger."""
+        key = hashlib.sha1(f"{self.ledger_path.resolve()}\0{name}".encode()).hexdigest()[:12]
+        return self.locks / f"study-{gitops.slugify(name, 40)}-{key}.lock"
+
+    def lock_study(self, name: str) -> locks.Lock:
+        """Hold study ``name``'s lock for the controller's life; another live controller of it is one line."""
+        self.check_run_dir()
+        try:
+            self.locks.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WorkspaceError(f"cannot make {short(self.locks, 200)} ({exc.strerror}): check that the workspace is "
+                                 "writable") from None
+        try:
+            return locks.hold(self.study_lock_path(name), f"study {name}")
+        except locks.Busy as exc:
+            raise StudyBusyError(f"study {short(name, 80)} is being run by {locks.describe(exc.holder)}: one "
+                                 "controller per study; wait for it to end, or stop it (Ctrl-C, or kill -INT "
+                                 f"{(exc.holder or {}).get('pid', 'PID')}) before `autorl run --resume`") from None
+
+    def study_holder(self, name: str) -> dict | None:
+        """Who runs study ``name`` now ({pid, host, since}), or None when no controller does."""
+        return locks.holder(self.study_lock_path(name))
 
     def rel(self, path: Path) -> str:
         return str(path.resolve().relative_to(self.root))
@@ -92,3 +153,17 @@ def _append_gitignore(path: Path) -> None:
     if missing:
         prefix = "" if not text or text.endswith("\n") else "\n"
         path.write_text(text + prefix + "# autorl: run folder and ledger\n" + "\n".join(missing) + "\n")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace ``path``'s text in one step (a reader sees the old text or the new, never a part)."""
+    target = path.resolve() if path.is_symlink() else path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

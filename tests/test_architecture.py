@@ -22,7 +22,7 @@ SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|PRAGMA)\b|\b(WH
 # no-cycle rule alone holds. A package prefix covers its modules; the longest matching prefix places a module.
 LAYERS: list[tuple[str, ...]] = [
     ("autorl", "autorl.errors", "autorl.data", "autorl.metrics", "autorl.budget"),  # what everything shares
-    ("autorl.loading", "autorl.ledger", "autorl.gitops", "autorl.workspace"),  # files, SQL, git
+    ("autorl.loading", "autorl.locks", "autorl.ledger", "autorl.gitops", "autorl.workspace"),  # files, locks, SQL, git
     ("autorl.engine",),  # the embedded trainer (and the per-item metrics every evaluator uses)
     ("autorl.evaluate",),  # the per-item evaluator of a saved checkpoint
     ("autorl.backends",),  # how a run is started somewhere

@@ -160,7 +160,7 @@ def importances(ledger, study_name: str) -> tuple[dict[str, float], str]:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        st = optuna.load_study(study_name=study_name, storage=f"sqlite:///{Path(ledger.path).resolve()}")
+        st = optuna.load_study(study_name=study_name, storage=ledger.file.optuna_url())
         values = optuna.importance.get_param_importances(st)
     except IMPORTANCE_ERRORS as exc:
         return {}, f"Optuna could not compute importances from {complete} complete trials ({exc})"

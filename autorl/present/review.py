@@ -332,8 +332,9 @@ def format_diagnosis(d: dict) -> str:
     return "\n".join(lines)
 
 
-def status_rows(ledger) -> dict[str, Any]:
-    """Studies, running trials and full runs with their latest step and eval."""
+def status_rows(ledger, ws=None) -> dict[str, Any]:
+    """Studies, running trials and full runs with their latest step and eval. With the workspace, a study marked
+    running that no controller holds (killed, or stopped by a lost ledger or a full disk) shows as interrupted."""
     running = []
     for r in ledger.unfinished():
         metrics = ledger.metrics(r["id"])
@@ -345,8 +346,18 @@ def status_rows(ledger) -> dict[str, Any]:
     studies = ledger.studies(limit=5)
     full = [{k: r.get(k) for k in ("attempt", "status", "objective", "reason", "promoted_from", "end_tag")}
             for r in ledger.trials(kind="full")]
-    return {"studies": [{k: s[k] for k in ("name", "status", "strategy", "budget_s")} for s in studies],
-            "running": running, "full_runs": full}
+    return {"studies": [_study_status(s, ws) for s in studies], "running": running, "full_runs": full}
+
+
+def _study_status(s: dict, ws) -> dict[str, Any]:
+    row = {k: s[k] for k in ("name", "status", "strategy", "budget_s")}
+    if ws is not None and s["status"] == "running":
+        holder = ws.study_holder(s["name"])
+        row["controller_pid"] = (holder or {}).get("pid")
+        if holder is None:
+            row["status"] = "interrupted (no controller runs it: `autorl run --resume --study NAME` goes on)".replace(
+                "NAME", s["name"])
+    return row
 
 
 def _alive(pid: int | None) -> bool:

@@ -202,6 +202,9 @@ class Ranked(_Model):
 
 # ---------------------------------------------------------------- loading
 
+MAX_FILES = 1000  # hypothesis files read from one folder
+
+
 def load_library(dirs: list[Path]) -> list[Hypothesis]:
     """All hypotheses in ``dirs`` (later folders override ids of earlier ones), sorted by id."""
     found: dict[str, Hypothesis] = {}
@@ -209,7 +212,11 @@ def load_library(dirs: list[Path]) -> list[Hypothesis]:
         d = Path(d)
         if not d.is_dir():
             raise HypothesisError(f"hypotheses folder {d} not found: create it or drop it from the list")
-        for path in sorted(d.glob("*.md")):
+        paths = sorted(d.glob("*.md"))
+        if len(paths) > MAX_FILES:
+            raise HypothesisError(f"hypotheses folder {d} holds {len(paths):,} .md files, more than the {MAX_FILES:,} "
+                                  "autorl reads: keep the hypotheses you mean there")
+        for path in paths:
             if path.name.lower() != "readme.md":
                 h = load_hypothesis(path)
                 found[h.id] = h
@@ -235,7 +242,7 @@ def load_hypothesis(path: Path) -> Hypothesis:
 
 
 def _split_front_matter(path: Path) -> tuple[dict, str]:
-    text = path.read_text()
+    text = loading.read_text(path, HypothesisError, "hypothesis file")
     m = re.match(r"^---[ \t]*\n(.*?)\n---[ \t]*(?:\n|$)", text, re.S)
     if not m:
         raise HypothesisError(f"{path}: no YAML front matter: start the file with a '---' block holding id, title, priority, ...")

@@ -57,7 +57,8 @@ class Proposer:
 
     def recover(self) -> int:
         """Fail the trials a killed controller left RUNNING in every Optuna study of this study (per hypothesis too)."""
-        names = set(study_names(self.ws.ledger_path, self.study["optuna_study"])) | {self.study["optuna_study"]}
+        url = self.records.ledger.file.optuna_url()
+        names = set(study_names(url, self.study["optuna_study"])) | {self.study["optuna_study"]}
         return sum(self.search(name).fail_running() for name in sorted(names))
 
     # ---- the next proposal ------------------------------------------------------------

@@ -6,6 +6,8 @@ opens it. Optuna prunes nothing (``NopPruner``): a trial is stopped early only b
 autorl.judge.prune (clearly worse than the incumbent at the same step) or autorl.judge.abort.
 A crashed trial is told FAIL — never a fake score — and a pruned one
 PRUNED. The baseline is enqueued so that the first trial is the recipe as written.
+A ``guard`` (the ledger's ``check``) runs before every write, so that nothing is written once the ledger file was
+removed or replaced.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from autorl.recipe import SearchParam
 
@@ -45,9 +47,10 @@ class Search:
     """One Optuna study: ask for values inside a space, tell how they did."""
 
     def __init__(self, storage: str | Path, name: str, direction: str = "maximize",
-                 sampler: str = "tpe", seed: int = 0, parallel: bool = False):
+                 sampler: str = "tpe", seed: int = 0, parallel: bool = False, guard: Callable[[], None] | None = None):
         optuna = _optuna()
         self.name = name
+        self.guard = guard or (lambda: None)
         url = storage if str(storage).startswith("sqlite:") else f"sqlite:///{Path(storage).resolve()}"
         self.storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
         self.study = optuna.create_study(study_name=name, storage=self.storage, direction=direction,
@@ -57,6 +60,7 @@ class Search:
 
     def ask(self, space: dict[str, SearchParam], fixed: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
         """Propose values for ``space`` (``fixed`` values are enqueued exactly)."""
+        self.guard()
         if fixed:
             self.study.enqueue_trial(fixed, skip_if_exists=False)
         trial = self.study.ask(distributions(space))
@@ -70,6 +74,7 @@ class Search:
         trial = self._open.get(number)
         if trial is None or value is None or not math.isfinite(value):
             return False
+        self.guard()
         trial.report(value, step)
         return False
 
@@ -80,6 +85,7 @@ class Search:
         st = {"complete": ts.COMPLETE, "pruned": ts.PRUNED, "fail": ts.FAIL}[state]
         if st == ts.COMPLETE and (value is None or not math.isfinite(value)):
             st, value = ts.FAIL, None
+        self.guard()
         try:
             self.study.tell(number, value if st == ts.COMPLETE else None, state=st, skip_if_finished=True)
         except (ValueError, RuntimeError):
@@ -93,6 +99,7 @@ class Search:
         self.tell(number, "fail")
         if trial is None or not again or not trial.params:
             return f"; Optuna trial {number} of {self.name} told FAIL"
+        self.guard()
         self.study.enqueue_trial(dict(trial.params), skip_if_exists=False)
         return f"; Optuna trial {number} of {self.name} told FAIL, its values enqueued for the next ask"
 

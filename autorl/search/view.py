@@ -57,9 +57,10 @@ class StudyView:
         """The Optuna study ``name`` (default: the study's own), opened once."""
         name = name or self.name
         if name not in self._searches:
-            self._searches[name] = Search(self.ws.ledger_path, name, self.base.objective.direction,
+            ledger = self.records.ledger
+            self._searches[name] = Search(ledger.file.optuna_url(), name, self.base.objective.direction,
                                           sampler or self._sampler, seed=self._seed + len(self._searches),
-                                          parallel=self._parallel)
+                                          parallel=self._parallel, guard=ledger.file.check)
         return self._searches[name]
 
     def ask(self, search: Search, space: dict, fixed: dict | None = None) -> tuple[int, dict[str, Any]]:

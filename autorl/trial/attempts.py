@@ -76,9 +76,13 @@ def launch(s: StudyState, ctx: TrialContext, slots: Slots, slot: int, deadline: 
                                   assign=lambda plan: slots.assign(plan, slot, recipe))
     except UserError as exc:
         return Outcome("config-error", None, str(exc))
-    s.ledger.update_trial(a.row_id, pid=handle.pid, job_id=handle.job_id, job_address=slots.address)
-    monitor = TrialMonitor(s, ctx, clock)
-    return lifecycle.watch_run(handle, recipe, deadline=deadline, on_records=monitor.on_records, external=external)
+    try:
+        s.ledger.update_trial(a.row_id, pid=handle.pid, job_id=handle.job_id, job_address=slots.address)
+        monitor = TrialMonitor(s, ctx, clock)
+        return lifecycle.watch_run(handle, recipe, deadline=deadline, on_records=monitor.on_records, external=external)
+    except BaseException:
+        handle.cancel(grace_s=2.0)  # started, but the study cannot follow it (a lost ledger): no orphan
+        raise
 
 
 def close(s: StudyState, ctx: TrialContext, outcome: Outcome, result: TrialResult) -> None:

@@ -14,7 +14,11 @@ One trial, in order (each step a module of ``autorl.trial``):
    worktree removed; a candidate's confirmation runs queued, a carried base recipe taken up.
 
 The study is opened by ``opening`` (and ``recovery`` on ``--resume``); what the parts share is a ``StudyState``.
-The controller never imports torch: trials are child processes or Ray jobs.
+While it runs, the loop checks at every turn that the ledger is still the file it opened, and now and then that
+every page of it reads (``recovery.LedgerWatch``). However the loop ends — the budget, a stop, a lost ledger, a
+full disk, a bug — ``recovery.shut_down`` stops what still runs and closes the study, each step on its own, and
+the error that ended it is the one told. The controller never imports torch: trials are child processes or Ray
+jobs.
 """
 
 from __future__ import annotations
@@ -62,41 +66,55 @@ class Controller:
         self.started = time.time()
         self.deadline = self.started + opts.budget_s
         self.slots: Slots | None = None
+        self.running: dict[int, tuple[TrialContext, Watch]] = {}  # slot -> the trial in flight there
         self._held: Proposal | None = None  # the proposal last put back for not fitting (logged once)
 
     def run(self) -> dict[str, Any]:
         self.s = self._setup()
         old = _install_signals(self._on_signal)
+        failure: BaseException | None = None
         try:
             self._loop()
             recovery.release_unstarted(self.s)
+        except BaseException as exc:
+            failure = recovery.stop_error(self.s, exc)
+            if failure is exc:
+                raise
+            raise failure from None
         finally:
             _restore_signals(old)
-            self.s.backend.close()
-            self.slots.close()
-            self.s.ledger.update_study(self.s.id, status="stopped")
-            self.view.close()
+            recovery.shut_down(self.s, self.running, self.slots, failure)
         return self.summary()
 
     def _setup(self) -> StudyState:
-        """Every input checked first (``opening``); then the carried base recipe, orphans, the resumed queue."""
+        """Every input checked first (``opening``); then the carried base recipe, orphans, the resumed queue. A step
+        that fails once the study's row is written marks it stopped with the reason."""
         s = opening.open_study(self.ws, self.opts, self.view)
-        carry.carry_base(s)
-        self.slots = Slots(self.opts.parallel, self.opts.ray_address)
-        recovery.recover(s)
-        if self.opts.resume:
-            recovery.requeue(s)
-        opening.prepare_backend(s)
+        try:
+            carry.carry_base(s)
+            self.slots = Slots(self.opts.parallel, self.opts.ray_address)
+            recovery.recover(s)
+            if self.opts.resume:
+                recovery.requeue(s)
+            opening.prepare_backend(s)
+            self.watch = recovery.LedgerWatch(s.ledger)
+        except BaseException as exc:
+            failure = recovery.stop_error(s, exc)
+            recovery.shut_down(s, {}, self.slots, failure)
+            if failure is exc:
+                raise
+            raise failure from None
         self.view.study(f"study {s.row['name']}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
                         f"backend {s.base.backend}, recipe {s.recipe_rel}")
         return s
 
     # ---- the loop -------------------------------------------------------------------------------------------
     def _loop(self) -> None:
-        """Keep up to ``parallel`` trials in flight; finish each as it ends."""
-        running: dict[int, tuple[TrialContext, Watch]] = {}
+        """Keep up to ``parallel`` trials in flight; finish each as it ends. Each turn first checks the ledger."""
+        running = self.running
         self.launched, self.done_before = 0, len(self.s.records.trials(kind="trial"))
         while True:
+            self.watch.step()
             opened = self._fill(running)
             if not running and not opened:  # a trial that failed before launch is finished: ask again
                 break

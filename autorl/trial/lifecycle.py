@@ -55,19 +55,21 @@ def open_attempt(ws, ledger, *, rev: str, slug: str, files: dict[str, str], mess
     The commit message is ``attempt-NN-slug: <message>``. ``changed_files(worktree)`` may change the worktree
     further (apply a patch) and return the paths it touched.
     """
-    number = max(gitops.next_attempt_number(ws.root), ledger.max_number() + 1)
-    name = gitops.attempt_name(number, slug)
-    wt, run_dir = ws.worktrees / name, ws.runs / name
-    gitops.add_worktree(ws.root, wt, name, rev)
-    for rel, text in files.items():
-        (wt / rel).parent.mkdir(parents=True, exist_ok=True)
-        (wt / rel).write_text(text)
-    paths = list(files) + (changed_files(wt) if changed_files else [])
-    sha = gitops.commit(wt, f"{name}: {message}", paths)
-    gitops.tag(ws.root, gitops.start_tag(number), sha)
-    row_id = ledger.add_trial(number=number, attempt=name, branch=name, start_tag=gitops.start_tag(number),
-                              start_sha=sha, started=time.time(), log_path=str(run_dir / "train.log"),
-                              metrics_path=str(run_dir / "metrics.jsonl"), **row)
+    with ledger.file.exclusive("number an attempt"):  # studies sharing the workspace and ledger number one at a time
+        number = gitops.free_attempt_number(ws.root, max(gitops.next_attempt_number(ws.root), ledger.max_number() + 1),
+                                            slug)
+        name = gitops.attempt_name(number, slug)
+        wt, run_dir = ws.worktrees / name, ws.runs / name
+        gitops.add_worktree(ws.root, wt, name, rev)
+        for rel, text in files.items():
+            (wt / rel).parent.mkdir(parents=True, exist_ok=True)
+            (wt / rel).write_text(text)
+        paths = list(files) + (changed_files(wt) if changed_files else [])
+        sha = gitops.commit(wt, f"{name}: {message}", paths)
+        gitops.tag(ws.root, gitops.start_tag(number), sha)
+        row_id = ledger.add_trial(number=number, attempt=name, branch=name, start_tag=gitops.start_tag(number),
+                                  start_sha=sha, started=time.time(), log_path=str(run_dir / "train.log"),
+                                  metrics_path=str(run_dir / "metrics.jsonl"), **row)
     return Attempt(number, name, wt, run_dir, sha, row_id)
 
 

@@ -3,19 +3,26 @@
 A new study reads its recipe once: the committed text is the file with each ``--set`` value written in place
 (``autorl.recipe.recipe_and_text``), and the base recipe is validated once, from exactly that text. On
 ``--resume`` the study's own recipe and strategy are taken over, and a flag that would change them is an error.
+
+One controller per study: the study's lock (``Workspace.lock_study``) is taken before its row is written or a
+resumed study's running trials are touched, and held until the controller ends. A new study without ``--study``
+gets a name no other study of the ledger has, chosen under the ledger's lock, so studies started at once never
+collide. Once the row is written, a set-up step that fails marks the study stopped with its reason
+(``setup_failed``) before the error goes on.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from autorl import gitops
 from autorl.backends.base import get_backend
-from autorl.errors import UserError
+from autorl.errors import UserError, short
 from autorl.judge.evidence import Evidence
-from autorl.ledger import Ledger, ledger_guard
+from autorl.ledger import Ledger, ledger_guard, open_read
 from autorl.present.live import PlainView
 from autorl.recipe import Recipe, check_base, editable_text, read_recipe_text, recipe_and_text, recipe_from_text
 from autorl.search.hypotheses_strategy import library_for
@@ -25,9 +32,21 @@ from autorl.workspace import Workspace, default_recipe_source
 
 
 def open_study(ws: Workspace, opts: Any, view: PlainView) -> StudyState:
-    """The study ``opts`` asks for, new or resumed, with its ledger row, base recipe, backend and proposer."""
-    ledger_guard(ws.ledger_path)
+    """The study ``opts`` asks for, new or resumed, with its ledger row, base recipe, backend and proposer. A
+    resumed study's lock is taken first, before anything else is read or touched."""
+    check_study_name(opts.study_name, new=not opts.resume)
     resumed = resumed_study(ws, opts)
+    lock = ws.lock_study(resumed["name"]) if resumed is not None else None
+    try:
+        ledger_guard(ws.ledger_path)
+        return _open(ws, opts, view, resumed, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _open(ws: Workspace, opts: Any, view: PlainView, resumed: dict | None, lock: Any) -> StudyState:
     if resumed is None:
         recipe, text, rel = base_recipe(ws, opts)
     else:
@@ -39,10 +58,44 @@ def open_study(ws: Workspace, opts: Any, view: PlainView) -> StudyState:
         library_for(ws, recipe.backend)  # the library (and its patches) now: a bad file stops the study unwritten
     ws.ensure_ignored()
     ledger = Ledger(ws.ledger_path)
-    row = _study_row(ws, ledger, opts, recipe, text, rel)
-    proposer = Proposer(ws, ledger, row, recipe, opts, backend)
+    row, lock = _study_row(ws, ledger, opts, recipe, text, rel, lock)
+    try:
+        ledger.file.create_optuna_tables()
+        proposer = Proposer(ws, ledger, row, recipe, opts, backend)
+    except BaseException as exc:
+        setup_failed(ledger, row, lock, exc)
+        raise
     return StudyState(ws, opts, view, ledger, row, recipe, row["recipe"], row["recipe_path"], backend, proposer,
-                      proposer.records, Evidence(proposer.records))
+                      proposer.records, Evidence(proposer.records), lock)
+
+
+def setup_failed(ledger: Ledger, row: dict, lock: Any, exc: BaseException) -> None:
+    """A study whose set-up failed after its row was written: marked stopped with the reason, its lock released.
+    Nothing here hides ``exc`` (a ledger that cannot take the mark is left as it is: `autorl status` shows a study
+    no controller runs)."""
+    reason = f"set-up failed: {exc.__class__.__name__}: {short(exc, 300)}"
+    try:
+        ledger.update_study(row["id"], status="stopped")
+        ledger.event(row["id"], None, "study-stopped", reason)
+    except Exception:  # noqa: BLE001 - the error that stopped the study is the one to tell
+        pass
+    finally:
+        lock.release()
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_study_name(name: str | None, new: bool) -> None:
+    """A new study's name: letters, digits, '.', '_', '-' (first a letter or digit), at most 64 characters; the name
+    a resumed study is looked up by: at most 200 characters."""
+    if name is None:
+        return
+    if new and not _NAME.fullmatch(name):
+        raise UserError(f"--study {short(repr(name), 80)}: a study name is 1-64 letters, digits, '.', '_' or '-' "
+                        "(starting with a letter or digit): pick another")
+    if len(name) > 200:
+        raise UserError(f"--study {short(name, 60)}: no study has a name that long: list them with `autorl status`")
 
 
 def resumed_study(ws: Workspace, opts: Any) -> dict | None:
@@ -52,9 +105,13 @@ def resumed_study(ws: Workspace, opts: Any) -> dict | None:
         return None
     if not ws.ledger_path.exists():
         raise UserError(f"no ledger at {ws.ledger_path} to resume: start a study with `autorl run`")
-    study = Ledger(ws.ledger_path).study(opts.study_name)
+    ledger = open_read(ws.ledger_path)
+    try:
+        study = ledger.study(opts.study_name)
+    finally:
+        ledger.close()
     check_resume_flags(opts, study)
-    opts.strategy = study["strategy"]
+    opts.strategy, opts.study_name = study["strategy"], study["name"]  # the study found, whatever starts meanwhile
     return study
 
 
@@ -87,18 +144,33 @@ def workspace_default(ws: Workspace) -> Path:
     return local if local.is_file() else default_recipe_source()
 
 
-def _study_row(ws: Workspace, ledger: Ledger, opts: Any, recipe: Recipe, text: str, rel: str) -> dict:
-    """The resumed study's row, marked running again, or a new study's row."""
+def _study_row(ws: Workspace, ledger: Ledger, opts: Any, recipe: Recipe, text: str, rel: str,
+               lock: Any) -> tuple[dict, Any]:
+    """The resumed study's row (its ``lock`` held already), marked running again, or a new study's row with its
+    lock taken."""
     if opts.resume:
         study = ledger.study(opts.study_name)
         ledger.update_study(study["id"], status="running")
-        return study
-    name = opts.study_name or f"{gitops.slugify(recipe.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if ledger.has_study(name):
-        raise UserError(f"study {name} exists already: continue it with `autorl run --resume --study {name}`")
-    sid = ledger.create_study(name=name, recipe_path=rel, recipe=text, base_sha=gitops.head_sha(ws.root),
-                              strategy=opts.strategy, budget_s=opts.budget_s, optuna_study=name)
-    return ledger.study(study_id=sid)
+        return ledger.study(study_id=study["id"]), lock
+    base_sha = gitops.head_sha(ws.root)
+    with ledger.file.exclusive("name a new study"):
+        name = opts.study_name or _free_name(ledger, f"{gitops.slugify(recipe.name)}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if ledger.has_study(name):
+            raise UserError(f"study {name} exists already: continue it with `autorl run --resume --study {name}`")
+        lock = ws.lock_study(name)
+        sid = ledger.create_study(name=name, recipe_path=rel, recipe=text, base_sha=base_sha,
+                                  strategy=opts.strategy, budget_s=opts.budget_s, optuna_study=name)
+    return ledger.study(study_id=sid), lock
+
+
+def _free_name(ledger: Ledger, name: str) -> str:
+    """``name``, or ``name-2``, ``name-3`` ... when a study of the ledger has it already (studies started in the
+    same second)."""
+    k, out = 1, name
+    while ledger.has_study(out):
+        k += 1
+        out = f"{name}-{k}"
+    return out
 
 
 def prepare_backend(state: StudyState) -> None:

@@ -43,6 +43,7 @@ class StudyState:
     proposer: Proposer
     records: StudyRecords
     evidence: Evidence
+    lock: Any = None  # the study's lock (autorl.locks.Lock), held while the controller runs it
 
     @property
     def id(self) -> int:
