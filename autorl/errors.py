@@ -87,7 +87,7 @@ def validation_line(exc: Any, prefix: str = "", unknown: Callable[[tuple], str] 
 
 
 _REPR = reprlib.Repr()
-_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxlevel = 60, 60, 6, 6, 6, 2
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxlevel = 60, 60, 4, 4, 4, 2
 
 
 def short_repr(value: Any) -> str:

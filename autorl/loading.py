@@ -144,6 +144,8 @@ def _check_length(node: Any) -> None:
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+for _tag in ("binary", "set", "omap", "pairs"):  # bytes, sets and pair lists: nothing a recipe or table holds
+    del _Loader.yaml_constructors[f"tag:yaml.org,2002:{_tag}"]
 
 
 class _Dumper(yaml.SafeDumper):

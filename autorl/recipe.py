@@ -294,6 +294,9 @@ def _fmt(v: Any) -> str:
 Overrides = dict[tuple[str, ...], Any]  # a recipe path ('train', 'lr') -> its new value
 
 
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+
+
 def parse_overrides(items: Iterable[str]) -> Overrides:
     """``--set key=value`` items, each parsed once (``autorl.loading``: 3e-4 is a number); a bare key is a train key.
 
@@ -302,8 +305,11 @@ def parse_overrides(items: Iterable[str]) -> Overrides:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise RecipeError(f"--set {item!r}: write key=value, e.g. --set lr=3e-4")
+            raise RecipeError(f"--set {short(repr(item), 80)}: write key=value, e.g. --set lr=3e-4")
         path = tuple(key.strip().split("."))
+        if len(path) > 6 or not all(_KEY.fullmatch(part) for part in path):
+            raise RecipeError(f"--set {short(repr(key), 80)}: a key is up to 6 names joined by '.', each letters, "
+                              "digits, '_' or '-' (e.g. lr, verdict.min_effect): see `autorl recipe keys`")
         try:
             value = loading.parse_value(raw)
         except loading.Refused as exc:
@@ -411,7 +417,7 @@ def _nested(path: tuple[str, ...], value: Any, indent: str) -> list[str]:
     return [f"{indent}{path[0]}:\n", *_nested(path[1:], value, indent + "  ")]
 
 
-def editable_text(text: str) -> str:
+def editable_text(text: str, source: str | Path = "") -> str:
     """The recipe text with ``train`` as an indented block, so trials edit one line per value.
 
     A recipe whose ``train`` is a block (or absent) is returned unchanged, comments kept; a flow-style
@@ -421,4 +427,4 @@ def editable_text(text: str) -> str:
     at = _key_line(lines, 0, len(lines), "", "train")
     if at is None or not _value_text(lines[at], "", "train")[0]:
         return text
-    return loading.dump(loading.parse(text) or {})
+    return loading.dump(loading.parse(text, source, RecipeError) or {})

@@ -145,7 +145,7 @@ def test_recipe_from_text_is_load_recipe_without_the_read():
 
 @pytest.mark.parametrize("content, needle", [
     (None, "not found"),
-    (b"name: caf\xe9\n", "cannot be read (UnicodeDecodeError)"),
+    (b"name: caf\xe9\n", "is not UTF-8 text (byte 9): save it as UTF-8"),
 ])
 def test_an_unreadable_recipe_file_is_one_line(tmp_path, content, needle):
     from autorl.recipe import read_recipe_text

@@ -130,7 +130,7 @@ def check_resume_flags(opts: Any, study: dict) -> None:
 def base_recipe(ws: Workspace, opts: Any) -> tuple[Recipe, str, str]:
     """A new study's base recipe, the text it commits and where that text lives in the repository."""
     path = opts.recipe_path or workspace_default(ws)
-    recipe, text = recipe_and_text(editable_text(read_recipe_text(path)), path, opts.overrides)
+    recipe, text = recipe_and_text(editable_text(read_recipe_text(path), path), path, opts.overrides)
     check_base(recipe, path)
     try:
         rel = ws.rel(Path(path))
