@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from autorl import gitops
 from autorl.backends.base import kill_group
-from autorl.errors import DiskFullError, LedgerError
+from autorl.errors import DiskFullError, LedgerError, WorkspaceError, short
 from autorl.ledger import Ledger, disk_full, free_bytes, ledger_error
 from autorl.trial import judging
 from autorl.trial.slots import stop_job
@@ -99,7 +99,13 @@ def stop_error(s: StudyState, exc: BaseException) -> BaseException:
         path = s.ledger.path if free_bytes(s.ledger.path) < free_bytes(s.ws.root) else s.ws.root
         return disk_full(path)
     sqlite = next((e for e in chain if e.__class__.__module__.startswith("sqlite3")), None)
-    return ledger_error(s.ledger.path, sqlite) if sqlite is not None else exc
+    if sqlite is not None:
+        return ledger_error(s.ledger.path, sqlite)
+    path_error = next((e for e in chain if isinstance(e, OSError) and e.filename), None)
+    if path_error is not None:  # a path autorl writes is in the way, or not allowed: the environment, not a bug
+        return WorkspaceError(f"{short(path_error.filename, 200)}: {path_error.strerror}: the study stopped; fix that "
+                              "path (a file in the way, permissions), then `autorl run --resume`")
+    return exc
 
 
 def _chain(exc: BaseException | None):
