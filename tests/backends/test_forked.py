@@ -135,16 +135,18 @@ def test_an_environment_read_at_start_up_gets_a_fresh_process(tmp_path, engine_c
 
 def test_a_server_that_ended_loses_no_trial(tmp_path, engine_cache, own_servers):
     running = forked.ForkedProcess(plan(tmp_path, "running", {"steps": 2000}, engine_cache))
-    assert isinstance(running.proc, forked.ForkedChild)
-    server = own_servers[ENGINE_KEY]
-    server.proc.kill()
-    server.proc.wait()
-    deadline = time.time() + 10
-    while server.alive and time.time() < deadline:
-        time.sleep(0.05)
-    assert not server.alive
-    assert running.poll() is None  # still running, in its own session
-    running.cancel(grace_s=2)
+    try:
+        assert isinstance(running.proc, forked.ForkedChild)
+        server = own_servers[ENGINE_KEY]
+        server.proc.kill()
+        server.proc.wait()
+        deadline = time.time() + 10
+        while server.alive and time.time() < deadline:
+            time.sleep(0.05)
+        assert not server.alive
+        assert running.poll() is None  # still running, in its own session
+    finally:
+        running.cancel(grace_s=2)  # a failed assertion must not leave a 2000-step trial running
     assert running.poll() == forked.LOST
     after = plan(tmp_path, "after", {"steps": 1, "eval_every": 0}, engine_cache)
     handle = forked.ForkedProcess(after)
