@@ -163,6 +163,7 @@ def _planning_controller(ws: Path, budget_s: float = 600):
     from autorl.recipe import validate_recipe
     from autorl.search.proposer import Proposer
     from autorl.trial.controller import Controller, RunOptions
+    from autorl.trial.slots import Slots
     from autorl.trial.state import StudyState
     from autorl.workspace import Workspace
 
@@ -175,6 +176,7 @@ def _planning_controller(ws: Path, budget_s: float = 600):
     proposer = Proposer(ctl.ws, ledger, row, base, ctl.opts)
     ctl.s = StudyState(ctl.ws, ctl.opts, PlainView(quiet=True), ledger, row, base, "", "recipes/r.yaml",
                        get_backend("command"), proposer, proposer.records, Evidence(proposer.records))
+    ctl.slots = Slots(1, None)  # what the loop's opening makes: one local slot
     return ctl
 
 
