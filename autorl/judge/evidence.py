@@ -3,14 +3,17 @@
 A verdict compares runs (``verdict.Runs``: each run's objective and its per-item results). Which runs stand on
 each side is decided here, from the study's ledger rows:
 
-- a trial against its **parent**: the parent's own run and its completed fresh-seed confirmation runs (the
-  baseline's runs when it has no parent); the gain over the study's original baseline is reported apart;
-- a **candidate's confirmation**: its fresh-seed runs alone (the run that made it a candidate was picked for
-  looking good) against its parent's runs;
-- the **run-to-run noise**: the study's replicate groups (the baseline's runs unless the baseline is the parent,
-  and every candidate's confirmation runs);
+- a trial against its **parent**: the parent's completed fresh-seed confirmation runs alone (the run that made
+  it a candidate was picked for looking good, so as a reference it would make every child look worse), or the
+  baseline's runs when it has no parent; the gain over the study's original baseline is reported apart;
+- a **candidate's confirmation**: its fresh-seed runs alone against its parent's runs;
+- the **run-to-run noise of each arm** (``verdict.Noise``): a recipe's replicate group is its runs with the same
+  values (the baseline's repeats; a candidate's own run with its confirmation runs: the selected run can only
+  widen their spread, never narrow it). The parent arm is the parent's group; the trial arm its own group where
+  it has one (a candidate at confirmation, counted once), pooled with the groups of the study's other changed
+  recipes (every other candidate's), never below the parent's;
 - a running trial's **pruning references**: its parent (else the baseline), then the confirmed incumbent by its
-  fresh-seed runs alone, each with the replicate runs that measure the noise at the same step;
+  fresh-seed runs alone, each with the replicate groups that measure the noise at the same step;
 - promote's **re-validation**: fresh runs of the trial and of the baseline, through ``runs_of``.
 
 ``objective_value`` is the one reduction of a run to its objective.
@@ -53,11 +56,13 @@ def incumbent_row(trials: list[dict], direction: str) -> dict | None:
 
 
 class Reference(NamedTuple):
-    """What a running trial must not be clearly worse than: a name, its runs, and replicate runs for the noise."""
+    """What a running trial must not be clearly worse than: a name, its runs, the replicate groups of its recipe
+    (its run noise) and its attempt number (None: the baseline)."""
 
     label: str
     runs: list[RunMetrics]
-    replicates: list[RunMetrics]
+    groups: list[list[RunMetrics]]
+    number: int | None
 
 
 @dataclass(frozen=True)
@@ -87,23 +92,33 @@ class Evidence:
         """The completed runs of the recipe as written (a crashed baseline's retry stands in for it)."""
         return [self.metrics(r) for r in self.records.baselines() if r["status"] == "complete"]
 
-    def parent_runs(self, parent: int | None) -> list[RunMetrics]:
-        """The parent's runs: its own and its completed confirmation runs (none for the baseline)."""
-        if parent is None:
-            return []
-        rows = [self.records.trial(parent), *self.records.confirm_runs(parent)]
+    def _complete(self, rows: list[dict]) -> list[RunMetrics]:
         return [self.metrics(r) for r in rows if r["status"] == "complete"]
 
-    def noise(self, recipe: Any, parent: int | None) -> list[list[list[float]]]:
-        """Replicate groups for the run-noise estimate: the baseline (if not the parent) and confirmation groups."""
-        groups = [] if parent is None else [self.baseline_runs()]
-        groups += [[self.metrics(r) for r in rows] for rows in self.records.confirm_groups().values()]
-        out = []
-        for runs in groups:
-            items = [verdict.objective_items(m.evals, recipe.objective) for m in runs]
-            if len(items) > 1 and all(items):
-                out.append(items)
-        return out
+    def fresh_runs(self, number: int) -> list[RunMetrics]:
+        """A candidate's completed fresh-seed confirmation runs (those the controller stopped early left out)."""
+        return self._complete(self.records.confirm_runs(number, ran=True))
+
+    def parent_runs(self, parent: int | None) -> list[RunMetrics]:
+        """The parent's reference runs: its completed fresh-seed confirmation runs alone, or its own run when it has
+        none (a parent is a confirmed candidate, so it has them); none for the baseline."""
+        if parent is None:
+            return []
+        return self.fresh_runs(parent) or self._complete([self.records.trial(parent)])
+
+    def group(self, number: int) -> list[RunMetrics]:
+        """The replicate group of a candidate's recipe: its own run and its completed confirmation runs."""
+        return self._complete([self.records.trial(number)]) + self.fresh_runs(number)
+
+    def noise(self, recipe: Any, parent: int | None, candidate: int | None = None) -> verdict.Noise:
+        """The replicate groups behind each arm of a verdict against ``parent``: the parent's group (None: the
+        baseline's runs), the candidate's own group when one is being confirmed, and the groups of the study's other
+        changed recipes (every candidate with a completed confirmation run, the parent and the candidate left out:
+        each group counts once)."""
+        others = [c for c in self.records.confirm_groups() if c not in (parent, candidate)]
+        return verdict.Noise(parent=None if parent is None else _groups([self.group(parent)], recipe),
+                             trial=[] if candidate is None else _groups([self.group(candidate)], recipe),
+                             study=_groups([self.group(c) for c in others], recipe))
 
     def credit(self, trial: RunMetrics, parent: int | None, recipe: Any) -> verdict.Credit | None:
         """The trial's verdict against its parent and its gain over the baseline (None: no completed baseline)."""
@@ -111,8 +126,9 @@ class Evidence:
         if base is None:
             return None
         against = runs_of(self.parent_runs(parent), recipe) or base
+        noise = self.noise(recipe, parent)
         return verdict.credit(runs_of([trial], recipe), against, base, recipe.verdict, recipe.objective.direction,
-                              self.noise(recipe, parent))
+                              noise, verdict.Noise(study=noise.study))
 
     def confirmation(self, candidate: dict, recipe: Any) -> Confirmation | None:
         """The candidate judged on its fresh-seed runs once all of them have ended (None until then)."""
@@ -120,50 +136,64 @@ class Evidence:
         need = recipe.verdict.confirm_runs
         if not need or len(rows) < need or any(r["status"] == "running" for r in rows):
             return None
-        fresh = runs_of([self.metrics(r) for r in rows if r["status"] == "complete"], recipe)
+        fresh = runs_of(self._complete(rows), recipe)
         base = runs_of(self.baseline_runs(), recipe)
         if fresh is None or base is None:
             return Confirmation("rejected", "its confirmation runs did not complete", None, 0)
-        parent = runs_of(self.parent_runs(candidate.get("parent")), recipe) or base
-        v = verdict.confirm(fresh, parent, recipe.verdict, recipe.objective.direction,
-                            self.noise(recipe, candidate.get("parent")))
+        parent = candidate.get("parent")
+        against = runs_of(self.parent_runs(parent), recipe) or base
+        v = verdict.confirm(fresh, against, recipe.verdict, recipe.objective.direction,
+                            self.noise(recipe, parent, candidate["number"]))
         state = "confirmed" if v.verdict == "improved" else "rejected"
         return Confirmation(state, f"{len(fresh.values)} fresh-seed runs: {v.explanation}", v, len(fresh.values))
 
     def prune_references(self, parent: int | None, direction: str) -> list[Reference]:
         """What a running trial must not be clearly worse than: its parent (the baseline when it has none) and,
-        once the study has one, the confirmed incumbent, by its fresh-seed confirmation runs alone (the run that
-        made it a candidate was picked for looking good). A trial clearly behind the best recipe the study has
-        confirmed cannot become the next incumbent, whatever it would gain over its own parent. The baseline's
-        runs are the noise replicates of any other reference."""
-        baseline, runs = self.baseline_runs(), self.parent_runs(parent)
-        refs = [Reference(f"its parent {self.records.trial(parent)['attempt']}", runs, baseline) if runs
-                else Reference("the baseline", baseline, [])]
+        once the study has one, the confirmed incumbent, each by its fresh-seed confirmation runs alone (the run
+        that made it a candidate was picked for looking good). A trial clearly behind the best recipe the study
+        has confirmed cannot become the next incumbent, whatever it would gain over its own parent. Each
+        reference carries its recipe's replicate group (its run noise) and its attempt number (None: the
+        baseline)."""
+        refs = [Reference(f"its parent {self.records.trial(parent)['attempt']}", self.parent_runs(parent),
+                          [self.group(parent)], parent) if parent is not None and self.parent_runs(parent)
+                else Reference("the baseline", self.baseline_runs(), [self.baseline_runs()], None)]
         best = incumbent_row(self.records.trials(kind="trial"), direction)
-        if best is not None and best["number"] != parent:
-            fresh = [self.metrics(r) for r in self.records.confirm_runs(best["number"], ran=True)
-                     if r["status"] == "complete"]
-            if fresh:
-                refs.append(Reference(f"the incumbent {best['attempt']}", fresh, baseline))
+        if best is not None and best["number"] != parent and self.fresh_runs(best["number"]):
+            refs.append(Reference(f"the incumbent {best['attempt']}", self.fresh_runs(best["number"]),
+                                  [self.group(best["number"])], best["number"]))
         return refs
 
     def clearly_worse(self, record: dict, parent: int | None, recipe: Any) -> PruneDecision | None:
         """The first reference (parent, then the confirmed incumbent) an intermediate eval ``record`` is clearly
-        worse than at its step (``autorl.judge.prune``), or None."""
+        worse than at its step (``autorl.judge.prune``), or None. The trial's run noise at that step is the
+        reference's, or what the study's other changed recipes show there, whichever is larger."""
         key = items_key(recipe.objective.metric)
         if key is None or not record.get(key):
             return None
         step = int(record["step"])
-        for label, runs, replicates in self.prune_references(parent, recipe.objective.direction):
-            at_step = items_at_step(runs, key, step)
+        for ref in self.prune_references(parent, recipe.objective.direction):
+            at_step = items_at_step(ref.runs, key, step)
             if not at_step:
                 continue
-            noise = items_at_step(replicates, key, step)
-            d = should_prune(step, record[key], at_step, recipe.verdict, recipe.objective.direction,
-                             [noise] if len(noise) > 1 else [], than=label)
+            others = [self.group(c) for c in self.records.confirm_groups() if c != ref.number]
+            noise = verdict.Noise(parent=_at_step([*ref.groups], key, step), study=_at_step(others, key, step))
+            d = should_prune(step, record[key], at_step, recipe.verdict, recipe.objective.direction, noise,
+                             than=ref.label)
             if d is not None:
                 return d
         return None
+
+
+def _at_step(groups: list[list[RunMetrics]], key: str, step: int) -> list[verdict.Runs]:
+    """Replicate groups' per-item results at ``step`` (groups with fewer than two runs there left out)."""
+    out = [items_at_step(g, key, step) for g in groups]
+    return [verdict.Runs(values=[0.0] * len(g), items=g) for g in out if len(g) > 1]
+
+
+def _groups(groups: list[list[RunMetrics]], recipe: Any) -> list[verdict.Runs]:
+    """Replicate groups as the verdict sees them (groups of fewer than two runs with the objective left out)."""
+    out = [runs_of(g, recipe) for g in groups]
+    return [r for r in out if r is not None and len(r.values) > 1]
 
 
 def items_key(metric: str) -> str | None:
