@@ -21,10 +21,14 @@ each side is decided here, from the study's ledger rows:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from autorl.judge import verdict
+import numpy as np
+
+from autorl.judge import calibrate, verdict
+from autorl.judge.noise import arm
 from autorl.judge.prune import PruneDecision, should_prune
 from autorl.metrics import RunMetrics, reduce_series
 
@@ -188,6 +192,56 @@ def _at_step(groups: list[list[RunMetrics]], key: str, step: int) -> list[verdic
     """Replicate groups' per-item results at ``step`` (groups with fewer than two runs there left out)."""
     out = [items_at_step(g, key, step) for g in groups]
     return [verdict.Runs(values=[0.0] * len(g), items=g) for g in out if len(g) > 1]
+
+
+class StudyErrors(NamedTuple):
+    """A study's decisions and the error rates behind them (``Evidence.errors``)."""
+
+    decisions: dict[str, int]   # verdicts by kind, confirmations by outcome, pruner stops
+    baseline_sd: float | None   # the baseline's run sd (its repeats with the prior) and the replicate df behind it
+    baseline_df: int
+    changed_sd: float | None    # the run sd of the study's changed recipes (candidates' groups), if measured
+    changed_df: int
+    false_confirm: float | None  # chance a trial with no effect ends confirmed, at that noise
+    expected_false: float | None  # false_confirm x trials judged
+    aa: list[tuple[int, verdict.Verdict]]  # each baseline run (its index) judged against the others
+
+
+def study_errors(ev: "Evidence", recipe: Any) -> StudyErrors:
+    """How many decisions the study made, the false confirmations to expect at the noise it measured, and the A/A
+    evidence of its baseline repeats (each run judged against the others, as a trial is)."""
+    trials = [t for t in ev.records.trials(kind="trial") if t.get("proposer") not in ("baseline", "confirm")]
+    judged = [t for t in trials if t.get("verdict") in ("improved", "regressed", "flat")]
+    decisions = {k: sum(t.get("verdict") == k for t in judged) for k in ("improved", "regressed", "flat")}
+    decisions.update({k: sum(t.get("confirmation") == k for t in trials) for k in ("confirmed", "rejected")})
+    decisions["pruned"] = sum(t.get("verdict") == "pruned" for t in trials)
+    base = runs_of(ev.baseline_runs(), recipe)
+    if base is None or len(base.values) < 2:
+        return StudyErrors(decisions, None, 0, None, 0, None, None, [])
+    s, items = recipe.verdict, bool(base.items)
+    group = lambda r: np.asarray(r.items if items else r.values, float)  # noqa: E731
+    study = [group(g) for g in ev.noise(recipe, None).study if (g.items if items else True)]
+    par = arm([group(base)], s.run_sd_prior, s.run_sd_prior_df, values=not items)
+    changed = arm(study, s.run_sd_prior, s.run_sd_prior_df, values=not items) if study else None
+    parent_sd = math.sqrt(float(par.s2))
+    changed_sd = math.sqrt(float(changed.s2)) if changed is not None else None
+    p = tuple(float(x) for x in np.mean(base.items, axis=0)) if items else None
+    design = calibrate.Design(p, len(base.values), 1, 0, int(changed.df) if changed is not None else 0, parent_sd,
+                              max(parent_sd, changed_sd or 0.0))
+    fc = calibrate.false_confirmations(design, s)
+    return StudyErrors(decisions, parent_sd, int(par.df), changed_sd, design.study_df, fc, fc * len(judged),
+                       _aa(base, recipe))
+
+
+def _aa(base: verdict.Runs, recipe: Any) -> list[tuple[int, verdict.Verdict]]:
+    """Each baseline run judged against the other baseline runs: an A/A comparison the study made anyway."""
+    out, n = [], len(base.values)
+    for i in range(n if n > 2 else 0):
+        rest = [j for j in range(n) if j != i]
+        pick = lambda idx: verdict.Runs(values=[base.values[j] for j in idx],  # noqa: E731
+                                        items=[base.items[j] for j in idx] if base.items else None)
+        out.append((i, verdict.judge(pick([i]), pick(rest), recipe.verdict, recipe.objective.direction)))
+    return out
 
 
 def _groups(groups: list[list[RunMetrics]], recipe: Any) -> list[verdict.Runs]:

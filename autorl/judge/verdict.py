@@ -79,6 +79,12 @@ class Verdict(BaseModel):
     trial_df: int = Field(0, description="Replicate degrees of freedom behind trial_sd (besides the prior).")
     trial_noise: str = Field("", description="Where trial_sd comes from: 'the parent's', 'its own runs' or 'the "
                                              "study's changed recipes'.")
+    parent_runs: int = Field(0, description="Parent runs compared.")
+    trial_runs: int = Field(0, description="Trial runs compared.")
+    own_runs: int = Field(0, description="Runs in the trial's own replicate group (0: none beyond those compared).")
+    study_df: int = Field(0, description="Replicate df of the study's other changed recipes behind trial_sd.")
+    parent_rates: list[float] | None = Field(
+        None, exclude=True, description="Per-item solve rates of the parent runs (what a calibration simulates).")
     blind: str = Field(
         "", description="What this verdict cannot see (e.g. too few parent runs to measure seed noise), or empty.")
     explanation: str = Field(description="One line a person can read.")
@@ -232,10 +238,17 @@ def _paired(t: np.ndarray, p: np.ndarray, parent_groups, own, study, sign: float
             level: float, parent_runs: int) -> Verdict:
     g = gain(sign * t, sign * p, [sign * x for x in parent_groups], [[sign * x for x in src] for src in _sources(own, study)],
              s.run_sd_prior, s.run_sd_prior_df, level)
-    arms = _arm_fields(g, own, study)
+    arms = {**_arm_fields(g, own, study), **_design(t.shape[0], parent_runs, own, study),
+            "parent_rates": [float(x) for x in p.mean(axis=0)]}
     blind = _blind(parent_runs, arms["parent_df"], s)
     return _verdict(float(g["delta"]), float(g["low"]), float(g["high"]), level, "paired_items", t.shape[1],
                     float(g["df"]), s, arms, blind, _noise_note(g, arms, s))
+
+
+def _design(trial_runs: int, parent_runs: int, own: list, study: list) -> dict:
+    """The shape of the test (runs per arm, replicate groups), which its calibration simulates."""
+    return {"trial_runs": trial_runs, "parent_runs": parent_runs, "own_runs": max((len(x) for x in own), default=0),
+            "study_df": sum(len(x) - 1 for x in study)}
 
 
 def _arm_fields(g: dict, own: list, study: list) -> dict:
@@ -276,7 +289,7 @@ def _from_values(trial: Runs, parent: Runs, arms, sign: float, s: VerdictSetting
         return _verdict(delta, -math.inf, math.inf, level, "unknown_noise", n, 0.0, s, {},
                         "run-to-run noise unknown: no verdict other than flat is possible", note)
     g = value_gain(t, b, parent_groups, _sources(own, study), s.run_sd_prior, s.run_sd_prior_df, level)
-    fields = _arm_fields(g, own, study)
+    fields = {**_arm_fields(g, own, study), **_design(len(t), len(b), own, study)}
     note = "no per-item results; " + _noise_note(g, fields, s)
     return _verdict(delta, float(g["low"]), float(g["high"]), level, "run_values", n, float(g["df"]), s, fields,
                     _blind(len(b), fields["parent_df"], s), note)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from autorl.judge import silent, triage, verdict
+from autorl.judge import calibrate, silent, triage, verdict
 from autorl.judge.evidence import objective_value
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe
@@ -79,7 +79,7 @@ def compare(s: StudyState, p: Proposal, m: RunMetrics, recipe: Recipe, value: fl
     note += f"; {gap:+.4f} vs the best so far" if gap is not None else ""
     out = {"verdict": v.verdict, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high, "method": v.method,
            "n_items": v.n, "reason": v.explanation + note, "gap_to_best": gap,
-           "gain_vs_baseline": c.vs_baseline.delta}
+           "gain_vs_baseline": c.vs_baseline.delta, **calibrate.columns(v, recipe.verdict)}
     if v.verdict == "improved":
         out["confirmation"] = "candidate"
     return out
@@ -100,7 +100,8 @@ def confirm(s: StudyState, candidate: int) -> None:
     c = s.evidence.confirmation(row, s.base)
     if c is None:
         return
-    s.ledger.set_confirmation(candidate, c.state, c.reason)
+    stats = calibrate.columns(c.verdict, s.base.verdict, prefix="confirm_") if c.verdict is not None else {}
+    s.ledger.set_confirmation(candidate, c.state, c.reason, **stats)
     if c.verdict is not None:
         v = c.verdict
         s.view.study(f"{row['attempt']}: {c.state} by {c.runs} fresh-seed runs (gain {v.delta:+.4f}, "

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from autorl.ledger import Ledger
-from conftest import run_cli
+from conftest import git, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -62,3 +62,25 @@ def test_a_trial_clearly_behind_the_confirmed_incumbent_is_stopped(command_ws):
     for t in later:
         if t["params"]["quality"] == 0.95:
             assert t["status"] == "complete", t  # as good as the incumbent: runs to the end
+
+
+def test_every_decision_states_its_test_its_noise_and_its_error_rate(command_ws):
+    rows = _study(command_ws, 8)
+    judged = [t for t in rows if t["verdict"] in ("improved", "regressed", "flat")]
+    assert judged, [(t["attempt"], t["status"]) for t in rows]
+    for t in judged:
+        assert "Welch-Satterthwaite t" in t["test"] and t["trial_sd"] >= t["parent_sd"] >= 0, t
+        assert 0 <= t["fp_rate"] <= 0.2, t
+        message = git(command_ws, "log", "-1", "--format=%B", t["end_tag"])
+        assert "calibrated false-positive rate" in message and f"{t['fp_rate']:.1%}" in message
+    decided = [t for t in rows if t["confirmation"] in ("confirmed", "rejected")]
+    assert decided, [(t["attempt"], t["verdict"], t["confirmation"]) for t in rows]
+    for t in decided:
+        assert "97.5% two-sided" in t["confirm_test"] and 0 <= t["confirm_fp_rate"] <= 0.05, t
+    show = run_cli("-C", str(command_ws), "show", str(decided[0]["number"]))
+    assert "error rate:" in show.stdout and "confirmation error rate:" in show.stdout, show.stdout
+    out = command_ws / "rep"
+    assert run_cli("-C", str(command_ws), "report", "--out", str(out)).returncode == 0
+    page = (out / "report.md").read_text()
+    assert "## Error rates" in page and "A/A: each baseline run judged against the others" in page
+    assert "false confirmations expected among the trials judged" in page
