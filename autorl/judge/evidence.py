@@ -134,9 +134,13 @@ class Evidence:
         return verdict.credit(runs_of([trial], recipe), against, base, recipe.verdict, recipe.objective.direction,
                               noise, verdict.Noise(study=noise.study))
 
-    def confirmation(self, candidate: dict, recipe: Any) -> Confirmation | None:
-        """The candidate judged on its fresh-seed runs once all of them have ended (None until then)."""
+    def confirmation(self, candidate: dict, recipe: Any, ending: tuple[int, str] | None = None
+                     ) -> Confirmation | None:
+        """The candidate judged on its fresh-seed runs once all of them have ended (None until then); ``ending``
+        (attempt number, status) is a confirmation run ending now, whose row still says running."""
         rows = self.records.confirm_runs(candidate["number"], ran=True)  # a stopped one is run again
+        if ending is not None:
+            rows = [{**r, "status": ending[1]} if r["number"] == ending[0] else r for r in rows]
         need = recipe.verdict.confirm_runs
         if not need or len(rows) < need or any(r["status"] == "running" for r in rows):
             return None
@@ -170,15 +174,21 @@ class Evidence:
     def clearly_worse(self, record: dict, parent: int | None, recipe: Any) -> PruneDecision | None:
         """The first reference (parent, then the confirmed incumbent) an intermediate eval ``record`` is clearly
         worse than at its step (``autorl.judge.prune``), or None. The trial's run noise at that step is the
-        reference's, or what the study's other changed recipes show there, whichever is larger."""
+        reference's, or what the study's other changed recipes show there, whichever is larger. A trial ahead of
+        its parent at that step is not stopped for trailing the incumbent: it may still end 'improved'."""
         key = items_key(recipe.objective.metric)
         if key is None or not record.get(key):
             return None
-        step = int(record["step"])
-        for ref in self.prune_references(parent, recipe.objective.direction):
+        step, sign = int(record["step"]), 1.0 if recipe.objective.direction == "maximize" else -1.0
+        ahead = False
+        for i, ref in enumerate(self.prune_references(parent, recipe.objective.direction)):
             at_step = items_at_step(ref.runs, key, step)
             if not at_step:
                 continue
+            if i == 0:
+                ahead = sign * (float(np.mean(record[key])) - float(np.mean(at_step))) > 0
+            elif ahead:
+                return None
             others = [self.group(c) for c in self.records.confirm_groups() if c != ref.number]
             noise = verdict.Noise(parent=_at_step([*ref.groups], key, step), study=_at_step(others, key, step))
             d = should_prune(step, record[key], at_step, recipe.verdict, recipe.objective.direction, noise,
@@ -236,7 +246,7 @@ def study_errors(ev: "Evidence", recipe: Any) -> StudyErrors:
 def _aa(base: verdict.Runs, recipe: Any) -> list[tuple[int, verdict.Verdict]]:
     """Each baseline run judged against the other baseline runs: an A/A comparison the study made anyway."""
     out, n = [], len(base.values)
-    for i in range(n if n > 2 else 0):
+    for i in range(n if n > 2 else 1):  # two runs: one comparison (the other is its mirror)
         rest = [j for j in range(n) if j != i]
         pick = lambda idx: verdict.Runs(values=[base.values[j] for j in idx],  # noqa: E731
                                         items=[base.items[j] for j in idx] if base.items else None)

@@ -94,6 +94,17 @@ def gap_to_best(s: StudyState, value: float, recipe: Recipe) -> float | None:
     return sign * (value - (max(done) if sign > 0 else min(done)))
 
 
+def confirmation_note(s: StudyState, candidate: int, number: int, status: str) -> str | None:
+    """What the candidate's confirmation will say once confirmation run ``number`` (ending now with ``status``) is
+    closed, with its error rate, for that run's end commit; None while other confirmation runs are pending."""
+    row = s.records.trial(candidate)
+    c = s.evidence.confirmation(row, s.base, ending=(number, status))
+    if c is None or c.verdict is None:
+        return None
+    rate = calibrate.describe(calibrate.columns(c.verdict, s.base.verdict))
+    return f"{row['attempt']}: {c.state} by {c.reason}" + (f"\nconfirmation error rate: {rate}" if rate else "")
+
+
 def confirm(s: StudyState, candidate: int) -> None:
     """When all of a candidate's confirmation runs have ended: confirmed or rejected, in the ledger."""
     row = s.records.trial(candidate)

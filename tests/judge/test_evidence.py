@@ -14,7 +14,7 @@ from autorl.ledger import Ledger
 from autorl.recipe import validate_recipe
 
 N = 400
-RECIPE = validate_recipe({"backend": "embedded", "train": {}}, source="t")
+RECIPE = validate_recipe({"backend": "embedded", "train": {}, "verdict": {"confirm_runs": 2}}, source="t")
 S = RECIPE.verdict
 
 
