@@ -86,6 +86,7 @@ class Evidence:
     def __init__(self, records: Any):
         self.records = records
         self._metrics: dict[int, RunMetrics] = {}
+        self._ending: tuple[int, str] | None = None
 
     def metrics(self, row: dict) -> RunMetrics:
         if row["id"] not in self._metrics:
@@ -97,7 +98,11 @@ class Evidence:
         return [self.metrics(r) for r in self.records.baselines() if r["status"] == "complete"]
 
     def _complete(self, rows: list[dict]) -> list[RunMetrics]:
-        return [self.metrics(r) for r in rows if r["status"] == "complete"]
+        return [self.metrics(r) for r in rows if self._status(r) == "complete"]
+
+    def _status(self, row: dict) -> str:
+        """A row's status, or the one it is ending with (``confirmation``'s ``ending``) while its row says running."""
+        return self._ending[1] if self._ending and row["number"] == self._ending[0] else row["status"]
 
     def fresh_runs(self, number: int) -> list[RunMetrics]:
         """A candidate's completed fresh-seed confirmation runs (those the controller stopped early left out)."""
@@ -138,11 +143,16 @@ class Evidence:
                      ) -> Confirmation | None:
         """The candidate judged on its fresh-seed runs once all of them have ended (None until then); ``ending``
         (attempt number, status) is a confirmation run ending now, whose row still says running."""
+        self._ending = ending
+        try:
+            return self._confirmation(candidate, recipe)
+        finally:
+            self._ending = None
+
+    def _confirmation(self, candidate: dict, recipe: Any) -> Confirmation | None:
         rows = self.records.confirm_runs(candidate["number"], ran=True)  # a stopped one is run again
-        if ending is not None:
-            rows = [{**r, "status": ending[1]} if r["number"] == ending[0] else r for r in rows]
         need = recipe.verdict.confirm_runs
-        if not need or len(rows) < need or any(r["status"] == "running" for r in rows):
+        if not need or len(rows) < need or any(self._status(r) == "running" for r in rows):
             return None
         fresh = runs_of(self._complete(rows), recipe)
         base = runs_of(self.baseline_runs(), recipe)
