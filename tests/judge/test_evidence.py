@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from autorl.judge import verdict
-from autorl.judge.evidence import Evidence
+from autorl.judge.evidence import Evidence, study_errors
 from autorl.judge.noise import gain
 from autorl.ledger import Ledger
 from autorl.recipe import validate_recipe
@@ -41,11 +41,11 @@ class Study:
         self.base = (self.rng.random(N) < 0.5).astype(int)
         self.items: dict[int, list[int]] = {}
 
-    def run(self, number: int, proposer: str, shift: float, **cols) -> dict:
+    def run(self, number: int, proposer: str, shift: float, status: str = "complete", **cols) -> dict:
         items = shifted(self.rng, self.base, shift)
         self.items[number] = items
         tid = self.ledger.add_trial(study_id=self.sid, number=number, attempt=f"attempt-{number:02d}",
-                                    proposer=proposer, status="complete", objective=float(np.mean(items)), **cols)
+                                    proposer=proposer, status=status, objective=float(np.mean(items)), **cols)
         self.ledger.add_metrics(tid, [{"type": "eval", "step": 10, "eval/id/greedy_pass@1": float(np.mean(items)),
                                        "eval/id/items": items}])
         return self.ledger.trial(number)
@@ -131,3 +131,45 @@ def test_a_trial_is_judged_with_the_noise_the_studys_changed_recipes_showed(tmp_
     assert v.trial_noise == "the study's changed recipes" and v.trial_df == 2 and v.verdict == "flat"
     alone = verdict.judge(st.runs(8), st.runs(1, 2, 3, 4), S, "maximize")
     assert alone.verdict == "improved" and alone.trial_noise == "the parent's"
+
+
+def _mid(st: Study, number: int, shift: float) -> None:
+    """Give run ``number`` an intermediate eval at step 5 (its final one is at step 10)."""
+    items = shifted(st.rng, st.base, shift)
+    st.ledger.add_metrics(st.ledger.trial(number)["id"], [{"type": "eval", "step": 5, "eval/id/items": items,
+                                                          "eval/id/greedy_pass@1": float(np.mean(items))}])
+
+
+def test_a_trial_ahead_of_its_parent_is_not_stopped_for_trailing_the_incumbent(tmp_path):
+    st = Study(tmp_path, seed=4)
+    baseline(st)
+    st.run(5, "random", 0.30, verdict="improved", confirmation="confirmed")  # the incumbent, far ahead
+    st.run(6, "confirm", 0.30, confirms=5)
+    st.run(7, "confirm", 0.30, confirms=5)
+    for n, shift in ((1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0), (5, 0.30), (6, 0.30), (7, 0.30)):
+        _mid(st, n, shift)
+    ev = st.evidence()
+
+    def at_step(shift: float) -> dict:
+        items = shifted(st.rng, st.base, shift)
+        return {"type": "eval", "step": 5, "eval/id/items": items, "eval/id/greedy_pass@1": float(np.mean(items))}
+    ahead = ev.clearly_worse(at_step(+0.05), None, RECIPE)  # ahead of the baseline, 25 points behind the incumbent
+    behind = ev.clearly_worse(at_step(-0.02), None, RECIPE)  # behind the baseline, not clearly worse than it
+    assert ahead is None
+    assert behind is not None and "clearly worse than the incumbent attempt-05" in behind.reason
+
+
+def test_the_study_states_its_decisions_the_false_confirmations_to_expect_and_its_own_aa(tmp_path):
+    st = Study(tmp_path, seed=5)
+    baseline(st)
+    st.run(5, "random", 0.0, verdict="flat")
+    st.run(6, "random", -0.2, verdict="regressed")
+    st.run(7, "random", 0.15, verdict="improved", confirmation="confirmed")
+    st.run(8, "confirm", 0.15, confirms=7)
+    st.run(9, "confirm", 0.15, confirms=7)
+    st.run(10, "random", 0.0, verdict="pruned", status="pruned")
+    e = study_errors(st.evidence(), RECIPE)
+    assert e.decisions == {"improved": 1, "regressed": 1, "flat": 1, "confirmed": 1, "rejected": 0, "pruned": 1}
+    assert e.baseline_df == 3 and e.changed_df == 2 and e.changed_sd is not None
+    assert 0 <= e.false_confirm < 0.02 and e.expected_false == pytest.approx(3 * e.false_confirm)
+    assert [i for i, _ in e.aa] == [0, 1, 2, 3] and all(v.verdict == "flat" for _, v in e.aa)
