@@ -21,7 +21,8 @@ baseline; run values only (a metric without per-item results). Per scenario:
 - power studies: a trial with a true +0.10 at position 11 of a null study; the share that becomes a candidate and
   the share confirmed.
 
-Then the pruner under the same scenarios (those with per-item results and one eval schedule): trials whose
+Then the pruner under the same scenarios (a subset of each family with per-item results and one eval schedule):
+trials whose
 effects cycle through -0.10, 0, 0, +0.05, +0.10 run 4 evals; ``Evidence.clearly_worse`` (as the trial's monitor asks)
 may stop one at any of the first 3; one that runs on is judged and confirmed as above. Printed: the share stopped
 per true effect, and of the stopped trials the share that would have been "improved" had they run on.
@@ -73,25 +74,33 @@ class Scenario:
     trial_evals: int = 1         # evals per run; more than one: the objective is the best eval
     parent_evals: int = 1
     values: bool = False         # a metric without per-item results: run values only
+    pruner: bool = False         # also in the pruner's table
 
 
 def scenarios() -> list[Scenario]:
-    eq = [Scenario(f"equal sd {sd:g}", "equal noise", sd, sd) for sd in (0.0, 0.01, 0.03, 0.05)]
-    uneq = [Scenario(f"{a:g} -> {b:g}", "unequal noise", a, b) for a, b in
-            ((0.01, 0.02), (0.02, 0.04), (0.03, 0.06), (0.05, 0.10), (0.01, 0.03), (0.02, 0.06), (0.0, 0.05))]
+    eq = [Scenario(f"equal sd {sd:g}", "equal noise", sd, sd, pruner=sd in (0.01, 0.03)) for sd in (0.0, 0.01, 0.03, 0.05)]
+    uneq = [Scenario(f"{a:g} -> {b:g}", "unequal noise", a, b, pruner=(a, b) in ((0.02, 0.04), (0.0, 0.05)))
+            for a, b in ((0.02, 0.04), (0.05, 0.10), (0.01, 0.03), (0.02, 0.06), (0.0, 0.05))]
     return eq + uneq + [
-        Scenario("t3, sd 0.03", "heavy tails", 0.03, 0.03, heavy=True),
+        Scenario("t3, sd 0.03", "heavy tails", 0.03, 0.03, heavy=True, pruner=True),
         Scenario("t3, 0.02 -> 0.04", "heavy tails", 0.02, 0.04, heavy=True),
-        Scenario("50 clusters sd 0.05, run sd 0.01", "item clusters", 0.01, 0.01, clusters=50, cluster_sd=0.05),
-        Scenario("64 items, sd 0.01", "64 items", 0.01, 0.01, items=64),
+        Scenario("50 clusters sd 0.05, run sd 0.01", "item clusters", 0.01, 0.01, clusters=50, cluster_sd=0.05,
+                 pruner=True),
+        Scenario("64 items, sd 0.01", "64 items", 0.01, 0.01, items=64, pruner=True),
         Scenario("64 items, 0.01 -> 0.03", "64 items", 0.01, 0.03, items=64),
         Scenario("R = 2, sd 0.01", "2 baseline repeats", 0.01, 0.01, repeats=2),
-        Scenario("R = 2, sd 0.03", "2 baseline repeats", 0.03, 0.03, repeats=2),
+        Scenario("R = 2, sd 0.03", "2 baseline repeats", 0.03, 0.03, repeats=2, pruner=True),
         Scenario("best of 8 vs 2 evals, sd 0.01", "best-of-K", 0.01, 0.01, trial_evals=8, parent_evals=2),
         Scenario("best of 8 vs 2 evals, 0.01 -> 0.03", "best-of-K", 0.01, 0.03, trial_evals=8, parent_evals=2),
         Scenario("values only, sd 0.01", "run values", 0.01, 0.01, values=True),
         Scenario("values only, 0.01 -> 0.03", "run values", 0.01, 0.03, values=True),
     ]
+
+
+def pick(texts: list[str]) -> list[Scenario]:
+    """The scenarios named (exactly, or by family), else those whose name or family holds one of ``texts``."""
+    exact = [s for s in scenarios() if s.name in texts or s.family in texts]
+    return exact or [s for s in scenarios() if any(t in s.name or t in s.family for t in texts)]
 
 
 class SimStudy:
@@ -276,13 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--power", type=int, default=300, help="power studies per scenario")
     ap.add_argument("--pruner", type=int, default=100, help="studies per scenario watched by the pruner (0: none)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", nargs="+", default=[], metavar="TEXT", help="scenarios whose name or family has TEXT")
+    ap.add_argument("--only", nargs="+", default=[], metavar="TEXT",
+                    help="scenarios of that name or family (else those whose name or family holds TEXT)")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a verdict setting other than its default, e.g. baseline_repeats=4 (repeatable)")
     args = ap.parse_args(argv)
     verdict = _settings(ap, args.set)
-    chosen = [s for s in scenarios() if not args.only or any(t in s.name or t in s.family for t in args.only)]
+    chosen = pick(args.only) if args.only else scenarios()
     if args.list or not chosen:
         print("\n".join(f"{s.family}: {s.name}" for s in scenarios()))
         return 0 if args.list else 2
@@ -294,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         verdict_table(chosen, args, verdict, tmp)
         if args.pruner:
-            pruner_table([s for s in chosen if not s.values and s.trial_evals == 1], args, verdict, tmp)
+            pruner_table([s for s in chosen if s.pruner], args, verdict, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\n{time.time() - t0:.0f} s")
