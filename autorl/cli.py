@@ -132,7 +132,7 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
                       ray_address=ray_address)
     summary = Controller(ws, opts, make_view(quiet)).run()
     click.echo(f"study {summary['study']}: {summary['trials']} trials {summary['counts']} "
-               f"in {summary['wall_s']:.0f} s" + (f" ({summary['stopped_by']})" if summary["stopped_by"] else ""))
+               f"in {summary['wall_s']:.0f} s; ended: {summary['ended_by']}")
     if summary["stopped_by"]:
         sys.exit(1 if summary.get("stop_status") == "crash-stop" else 130)
 

@@ -221,6 +221,9 @@ def test_a_proposal_that_does_not_fit_is_not_started_and_not_lost(tmp_path):
     ctl.launched, ctl.done_before, ctl.deadline = 0, 3, time.time() + 3.0  # 3 s left, at least 7 s planned
     assert ctl._fill({}) == 0 and ctl._fill({}) == 0
     assert len(ctl.s.proposer.pending) == 1 and len(ctl.s.records.trials()) == 3
+    ended = ctl._why_ended()  # the run's last line says why a study with budget left ended
+    assert ended.startswith("the next trial (next) is planned at ") and "left of the budget" in ended
+    assert "--allow-overrun" in ended
     recovery.release_unstarted(ctl.s)
     assert ctl.s.proposer.pending == []
     states = {t.number: (t.state.name, t.params) for t in search.study.get_trials(deepcopy=False)}
