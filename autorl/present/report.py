@@ -28,6 +28,7 @@ from autorl import gitops, loading
 from autorl.budget import format_duration
 from autorl.errors import GitError, UserError
 from autorl.recipe import Objective, SearchParam, dump_values
+from autorl.present import errors
 from autorl.present.review import crash_groups, hypothesis_rows, show_trial
 
 REPORT_DIR = "report"
@@ -107,6 +108,7 @@ def collect(ws, ledger, study: str | None = None) -> dict[str, Any]:
         "shown": {t["number"]: _show(ws, ledger, t["number"]) for t in best},
         "curves": {t["number"]: ledger.metrics(t["id"]) for t in _curve_trials(trials, best)},
         "refs": _refs(ws.root),
+        "errors": errors.collect(ledger, st),
     }
 
 
@@ -380,6 +382,7 @@ def build_blocks(data: dict, plots: dict[str, str], logs: dict[int, str]) -> lis
                          f"recipe {st.get('recipe_path')}; base commit {(st.get('base_sha') or '')[:10]}; "
                          f"generated {time.strftime('%Y-%m-%d %H:%M')}")]
     blocks += _summary_blocks(data)
+    blocks += [Block(*b) for b in errors.blocks(data["errors"], data["trials"])]
     blocks += _best_blocks(data, logs)
     blocks += _plot_blocks(data, plots)
     blocks += _hypothesis_blocks(data["hypotheses"])

@@ -12,11 +12,12 @@ from typing import Any
 
 from autorl import gitops
 from autorl.budget import format_duration
+from autorl.present import errors
 from autorl.recipe import dump_values
 
 LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "why", "changed", "status", "verdict", "confirmation",
                  "objective", "delta", "ci_low", "ci_high", "method", "n_items", "parent", "gain_vs_baseline",
-                 "gap_to_best", "confirms", "duration_s", "crash_category", "reason"]
+                 "gap_to_best", "confirms", "duration_s", "crash_category", "reason", "fp_rate", "confirm_fp_rate"]
 
 
 def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:
@@ -134,6 +135,8 @@ def print_show(d: dict) -> None:
     say(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
     if t.get("reason"):
         say(f"verdict: {t['reason']}")  # what the gain is against (the parent) and what confirmed it
+    for line in errors.lines(t):  # the test, each arm's assumed run noise, the calibrated false-positive rate
+        say(line)
     if d["diff_vs_baseline"]:
         c.print(f"[bold]diff vs {d['baseline_tag']}[/]")
         say(d["diff_vs_baseline"])
