@@ -38,17 +38,18 @@ def cli_markdown() -> str:
     ctx = click.Context(cli, info_name="autorl", terminal_width=100, max_content_width=100)
     out.append(f"```\n{cli.get_help(ctx)}\n```\n")
     for name, cmd in sorted(cli.commands.items()):
-        out += _command(f"autorl {name}", cmd, ctx)
+        out += _command(name, cmd, ctx)
     out.append("## JSON shapes (`--json`)\n")
     out += [f"- `autorl {k} --json`: {v}" for k, v in JSON_SHAPES.items()]
     return "\n".join(out) + "\n"
 
 
-def _command(title: str, cmd: click.Command, parent: click.Context) -> list[str]:
-    ctx = click.Context(cmd, info_name=title, parent=parent, terminal_width=100, max_content_width=100)
-    out = [f"## {title}\n", f"```\n{cmd.get_help(ctx)}\n```\n"]
-    for name, sub in sorted(getattr(cmd, "commands", {}).items()):
-        out += _command(f"{title} {name}", sub, ctx)
+def _command(name: str, cmd: click.Command, parent: click.Context) -> list[str]:
+    """A command's help under the heading ``autorl <name>`` (its usage line names it from the parent context)."""
+    ctx = click.Context(cmd, info_name=name, parent=parent, terminal_width=100, max_content_width=100)
+    out = [f"## {ctx.command_path}\n", f"```\n{cmd.get_help(ctx)}\n```\n"]
+    for sub_name, sub in sorted(getattr(cmd, "commands", {}).items()):
+        out += _command(sub_name, sub, ctx)
     return out
 
 

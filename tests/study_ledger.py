@@ -94,3 +94,44 @@ def _add(led, sid, number, proposer, hypothesis, changed, status, verdict, state
         result = items(rate, number)
         led.add_metrics(tid, [{"type": "eval", "step": 40, "eval/id/greedy_pass@1": float(np.mean(result)),
                                "eval/id/items": result}])
+
+
+def git_workspace(root: Path) -> Path:
+    """``root`` as a real workspace whose git repository holds every trial's branch and tags (one commit each, at
+    ``recipes/default.yaml``), and the study's ledger."""
+    from tests.conftest import git, run_cli
+
+    assert run_cli("init", str(root)).returncode == 0
+    write_study(root)
+    for number, proposer, *_ in ROWS:
+        name = f"attempt-{number:02d}-{proposer}"
+        git(root, "branch", name)
+        git(root, "tag", f"attempt-{number:02d}-start", name)
+        git(root, "tag", f"attempt-{number:02d}-end", name)
+    return root
+
+
+def add_full_run(root: Path, number: int = 16, promoted_from: int = 8, objective: float = 0.668) -> dict:
+    """A finished full run promoted from ``promoted_from``: its branch and tags, its results file committed at the
+    end tag (with the weights it kept), and its ledger row holding the re-validation."""
+    from tests.conftest import git
+
+    name = f"attempt-{number:02d}-full-move"
+    weights = str(root / ".autorl" / "runs" / name / "best.pt")
+    git(root, "checkout", "-q", "-b", name)
+    (root / "results").mkdir(exist_ok=True)
+    (root / "results" / f"{name}.json").write_text(
+        f'{{"status": "complete", "best_checkpoint": {{"step": 250, "value": {objective}, '
+        f'"metric": "eval/id/greedy_pass@1", "weights": "{weights}"}}}}')
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "full run results")
+    git(root, "tag", f"attempt-{number:02d}-start", "HEAD~1")
+    git(root, "tag", f"attempt-{number:02d}-end", "HEAD")
+    git(root, "checkout", "-q", "-")
+    led = Ledger(root / "ledger.sqlite")
+    led.add_trial(study_id=led.study()["id"], number=number, attempt=name, branch=name, kind="full",
+                  start_tag=f"attempt-{number:02d}-start", end_tag=f"attempt-{number:02d}-end", proposer="promote",
+                  status="complete", objective=objective, promoted_from=promoted_from, delta=0.144, ci_low=0.087,
+                  ci_high=0.201, method="paired_items")
+    led.close()
+    return {"name": name, "weights": weights}

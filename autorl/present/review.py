@@ -12,6 +12,7 @@ from typing import Any
 
 from autorl import gitops
 from autorl.budget import format_duration
+from autorl.errors import GitError
 from autorl.recipe import dump_values
 
 LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "why", "changed", "status", "verdict", "confirmation",
@@ -20,11 +21,27 @@ LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "why", "changed"
 
 
 def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:
-    """Trials as dicts with LEDGER_FIELDS, oldest first."""
+    """Trials as dicts with LEDGER_FIELDS, oldest first; a confirmed recipe also has ``baseline_gain``, its gain
+    over the study's baseline measured on its fresh-seed runs (``autorl.judge.gains``)."""
     sid = ledger.study(study)["id"] if study else None
     rows = ledger.trials(sid, **({"verdict": verdict} if verdict else {}))
     rows = rows[-last:] if last else rows
-    return [{k: r.get(k) for k in LEDGER_FIELDS} for r in rows]
+    measured = _baseline_gains(ledger, {r["study_id"] for r in rows if r.get("confirmation") == "confirmed"})
+    out = []
+    for r in rows:
+        g = measured.get(r["number"])
+        out.append({**{k: r.get(k) for k in LEDGER_FIELDS},
+                    "baseline_gain": {k: getattr(g, k) for k in ("delta", "ci_low", "ci_high", "level")} if g else None})
+    return out
+
+
+def _baseline_gains(ledger, study_ids: set[int]) -> dict[int, Any]:
+    from autorl.judge import gains
+
+    out: dict[int, Any] = {}
+    for sid in study_ids:
+        out.update(gains.study_gains(ledger, ledger.study(study_id=sid)))
+    return out
 
 
 def print_ledger(rows: list[dict]) -> None:
@@ -34,11 +51,13 @@ def print_ledger(rows: list[dict]) -> None:
     if c.width < WIDE:
         return _print_records(c, f"{len(rows)} trials", [_ledger_record(r) for r in rows])
     table = Table(title=f"{len(rows)} trials", show_lines=False)
-    for col in ("NN", "proposer / hypothesis", "changed", "verdict", "objective", "Δ vs parent [95% CI]", "time"):
+    for col in ("NN", "proposer / hypothesis", "changed", "verdict", "objective", "Δ vs parent [95% CI]",
+                "Δ vs baseline", "time"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(f"{r['number']:02d}", _who(r), dump_values(r.get("changed") or {}) or "-",
-                      _verdict_cell(r), _num(r.get("objective")), _delta(r), format_duration(r.get("duration_s") or 0))
+                      _verdict_cell(r), _num(r.get("objective")), _delta(r), _vs_baseline(r),
+                      format_duration(r.get("duration_s") or 0))
     c.print(table)
 
 
@@ -55,7 +74,8 @@ def _ledger_record(r: dict) -> tuple[str, str]:
     """One trial in two lines: the numbers, then who proposed it and what it changed."""
     head = (f"{r['number']:02d}  {_verdict_cell(r)}  objective {_num(r.get('objective'))}  Δ {_delta(r)}  "
             f"{format_duration(r.get('duration_s') or 0)}")
-    return head, f"{_who(r)}: {dump_values(r.get('changed') or {}) or 'nothing changed'}"
+    base = f"; Δ vs baseline {_vs_baseline(r)}" if r.get("parent") is not None or r.get("baseline_gain") else ""
+    return head, f"{_who(r)}: {dump_values(r.get('changed') or {}) or 'nothing changed'}{base}"
 
 
 def _print_records(c, title: str, records: list[tuple[str, str]]) -> None:
@@ -95,6 +115,14 @@ def _delta(r: dict) -> str:
     return f"{r['delta']:+.4f}{ci}"
 
 
+def _vs_baseline(r: dict) -> str:
+    """The gain over the baseline: measured with its interval for a confirmed recipe, else the trial's own run's."""
+    g = r.get("baseline_gain")
+    if g:
+        return f"{g['delta']:+.4f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
+    return "-" if r.get("gain_vs_baseline") is None else f"{r['gain_vs_baseline']:+.4f}"
+
+
 def show_trial(ws, ledger, number: int) -> dict[str, Any]:
     """Everything about one trial: row, diff vs the baseline, metric summary, evals, log tail."""
     row = ledger.trial(number)
@@ -102,7 +130,11 @@ def show_trial(ws, ledger, number: int) -> dict[str, Any]:
     steps = [m for m in metrics if m.get("type", "step") == "step"]
     evals = [{k: v for k, v in m.items() if not k.endswith("/items")} for m in metrics if m.get("type") == "eval"]
     base = _baseline_tag(ledger, row)
-    diff = gitops.diff(ws.root, base, row["start_tag"]) if base and base != row["start_tag"] else ""
+    try:
+        diff = gitops.diff(ws.root, base, row["start_tag"]) if base and base != row["start_tag"] else ""
+    except GitError:
+        diff = f"(no diff: {row['start_tag']} or {base} is gone, e.g. removed by `autorl clean`; the ledger keeps " \
+               "the trial's values: see `changed` above)"
     return {"trial": row, "diff_vs_baseline": diff, "baseline_tag": base, "steps": len(steps),
             "curve": {k: [s.get(k) for s in steps] for k in ("reward_mean", "kl", "grad_norm", "clip_ratio")},
             "evals": evals, "log_tail": _tail(row.get("log_path"), 15)}
@@ -361,11 +393,36 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
-def format_status(d: dict) -> str:
+def format_status(d: dict, width: int = 88) -> str:
+    """The latest study's headline once it has stopped (``autorl.present.findings``), then what is running."""
+    from autorl.present import findings
+
+    f = d.get("findings")
     lines = [f"study {s['name']}: {s['status']} ({s['strategy']})" for s in d["studies"][:1]]
+    if f:
+        lines += findings.headline(f, width) + [""]
     for r in d["running"]:
-        ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items() if k.startswith("eval/"))
+        ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items()
+                       if k.startswith("eval/") and isinstance(v, (int, float)))
         lines.append(f"running {r['attempt']} ({r['kind']}): step {r['step']} {ev} {'alive' if r['alive'] else 'NOT RUNNING'}")
-    for f in d["full_runs"]:
-        lines.append(f"full run {f['attempt']} from {f['promoted_from']:02d}: {f['status']} {f.get('reason') or ''}")
-    return "\n".join(lines) or "nothing running"
+    for x in ([] if f else d["full_runs"]):
+        lines.append(f"full run {x['attempt']} from {x['promoted_from']:02d}: {x['status']} {x.get('reason') or ''}")
+    if not d["running"]:
+        lines.append("nothing running")
+    return "\n".join(lines).strip()
+
+
+def format_clean(d: dict, dry_run: bool) -> str:
+    """``autorl clean``'s plan or result in words."""
+    gone = (f"{len(d['branches'])} branches, {len(d['tags'])} tags and {len(d['worktrees'])} worktrees of "
+            f"{len(d['removed_trials'])} trials")
+    lines = [f"study {d['study']}: " + (f"would remove {gone} (dry run: nothing removed)" if dry_run
+                                        else f"removed {gone}")]
+    kept: dict[str, list[str]] = {}
+    for n, why in d["kept"].items():
+        kept.setdefault(why, []).append(n)
+    lines.append("kept: " + ("; ".join(f"{why} {', '.join(ns)}" for why, ns in kept.items()) or "nothing"))
+    lines += [f"not removed: branch {b} is checked out in a worktree" for b in d["checked_out"]]
+    lines.append("The ledger keeps every trial's record; a removed trial's `autorl show` has no diff any more."
+                 + (" Run again without --dry-run to remove them." if dry_run and d["branches"] + d["tags"] else ""))
+    return "\n".join(lines)
