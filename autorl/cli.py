@@ -97,7 +97,7 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
 
 @cli.command()
 @click.argument("recipe", required=False, type=click.Path())
-@click.option("--budget", default="1h", show_default=True, help="Wall-clock budget: 90m, 24h, 1h30m, 2d.")
+@click.option("--budget", default="1h", show_default=True, help="Wall-clock budget, with its unit: 90m, 24h, 1h30m, 2d, 45s.")
 @click.option("--max-trials", type=click.IntRange(min=1), help="Stop after this many trials.")
 @click.option("--strategy", type=click.Choice(["hypotheses", "optuna", "random"]), default=None,
               help="How trials are proposed [default: hypotheses; on --resume, the study's own].")
