@@ -320,7 +320,7 @@ def hypotheses_cmd(c: _Ctx, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
-    """The bottleneck and symptoms of trial NN (default: the latest finished trial)."""
+    """The bottleneck and symptoms of trial NN (default: the best confirmed recipe, else the baseline)."""
     from autorl.present import review
 
     data = review.diagnose_trial(c.open_ledger(), number)

@@ -336,32 +336,65 @@ def _hypothesis_record(r: dict) -> tuple[str, str]:
 
 
 def diagnose_trial(ledger, number: int | None) -> dict[str, Any]:
-    """The diagnosis of one trial's metrics (the latest trial with metrics by default)."""
+    """The diagnosis of one trial's metrics: trial ``number``, else the latest study's best confirmed recipe (what
+    ``autorl promote`` would pick), else its baseline."""
     from autorl.judge import diagnose
 
-    if number is None:
-        rows = [t for t in ledger.trials() if t.get("status") != "running" and ledger.metrics(t["id"])]
-        if not rows:
-            from autorl.errors import NotFoundError
-
-            raise NotFoundError("no finished trial with metrics yet: run a study first")
-        row = rows[-1]
-    else:
-        row = ledger.trial(number)
+    row, which = (ledger.trial(number), "") if number is not None else _default_diagnosed(ledger)
     metrics = ledger.metrics(row["id"])
     steps = [m for m in metrics if m.get("type", "step") == "step"]
     evals = [m for m in metrics if m.get("type") == "eval"]
     d = diagnose.diagnose(steps, evals, row.get("params") or {})
-    return {"attempt": row["attempt"], **d.model_dump()}
+    rules = diagnose.load_rules()
+    row_rule = next((b for b in rules.bottlenecks if b.name == d.bottleneck), rules.default)
+    return {"attempt": row["attempt"], "number": row["number"], "which": which,
+            "bottleneck_description": row_rule.description, **d.model_dump()}
+
+
+def _default_diagnosed(ledger) -> tuple[dict, str]:
+    from autorl.errors import NotFoundError
+    from autorl.judge import gains
+
+    st = ledger.study()
+    best = gains.ranked(gains.study_gains(ledger, st))
+    if best:
+        return ledger.trial(best[0].number), "the study's best confirmed recipe"
+    base = [t for t in ledger.baselines(st["id"]) if t.get("status") == "complete" and ledger.metrics(t["id"])]
+    if not base:
+        raise NotFoundError(f"study {st['name']} has no finished baseline with metrics yet: name a trial "
+                            "(`autorl diagnose NN`) or run a study first")
+    return base[0], "the study's baseline: nothing is confirmed yet"
+
+
+OPS_TEXT = {"lt": "<", "le": "≤", "gt": ">", "ge": "≥", "abs_lt": "|x| <", "abs_gt": "|x| >"}
 
 
 def format_diagnosis(d: dict) -> str:
-    lines = [f"{d['attempt']}: bottleneck {d['bottleneck']} (look at: {', '.join(d['areas']) or '-'})"]
+    """The diagnosis in words: which trial and why, the bottleneck, where to look first, each symptom's numbers."""
+    which = f" ({d['which']}; `autorl diagnose NN` for another trial)" if d.get("which") else ""
+    lines = [f"{d['attempt']}{which}",
+             f"bottleneck: {d['bottleneck']}: {d.get('bottleneck_description') or ''}".rstrip(": ")]
+    leads = list(dict.fromkeys(x for s in d["symptoms"] for x in s.get("look_at") or []))
+    if leads:
+        lines.append(f"look at first: {'; '.join(leads)}")
+    if d["areas"]:
+        lines.append(f"then: {', '.join(d['areas'])}")
     for s in d["symptoms"]:
-        lines.append(f"- {s['name']}: {s.get('evidence') or s}")
+        lines.append(f"- {s['name']}: {s['description']}")
+        lines += [f"    {_evidence(e)}" for e in s["evidence"]]
     if not d["symptoms"]:
-        lines.append("- no symptoms")
+        lines.append(f"- no symptoms in {d['steps']} steps and {d['evals']} evals")
+    if d.get("unavailable"):
+        lines.append(f"not judged (metrics the backend does not report): {', '.join(d['unavailable'])}")
     return "\n".join(lines)
+
+
+def _evidence(e: dict) -> str:
+    """'delta of reward_mean (last points against the first) = 0.0031, |x| < 0.02, over 40 points'."""
+    window = ("last points against the first" if e["stat"] in ("delta", "rel_change")
+              else {"head": "first points", "tail": "last points"}.get(e["window"], ""))
+    return (f"{e['stat']} of {e['metric']}{f' ({window})' if window else ''} = {e['value']:.4g}, "
+            f"{OPS_TEXT.get(e['op'], e['op'])} {e['threshold']:.4g}, over {e['points']} points")
 
 
 def status_rows(ledger) -> dict[str, Any]:

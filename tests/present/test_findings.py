@@ -83,3 +83,17 @@ def test_after_a_full_run_it_says_where_the_weights_are_and_what_to_adopt(ws):
     assert f"branch to adopt: {full['name']}" in text
     assert "no full-length baseline was run" in text
     assert f"Next: git checkout {full['name']} -- recipes/default.yaml" in text
+
+
+def test_diagnose_defaults_to_the_best_confirmed_recipe_then_the_baseline(ws):
+    r = run_cli("-C", str(ws), "diagnose")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("attempt-08-move (the study's best confirmed recipe; `autorl diagnose NN` for another")
+    assert "{" not in r.stdout and "[" not in r.stdout
+    led = Ledger(ws / "ledger.sqlite")
+    for n in (5, 8):
+        led.set_confirmation(n, "rejected", "fresh seeds disagreed")
+    led.close()
+    r = run_cli("-C", str(ws), "diagnose", "--json")
+    assert json.loads(r.stdout)["attempt"] == "attempt-01-baseline"
+    assert json.loads(r.stdout)["which"] == "the study's baseline: nothing is confirmed yet"
