@@ -268,9 +268,10 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
     dirs = [hypotheses.SHIPPED_DIR] + [d for d in [ws.root / "hypotheses"] if d.is_dir()]
     trials = ledger.trials() if ledger else []
     found = ledger.hypothesis_counts() if ledger else {}
+    settings = _verdict_settings(ledger)
     rows = []
     for h in hypotheses.load_library(dirs):
-        st = hypotheses.status(h, trials)
+        st = hypotheses.status(h, trials, settings)
         gains = [confirmed_gain(t, trials) for t in trials if t.get("hypothesis") == h.id
                  and t.get("confirmation") == "confirmed"]
         gains = [g for g in gains if g is not None]
@@ -278,9 +279,21 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
                      "confidence": st.confidence, "counts": st.counts, "demoted": st.demoted,
                      "trials": found.get(h.id, dict.fromkeys(("tried", "moves", "candidates", "confirmed",
                                                               "rejected"), 0)),
-                     "confirmed_gain": max(gains) if gains else None,
+                     "confirmed_gain": max(gains) if gains else None, "detectable": st.detectable, "note": st.note,
                      "symptoms": h.symptoms, "backends": h.backends, "source": h.source})
     return rows
+
+
+def _verdict_settings(ledger):
+    """The latest study's verdict settings (None: the defaults)."""
+    from autorl.errors import NotFoundError
+    from autorl.judge.gains import study_recipe
+
+    try:
+        recipe = study_recipe(ledger.study()) if ledger else None
+    except NotFoundError:
+        return None
+    return recipe.verdict if recipe is not None else None
 
 
 def confirmed_gain(candidate: dict, trials: list[dict]) -> float | None:
@@ -315,7 +328,8 @@ def print_hypotheses(rows: list[dict]) -> None:
     for r in rows:
         n = r["trials"]
         table.add_row(r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
-                      _tried_cell(n), f"{n['confirmed']}/{n['candidates']}", _gain(r), r["title"])
+                      _tried_cell(n), f"{n['confirmed']}/{n['candidates']}", _gain(r),
+                      r["title"] + (f" ({r['note']})" if r.get("note") else ""))
     c.print(table)
 
 
@@ -332,7 +346,7 @@ def _hypothesis_record(r: dict) -> tuple[str, str]:
     status = r["status"] + (" (demoted)" if r["demoted"] else "")
     head = (f"{r['id']}  {r['priority']}  {status}  confidence {r['confidence']}  tried {_tried_cell(n)}, "
             f"confirmed {n['confirmed']} of {n['candidates']} candidates, gain over parent {_gain(r)}")
-    return head, r["title"]
+    return head, r["title"] + (f" ({r['note']})" if r.get("note") else "")
 
 
 def diagnose_trial(ledger, number: int | None) -> dict[str, Any]:
