@@ -145,7 +145,7 @@ def _study_end(c: _Ctx, summary: dict) -> None:
     ws, ledger = c.workspace(), c.open_ledger()
     d = findings.findings(ws, ledger, summary["study"])
     click.echo("\n".join(findings.headline(d, _width())))
-    click.echo(findings.refs_line(ws, ledger, summary["study"]))
+    click.echo("\n".join(findings.wrap(findings.refs_line(ws, ledger, summary["study"]), _width())))
 
 
 def _width() -> int:

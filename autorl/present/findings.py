@@ -180,10 +180,10 @@ def headline(d: dict[str, Any], width: int = WIDTH) -> list[str]:
         lines += full_run_lines(f, d)
     nxt = d["next"]
     lines += [f"Next: {nxt['command']}", f"  {nxt['why']}"]
-    return [part for line in lines for part in _wrap(line, width)]
+    return [part for line in lines for part in wrap(line, width)]
 
 
-def _wrap(line: str, width: int) -> list[str]:
+def wrap(line: str, width: int) -> list[str]:
     indent = " " * (len(line) - len(line.lstrip(" ")))
     return textwrap.wrap(line, width=width, initial_indent="", subsequent_indent=indent + "  ",
                          break_on_hyphens=False, break_long_words=False) if line.strip() else [line]
