@@ -17,7 +17,7 @@ from autorl.recipe import dump_values
 
 LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "why", "changed", "status", "verdict", "confirmation",
                  "objective", "delta", "ci_low", "ci_high", "method", "n_items", "parent", "gain_vs_baseline",
-                 "gap_to_best", "confirms", "duration_s", "crash_category", "reason"]
+                 "gap_to_best", "confirms", "duration_s", "crash_category", "reason", "kind", "promoted_from"]
 
 
 def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:
@@ -74,7 +74,7 @@ def _ledger_record(r: dict) -> tuple[str, str]:
     """One trial in two lines: the numbers, then who proposed it and what it changed."""
     head = (f"{r['number']:02d}  {_verdict_cell(r)}  objective {_num(r.get('objective'))}  Δ {_delta(r)}  "
             f"{format_duration(r.get('duration_s') or 0)}")
-    base = f"; Δ vs baseline {_vs_baseline(r)}" if r.get("parent") is not None or r.get("baseline_gain") else ""
+    base = f"; Δ vs baseline {_vs_baseline(r)}" if _vs_baseline(r) != "-" and r.get("kind") != "full" else ""
     return head, f"{_who(r)}: {dump_values(r.get('changed') or {}) or 'nothing changed'}{base}"
 
 
@@ -109,10 +109,13 @@ def _num(v: float | None) -> str:
 
 
 def _delta(r: dict) -> str:
+    """The gain over the parent with its interval; a full run's is its re-validation at trial length against the
+    baseline, and says so (its own objective is at full length, with no full-length baseline beside it)."""
     if r.get("delta") is None:
         return "-"
     ci = f" [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r.get("ci_low") is not None else ""
-    return f"{r['delta']:+.4f}{ci}"
+    full = " (re-validation at trial length, vs the baseline)" if r.get("kind") == "full" else ""
+    return f"{r['delta']:+.4f}{ci}{full}"
 
 
 def _vs_baseline(r: dict) -> str:
