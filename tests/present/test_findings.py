@@ -101,6 +101,6 @@ def test_diagnose_defaults_to_the_best_confirmed_recipe_then_the_baseline(ws):
 
 def test_the_ledger_says_a_full_runs_delta_is_its_re_validation(ws):
     add_full_run(ws)
-    r = run_cli("-C", str(ws), "ledger", "--last", "1", env={**os.environ, "COLUMNS": "120"})
+    r = run_cli("-C", str(ws), "ledger", "--last", "1", env={**os.environ, "COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     assert "+0.1440 [+0.087, +0.201] (re-validation at trial length, vs the baseline)" in " ".join(r.stdout.split())
