@@ -140,8 +140,9 @@ def _study_end(c: _Ctx, summary: dict) -> None:
     """What the study found (the headline), and how much git history it left."""
     from autorl.present import findings
 
-    stop = f"; stopped: {summary['stopped_by']}" if summary["stopped_by"] else ""
-    click.echo(f"\nstudy {summary['study']}: {summary['trials']} trials in {summary['wall_s']:.0f} s{stop}\n")
+    head = (f"study {summary['study']}: {summary['trials']} trials in {summary['wall_s']:.0f} s; "
+            f"ended: {summary['ended_by'] or summary['stopped_by'] or 'done'}")
+    click.echo("\n" + "\n".join(findings.wrap(head, _width())) + "\n")
     ws, ledger = c.workspace(), c.open_ledger()
     d = findings.findings(ws, ledger, summary["study"])
     click.echo("\n".join(findings.headline(d, _width())))

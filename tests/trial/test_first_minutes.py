@@ -68,7 +68,7 @@ def test_the_run_ends_with_what_was_found_and_the_next_command(small_study):
     out = (small_study / ".autorl" / "run.out").read_text()
     tail = out[out.index("\nstudy "):].strip().splitlines()
     assert tail[0].startswith("study quick-") and " 6 trials in " in tail[0]
-    assert tail[2].startswith("Found: ") and any(x.startswith("Next: ") for x in tail)
+    assert any(x.startswith("Found: ") for x in tail) and any(x.startswith("Next: ") for x in tail)
     assert any(x.startswith("Crashes: ") for x in tail)
     git_line = " ".join(x.strip() for x in tail[next(i for i, x in enumerate(tail) if x.startswith("Git: ")):])
     assert git_line.startswith("Git: the study's trials left 6 branches and 12 tags")
@@ -234,6 +234,9 @@ def test_a_proposal_that_does_not_fit_is_not_started_and_not_lost(tmp_path):
     ctl.launched, ctl.done_before, ctl.deadline = 0, 3, time.time() + 3.0  # 3 s left, at least 7 s planned
     assert ctl._fill({}) == 0 and ctl._fill({}) == 0
     assert len(ctl.s.proposer.pending) == 1 and len(ctl.s.records.trials()) == 3
+    ended = ctl._why_ended()  # the run's last line says why a study with budget left ended
+    assert ended.startswith("the next trial (next) is planned at ") and "left of the budget" in ended
+    assert "--allow-overrun" in ended
     recovery.release_unstarted(ctl.s)
     assert ctl.s.proposer.pending == []
     states = {t.number: (t.state.name, t.params) for t in search.study.get_trials(deepcopy=False)}
