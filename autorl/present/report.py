@@ -534,7 +534,8 @@ def _hypothesis_blocks(rows: list[dict]) -> list[Block]:
     order = {"validated": 0, "testing": 1, "inconclusive": 2, "invalidated": 3, "pending": 4}
     rows = sorted(rows, key=lambda r: (order.get(r["status"], 9), r["id"]))
     body = [[r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
-             str(r["counts"].get("tried", 0)), str(r["counts"].get("improved", 0)), r["title"]] for r in rows]
+             str(r["counts"].get("tried", 0)), str(r["counts"].get("improved", 0)),
+             r["title"] + (f" ({r['note']})" if r.get("note") else "")] for r in rows]
     return [Block("h2", "Hypotheses"),
             Block("table", ["id", "priority", "status", "confidence", "tried", "improved", "title"], body)]
 
