@@ -300,9 +300,9 @@ def refs_line(ws, ledger, study: str | None = None) -> str:
 def promoted_lines(d: dict[str, Any]) -> list[str]:
     """``autorl promote``'s result in words (its dry run, or the full run it launched)."""
     if "full_values" in d:
-        return [f"would promote {d['attempt']}: {d['why']}",
-                f"full run values: {dump_values(d['full_values']) or 'none (the recipe as the trial ran it)'}",
-                "nothing was run: drop --dry-run to re-validate it and launch its full run"]
+        return [f"full run values: {dump_values(d['full_values']) or 'none (the recipe as the trial ran it)'}",
+                f"dry run: nothing was run; without --dry-run, {d['attempt']} and the baseline are re-run with "
+                "fresh seeds, then its full run starts if the gain holds"]
     r = d["revalidation"]
     forced = "; promoted anyway (--force, recorded in the ledger)" if d["forced"] else ""
     return [f"full run {d['attempt']} launched from {d['promoted_from']:02d} (monitor pid {d['monitor_pid']})",

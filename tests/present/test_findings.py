@@ -104,3 +104,15 @@ def test_the_ledger_says_a_full_runs_delta_is_its_re_validation(ws):
     r = run_cli("-C", str(ws), "ledger", "--last", "1", env={**os.environ, "COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     assert "+0.1440 [+0.087, +0.201] (re-validation at trial length, vs the baseline)" in " ".join(r.stdout.split())
+
+
+def test_promote_with_no_number_takes_the_headlines_recipe(ws):
+    r = run_cli("-C", str(ws), "promote", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("promoting attempt-08-move: attempt-08-move has the largest gain over the baseline")
+    assert lines[1] == "full run values: steps=300, eval_every=25, save_best=eval/id/greedy_pass@1"
+    assert lines[2].startswith("dry run: nothing was run; without --dry-run, attempt-08-move and the baseline")
+    assert "{" not in r.stdout and "None" not in r.stdout
+    d = json.loads(run_cli("-C", str(ws), "promote", "--dry-run", "--json").stdout)
+    assert d["attempt"] == "attempt-08-move" and d["full_values"]["steps"] == 300
