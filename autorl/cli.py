@@ -146,7 +146,9 @@ def _study_end(c: _Ctx, summary: dict) -> None:
     ws, ledger = c.workspace(), c.open_ledger()
     d = findings.findings(ws, ledger, summary["study"])
     click.echo("\n".join(findings.headline(d, _width())))
-    click.echo("\n".join(findings.wrap(findings.refs_line(ws, ledger, summary["study"]), _width())))
+    refs = findings.refs_line(ws, ledger, summary["study"])
+    if refs:
+        click.echo("\n".join(findings.wrap(refs, _width())))
 
 
 def _width() -> int:

@@ -283,7 +283,8 @@ def _fmt(v: Any) -> str:
 
 
 def refs_line(ws, ledger, study: str | None = None) -> str:
-    """How many of the study's branches and tags are still there, and how to clear those nothing needs."""
+    """How many of the study's branches and tags are still there, and how to clear those nothing needs ("" when
+    none are)."""
     st = ledger.study(study)
     try:
         existing = gitops.refs(ws.root)
@@ -292,6 +293,8 @@ def refs_line(ws, ledger, study: str | None = None) -> str:
     rows = ledger.trials(st["id"])
     branches = sum(t.get("branch") in existing for t in rows)
     tags = sum(tag in existing for t in rows for tag in (t.get("start_tag"), t.get("end_tag")) if tag)
+    if not branches and not tags:
+        return ""
     return (f"Git: the study's trials left {branches} branches and {tags} tags (attempt-NN-*); "
             f"`autorl clean --dry-run` lists those nothing needs any more.")
 
