@@ -189,8 +189,11 @@ class LocalRayHead:
 
     def __init__(self, num_cpus: int | None = None, num_gpus: int | None = None,
                  object_store_bytes: int | None = None, temp_dir: str | Path | None = None,
-                 ready_timeout_s: float = 90.0):
+                 ready_timeout_s: float = 90.0, visible_gpus: list[str] | None = None):
         self.num_cpus, self.num_gpus = num_cpus, num_gpus
+        self.visible_gpus = visible_gpus  # the head's CUDA_VISIBLE_DEVICES (one GPU per entry; repeats share a card)
+        if visible_gpus is not None and num_gpus is None:
+            self.num_gpus = len(visible_gpus)
         self.object_store_bytes = object_store_bytes
         self._own_temp = temp_dir is None
         self.temp_dir = Path(temp_dir or tempfile.mkdtemp(prefix="ray"))
@@ -216,6 +219,8 @@ class LocalRayHead:
         dashboard_port = free_port()
         log = open(self.temp_dir / "ray-start.log", "ab")
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        if self.visible_gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.visible_gpus)
         self.proc = subprocess.Popen(self.command(free_port(), dashboard_port), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         log.close()

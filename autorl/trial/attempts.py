@@ -73,7 +73,7 @@ def launch(s: StudyState, ctx: TrialContext, slots: Slots, slot: int, deadline: 
     spec = TrialSpec(attempt=a.name, recipe=recipe, worktree=a.worktree, run_dir=a.run_dir, cache_dir=s.ws.cache)
     try:
         handle = lifecycle.launch(s.backend, spec, start=lambda plan: slots.start(s.backend, plan),
-                                  assign=lambda plan: slots.assign(plan, slot, recipe))
+                                  assign=lambda plan: slots.assign(plan, slot, recipe, s.backend.runs_on_ray))
     except UserError as exc:
         return Outcome("config-error", None, str(exc))
     s.ledger.update_trial(a.row_id, pid=handle.pid, job_id=handle.job_id, job_address=slots.address)

@@ -107,13 +107,15 @@ class Controller:
                 if out is not None:
                     self.finish(ctx, out)
                     del running[slot]
+                    self.slots.release(slot)
             time.sleep(0.05 if running else 0)
 
     def _fill(self, running: dict[int, tuple[TrialContext, Watch]]) -> int:
         """Start trials in the free slots; returns how many were opened (launched, or finished at once)."""
         opened = 0
+        need = self.s.backend.gpus_per_run(self.s.base)
         for slot in [k for k in range(self.opts.parallel) if k not in running]:
-            if not self._may_start():
+            if not self._may_start() or not self.slots.fits(need):  # a trial waits for its GPUs, never for Ray
                 break
             proposal = self.s.proposer.next()
             if proposal is None:
@@ -127,6 +129,7 @@ class Controller:
             started = self._launch(ctx, slot) if ctx.error is None else None
             if isinstance(started, Watch):
                 running[slot] = (ctx, started)
+                self.slots.hold(slot, need)
             else:
                 self.finish(ctx, started or Outcome("config-error", None, ctx.error or "not launched"))
         return opened

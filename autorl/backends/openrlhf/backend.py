@@ -78,6 +78,16 @@ class OpenRLHFBackend(Backend):
         self.python = python or ("python" if ray_address else sys.executable)
         self._head = None
         self._cache: Path | None = None  # the study's cache folder for the jobs' compile caches (set by prepare)
+        self._per_gpu = 1  # trials packed on one GPU (recipe gpus_per_trial = 1 / this; set by prepare)
+
+    def check(self, recipe, root: Path) -> None:
+        """Fail before any Ray job starts, with one line: a missing model or probe file, a flag the installed
+        OpenRLHF lacks, a GPU share that cannot be packed (``checks.py``)."""
+        from autorl.backends.openrlhf.checks import problem
+
+        found = problem(recipe, Path(root), installed_version(), on_cluster=bool(self.ray_address))
+        if found:
+            raise RecipeError(found)
 
     def preflight(self, recipe, worktree: Path) -> str:
         """The failed preflight checks (steps, LR at step 20, disk, patches, GPUs) as one line."""
@@ -120,6 +130,11 @@ class OpenRLHFBackend(Backend):
                           log_path=str(run_dir / "train.log"),  # appended: triage reads one log
                           metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)
 
+    def gpus_per_run(self, recipe) -> float:
+        """The recipe's ``gpus_per_trial`` when it packs trials on shared GPUs, else its layout's GPUs (actor,
+        reference and vLLM engines; the largest of them when colocated)."""
+        return recipe.gpus_per_trial or float(recipe.params.gpus_needed())
+
     def _cache_env(self) -> dict[str, str]:
         """DeepSpeed's op builds, Triton's kernels and vLLM's compile cache in the study's cache folder, shared by
         every trial, on the local head only (a cluster's nodes do not see this machine's folders); a variable the
@@ -141,6 +156,7 @@ class OpenRLHFBackend(Backend):
         from autorl.backends import forked
 
         self._cache = Path(cache_dir).resolve() / "openrlhf"
+        self._per_gpu = round(1 / recipe.gpus_per_trial) if 0 < recipe.gpus_per_trial < 1 else 1
         if recipe.params.probe_splits():  # its imports overlap the head's start
             forked.server_for(sys.executable, forked.EVALUATE, {**os.environ, "PYTHONUNBUFFERED": "1", **self._eval_env()})
         if not self.ray_address:
@@ -164,7 +180,7 @@ class OpenRLHFBackend(Backend):
         if self._head is None:
             from autorl.backends.ray_jobs import LocalRayHead
 
-            self._head = LocalRayHead()
+            self._head = LocalRayHead(visible_gpus=packed_gpus(self._per_gpu))
             atexit.register(self.close)
         return self._head.start()
 
@@ -173,6 +189,21 @@ class OpenRLHFBackend(Backend):
         if self._head is not None:
             self._head.stop()
             self._head = None
+
+
+def packed_gpus(per_gpu: int) -> list[str] | None:
+    """The device list a local Ray head is given so that ``per_gpu`` trials share each GPU: every visible device
+    named ``per_gpu`` times (Ray hands out logical GPUs by position in it, so two logical GPUs map to one card);
+    None (Ray's own detection) for whole GPUs."""
+    if per_gpu <= 1:
+        return None
+    import os
+
+    from autorl.backends.base import gpu_count
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = [d for d in visible.split(",") if d.strip()] if visible is not None else [str(i) for i in range(gpu_count())]
+    return [d for d in devices for _ in range(per_gpu)]
 
 
 def trial_params(spec: TrialSpec) -> OpenRLHFParams:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import subprocess
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -158,14 +157,9 @@ def check_patches(patches_dir: Path, site_packages: Path | None) -> Check:
 
 def gpus_visible() -> int:
     """GPUs nvidia-smi lists here (0 where nvidia-smi is absent or fails)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return 0
-    try:
-        proc = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in proc.stdout.splitlines() if line.startswith("GPU ")) if proc.returncode == 0 else 0
+    from autorl.backends.base import gpu_count
+
+    return gpu_count()
 
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt", ".py")
