@@ -1,4 +1,5 @@
-"""Durations: ``90m``, ``24h``, ``1h30m``, ``2d``, ``45s`` or plain seconds."""
+"""Durations: ``90m``, ``24h``, ``1h30m``, ``2d``, ``45s``. A number needs its unit: ``--budget 10`` once meant ten
+seconds without a word, where a person meant minutes or hours."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ def parse_duration(text: str) -> float:
     """Seconds in a duration string; BudgetError naming the bad input otherwise."""
     s = str(text).strip().lower().replace(" ", "")
     if re.fullmatch(r"\d+(\.\d+)?", s):
-        value = float(s)
-    elif s and _PART.sub("", s) == "" and len({u for _, u in _PART.findall(s)}) == len(_PART.findall(s)):
+        raise BudgetError(f"budget {text!r} has no unit: write {s}m for minutes, {s}h for hours or {s}s for seconds")
+    if s and _PART.sub("", s) == "" and len({u for _, u in _PART.findall(s)}) == len(_PART.findall(s)):
         value = sum(float(n) * _UNITS[u] for n, u in _PART.findall(s))
     else:
         raise BudgetError(f"budget {text!r} is not a duration: write e.g. 90m, 24h, 1h30m, 2d or 45s")

@@ -77,6 +77,10 @@ class VerdictSettings(_Model):
 
     min_effect: float = Field(0.0, ge=0, description="A trial is 'improved' only if the lower end of its "
                                                      "interval for the gain exceeds this.")
+    meaningful_effect: float = Field(0.03, gt=0, description="The smallest gain worth finding, in objective "
+                                                             "units: flat trials invalidate a hypothesis only when "
+                                                             "each could have detected a gain this large (4 times "
+                                                             "in 5); otherwise it stays inconclusive.")
     baseline_repeats: int = Field(5, ge=1, description="Times the baseline runs (different seeds) to measure seed "
                                                        "noise; below 3 the verdict says what it cannot see.")
     level: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence level of a trial's interval.")

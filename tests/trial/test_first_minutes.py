@@ -58,9 +58,22 @@ def small_study(tmp_path_factory) -> Path:
     """A random-strategy study over a space of four configurations, asked for eight trials."""
     ws = _workspace(tmp_path_factory.mktemp("small"), _recipe(SMALL_SPACE))
     r = run_cli("-C", str(ws), "run", "recipes/quick.yaml", "--strategy", "random", "--max-trials", "6",
-                "--budget", "5m", "--quiet", timeout=300)
+                "--budget", "5m", "--quiet", timeout=300, env={**os.environ, "COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
+    (ws / ".autorl" / "run.out").write_text(r.stdout)
     return ws
+
+
+def test_the_run_ends_with_what_was_found_and_the_next_command(small_study):
+    out = (small_study / ".autorl" / "run.out").read_text()
+    tail = out[out.index("\nstudy "):].strip().splitlines()
+    assert tail[0].startswith("study quick-") and " 6 trials in " in tail[0]
+    assert any(x.startswith("Found: ") for x in tail) and any(x.startswith("Next: ") for x in tail)
+    assert any(x.startswith("Crashes: ") for x in tail)
+    git_line = " ".join(x.strip() for x in tail[next(i for i, x in enumerate(tail) if x.startswith("Git: ")):])
+    assert git_line.startswith("Git: the study's trials left 6 branches and 12 tags")
+    assert "autorl clean --dry-run" in git_line
+    assert max(len(x) for x in tail) <= 80 and "{" not in "\n".join(tail)
 
 
 def test_no_configuration_runs_twice_unless_deliberately(small_study):

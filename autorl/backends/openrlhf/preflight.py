@@ -12,7 +12,10 @@ numbers behind its answer:
 - ``disk:<path>``: free space at save_path and ckpt_path vs the expected checkpoints;
 - ``patches``: every ``patches/*.patch`` applied to the installed openrlhf
   (``ok=None``, not checked, where openrlhf is not installed);
-- ``gpus``: actor + reference + vLLM engines x TP vs GPUs visible here.
+- ``gpus``: actor + reference + vLLM engines x TP vs GPUs visible here;
+- ``files``: the recipe's own files (``prompt_data``, ``eval_dataset``, ``reward_func``) exist in the worktree,
+  where the value is a path (it has a file suffix or a leading ``./`` or ``/``); a Hub dataset name
+  (``org/name``) or a URL is not checked here (``ok=None``).
 
 The scheduler maths and the step count are pure functions, tested on their own.
 """
@@ -159,6 +162,29 @@ def gpus_visible() -> int:
     return gpu_count()
 
 
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt", ".py")
+
+
+def check_files(params: OpenRLHFParams, worktree: Path) -> Check:
+    """The recipe's own files that are missing from the worktree (a recipe example names files a team provides)."""
+    named = {k: getattr(params, k) for k in ("prompt_data", "eval_dataset", "reward_func")}
+    paths = {k: v for k, v in named.items() if v and _is_path(v)}
+    missing = [f"{k}: {v}" for k, v in paths.items() if not (worktree / v).is_file()]
+    if missing:
+        return Check(name="files", ok=False, detail=f"not found in {worktree}: {'; '.join(missing)}: add your files "
+                                                    "there (the recipe names them, autorl ships none) or change "
+                                                    "those keys")
+    if not paths:
+        return Check(name="files", ok=None, detail="no local file named (Hub datasets and URLs are not checked here)")
+    return Check(name="files", ok=True, detail=", ".join(paths.values()) + " found")
+
+
+def _is_path(value: str) -> bool:
+    if value.startswith(("builtin:", "http://", "https://")):
+        return False
+    return value.startswith(("./", "/", "../")) or value.lower().endswith(LOCAL_SUFFIXES)
+
+
 def check_gpus(params: OpenRLHFParams, visible: int) -> Check:
     """GPUs the run places (actor, reference, vLLM) vs GPUs visible."""
     need = params.gpus_needed()
@@ -179,4 +205,4 @@ def preflight(recipe, worktree: str | Path = ".", patches_dir: str | Path | None
     site = site_packages_of() if site_packages == "auto" else (Path(site_packages) if site_packages else None)
     patches = Path(patches_dir) if patches_dir else (root / "patches" if (root / "patches").is_dir() else DEFAULT_DIR)
     return [*check_schedule(params, root), *check_disk(params, root), check_patches(patches, site),
-            check_gpus(params, gpus_visible() if visible is None else visible)]
+            check_gpus(params, gpus_visible() if visible is None else visible), check_files(params, root)]
