@@ -34,10 +34,10 @@ def test_status_after_a_study_opens_with_what_was_found(ws):
     assert max(len(x) for x in lines) <= 80
     assert lines[1] == "Found: lr 5e-07 → 5e-05  (attempt-08-move)"
     text = " ".join(x.strip() for x in lines)
-    assert "over the baseline's 0.538 (95% interval [+0.067, +0.141])" in text
+    assert "over the baseline's 0.538 (95% interval [+0.062, +0.147])" in text
     assert "2 fresh-seed runs against the 4 baseline runs, paired over 400 eval items" in text
     assert "reached in confirmed steps 05 → 08" in text
-    assert "Also confirmed: 05 lr 5e-07 → 5e-06, +0.073 [+0.040, +0.107]" in text
+    assert "Also confirmed: 05 lr 5e-07 → 5e-06, +0.073 [+0.033, +0.113]" in text
     assert "h13-flat-learning: lr 0.0005 pruned; lr 0.000158 flat (its flat test could detect a gain of +0.056)" in text
     assert "eps_clip 0.1 regressed" in text
     assert "Crashes: 1 (oom ×1)" in text
