@@ -98,7 +98,7 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
 
 @cli.command()
 @click.argument("recipe", required=False, type=click.Path())
-@click.option("--budget", default="1h", show_default=True, help="Wall-clock budget: 90m, 24h, 1h30m, 2d.")
+@click.option("--budget", default="1h", show_default=True, help="Wall-clock budget, with its unit: 90m, 24h, 1h30m, 2d, 45s.")
 @click.option("--max-trials", type=click.IntRange(min=1), help="Stop after this many trials.")
 @click.option("--strategy", type=click.Choice(["hypotheses", "optuna", "random"]), default=None,
               help="How trials are proposed [default: hypotheses; on --resume, the study's own].")
@@ -133,10 +133,30 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
                       study_name=study_name, allow_overrun=allow_overrun, seed=seed, parallel=parallel,
                       ray_address=ray_address)
     summary = Controller(ws, opts, make_view(quiet)).run()
-    click.echo(f"study {summary['study']}: {summary['trials']} trials {summary['counts']} "
-               f"in {summary['wall_s']:.0f} s" + (f" ({summary['stopped_by']})" if summary["stopped_by"] else ""))
+    _study_end(c, summary)
     if summary["stopped_by"]:
         sys.exit(1 if summary.get("stop_status") == "crash-stop" else 130)
+
+
+def _study_end(c: _Ctx, summary: dict) -> None:
+    """What the study found (the headline), and how much git history it left."""
+    from autorl.present import findings
+
+    head = (f"study {summary['study']}: {summary['trials']} trials in {summary['wall_s']:.0f} s; "
+            f"ended: {summary['ended_by'] or summary['stopped_by'] or 'done'}")
+    click.echo("\n" + "\n".join(findings.wrap(head, _width())) + "\n")
+    ws, ledger = c.workspace(), c.open_ledger()
+    d = findings.findings(ws, ledger, summary["study"])
+    click.echo("\n".join(findings.headline(d, _width())))
+    refs = findings.refs_line(ws, ledger, summary["study"])
+    if refs:
+        click.echo("\n".join(findings.wrap(refs, _width())))
+
+
+def _width() -> int:
+    import shutil
+
+    return max(60, min(100, shutil.get_terminal_size((88, 24)).columns))
 
 
 # ---- review ---------------------------------------------------------------------------
@@ -246,23 +266,42 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
 def promote(c: _Ctx, number: int | None, steps: int | None, episodes: int | None, repeats: int, dry_run: bool,
             force: bool, as_json: bool) -> None:
     """Promote trial NN (default: the best by verdicts) to a detached full run, after re-validating it."""
+    from autorl.present import findings
     from autorl.trial.promote import promote as do_promote
 
     say = (lambda _msg: None) if as_json else click.echo
     result = do_promote(c.workspace(), c.open_ledger(write=True), number, steps=steps, episodes=episodes, repeats=repeats,
                         dry_run=dry_run, force=force, view=say)
-    _emit(result, as_json, lambda d: "\n".join(f"{k}: {v}" for k, v in d.items()))
+    _emit(result, as_json, lambda d: "\n".join(findings.promoted_lines(d)))
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def status(c: _Ctx, as_json: bool) -> None:
-    """What is running now: trials and full runs, their last step and eval."""
-    from autorl.present import review
+    """What the latest study found once it has stopped, and what is running now (trials, full runs)."""
+    from autorl.present import findings, review
 
-    data = review.status_rows(c.open_ledger(), c.workspace())
-    _emit(data, as_json, review.format_status)
+    ledger = c.open_ledger()
+    data = review.status_rows(ledger, c.workspace())
+    latest = data["studies"][0] if data["studies"] else None
+    if latest and not latest["status"].startswith(("running", "interrupted")):  # no headline before it ends
+        data["findings"] = findings.findings(c.workspace(), ledger, latest["name"])
+    _emit(data, as_json, lambda d: review.format_status(d, _width()))
+
+
+@cli.command()
+@click.option("--study", "study_name", help="The study to clean (default: the latest).")
+@click.option("--dry-run", is_flag=True, help="List what would be removed and what is kept; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def clean(c: _Ctx, study_name: str | None, dry_run: bool, as_json: bool) -> None:
+    """Remove the branches, tags and worktrees of a stopped study's trials that nothing needs any more."""
+    from autorl.present import review
+    from autorl.trial.clean import clean as do_clean
+
+    p = do_clean(c.workspace(), c.open_ledger(write=not dry_run), study_name, dry_run=dry_run)
+    _emit(p.as_dict(), as_json, lambda d: review.format_clean(d, dry_run))
 
 
 @cli.command("hypotheses")
@@ -286,7 +325,7 @@ def hypotheses_cmd(c: _Ctx, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
-    """The bottleneck and symptoms of trial NN (default: the latest finished trial)."""
+    """The bottleneck and symptoms of trial NN (default: the best confirmed recipe, else the baseline)."""
     from autorl.present import review
 
     data = review.diagnose_trial(c.open_ledger(), number)

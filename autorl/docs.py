@@ -15,7 +15,9 @@ from autorl.present.review import LEDGER_FIELDS  # what `autorl ledger --json` w
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_SHAPES = {
-    "ledger": "list of trial objects with keys " + ", ".join("`%s`" % k for k in LEDGER_FIELDS),
+    "ledger": "list of trial objects with keys " + ", ".join("`%s`" % k for k in LEDGER_FIELDS) + ", `baseline_gain` "
+              "(a confirmed recipe's gain over the baseline measured on its fresh-seed runs: `delta`, `ci_low`, "
+              "`ci_high`, `level`; else null)",
     "show": "object: `trial` (every ledger column, see ledger.md), `diff_vs_baseline`, `baseline_tag`, `steps`, "
             "`curve` (reward_mean, kl, grad_norm, clip_ratio lists), `evals` (eval lines without items), `log_tail`",
     "triage": "list of crash groups: `signature`, `category`, `count`, `root_cause_line`, `remedy`, `attempts`, `actions`",
@@ -23,10 +25,20 @@ JSON_SHAPES = {
     "triage classify": "object with exactly `category`, `root_cause_line`, `remedy`, `signature`",
     "hypotheses": "list: `id`, `title`, `priority`, `status`, `confidence`, `counts`, `demoted`, `trials` (`tried`, "
                   "`moves`, `candidates`, `confirmed`, `rejected`), `confirmed_gain` (best confirmed gain over the "
-                  "parent: fresh-seed runs' mean minus the parent's), `symptoms`, `backends`, `source`",
-    "diagnose": "object: `attempt`, `bottleneck`, `areas`, `symptoms` (each with its evidence), `steps`",
-    "status": "object: `studies`, `running` (attempt, kind, status, pid, step, last_eval, alive), `full_runs`",
-    "promote": "object: `attempt`, `number`, `promoted_from`, `monitor_pid`, `revalidation` (verdict object), `forced`",
+                  "parent: fresh-seed runs' mean minus the parent's), `detectable` (the smallest gain its most sensitive flat "
+                  "trial could detect), `note` (why it is inconclusive rather than invalidated), `symptoms`, "
+                  "`backends`, `source`",
+    "diagnose": "object: `attempt`, `number`, `which` (why this trial, when none was named), `bottleneck`, "
+                "`bottleneck_description`, `areas`, `symptoms` (each with its evidence and `look_at`), `steps`, `evals`, "
+                "`unavailable`",
+    "status": "object: `studies`, `running` (attempt, kind, status, pid, step, last_eval, alive), `full_runs`, and once "
+              "the latest study has stopped `findings` (what `autorl run` ends with: `best` and `confirmed` recipes "
+              "with their gain over the baseline, `chain`, `changes` and `revalidation`; `ruled_out` by group with "
+              "each trial's `detectable` gain; `crashes`; `full_runs` with `weights` and `branch`; `next`)",
+    "promote": "object: `attempt`, `number`, `promoted_from`, `monitor_pid`, `revalidation` (verdict object), `forced`; "
+               "with --dry-run: `attempt`, `why`, `full_values`, `train`",
+    "clean": "object: `study`, `removed_trials`, `kept` (attempt number: why), `branches`, `tags`, `worktrees`, "
+             "`checked_out`",
     "train": "object: `status`, `exit_code`, `steps`, `final_eval`, `wall_s`, `metrics_path`, `log_path`",
 }
 
@@ -38,17 +50,18 @@ def cli_markdown() -> str:
     ctx = click.Context(cli, info_name="autorl", terminal_width=100, max_content_width=100)
     out.append(f"```\n{cli.get_help(ctx)}\n```\n")
     for name, cmd in sorted(cli.commands.items()):
-        out += _command(f"autorl {name}", cmd, ctx)
+        out += _command(name, cmd, ctx)
     out.append("## JSON shapes (`--json`)\n")
     out += [f"- `autorl {k} --json`: {v}" for k, v in JSON_SHAPES.items()]
     return "\n".join(out) + "\n"
 
 
-def _command(title: str, cmd: click.Command, parent: click.Context) -> list[str]:
-    ctx = click.Context(cmd, info_name=title, parent=parent, terminal_width=100, max_content_width=100)
-    out = [f"## {title}\n", f"```\n{cmd.get_help(ctx)}\n```\n"]
-    for name, sub in sorted(getattr(cmd, "commands", {}).items()):
-        out += _command(f"{title} {name}", sub, ctx)
+def _command(name: str, cmd: click.Command, parent: click.Context) -> list[str]:
+    """A command's help under the heading ``autorl <name>`` (its usage line names it from the parent context)."""
+    ctx = click.Context(cmd, info_name=name, parent=parent, terminal_width=100, max_content_width=100)
+    out = [f"## {ctx.command_path}\n", f"```\n{cmd.get_help(ctx)}\n```\n"]
+    for sub_name, sub in sorted(getattr(cmd, "commands", {}).items()):
+        out += _command(sub_name, sub, ctx)
     return out
 
 

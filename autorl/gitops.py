@@ -128,6 +128,31 @@ def ref_exists(root: Path, ref: str) -> bool:
 MAX_ATTEMPT = 10 ** 9 - 1  # attempt numbers autorl gives; a ref with a larger one is not autorl's
 
 
+ATTEMPT_REF = re.compile(r"attempt-\d+(-[a-z0-9]+)*")
+"""The shape of every ref a study makes (``attempt_name``, ``start_tag``, ``end_tag``): the only refs autorl deletes."""
+
+
+def checked_out_branches(root: Path) -> set[str]:
+    """Branches checked out in any worktree of the repository (the user's own included): never deleted."""
+    with _open(root) as repo:
+        text = repo.git.worktree("list", "--porcelain")
+    return {line.split(" ", 1)[1].removeprefix("refs/heads/") for line in text.splitlines()
+            if line.startswith("branch ")}
+
+
+def delete_attempt_refs(root: Path, branches: list[str], tags: list[str]) -> None:
+    """Delete a study's attempt branches and tags (each name must have the shape of ``ATTEMPT_REF``; a branch
+    checked out anywhere is refused by git, so filter those out first with ``checked_out_branches``)."""
+    bad = [n for n in (*branches, *tags) if not ATTEMPT_REF.fullmatch(n)]
+    if bad:
+        raise GitError(f"refusing to delete {bad[0]}: autorl deletes only its own attempt-NN refs")
+    with _open(root) as repo:
+        if branches:
+            repo.git.branch("-D", "--", *branches)
+        if tags:
+            repo.git.tag("-d", *tags)
+
+
 def next_attempt_number(root: Path, floor: int = 0) -> int:
     """One past the highest attempt-NN in any branch or tag (and past ``floor``). A ref whose number has more than
     nine digits is not one of autorl's and is passed over, whatever the repository holds."""

@@ -81,6 +81,22 @@ class TrialRow(TypedDict, total=False):
     crash_signature: Annotated[str | None, 'Stable signature grouping identical failures.']
     root_cause: Annotated[str | None, 'The log line a person would point at.']
     remedy: Annotated[str | None, 'What to do about the crash.']
+    test: Annotated[str | None, "The test behind the verdict: what it compares, the t distribution's df and the "
+                    "interval's level."]
+    trial_sd: Annotated[float | None, "Run-to-run sd the verdict assumed for the trial's recipe (never below the "
+                        "parent's; larger where the trial's own runs or the study's other changed recipes showed "
+                        "more)."]
+    parent_sd: Annotated[float | None, "Run-to-run sd the verdict assumed for the parent's recipe (its replicate runs "
+                         "with the prior)."]
+    fp_rate: Annotated[float | None, "Calibrated false-positive rate of the verdict: the share of no-effect trials its "
+                       "test calls what it called this one (improved or regressed; flat: either), simulated at the "
+                       "noise it assumed."]
+    confirm_test: Annotated[str | None, "The test behind a candidate's confirmation (its fresh-seed runs)."]
+    confirm_trial_sd: Annotated[float | None, "Run-to-run sd the confirmation assumed for the candidate's recipe."]
+    confirm_parent_sd: Annotated[float | None, "Run-to-run sd the confirmation assumed for the parent's recipe."]
+    confirm_fp_rate: Annotated[float | None, "Calibrated false-positive rate of the confirmation: the share of "
+                               "no-effect candidates its test confirms (rejected: the same share), at the noise it "
+                               "assumed."]
     retry_of: Annotated[int | None, 'Attempt number of the crashed trial this retries.']
     promoted_from: Annotated[int | None, 'Attempt number a full run was promoted from.']
     kind: Annotated[str | None, 'trial or full.']
@@ -169,8 +185,15 @@ def _v5(db: sqlite_utils.Database) -> None:
     db["autorl_studies"].add_column("base_changes", str)
 
 
+def _v6(db: sqlite_utils.Database) -> None:
+    for col, kind in (("test", str), ("trial_sd", float), ("parent_sd", float), ("fp_rate", float),
+                      ("confirm_test", str), ("confirm_trial_sd", float), ("confirm_parent_sd", float),
+                      ("confirm_fp_rate", float)):
+        db["autorl_trials"].add_column(col, kind)
+
+
 MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3), ("0004_confirmation", _v4),
-              ("0005_resume_queue", _v5)]
+              ("0005_resume_queue", _v5), ("0006_error_rates", _v6)]
 # A run the controller stopped (Ctrl-C, a kill recovered on resume, the budget's end) did not reach its own end:
 # a confirmation or retry stopped that way is run again on resume.
 STOPPED_EARLY = ("interrupted", "budget-cut")
@@ -364,11 +387,12 @@ class Ledger:
         """Trials still marked running, and full runs that have not been closed."""
         return _select(self.db, "status = 'running' OR (kind = 'full' AND end_tag IS NULL)", [], None)
 
-    def set_confirmation(self, number: int, state: str, reason: str) -> None:
-        """Mark trial ``number`` candidate, confirmed or rejected, with why."""
+    def set_confirmation(self, number: int, state: str, reason: str, **stats: Any) -> None:
+        """Mark trial ``number`` candidate, confirmed or rejected, with why (and the confirmation's ``confirm_*``
+        columns: its test, the noise it assumed, its error rate)."""
         row = self.trial(number)
         self.update_trial(row["id"], event=f"confirmation-{state}", confirmation=state,
-                          reason=f"{row.get('reason') or ''} | {state}: {reason}".lstrip(" |"))
+                          reason=f"{row.get('reason') or ''} | {state}: {reason}".lstrip(" |"), **stats)
 
     def max_number(self) -> int:
         row = self.db.execute("SELECT max(number) FROM autorl_trials").fetchone()

@@ -77,14 +77,18 @@ class VerdictSettings(_Model):
 
     min_effect: float = Field(0.0, ge=0, description="A trial is 'improved' only if the lower end of its "
                                                      "interval for the gain exceeds this.")
-    baseline_repeats: int = Field(4, ge=1, description="Times the baseline runs (different seeds) to measure seed "
+    meaningful_effect: float = Field(0.03, gt=0, description="The smallest gain worth finding, in objective "
+                                                             "units: flat trials invalidate a hypothesis only when "
+                                                             "each could have detected a gain this large (4 times "
+                                                             "in 5); otherwise it stays inconclusive.")
+    baseline_repeats: int = Field(5, ge=1, description="Times the baseline runs (different seeds) to measure seed "
                                                        "noise; below 3 the verdict says what it cannot see.")
     level: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence level of a trial's interval.")
     run_sd_prior: float = Field(0.02, ge=0, description="Prior run-level sd (a whole run's shift from its seed) "
                                                         "before replicates are seen.")
     run_sd_prior_df: float = Field(1.0, ge=0, description="Pseudo degrees of freedom of that prior: how many "
                                                           "replicate df it weighs.")
-    confirm_runs: int = Field(2, ge=0, description="Fresh-seed re-runs of an 'improved' candidate; 0 = candidates "
+    confirm_runs: int = Field(3, ge=0, description="Fresh-seed re-runs of an 'improved' candidate; 0 = candidates "
                                                    "are never confirmed.")
     confirm_level: float = Field(0.975, gt=0.5, lt=1, description="Two-sided level of the confirmation test on the "
                                                                  "fresh runs alone.")

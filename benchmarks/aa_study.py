@@ -1,7 +1,7 @@
 """A/A study: trials that differ from the baseline only in the seed, judged with the default settings.
 
 A real `autorl run --strategy random` on the embedded engine, in a fresh workspace: the default recipe
-(recipes/default.yaml, baseline repeated 3 times; one torch thread and a 900 s timeout so a loaded box does not
+(recipes/default.yaml with its baseline repeats; one torch thread and a 900 s timeout so a loaded box does not
 time runs out) with a search space holding only ``seed``. No trial is
 better or worse than the baseline by construction, so every "improved" (candidate or confirmed),
 "regressed" and pruned trial is a false call unless a hard rule names a cause. Prints the counts and,

@@ -13,15 +13,15 @@ The search space is wide enough to include learning rates that collapse the poli
 so the sweep has real improvements to find and confirm: with a baseline that no draw beats (lr 1e-4 before),
 the best objective was a baseline run in every seed and "the same best" checked nothing. Optuna's RandomSampler ignores results, so for one
 seed both arms test the same values; the script checks that the lr sequences match (while both arms confirm
-the same candidates they launch the same trials). The verdict settings are the defaults: 4 baseline runs, which
-the pruner's noise estimate rests on, and 2 fresh-seed confirmation runs per candidate; neither arm may stop
+the same candidates they launch the same trials). The verdict settings are the defaults: 5 baseline runs, which
+the pruner's noise estimate rests on, and 3 fresh-seed confirmation runs per candidate; neither arm may stop
 those. Evals come every quarter of the steps, the default recipe's cadence (10 of 40).
 Trials run with ``threads: 1``: on a shared 2-core box, two torch threads per trial
 ran about 5x slower than one (spin-waiting under contention). Per seed it prints the best objective, the sum of trial durations (ledger duration_s,
 not study wall clock: the machine is shared), the trials pruned and the saving, over all trials and over the
 searched trials alone (the baseline runs are the pruner's reference: no arm can stop them). Then the verdicts
 that the trials stopped with early abort got in the arm without it: a stopped trial that would have been
-'improved' is a find the pruner lost.
+'improved' (or confirmed) is a find the pruner lost.
 
     python benchmarks/early_abort.py [--seeds 0 1 2] [--trials 20] [--steps 48] [--keep DIR]
     python benchmarks/early_abort.py --report DIR [--seeds ...]   # the table again, from kept workspaces
@@ -85,6 +85,7 @@ def study_result(ws: Path) -> dict:
             "incumbent": max((r["objective"] for r in rows if r["confirmation"] == "confirmed"), default=None),
             "lrs": [round(r["params"]["lr"], 10) for r in sweep],
             "verdicts": [r["verdict"] for r in sweep],
+            "confirmations": [r["confirmation"] for r in sweep],
             "by": sorted({_pruned_by(r["reason"] or "") for r in pruned})}
 
 
@@ -106,6 +107,7 @@ def seed_result(base: Path, seed: int) -> dict:
     a, n = out["abort"], out["none"]
     out["same_proposals"] = a["lrs"][:len(n["lrs"])] == n["lrs"][:len(a["lrs"])]
     out["stopped_then"] = [v for va, v in zip(a["verdicts"], n["verdicts"]) if va == "pruned"]
+    out["stopped_confirmed"] = sum(c == "confirmed" for va, c in zip(a["verdicts"], n["confirmations"]) if va == "pruned")
     return out
 
 
@@ -137,8 +139,10 @@ def print_table(results: dict[int, dict]) -> None:
           f"runs left out: {_saving(tot['sweep_s']['abort'], tot['sweep_s']['none']):.1%}); "
           f"same best objective in {same_best}/{len(results)} seeds, the same confirmed incumbent in "
           f"{same_inc}/{len(results)}")
+    confirmed = sum(r["stopped_confirmed"] for r in results.values())
     print(f"the {len(then)} stopped trials' verdicts when left to run (the arm without early abort): "
-          + ", ".join(f"{k} {then.count(k)}" for k in ("improved", "flat", "regressed", "crash") if k in then))
+          + ", ".join(f"{k} {then.count(k)}" for k in ("improved", "flat", "regressed", "crash") if k in then)
+          + f"; confirmed {confirmed}")
     for seed, r in results.items():
         print(f"seed {seed}: pruned by {r['abort']['by'] or '-'}; lrs {[f'{x:.2g}' for x in r['abort']['lrs']]}")
 

@@ -2,9 +2,9 @@
 # The small GPU recipe on real OpenRLHF 0.10.x: make its warm-started model, time one trial, sweep the learning
 # rate, run studies. In an environment with openrlhf, ray[default], vllm, deepspeed and a GPU:
 #   bash benchmarks/openrlhf_small.sh OUTDIR PHASE...
-# phases: make (the model and probe sets), one (one trial alone, timed), sweep (LRS="1e-6 1e-5 1e-4 1e-3",
-# one trial each, at once on the one GPU), study (SEEDS="0 1" studies of BUDGET, at once, in the background;
-# `wait` collects them), wait.
+# phases: make (the model and probe sets), one (one trial alone, timed; ONE_SET=key=value), oneb (the same in
+# the background, in its own session), sweep (LRS="1e-6 1e-5 1e-4 1e-3", one trial each, at once on the one GPU),
+# study (SEEDS="0 1" studies of BUDGET, at once, in the background; `wait` collects them), wait (WAIT_S).
 set -uo pipefail
 OUT=${1:-/tmp/openrlhf-small}; mkdir -p "$OUT"; SMALL=${SMALL:-/tmp/autorl-openrlhf-small}
 cd "$(dirname "$0")/.." || exit 1  # the package root: a checkout beside it must not shadow it
@@ -53,6 +53,12 @@ PY
   done
   tar -czf "$OUT/sweep-logs.tgz" /tmp/ws-lr*/.autorl/train/*/train.log* /tmp/ws-lr*/.autorl/train/*/*.jsonl 2>/dev/null
 }
+phase_oneb() {
+  t oneb; workspace /tmp/ws-oneb
+  setsid bash -c "s=\$(date +%s); python3 -m autorl.cli -C /tmp/ws-oneb train recipes/small.yaml ${ONE_SET:+--set $ONE_SET} \
+    --json > $OUT/oneb.json 2> $OUT/oneb.err; echo \"exit \$? in \$(( \$(date +%s) - s )) s\" >> $OUT/oneb.json" \
+    < /dev/null > /dev/null 2>&1 &
+}
 wait_for_trains() { while pgrep -f "autorl.cli -C /tmp/ws-" >/dev/null; do sleep 2; done; }
 phase_study() {
   t study
@@ -74,6 +80,14 @@ phase_wait() {  # collect studies started by an earlier call (they run in their 
     python3 benchmarks/openrlhf_phases.py "$d" > "$OUT/$n-phases.md" 2>&1; cat "$OUT/$n-phases.md"
   done
   cp /tmp/gpu-study.csv "$OUT/" 2>/dev/null
+  if [ -d /tmp/ws-oneb ]; then
+    tail -c 700 "$OUT/oneb.json"; cp /tmp/ws-oneb/.autorl/train/*/train.log "$OUT/oneb-train.log" 2>/dev/null
+    cp /tmp/ws-oneb/.autorl/train/*/train.log.times "$OUT/oneb-train.log.times" 2>/dev/null
+  fi
+  for d in /tmp/ws-study*; do  # one trial's real logs, TensorBoard file and eval, for replay tests
+    r=$(ls -d "$d"/.autorl/runs/attempt-03-* 2>/dev/null | head -1); [ -n "$r" ] || continue
+    tar -czf "$OUT/$(basename "$d")-attempt03.tgz" -C "$r" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' . 2>/dev/null
+  done
 }
 for p in "${@:2}"; do "phase_$p"; done
 t done

@@ -1,123 +1,313 @@
-"""Calibration of the verdict under seed noise and many trials (simulation, numpy, a few minutes on 2 cores).
+"""Calibration of the verdicts through the code the controller runs: simulated studies in a real ledger.
 
-Each item j has a solve rate p_j ~ U(0.1, 0.9) (fixed per eval set); a run with seed shift
-u ~ N(0, sd) solves it with probability clip(p_j + effect + u). The verdict code itself
-(``autorl.judge.noise.gain``, vectorised over simulated cases) judges one trial run against
-R baseline runs. Printed per (sd, R, items): false-improved and false-regressed rates at no
-effect, and power (called improved) at +0.02, +0.05, +0.10, and at +0.10 the power of the same test told
-the true run sd: no verdict can do better, so it shows where a power target is out of reach. Then the study level: 30-trial
-null studies at the default R, where an 'improved' trial is a candidate that is re-run with
-``confirm_runs`` fresh seeds and confirmed only if those fresh runs alone beat the baseline
-at ``confirm_level`` (the rule in autorl.judge.verdict.confirm); printed is the share of
-studies with one or more false confirmed improvements.
+Each simulated study is a real ``Ledger`` (SQLite, on /dev/shm when there is one) holding what a study run by the
+controller holds: the baseline's repeats, then trials, a candidate's fresh-seed confirmation runs right after it
+(the controller queues them first), each run's eval records as the engine writes them (per-item results under
+``eval/id/items``). Every verdict is made by ``autorl.judge.evidence.Evidence`` exactly as ``autorl.trial.judging``
+asks for it: ``credit`` against the parent for a trial, ``confirmation`` for a candidate whose confirmation runs have
+ended, and the ledger's rows are written as the controller writes them (a candidate's ``confirmation`` column, its
+confirmation runs' ``confirms``), so the groups the evidence assembles (the baseline's, each candidate's own run with
+its fresh runs, the study's other changed recipes) are the ones a real study has. Only the training is simulated:
+a run solves item j with probability clip(p_j + effect + u_run (+ its item cluster's shift)), p_j ~ U(0.1, 0.9),
+u_run ~ N(0, sd) (or Student's t with 3 df scaled to sd), the baseline's sd and the trials' sd set apart.
 
-    python benchmarks/verdict_calibration.py [--cases 2000] [--studies 2000] [--set baseline_repeats=3 ...]
+Scenario families: equal noise; unequal noise (trial sd x2, x3 of the parent's, 0 -> 0.05); heavy-tailed seed
+effects; item clusters; 64 items; 2 baseline repeats; best-of-K objectives with more evals in the trial than in the
+baseline; run values only (a metric without per-item results). Per scenario:
+
+- null studies of 30 trials (every trial and its confirmation runs as good as the baseline): false improved and
+  false regressed per trial (all trials, and the first trial of a study, which has no changed recipe measured yet),
+  false confirmed per trial, and the share of studies with at least one false confirmed improvement;
+- power studies: a trial with a true +0.10 at position 11 of a null study; the share that becomes a candidate and
+  the share confirmed.
+
+Then the pruner under the same scenarios (a subset of each family with per-item results and one eval schedule):
+trials whose
+effects cycle through -0.10, 0, 0, +0.05, +0.10 run 4 evals; ``Evidence.clearly_worse`` (as the trial's monitor asks)
+may stop one at any of the first 3; one that runs on is judged and confirmed as above. Printed: the share stopped
+per true effect, and of the stopped trials the share that would have been "improved" had they run on.
+
+Rates are printed with 95% Clopper-Pearson intervals.
+
+    python benchmarks/verdict_calibration.py [--studies 400] [--power 300] [--pruner 100] [--only TEXT ...]
+                                             [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from pydantic import ValidationError
 
-from autorl.judge.noise import gain
-from autorl.recipe import VerdictSettings
+from autorl.judge.evidence import Evidence, objective_value
+from autorl.judge.stats import clopper_pearson
+from autorl.errors import validation_line
+from autorl.ledger import Ledger
+from autorl.metrics import RunMetrics
+from autorl.recipe import VerdictSettings, validate_recipe
 
-SDS = (0.0, 0.01, 0.03, 0.05)
-REPEATS = (1, 2, 3, 4)
-ITEMS = (200, 500)
-EFFECTS = (0.0, 0.02, 0.05, 0.10)
-TRIALS_PER_STUDY = 30
-
-
-def draw(rng: np.random.Generator, p: np.ndarray, shape: tuple[int, ...], effect: float, sd: float) -> np.ndarray:
-    """0/1 results of shape (*shape, items): one seed shift per run."""
-    shift = rng.normal(0.0, sd, shape)[..., None] if sd > 0 else 0.0
-    q = np.clip(p + effect + shift, 0.0, 1.0).astype(np.float32)
-    return (rng.random((*shape, p.shape[0]), dtype=np.float32) < q).astype(np.float32)
+TRIALS = 30
+POWER_AT = 10        # the +0.10 trial's position (0-based) in a power study
+POWER_EFFECT = 0.10
+PRUNE_EFFECTS = (-0.10, 0.0, 0.0, 0.05, 0.10)  # the pruner's trials, in turn
+PRUNE_EVALS = 4                              # evals per run when the pruner watches (the last one is the result)
 
 
-def judge(t: np.ndarray, b: np.ndarray, s: VerdictSettings, level: float, extra=()) -> dict[str, np.ndarray]:
-    return gain(t, b, [b, *extra], s.run_sd_prior, s.run_sd_prior_df, level)
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    family: str
+    parent_sd: float
+    trial_sd: float
+    items: int = 500
+    repeats: int = 0             # baseline runs (0: the verdict settings' baseline_repeats)
+    heavy: bool = False          # seed effects Student's t (3 df), scaled to sd
+    clusters: int = 0            # item clusters, each shifted per run by N(0, cluster_sd)
+    cluster_sd: float = 0.0
+    trial_evals: int = 1         # evals per run; more than one: the objective is the best eval
+    parent_evals: int = 1
+    values: bool = False         # a metric without per-item results: run values only
+    pruner: bool = False         # also in the pruner's table
 
 
-def per_trial(rng, p, sd: float, s: VerdictSettings, cases: int) -> dict:
-    """(R, effect) -> (rate improved, rate regressed); (R, "oracle") -> power at the largest effect, sd known."""
-    base = draw(rng, p, (cases, max(REPEATS)), 0.0, sd)
-    out = {}
-    for effect in EFFECTS:
-        trial = draw(rng, p, (cases, 1), effect, sd)
-        for r in REPEATS:
-            g = judge(trial, base[:, :r], s, s.level)
-            out[r, effect] = (float((g["low"] > s.min_effect).mean()), float((g["high"] < 0).mean()))
-            if effect == max(EFFECTS):
-                out[r, "oracle"] = float((oracle(trial, base[:, :r], sd, s)["low"] > s.min_effect).mean())
+def scenarios() -> list[Scenario]:
+    eq = [Scenario(f"equal sd {sd:g}", "equal noise", sd, sd, pruner=sd in (0.01, 0.03)) for sd in (0.0, 0.01, 0.03, 0.05)]
+    uneq = [Scenario(f"{a:g} -> {b:g}", "unequal noise", a, b, pruner=(a, b) in ((0.02, 0.04), (0.0, 0.05)))
+            for a, b in ((0.02, 0.04), (0.05, 0.10), (0.01, 0.03), (0.02, 0.06), (0.0, 0.05))]
+    return eq + uneq + [
+        Scenario("t3, sd 0.03", "heavy tails", 0.03, 0.03, heavy=True, pruner=True),
+        Scenario("t3, 0.02 -> 0.04", "heavy tails", 0.02, 0.04, heavy=True),
+        Scenario("50 clusters sd 0.05, run sd 0.01", "item clusters", 0.01, 0.01, clusters=50, cluster_sd=0.05,
+                 pruner=True),
+        Scenario("64 items, sd 0.01", "64 items", 0.01, 0.01, items=64, pruner=True),
+        Scenario("64 items, 0.01 -> 0.03", "64 items", 0.01, 0.03, items=64),
+        Scenario("R = 2, sd 0.01", "2 baseline repeats", 0.01, 0.01, repeats=2),
+        Scenario("R = 2, sd 0.03", "2 baseline repeats", 0.03, 0.03, repeats=2, pruner=True),
+        Scenario("best of 8 vs 2 evals, sd 0.01", "best-of-K", 0.01, 0.01, trial_evals=8, parent_evals=2),
+        Scenario("best of 8 vs 2 evals, 0.01 -> 0.03", "best-of-K", 0.01, 0.03, trial_evals=8, parent_evals=2),
+        Scenario("values only, sd 0.01", "run values", 0.01, 0.01, values=True),
+        Scenario("values only, 0.01 -> 0.03", "run values", 0.01, 0.03, values=True),
+    ]
+
+
+def pick(texts: list[str]) -> list[Scenario]:
+    """The scenarios named (exactly, or by family), else those whose name or family holds one of ``texts``."""
+    exact = [s for s in scenarios() if s.name in texts or s.family in texts]
+    return exact or [s for s in scenarios() if any(t in s.name or t in s.family for t in texts)]
+
+
+class SimStudy:
+    """One simulated study in its own real ledger, judged by ``Evidence`` as the controller judges."""
+
+    def __init__(self, sc: Scenario, rng: np.random.Generator, path: Path, verdict: dict, evals: int = 0):
+        self.sc, self.rng, self.evals = sc, rng, evals  # evals: every run's number of evals (0: the scenario's)
+        self.ledger = Ledger(path)
+        self.sid = self.ledger.create_study(name="sim", recipe_path="r.yaml", recipe="", base_sha="x",
+                                            strategy="random", budget_s=1.0, optuna_study="sim")
+        self.p = rng.uniform(0.1, 0.9, sc.items)
+        self.cluster = np.arange(sc.items) % sc.clusters if sc.clusters else None
+        metric = "eval/id/sampling_pass@4" if sc.values else "eval/id/greedy_pass@1"
+        reduction = "best" if max(sc.trial_evals, sc.parent_evals) > 1 and not evals else "last"
+        self.recipe = validate_recipe({"backend": "embedded", "train": {}, "verdict": verdict,
+                                       "objective": {"metric": metric, "reduction": reduction}}, source="sim")
+        self.evidence = Evidence(self.ledger.records(self.sid))
+        self.number = 0
+
+    def _shift(self, sd: float) -> float:
+        if sd <= 0:
+            return 0.0
+        return float(self.rng.standard_t(3) / np.sqrt(3.0) * sd if self.sc.heavy else self.rng.normal(0.0, sd))
+
+    def _evals(self, effect: float, sd: float, evals: int) -> list[dict]:
+        q = self.p + effect + self._shift(sd)
+        if self.cluster is not None:
+            q = q + self.rng.normal(0.0, self.sc.cluster_sd, self.sc.clusters)[self.cluster]
+        q = np.clip(q, 0.0, 1.0)
+        out = []
+        for step in range(1, evals + 1):
+            items = (self.rng.random(self.sc.items) < q).astype(int)
+            rec = {"type": "eval", "step": 10 * step, self.recipe.objective.metric: float(items.mean())}
+            if not self.sc.values:
+                rec["eval/id/items"] = items.tolist()
+            out.append(rec)
+        return out
+
+    def draw(self, effect: float, trial_recipe: bool) -> list[dict]:
+        """One run's eval records: the trial's recipe or the baseline's (its own sd and number of evals)."""
+        sd, k = (self.sc.trial_sd, self.sc.trial_evals) if trial_recipe else (self.sc.parent_sd, self.sc.parent_evals)
+        return self._evals(effect, sd, self.evals or k)
+
+    def run(self, proposer: str, records: list[dict], status: str = "complete", **cols) -> dict:
+        """One finished run written as the controller writes it (row, then its metrics)."""
+        self.number += 1
+        tid = self.ledger.add_trial(study_id=self.sid, number=self.number, attempt=f"attempt-{self.number:02d}",
+                                    proposer=proposer, status=status,
+                                    objective=objective_value(RunMetrics(records), self.recipe), **cols)
+        self.ledger.add_metrics(tid, records)
+        return self.ledger.trial(self.number)
+
+    def baseline(self) -> None:
+        for _ in range(self.sc.repeats or self.recipe.verdict.baseline_repeats):
+            self.run("baseline", self.draw(0.0, False))
+
+    def trial(self, effect: float, records: list[dict] | None = None) -> tuple[str, str | None]:
+        """A trial judged against the baseline (``Evidence.credit``), confirmed if a candidate; (verdict, state)."""
+        row = self.run("random", records or self.draw(effect, True))
+        v = self.evidence.credit(self.evidence.metrics(row), None, self.recipe).vs_parent
+        state = "candidate" if v.verdict == "improved" else None
+        self.ledger.update_trial(row["id"], verdict=v.verdict, delta=v.delta, ci_low=v.ci_low, ci_high=v.ci_high,
+                                 confirmation=state)
+        if state is None:
+            return v.verdict, None
+        for _ in range(self.recipe.verdict.confirm_runs):
+            self.run("confirm", self.draw(effect, True), confirms=row["number"])
+        c = self.evidence.confirmation(self.ledger.trial(row["number"]), self.recipe)
+        self.ledger.set_confirmation(row["number"], c.state, c.reason)
+        return v.verdict, c.state
+
+    def watched(self, effect: float) -> tuple[bool, str, str | None]:
+        """A trial the pruner watches at its intermediate evals (``Evidence.clearly_worse``, as the trial's monitor
+        asks): (stopped, the verdict it has or would have had by running on, its confirmation)."""
+        records = self.draw(effect, True)
+        if not any(self.evidence.clearly_worse(rec, None, self.recipe) is not None for rec in records[:-1]):
+            return (False, *self.trial(effect, records))
+        row = self.run("random", records, status="pruned", verdict="pruned")
+        return True, self.evidence.credit(self.evidence.metrics(row), None, self.recipe).vs_parent.verdict, None
+
+    def close(self) -> None:
+        self.ledger.close()
+
+
+def simulate(sc: Scenario, studies: int, power: int, seed: int, tmp: Path, verdict: dict) -> dict:
+    """Null studies and power studies of one scenario: counts of each outcome."""
+    rng = np.random.default_rng(seed)
+    out = {k: 0 for k in ("trials", "fi", "fr", "fc", "first_fi", "studies_fc", "power_cand", "power_conf")}
+    for i in range(studies + power):
+        st = SimStudy(sc, rng, tmp / f"s{i}.sqlite", verdict)
+        st.baseline()
+        null = i < studies
+        got = [st.trial(POWER_EFFECT if not null and k == POWER_AT else 0.0)
+               for k in range(TRIALS if null else POWER_AT + 1)]
+        st.close()
+        (tmp / f"s{i}.sqlite").unlink()
+        if null:
+            out["trials"] += len(got)
+            out["fi"] += sum(v == "improved" for v, _ in got)
+            out["fr"] += sum(v == "regressed" for v, _ in got)
+            out["fc"] += sum(c == "confirmed" for _, c in got)
+            out["first_fi"] += got[0][0] == "improved"
+            out["studies_fc"] += any(c == "confirmed" for _, c in got)
+        else:
+            out["power_cand"] += got[-1][0] == "improved"
+            out["power_conf"] += got[-1][1] == "confirmed"
     return out
 
 
-def oracle(t: np.ndarray, b: np.ndarray, sd: float, s: VerdictSettings) -> dict[str, np.ndarray]:
-    """The same test told the true run sd (a prior of ~infinite weight): the best power any verdict could have."""
-    return gain(t, b, [b], sd, 1e9, s.level)
+def simulate_pruner(sc: Scenario, studies: int, seed: int, tmp: Path, verdict: dict) -> dict:
+    """Studies whose trials (effects cycling through PRUNE_EFFECTS) are watched by the pruner at 3 intermediate
+    evals of 4: how many are stopped per effect, and what the stopped ones would have been."""
+    rng, out = np.random.default_rng(seed), {}
+    for i in range(studies):
+        st = SimStudy(sc, rng, tmp / f"p{i}.sqlite", verdict, evals=PRUNE_EVALS)
+        st.baseline()
+        for k in range(TRIALS):
+            effect = PRUNE_EFFECTS[k % len(PRUNE_EFFECTS)]
+            stopped, would, _ = st.watched(effect)
+            for key in (f"n{effect:+.2f}", f"stopped{effect:+.2f}" if stopped else None,
+                        f"stopped_{would}" if stopped else None):
+                if key:
+                    out[key] = out.get(key, 0) + 1
+        st.close()
+        (tmp / f"p{i}.sqlite").unlink()
+    return out
 
 
-def study_level(rng, p, sd: float, s: VerdictSettings, studies: int, chunk: int = 250) -> tuple[float, float]:
-    """(share of null studies with >= 1 candidate, share with >= 1 confirmed improvement)."""
-    any_cand = any_conf = 0
-    for start in range(0, studies, chunk):
-        k = min(chunk, studies - start)
-        base = draw(rng, p, (k, s.baseline_repeats), 0.0, sd)[:, None]
-        trials = draw(rng, p, (k, TRIALS_PER_STUDY, 1), 0.0, sd)
-        cand = judge(trials, base, s, s.level)["low"] > s.min_effect
-        fresh = draw(rng, p, (k, TRIALS_PER_STUDY, s.confirm_runs), 0.0, sd)
-        conf = cand & (judge(fresh, base, s, s.confirm_level, extra=[fresh])["low"] > s.min_effect)
-        any_cand += int(cand.any(axis=1).sum())
-        any_conf += int(conf.any(axis=1).sum())
-    return any_cand / studies, any_conf / studies
+def pruner_row(sc: Scenario, r: dict) -> str:
+    stopped = sum(r.get(f"stopped{e:+.2f}", 0) for e in sorted(set(PRUNE_EFFECTS)))
+    cells = " | ".join(ci(r.get(f"stopped{e:+.2f}", 0), r.get(f"n{e:+.2f}", 0)) for e in sorted(set(PRUNE_EFFECTS)))
+    return (f"| {sc.family} | {sc.name} | {cells} | {stopped} | {ci(r.get('stopped_improved', 0), stopped)} |")
 
 
-def _settings(ap: argparse.ArgumentParser, pairs: list[str]) -> VerdictSettings:
-    """The verdict settings with ``--set KEY=VALUE`` applied; a bad pair is one line (exit 2), not a traceback."""
+def ci(k: int, n: int) -> str:
+    low, high = clopper_pearson(k, n)
+    return f"{k / n:.1%} [{low:.1%}, {high:.1%}]" if n else "-"
+
+
+def row(sc: Scenario, r: dict, studies: int, power: int) -> str:
+    return (f"| {sc.family} | {sc.name} | {ci(r['fi'], r['trials'])} | {ci(r['first_fi'], studies)} | "
+            f"{ci(r['fr'], r['trials'])} | {ci(r['fc'], r['trials'])} | {ci(r['studies_fc'], studies)} | "
+            f"{ci(r['power_cand'], power)} | {ci(r['power_conf'], power)} |")
+
+
+def _settings(ap: argparse.ArgumentParser, pairs: list[str]) -> dict:
+    """The ``--set KEY=VALUE`` pairs as a recipe's verdict block; a bad pair is one line (exit 2)."""
     if any("=" not in kv for kv in pairs):
-        ap.error("--set takes KEY=VALUE, e.g. --set baseline_repeats=3")
+        ap.error("--set takes KEY=VALUE, e.g. --set baseline_repeats=4")
+    block = dict(kv.split("=", 1) for kv in pairs)
     try:
-        return VerdictSettings(**dict(kv.split("=", 1) for kv in pairs))
+        VerdictSettings(**block)
     except ValidationError as exc:
-        ap.error(f"--set: {str(exc).splitlines()[1]}: {str(exc).splitlines()[2].strip()}")
+        ap.error(f"--set: {validation_line(exc)}")
+    return block
+
+
+def verdict_table(chosen: list[Scenario], args, verdict: dict, tmp: Path) -> None:
+    print("| family | scenario | false improved / trial | first trial | false regressed / trial | "
+          "false confirmed / trial | studies with a false confirmed | power +0.10: candidate | confirmed |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for sc in chosen:
+        r = simulate(sc, args.studies, args.power, args.seed * 1000 + scenarios().index(sc), tmp, verdict)
+        print(row(sc, r, args.studies, args.power), flush=True)
+
+
+def pruner_table(chosen: list[Scenario], args, verdict: dict, tmp: Path) -> None:
+    effects = sorted(set(PRUNE_EFFECTS))
+    print(f"\npruner: {args.pruner} studies of {TRIALS} trials per scenario, trial effects {PRUNE_EFFECTS} in turn, "
+          f"{PRUNE_EVALS} evals per run (stopped at the first {PRUNE_EVALS - 1} or judged at the last)\n")
+    print("| family | scenario | " + " | ".join(f"stopped at {e:+.2f}" for e in effects)
+          + " | stopped | of those, would have been improved |")
+    print("|---|---|" + "---:|" * (len(effects) + 2))
+    for sc in chosen:
+        r = simulate_pruner(sc, args.pruner, args.seed * 1000 + 500 + scenarios().index(sc), tmp, verdict)
+        print(pruner_row(sc, r), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=2000, help="simulated trials per cell")
-    ap.add_argument("--studies", type=int, default=2000, help="simulated 30-trial null studies per (sd, items)")
+    ap.add_argument("--studies", type=int, default=400, help="null studies of 30 trials per scenario")
+    ap.add_argument("--power", type=int, default=300, help="power studies per scenario")
+    ap.add_argument("--pruner", type=int, default=100, help="studies per scenario watched by the pruner (0: none)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", nargs="+", default=[], metavar="TEXT",
+                    help="scenarios of that name or family (else those whose name or family holds TEXT)")
+    ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a verdict setting other than its default, e.g. baseline_repeats=3 (repeatable)")
+                    help="a verdict setting other than its default, e.g. baseline_repeats=4 (repeatable)")
     args = ap.parse_args(argv)
-    s = _settings(ap, args.set)
-    rng, t0 = np.random.default_rng(args.seed), time.time()
-    print(f"settings: {s.model_dump()}\n")
-    print("| items | run sd | R | false improved | false regressed | power +0.02 | power +0.05 | power +0.10 | "
-          "+0.10, sd known |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    study_rows = []
-    for n in ITEMS:
-        p = rng.uniform(0.1, 0.9, n).astype(np.float32)
-        for sd in SDS:
-            res = per_trial(rng, p, sd, s, args.cases)
-            for r in REPEATS:
-                fi, fr = res[r, 0.0]
-                pw = " | ".join(f"{res[r, e][0]:.1%}" for e in EFFECTS[1:])
-                print(f"| {n} | {sd:g} | {r} | {fi:.1%} | {fr:.1%} | {pw} | {res[r, 'oracle']:.1%} |", flush=True)
-            study_rows.append((n, sd, *study_level(rng, p, sd, s, args.studies)))
-    print(f"\nstudy level: {TRIALS_PER_STUDY} no-effect trials, R = {s.baseline_repeats}, "
-          f"confirm_runs = {s.confirm_runs} at level {s.confirm_level}\n")
-    print("| items | run sd | studies with >= 1 candidate | studies with >= 1 false CONFIRMED |")
-    print("|---:|---:|---:|---:|")
-    for n, sd, cand, conf in study_rows:
-        print(f"| {n} | {sd:g} | {cand:.1%} | {conf:.1%} |")
-    print(f"\n{args.cases} cases per cell, {args.studies} studies per row; {time.time() - t0:.0f} s")
+    verdict = _settings(ap, args.set)
+    chosen = pick(args.only) if args.only else scenarios()
+    if args.list or not chosen:
+        print("\n".join(f"{s.family}: {s.name}" for s in scenarios()))
+        return 0 if args.list else 2
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else None
+    tmp = Path(tempfile.mkdtemp(prefix="calib-", dir=base))
+    print(f"{args.studies} null studies of {TRIALS} trials and {args.power} power studies per scenario; verdict "
+          f"settings {VerdictSettings(**verdict).model_dump()}\n")
+    t0 = time.time()
+    try:
+        verdict_table(chosen, args, verdict, tmp)
+        if args.pruner:
+            pruner_table([s for s in chosen if s.pruner], args, verdict, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\n{time.time() - t0:.0f} s")
     return 0
 
 

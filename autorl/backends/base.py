@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -215,6 +216,12 @@ class Backend:
             values[key] = asked
         return values
 
+    def gpus_per_run(self, recipe: Any) -> float:
+        """GPUs of the host one run of ``recipe`` occupies while it runs: parallel trials start only while that many
+        are free, instead of a job waiting for GPUs (or failing) once started. The default: none counted (the slots
+        give a local run its own GPU)."""
+        return 0.0
+
     def max_grad_norm(self, recipe: Any) -> float | None:
         """The gradient clipping norm of ``recipe`` (None when the backend has none or leaves its default)."""
         return recipe.train.get(self.grad_clip_key) if self.grad_clip_key else None
@@ -271,6 +278,18 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
+
+
+def gpu_count() -> int:
+    """GPUs nvidia-smi lists on this host (0 where nvidia-smi is absent, fails or hangs)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        proc = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in proc.stdout.splitlines() if line.startswith("GPU ")) if proc.returncode == 0 else 0
 
 
 def kill_group(pid: int, grace_s: float, poll: Callable[[], int | None] | None = None) -> None:

@@ -1,4 +1,5 @@
-"""Embedded trials forked from a process that has torch imported already (``autorl.engine.forkserver``).
+"""Embedded trials and per-item evaluations forked from a process that has torch imported already
+(``autorl.engine.forkserver``).
 
 The controller never imports torch; it starts one fork server per Python executable, the first time a trial
 (or the study's ``prepare``) asks for it, and keeps it until it exits. A trial started through it is the same
@@ -9,6 +10,11 @@ serve a trial exactly as a fresh process would, the trial starts as a fresh proc
   read at interpreter or library start-up (``PYTHON*``, ``OMP_*``, ``LD_*`` ...) must be the process's own;
 - the server did not start or has ended (its failure shows in the trial log of the fresh process);
 - ``AUTORL_FORKSERVER=0`` is set, or this is not Linux.
+
+The per-item evaluator (``python -m autorl.evaluate``, run after an OpenRLHF, TRL or command trial) gets a server
+of its own, which also imports transformers, started with the evaluation's own environment (variables such as
+``HF_HUB_OFFLINE`` are read when transformers is imported): one per distinct environment, so a study's
+evaluations share one.
 """
 
 from __future__ import annotations
@@ -27,9 +33,12 @@ from typing import Any
 from autorl.backends.base import LaunchPlan, LocalProcess
 
 ENGINE = "autorl.engine"
+EVALUATE = "autorl.evaluate"
 SERVER = "autorl.engine.forkserver"
-# Variables a trial may set differently from the server's environment: read only after the fork, when used.
+# Variables a trial may set differently from the server's environment: read only after the fork, when used
+# (RAY_*: importing ray in the controller sets RAY_CLIENT_MODE; torch, transformers and the engine never read them).
 LAZY_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
+LAZY_PREFIXES = ("RAY_",)
 REPLY_TIMEOUT_S = 300.0  # the first reply waits for the server's imports
 LOST = 1  # the exit code of a trial whose server ended before reporting it
 
@@ -41,10 +50,10 @@ class ForkServerError(RuntimeError):
 class ForkServer:
     """One ``python -m autorl.engine.forkserver`` child and the replies it sends."""
 
-    def __init__(self, executable: str):
-        self.executable = executable
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([executable, "-m", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    def __init__(self, executable: str, module: str = ENGINE, env: dict[str, str] | None = None):
+        self.executable, self.module = executable, module
+        self.env = env if env is not None else {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([executable, "-m", SERVER, module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=self.env, cwd=_package_parent(),
                                      start_new_session=True)
         self._pids: queue.Queue[int | None] = queue.Queue()
@@ -58,8 +67,7 @@ class ForkServer:
         """Whether a child of this server is exactly a fresh ``executable`` process with ``env``."""
         if not self.alive or executable != self.executable:
             return False
-        keys = (set(env) | set(self.env)) - LAZY_ENV
-        return all(env.get(k) == self.env.get(k) for k in keys)
+        return startup_env(env) == startup_env(self.env)
 
     def spawn(self, args: list[str], cwd: str, env: dict[str, str], log: str, cpus: list[int] | None) -> int:
         """Fork one engine run; its pid (the leader of its own process group)."""
@@ -129,11 +137,13 @@ class ForkedChild:
 
 
 class ForkedProcess(LocalProcess):
-    """A LocalProcess for an embedded engine run, forked from the fork server where it can be."""
+    """A LocalProcess for an engine run or a per-item evaluation, forked from a fork server where it can be."""
 
     def _launch(self, plan: LaunchPlan, env: dict[str, str]) -> Any:
-        args = _engine_args(plan)
-        server = server_for(plan.argv[0]) if args is not None else None
+        module, args = _module_args(plan)
+        server = None
+        if module is not None:
+            server = server_for(plan.argv[0], module, env if module == EVALUATE else None)
         if server is None or not server.serves(plan.argv[0], env):
             return super()._launch(plan, env)
         try:
@@ -142,19 +152,21 @@ class ForkedProcess(LocalProcess):
             return super()._launch(plan, env)
 
 
-_SERVERS: dict[str, ForkServer] = {}
+_SERVERS: dict[tuple, ForkServer] = {}
 
 
-def server_for(executable: str) -> ForkServer | None:
-    """The running fork server for ``executable``, started on first use (None when turned off or it ended)."""
+def server_for(executable: str, module: str = ENGINE, env: dict[str, str] | None = None) -> ForkServer | None:
+    """The running fork server for ``executable`` and ``module``, started on first use (None when turned off or it
+    ended). ``env`` gives the server that environment (one server per distinct one); None: this process's."""
     if os.environ.get("AUTORL_FORKSERVER", "1") == "0" or not sys.platform.startswith("linux"):
         return None  # elsewhere (macOS) forking a process that has loaded torch's libraries is not safe
-    server = _SERVERS.get(executable)
+    key = (executable, module, None if env is None else tuple(sorted(startup_env(env).items())))
+    server = _SERVERS.get(key)
     if server is None or not server.alive:
-        if server is not None:  # it ended: start no second one, trials run as fresh processes
+        if server is not None:  # it ended: start no second one, runs start as fresh processes
             return None
         try:
-            server = _SERVERS[executable] = ForkServer(executable)
+            server = _SERVERS[key] = ForkServer(executable, module, env)
         except OSError:
             return None
     return server
@@ -166,11 +178,16 @@ def _close_all() -> None:
         server.close()
 
 
-def _engine_args(plan: LaunchPlan) -> list[str] | None:
-    """The engine's own arguments when ``plan`` is ``python -m autorl.engine ARGS`` (else None)."""
-    if plan.shell or plan.argv[1:3] != ["-m", ENGINE]:
-        return None
-    return plan.argv[3:]
+def startup_env(env: dict[str, str]) -> dict[str, str]:
+    """The part of ``env`` a process reads before the fork (at interpreter start or import): all but the lazy ones."""
+    return {k: v for k, v in env.items() if k not in LAZY_ENV and not k.startswith(LAZY_PREFIXES)}
+
+
+def _module_args(plan: LaunchPlan) -> tuple[str | None, list[str]]:
+    """(module, its arguments) when ``plan`` is ``python -m autorl.engine ARGS`` or ``... autorl.evaluate ARGS``."""
+    if plan.shell or len(plan.argv) < 3 or plan.argv[1] != "-m" or plan.argv[2] not in (ENGINE, EVALUATE):
+        return None, []
+    return plan.argv[2], plan.argv[3:]
 
 
 def _package_parent() -> str:

@@ -189,14 +189,18 @@ class LocalRayHead:
 
     def __init__(self, num_cpus: int | None = None, num_gpus: int | None = None,
                  object_store_bytes: int | None = None, temp_dir: str | Path | None = None,
-                 ready_timeout_s: float = 90.0):
+                 ready_timeout_s: float = 90.0, visible_gpus: list[str] | None = None):
         self.num_cpus, self.num_gpus = num_cpus, num_gpus
+        self.visible_gpus = visible_gpus  # the head's CUDA_VISIBLE_DEVICES (one GPU per entry; repeats share a card)
+        if visible_gpus is not None and num_gpus is None:
+            self.num_gpus = len(visible_gpus)
         self.object_store_bytes = object_store_bytes
         self._own_temp = temp_dir is None
         self.temp_dir = Path(temp_dir or tempfile.mkdtemp(prefix="ray"))
         self.ready_timeout_s = ready_timeout_s
         self.proc: subprocess.Popen | None = None
         self.address = ""
+        self.gcs_address = ""  # host:port that another node joins (LocalRayNode)
 
     def command(self, gcs_port: int, dashboard_port: int) -> list[str]:
         """The ``ray start`` argv for this head."""
@@ -213,13 +217,10 @@ class LocalRayHead:
         """Start the head and wait until its job API answers; return the dashboard address."""
         if self.proc is not None:
             return self.address
-        dashboard_port = free_port()
-        log = open(self.temp_dir / "ray-start.log", "ab")
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-        self.proc = subprocess.Popen(self.command(free_port(), dashboard_port), stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        log.close()
+        dashboard_port, gcs_port = free_port(), free_port()
+        self.proc = _start_ray(self.command(gcs_port, dashboard_port), self.temp_dir / "ray-start.log", self.visible_gpus)
         self.address = f"http://127.0.0.1:{dashboard_port}"
+        self.gcs_address = f"127.0.0.1:{gcs_port}"
         self._wait_ready()
         return self.address
 
@@ -256,6 +257,40 @@ class LocalRayHead:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class LocalRayNode:
+    """A second Ray node on this host joining a head (its own raylet, its own GPUs as its resources): a two-node
+    cluster on one machine, placed by Ray exactly as a real one is."""
+
+    def __init__(self, gcs_address: str, visible_gpus: list[str] | None = None, num_cpus: int | None = None,
+                 log_path: str | Path | None = None):
+        self.gcs_address, self.visible_gpus, self.num_cpus = gcs_address, visible_gpus, num_cpus
+        self.log_path = Path(log_path or tempfile.mkstemp(prefix="ray-node-", suffix=".log")[1])
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "LocalRayNode":
+        argv = [_ray_cli(), "start", f"--address={self.gcs_address}", "--block", "--disable-usage-stats"]
+        argv += [f"--num-gpus={len(self.visible_gpus)}"] if self.visible_gpus is not None else []
+        argv += [f"--num-cpus={self.num_cpus}"] if self.num_cpus is not None else []
+        self.proc = _start_ray(argv, self.log_path, self.visible_gpus)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            kill_group(self.proc.pid, 10.0, self.proc.poll)
+            self.proc.wait()
+            self.proc = None
+
+
+def _start_ray(argv: list[str], log_path: Path, visible_gpus: list[str] | None) -> subprocess.Popen:
+    """``ray start ... --block`` in its own process group, its output in ``log_path``."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    if visible_gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_gpus)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
 
 
 def _ray_cli() -> str:

@@ -12,6 +12,7 @@ This module does not import trl or torch: recipes validate without them.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -101,6 +102,17 @@ class TRLBackend(Backend):
     oom_knobs = (OomKnob(("gens",), floor=2), OomKnob(("max_new_tokens",)))  # the batch is batch_prompts x gens
     work_keys = ("steps", "gens", "batch_prompts", "ppo_epochs", "max_new_tokens")
     grad_clip_key = "max_grad_norm"
+    requires = ("torch", "trl", "transformers", "datasets")
+    """Modules the runner imports; missing ones fail the preflight, before any launch, with how to install them."""
+
+    def preflight(self, recipe: Any, worktree: Path) -> str:
+        """Each module the runner needs must be importable by this Python (looked up, not imported): a missing
+        transformers otherwise showed up only after launch, as a run that logged nothing."""
+        missing = [m for m in self.requires if importlib.util.find_spec(m) is None]
+        if not missing:
+            return ""
+        return (f"the trl backend needs {', '.join(missing)} in {sys.executable}: install them with "
+                "`pip install 'autorl[trl]'` (torch first, as the README says)")
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         run_dir = Path(spec.run_dir)

@@ -1,4 +1,4 @@
-"""A process that imports torch and the engine once, then forks one child per trial.
+"""A process that imports torch and the engine (or the evaluator) once, then forks one child per run.
 
 ``import torch`` is about a second of every trial's start-up on a small CPU, the same second for a run stopped
 at its first eval as for a run of 50 steps, so no early stop can save it. The controller (which never imports
@@ -13,13 +13,17 @@ Each trial is a fork of this process that runs exactly what ``python -m autorl.e
 
 The server never touches CUDA: a child initialises it on its own after the fork.
 
+The same server runs the per-item evaluator (``python -m autorl.evaluate``) that follows an OpenRLHF, TRL or
+command trial: started as ``python -m autorl.engine.forkserver autorl.evaluate`` it imports torch, transformers
+and the evaluator once, and each evaluation skips those imports (about 8 s of every trial on a GPU host).
+
 Protocol, one JSON object per line. Requests on stdin: ``{"args": [...], "cwd": DIR, "env": {...}, "log": FILE,
 "cpus": [...] | null}``. Replies on stdout: ``{"ready": true}`` once the imports are done; ``{"pid": N}`` for
 each request, in order, once the child has its own session (``{"pid": null, "error": ...}`` for a request that
 could not be read); ``{"exited": N, "code": C}`` when a child ends. End of stdin ends the server; children still
 running are left to run.
 
-    python -m autorl.engine.forkserver
+    python -m autorl.engine.forkserver [autorl.engine | autorl.evaluate]
 """
 
 from __future__ import annotations
@@ -33,12 +37,21 @@ import sys
 import traceback
 import warnings
 
-PRELOAD = ("torch", "autorl.engine.grpo", "autorl.engine.__main__")
+# The modules a server can run, each with what it imports once and the module whose main(args) a child calls.
+SERVED = {"autorl.engine": (("torch", "autorl.engine.grpo", "autorl.engine.__main__"), "autorl.engine.__main__"),
+          "autorl.evaluate": (("torch", "transformers", "autorl.evaluate"), "autorl.evaluate")}
+MAIN = "autorl.engine.__main__"  # the module whose main this server's children call (set in main())
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    global MAIN
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the controller ends it: a kill, or its stdin closing
-    for name in PRELOAD:
+    served = (argv if argv is not None else sys.argv[1:]) or ["autorl.engine"]
+    if len(served) != 1 or served[0] not in SERVED:
+        print(f"serves one of {', '.join(SERVED)}", file=sys.stderr)
+        return 2
+    preload, MAIN = SERVED[served[0]]
+    for name in preload:
         __import__(name)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -112,9 +125,9 @@ def child(args: list[str], cwd: str, env: dict[str, str], log: str, cpus: list[i
         os.environ.clear()
         os.environ.update(env)
         sys.path[0] = cwd
-        engine_cli = sys.modules["autorl.engine.__main__"]  # preloaded
-        sys.argv = [engine_cli.__file__, *args]
-        code = engine_cli.main(args)
+        cli = sys.modules[MAIN]  # preloaded
+        sys.argv = [cli.__file__, *args]
+        code = cli.main(args)
     except SystemExit as exc:
         code = exit_status(exc.code)
     except BaseException:  # as the interpreter would: the traceback to stderr, exit 1

@@ -58,6 +58,8 @@ class SymptomRule(_Model):
     description: str = Field(description="One line: what the symptom means.")
     when_all: list[Condition] = Field(default_factory=list, description="All of these must hold.")
     when_any: list[Condition] = Field(default_factory=list, description="If given, at least one of these must hold.")
+    look_at: list[str] = Field(default_factory=list, description="Where to look first when it fires (recipe keys "
+                                                                 "or parts of the setup, with the usual direction).")
 
 
 class DerivedMetric(_Model):
@@ -112,6 +114,7 @@ class Symptom(_Model):
     name: str = Field(description="Symptom name from the rules table.")
     description: str = Field(description="What it means.")
     evidence: list[Evidence] = Field(description="The conditions that held.")
+    look_at: list[str] = Field(default_factory=list, description="Where to look first (the rule's ``look_at``).")
 
 
 class Diagnosis(_Model):
@@ -197,13 +200,26 @@ STATS: dict[str, Callable[[list[float], Condition, float], float]] = {
 }
 """Statistic name -> function(series, condition, tail_fraction)."""
 
+EDGE = 1e-9
+"""Relative tolerance of a comparison with a threshold: a statistic within it of the threshold counts as equal to it,
+so float arithmetic (0.55 - 0.5 = 0.050000000000000044) never decides a symptom against a 0.05 threshold."""
+
+
+def _above(v: float, t: float) -> bool:
+    return v - t > EDGE * abs(t)
+
+
+def _below(v: float, t: float) -> bool:
+    return t - v > EDGE * abs(t)
+
+
 OPS: dict[str, Callable[[float, float], bool]] = {
-    "lt": lambda v, t: v < t,
-    "le": lambda v, t: v <= t,
-    "gt": lambda v, t: v > t,
-    "ge": lambda v, t: v >= t,
-    "abs_lt": lambda v, t: abs(v) < t,
-    "abs_gt": lambda v, t: abs(v) > t,
+    "lt": _below,
+    "le": lambda v, t: v - t <= EDGE * abs(t),
+    "gt": _above,
+    "ge": lambda v, t: t - v <= EDGE * abs(t),
+    "abs_lt": lambda v, t: _below(abs(v), t),
+    "abs_gt": lambda v, t: _above(abs(v), t),
 }
 
 WINDOWED_STATS = {"mean", "max", "min", "last", "spike", "frac_nonfinite"}
@@ -342,7 +358,7 @@ def diagnose(steps: list[dict], evals: list[dict], recipe_train: dict, rules: Di
     for name, rule in rules.symptoms.items():
         evidence = _fire(rule, steps, evals, recipe_train, rules)
         if evidence:
-            fired.append(Symptom(name=name, description=rule.description, evidence=evidence))
+            fired.append(Symptom(name=name, description=rule.description, evidence=evidence, look_at=rule.look_at))
     names = {s.name for s in fired}
     row = next((b for b in rules.bottlenecks if names & set(b.when_any)), rules.default)
     return Diagnosis(bottleneck=row.name, areas=list(row.areas), symptoms=fired, steps=len(steps), evals=len(evals),

@@ -3,14 +3,17 @@
 A verdict compares runs (``verdict.Runs``: each run's objective and its per-item results). Which runs stand on
 each side is decided here, from the study's ledger rows:
 
-- a trial against its **parent**: the parent's own run and its completed fresh-seed confirmation runs (the
-  baseline's runs when it has no parent); the gain over the study's original baseline is reported apart;
-- a **candidate's confirmation**: its fresh-seed runs alone (the run that made it a candidate was picked for
-  looking good) against its parent's runs;
-- the **run-to-run noise**: the study's replicate groups (the baseline's runs unless the baseline is the parent,
-  and every candidate's confirmation runs);
+- a trial against its **parent**: the parent's completed fresh-seed confirmation runs alone (the run that made
+  it a candidate was picked for looking good, so as a reference it would make every child look worse), or the
+  baseline's runs when it has no parent; the gain over the study's original baseline is reported apart;
+- a **candidate's confirmation**: its fresh-seed runs alone against its parent's runs;
+- the **run-to-run noise of each arm** (``verdict.Noise``): a recipe's replicate group is its runs with the same
+  values (the baseline's repeats; a candidate's own run with its confirmation runs: the selected run can only
+  widen their spread, never narrow it). The parent arm is the parent's group; the trial arm its own group where
+  it has one (a candidate at confirmation, counted once), pooled with the groups of the study's other changed
+  recipes (every other candidate's), never below the parent's;
 - a running trial's **pruning references**: its parent (else the baseline), then the confirmed incumbent by its
-  fresh-seed runs alone, each with the replicate runs that measure the noise at the same step;
+  fresh-seed runs alone, each with the replicate groups that measure the noise at the same step;
 - promote's **re-validation**: fresh runs of the trial and of the baseline, through ``runs_of``.
 
 ``objective_value`` is the one reduction of a run to its objective.
@@ -18,10 +21,14 @@ each side is decided here, from the study's ledger rows:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from autorl.judge import verdict
+import numpy as np
+
+from autorl.judge import calibrate, verdict
+from autorl.judge.noise import arm
 from autorl.judge.prune import PruneDecision, should_prune
 from autorl.metrics import RunMetrics, reduce_series
 
@@ -53,11 +60,13 @@ def incumbent_row(trials: list[dict], direction: str) -> dict | None:
 
 
 class Reference(NamedTuple):
-    """What a running trial must not be clearly worse than: a name, its runs, and replicate runs for the noise."""
+    """What a running trial must not be clearly worse than: a name, its runs, the replicate groups of its recipe
+    (its run noise) and its attempt number (None: the baseline)."""
 
     label: str
     runs: list[RunMetrics]
-    replicates: list[RunMetrics]
+    groups: list[list[RunMetrics]]
+    number: int | None
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,7 @@ class Evidence:
     def __init__(self, records: Any):
         self.records = records
         self._metrics: dict[int, RunMetrics] = {}
+        self._ending: tuple[int, str] | None = None
 
     def metrics(self, row: dict) -> RunMetrics:
         if row["id"] not in self._metrics:
@@ -87,23 +97,37 @@ class Evidence:
         """The completed runs of the recipe as written (a crashed baseline's retry stands in for it)."""
         return [self.metrics(r) for r in self.records.baselines() if r["status"] == "complete"]
 
+    def _complete(self, rows: list[dict]) -> list[RunMetrics]:
+        return [self.metrics(r) for r in rows if self._status(r) == "complete"]
+
+    def _status(self, row: dict) -> str:
+        """A row's status, or the one it is ending with (``confirmation``'s ``ending``) while its row says running."""
+        return self._ending[1] if self._ending and row["number"] == self._ending[0] else row["status"]
+
+    def fresh_runs(self, number: int) -> list[RunMetrics]:
+        """A candidate's completed fresh-seed confirmation runs (those the controller stopped early left out)."""
+        return self._complete(self.records.confirm_runs(number, ran=True))
+
     def parent_runs(self, parent: int | None) -> list[RunMetrics]:
-        """The parent's runs: its own and its completed confirmation runs (none for the baseline)."""
+        """The parent's reference runs: its completed fresh-seed confirmation runs alone, or its own run when it has
+        none (a parent is a confirmed candidate, so it has them); none for the baseline."""
         if parent is None:
             return []
-        rows = [self.records.trial(parent), *self.records.confirm_runs(parent)]
-        return [self.metrics(r) for r in rows if r["status"] == "complete"]
+        return self.fresh_runs(parent) or self._complete([self.records.trial(parent)])
 
-    def noise(self, recipe: Any, parent: int | None) -> list[list[list[float]]]:
-        """Replicate groups for the run-noise estimate: the baseline (if not the parent) and confirmation groups."""
-        groups = [] if parent is None else [self.baseline_runs()]
-        groups += [[self.metrics(r) for r in rows] for rows in self.records.confirm_groups().values()]
-        out = []
-        for runs in groups:
-            items = [verdict.objective_items(m.evals, recipe.objective) for m in runs]
-            if len(items) > 1 and all(items):
-                out.append(items)
-        return out
+    def group(self, number: int) -> list[RunMetrics]:
+        """The replicate group of a candidate's recipe: its own run and its completed confirmation runs."""
+        return self._complete([self.records.trial(number)]) + self.fresh_runs(number)
+
+    def noise(self, recipe: Any, parent: int | None, candidate: int | None = None) -> verdict.Noise:
+        """The replicate groups behind each arm of a verdict against ``parent``: the parent's group (None: the
+        baseline's runs), the candidate's own group when one is being confirmed, and the groups of the study's other
+        changed recipes (every candidate with a completed confirmation run, the parent and the candidate left out:
+        each group counts once)."""
+        others = [c for c in self.records.confirm_groups() if c not in (parent, candidate)]
+        return verdict.Noise(parent=None if parent is None else _groups([self.group(parent)], recipe),
+                             trial=[] if candidate is None else _groups([self.group(candidate)], recipe),
+                             study=_groups([self.group(c) for c in others], recipe))
 
     def credit(self, trial: RunMetrics, parent: int | None, recipe: Any) -> verdict.Credit | None:
         """The trial's verdict against its parent and its gain over the baseline (None: no completed baseline)."""
@@ -111,59 +135,139 @@ class Evidence:
         if base is None:
             return None
         against = runs_of(self.parent_runs(parent), recipe) or base
+        noise = self.noise(recipe, parent)
         return verdict.credit(runs_of([trial], recipe), against, base, recipe.verdict, recipe.objective.direction,
-                              self.noise(recipe, parent))
+                              noise, verdict.Noise(study=noise.study))
 
-    def confirmation(self, candidate: dict, recipe: Any) -> Confirmation | None:
-        """The candidate judged on its fresh-seed runs once all of them have ended (None until then)."""
+    def confirmation(self, candidate: dict, recipe: Any, ending: tuple[int, str] | None = None
+                     ) -> Confirmation | None:
+        """The candidate judged on its fresh-seed runs once all of them have ended (None until then); ``ending``
+        (attempt number, status) is a confirmation run ending now, whose row still says running."""
+        self._ending = ending
+        try:
+            return self._confirmation(candidate, recipe)
+        finally:
+            self._ending = None
+
+    def _confirmation(self, candidate: dict, recipe: Any) -> Confirmation | None:
         rows = self.records.confirm_runs(candidate["number"], ran=True)  # a stopped one is run again
         need = recipe.verdict.confirm_runs
-        if not need or len(rows) < need or any(r["status"] == "running" for r in rows):
+        if not need or len(rows) < need or any(self._status(r) == "running" for r in rows):
             return None
-        fresh = runs_of([self.metrics(r) for r in rows if r["status"] == "complete"], recipe)
+        fresh = runs_of(self._complete(rows), recipe)
         base = runs_of(self.baseline_runs(), recipe)
         if fresh is None or base is None:
             return Confirmation("rejected", "its confirmation runs did not complete", None, 0)
-        parent = runs_of(self.parent_runs(candidate.get("parent")), recipe) or base
-        v = verdict.confirm(fresh, parent, recipe.verdict, recipe.objective.direction,
-                            self.noise(recipe, candidate.get("parent")))
+        parent = candidate.get("parent")
+        against = runs_of(self.parent_runs(parent), recipe) or base
+        v = verdict.confirm(fresh, against, recipe.verdict, recipe.objective.direction,
+                            self.noise(recipe, parent, candidate["number"]))
         state = "confirmed" if v.verdict == "improved" else "rejected"
         return Confirmation(state, f"{len(fresh.values)} fresh-seed runs: {v.explanation}", v, len(fresh.values))
 
     def prune_references(self, parent: int | None, direction: str) -> list[Reference]:
         """What a running trial must not be clearly worse than: its parent (the baseline when it has none) and,
-        once the study has one, the confirmed incumbent, by its fresh-seed confirmation runs alone (the run that
-        made it a candidate was picked for looking good). A trial clearly behind the best recipe the study has
-        confirmed cannot become the next incumbent, whatever it would gain over its own parent. The baseline's
-        runs are the noise replicates of any other reference."""
-        baseline, runs = self.baseline_runs(), self.parent_runs(parent)
-        refs = [Reference(f"its parent {self.records.trial(parent)['attempt']}", runs, baseline) if runs
-                else Reference("the baseline", baseline, [])]
+        once the study has one, the confirmed incumbent, each by its fresh-seed confirmation runs alone (the run
+        that made it a candidate was picked for looking good). A trial clearly behind the best recipe the study
+        has confirmed cannot become the next incumbent, whatever it would gain over its own parent. Each
+        reference carries its recipe's replicate group (its run noise) and its attempt number (None: the
+        baseline)."""
+        refs = [Reference(f"its parent {self.records.trial(parent)['attempt']}", self.parent_runs(parent),
+                          [self.group(parent)], parent) if parent is not None and self.parent_runs(parent)
+                else Reference("the baseline", self.baseline_runs(), [self.baseline_runs()], None)]
         best = incumbent_row(self.records.trials(kind="trial"), direction)
-        if best is not None and best["number"] != parent:
-            fresh = [self.metrics(r) for r in self.records.confirm_runs(best["number"], ran=True)
-                     if r["status"] == "complete"]
-            if fresh:
-                refs.append(Reference(f"the incumbent {best['attempt']}", fresh, baseline))
+        if best is not None and best["number"] != parent and self.fresh_runs(best["number"]):
+            refs.append(Reference(f"the incumbent {best['attempt']}", self.fresh_runs(best["number"]),
+                                  [self.group(best["number"])], best["number"]))
         return refs
 
     def clearly_worse(self, record: dict, parent: int | None, recipe: Any) -> PruneDecision | None:
         """The first reference (parent, then the confirmed incumbent) an intermediate eval ``record`` is clearly
-        worse than at its step (``autorl.judge.prune``), or None."""
+        worse than at its step (``autorl.judge.prune``), or None. The trial's run noise at that step is the
+        reference's, or what the study's other changed recipes show there, whichever is larger. A trial ahead of
+        its parent at that step is not stopped for trailing the incumbent: it may still end 'improved'."""
         key = items_key(recipe.objective.metric)
         if key is None or not record.get(key):
             return None
-        step = int(record["step"])
-        for label, runs, replicates in self.prune_references(parent, recipe.objective.direction):
-            at_step = items_at_step(runs, key, step)
+        step, sign = int(record["step"]), 1.0 if recipe.objective.direction == "maximize" else -1.0
+        ahead = False
+        for i, ref in enumerate(self.prune_references(parent, recipe.objective.direction)):
+            at_step = items_at_step(ref.runs, key, step)
             if not at_step:
                 continue
-            noise = items_at_step(replicates, key, step)
-            d = should_prune(step, record[key], at_step, recipe.verdict, recipe.objective.direction,
-                             [noise] if len(noise) > 1 else [], than=label)
+            if i == 0:
+                ahead = sign * (float(np.mean(record[key])) - float(np.mean(at_step))) > 0
+            elif ahead:
+                return None
+            others = [self.group(c) for c in self.records.confirm_groups() if c != ref.number]
+            noise = verdict.Noise(parent=_at_step([*ref.groups], key, step), study=_at_step(others, key, step))
+            d = should_prune(step, record[key], at_step, recipe.verdict, recipe.objective.direction, noise,
+                             than=ref.label)
             if d is not None:
                 return d
         return None
+
+
+def _at_step(groups: list[list[RunMetrics]], key: str, step: int) -> list[verdict.Runs]:
+    """Replicate groups' per-item results at ``step`` (groups with fewer than two runs there left out)."""
+    out = [items_at_step(g, key, step) for g in groups]
+    return [verdict.Runs(values=[0.0] * len(g), items=g) for g in out if len(g) > 1]
+
+
+class StudyErrors(NamedTuple):
+    """A study's decisions and the error rates behind them (``Evidence.errors``)."""
+
+    decisions: dict[str, int]   # verdicts by kind, confirmations by outcome, pruner stops
+    baseline_sd: float | None   # the baseline's run sd (its repeats with the prior) and the replicate df behind it
+    baseline_df: int
+    changed_sd: float | None    # the run sd of the study's changed recipes (candidates' groups), if measured
+    changed_df: int
+    false_confirm: float | None  # chance a trial with no effect ends confirmed, at that noise
+    expected_false: float | None  # false_confirm x trials judged
+    aa: list[tuple[int, verdict.Verdict]]  # each baseline run (its index) judged against the others
+
+
+def study_errors(ev: "Evidence", recipe: Any) -> StudyErrors:
+    """How many decisions the study made, the false confirmations to expect at the noise it measured, and the A/A
+    evidence of its baseline repeats (each run judged against the others, as a trial is)."""
+    trials = [t for t in ev.records.trials(kind="trial") if t.get("proposer") not in ("baseline", "confirm")]
+    judged = [t for t in trials if t.get("verdict") in ("improved", "regressed", "flat")]
+    decisions = {k: sum(t.get("verdict") == k for t in judged) for k in ("improved", "regressed", "flat")}
+    decisions.update({k: sum(t.get("confirmation") == k for t in trials) for k in ("confirmed", "rejected")})
+    decisions["pruned"] = sum(t.get("verdict") == "pruned" for t in trials)
+    base = runs_of(ev.baseline_runs(), recipe)
+    if base is None or len(base.values) < 2:
+        return StudyErrors(decisions, None, 0, None, 0, None, None, [])
+    s, items = recipe.verdict, bool(base.items)
+    group = lambda r: np.asarray(r.items if items else r.values, float)  # noqa: E731
+    study = [group(g) for g in ev.noise(recipe, None).study if (g.items if items else True)]
+    par = arm([group(base)], s.run_sd_prior, s.run_sd_prior_df, values=not items)
+    changed = arm(study, s.run_sd_prior, s.run_sd_prior_df, values=not items) if study else None
+    parent_sd = math.sqrt(float(par.s2))
+    changed_sd = math.sqrt(float(changed.s2)) if changed is not None else None
+    p = tuple(float(x) for x in np.mean(base.items, axis=0)) if items else None
+    design = calibrate.Design(p, len(base.values), 1, 0, int(changed.df) if changed is not None else 0, parent_sd,
+                              max(parent_sd, changed_sd or 0.0))
+    fc = calibrate.false_confirmations(design, s)
+    return StudyErrors(decisions, parent_sd, int(par.df), changed_sd, design.study_df, fc, fc * len(judged),
+                       _aa(base, recipe))
+
+
+def _aa(base: verdict.Runs, recipe: Any) -> list[tuple[int, verdict.Verdict]]:
+    """Each baseline run judged against the other baseline runs: an A/A comparison the study made anyway."""
+    out, n = [], len(base.values)
+    for i in range(n if n > 2 else 1):  # two runs: one comparison (the other is its mirror)
+        rest = [j for j in range(n) if j != i]
+        pick = lambda idx: verdict.Runs(values=[base.values[j] for j in idx],  # noqa: E731
+                                        items=[base.items[j] for j in idx] if base.items else None)
+        out.append((i, verdict.judge(pick([i]), pick(rest), recipe.verdict, recipe.objective.direction)))
+    return out
+
+
+def _groups(groups: list[list[RunMetrics]], recipe: Any) -> list[verdict.Runs]:
+    """Replicate groups as the verdict sees them (groups of fewer than two runs with the objective left out)."""
+    out = [runs_of(g, recipe) for g in groups]
+    return [r for r in out if r is not None and len(r.values) > 1]
 
 
 def items_key(metric: str) -> str | None:

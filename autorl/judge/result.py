@@ -42,6 +42,10 @@ class TrialResult(BaseModel):
     gain_vs_baseline: float | None = None
     confirmation: Literal["candidate", "confirmed", "rejected"] | None = None
     confirms: int | None = None
+    test: str | None = None
+    trial_sd: float | None = None
+    parent_sd: float | None = None
+    fp_rate: float | None = None
 
     def ledger_values(self) -> dict[str, Any]:
         """The columns this result sets on its ledger row.

@@ -1,4 +1,5 @@
-"""Small statistics the judge needs, in plain Python (no scipy): Student's t distribution."""
+"""Small statistics the judge needs, in plain Python (no scipy): Student's t distribution, the beta quantile and
+the Clopper-Pearson interval of a rate."""
 
 from __future__ import annotations
 
@@ -53,3 +54,22 @@ def _beta_fraction(a: float, b: float, x: float) -> float:
         if abs(d * c - 1.0) < 1e-15:
             break
     return h
+
+
+def beta_quantile(p: float, a: float, b: float) -> float:
+    """The ``p`` quantile of the Beta(a, b) distribution (bisection on ``betainc``)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if betainc(a, b, mid) < p else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval for a rate seen ``k`` times in ``n``."""
+    if n <= 0:
+        return 0.0, 1.0
+    alpha = 1.0 - level
+    low = 0.0 if k == 0 else beta_quantile(alpha / 2.0, k, n - k + 1)
+    high = 1.0 if k == n else beta_quantile(1.0 - alpha / 2.0, k + 1, n - k)
+    return low, high

@@ -8,8 +8,9 @@ explains why). ``credit`` gives both the verdict against the parent and the gain
 original baseline. ``flags`` reads one run's metrics for the failure modes that a good
 objective value can hide (seed 004 §6, §12). Crashes are judged by autorl.judge.triage.
 
-The statistics (a per-item paired test plus a pooled run-level noise term with a prior, Student's
-t with Satterthwaite df) live in ``autorl.judge.noise``; this module turns them into verdicts.
+The statistics (a per-item paired test plus a run-level noise term for each arm, each with a prior,
+Student's t with Welch-Satterthwaite df) live in ``autorl.judge.noise``; this module turns them into
+verdicts. ``Noise`` names the replicate runs behind each arm.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from autorl.judge.noise import gain, posterior_s2, t_quantiles
+from autorl.judge.noise import gain, value_gain
 from autorl.recipe import AbortRules, Objective, VerdictSettings
 
 FULL_SIGHT_REPEATS = 3  # with fewer parent runs the verdict says what it cannot see
@@ -34,6 +35,21 @@ class Runs(BaseModel):
     values: list[float] = Field(description="The objective of each run.")
     items: list[list[float]] | None = Field(
         None, description="Per run, the per-item results that reduce to the objective (same items, same order).")
+
+
+class Noise(BaseModel):
+    """Replicate runs that measure each arm's run-to-run noise, besides the runs a verdict compares."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parent: list[Runs] | None = Field(
+        None, description="Groups of runs of the parent's recipe (None: the parent's runs judged are the group).")
+    trial: list[Runs] = Field(
+        default_factory=list, description="Groups of runs of the trial's own recipe (e.g. its confirmation runs with "
+                                          "the run that made it a candidate); none: the trial's runs judged, if 2+.")
+    study: list[Runs] = Field(
+        default_factory=list, description="Groups of runs of the study's other changed recipes: what a trial's run "
+                                          "noise looks like here, pooled with the trial's own.")
 
 
 class Verdict(BaseModel):
@@ -53,9 +69,22 @@ class Verdict(BaseModel):
         description="paired_items (per-item paired test + run noise), run_values (t over run values) or unknown_noise.")
     n: int = Field(description="Paired items (paired_items) or runs (the others).")
     df: float = Field(0.0, description="Degrees of freedom of the t quantile used.")
-    run_sd: float | None = Field(
-        None, description="Run-level sd used (prior combined with the pooled replicates), None if not modelled.")
-    run_df: int = Field(0, description="Replicate degrees of freedom behind run_sd (besides the prior).")
+    parent_sd: float | None = Field(
+        None, description="Run-level sd assumed for the parent's recipe (its replicates with the prior); None if "
+                          "not modelled.")
+    parent_df: int = Field(0, description="Replicate degrees of freedom behind parent_sd (besides the prior).")
+    trial_sd: float | None = Field(
+        None, description="Run-level sd assumed for the trial's recipe: the parent's, or larger where the trial's own "
+                          "replicates or the study's other changed recipes measured more; None if not modelled.")
+    trial_df: int = Field(0, description="Replicate degrees of freedom behind trial_sd (besides the prior).")
+    trial_noise: str = Field("", description="Where trial_sd comes from: 'the parent's', 'its own runs' or 'the "
+                                             "study's changed recipes'.")
+    parent_runs: int = Field(0, description="Parent runs compared.")
+    trial_runs: int = Field(0, description="Trial runs compared.")
+    own_runs: int = Field(0, description="Runs in the trial's own replicate group (0: none beyond those compared).")
+    study_df: int = Field(0, description="Replicate df of the study's other changed recipes behind trial_sd.")
+    parent_rates: list[float] | None = Field(
+        None, exclude=True, description="Per-item solve rates of the parent runs (what a calibration simulates).")
     blind: str = Field(
         "", description="What this verdict cannot see (e.g. too few parent runs to measure seed noise), or empty.")
     explanation: str = Field(description="One line a person can read.")
@@ -82,13 +111,12 @@ class Flag(BaseModel):
 # ---------------------------------------------------------------------------- objective items
 
 def objective_items(evals: list[dict], objective: Objective) -> list[float] | None:
-    """Per-item results that reduce to the objective exactly as ``reduction`` reduces the metric, or None.
+    """Per-item results that reduce to the objective as ``reduction`` reduces the metric, or None.
 
     Only a greedy pass@1 objective has per-item results (``eval/<split>/items``): ``last`` takes
-    the last eval's items, ``best`` the items of the eval where the metric is best (the same
-    selection the objective makes, on both sides), ``mean_last_k`` the per-item mean over the
-    last k evals. Any other metric (sampling pass@k, a train metric) has none: the verdict then
-    judges the run values.
+    the last eval's items, ``best`` the items of the best eval chosen without looking at them
+    (``best_items``), ``mean_last_k`` the per-item mean over the last k evals. Any other metric
+    (sampling pass@k, a train metric) has none: the verdict then judges the run values.
     """
     parts = objective.metric.split("/")
     if len(parts) != 3 or parts[0] != "eval" or parts[2] != "greedy_pass@1":
@@ -97,55 +125,80 @@ def objective_items(evals: list[dict], objective: Objective) -> list[float] | No
     rows = [e for e in evals if isinstance(e.get(objective.metric), (int, float)) and e.get(key)]
     if not rows:
         return None
+    rows = [r for r in rows if len(r[key]) == len(rows[-1][key])]  # the eval set's size, should it ever change
     if objective.reduction == "best":
-        sign = 1.0 if objective.direction == "maximize" else -1.0
-        rows = [max(rows, key=lambda e: sign * e[objective.metric])]
-    elif objective.reduction == "mean_last_k":
+        return best_items(np.asarray([r[key] for r in rows], float), objective.direction == "maximize")
+    if objective.reduction == "mean_last_k":
         rows = rows[-objective.k:]
     else:
         rows = rows[-1:]
     return [float(x) for x in np.mean(np.asarray([r[key] for r in rows], float), axis=0)]
 
 
+def best_items(evals: np.ndarray, maximize: bool) -> list[float]:
+    """Per-item results of the best of K evals (``evals``: K x items), each item taken from the eval that the
+    *other* half of the items ranks best (cross-fitting).
+
+    Taking all items from the eval whose mean is best would judge the very coin flips that made it look best:
+    the maximum of K noisy evals is biased upward, more for a run with more evals, so a trial that evaluates
+    more often than its parent would gain on noise alone. Items at even positions are taken from the eval the
+    odd ones rank best, and the reverse; with one eval or one item it is that eval.
+    """
+    k, n = evals.shape
+    if k == 1 or n < 2:
+        return [float(x) for x in evals[int(np.argmax(evals.mean(axis=1) * (1 if maximize else -1)))]]
+    sign = 1.0 if maximize else -1.0
+    out = np.empty(n)
+    for half in (0, 1):
+        mine, other = np.arange(half, n, 2), np.arange(1 - half, n, 2)
+        pick = int(np.argmax(sign * evals[:, other].mean(axis=1)))
+        out[mine] = evals[pick, mine]
+    return [float(x) for x in out]
+
+
 # ---------------------------------------------------------------------------- judge
 
-def judge(trial: Runs, parent: Runs, settings: VerdictSettings, direction: str,
-          noise: list[list[list[float]]] | None = None, level: float | None = None) -> Verdict:
+def judge(trial: Runs, parent: Runs, settings: VerdictSettings, direction: str, noise: Noise | None = None,
+          level: float | None = None) -> Verdict:
     """Compare a trial's runs with its parent's runs.
 
     With per-item results on both sides: the gain is the mean over items of the per-item
-    difference of run means, its variance the paired items' flips plus the run-level shift,
-    estimated from the parent's repeats and the ``noise`` groups (other replicate runs of the
-    study, as per-run item lists) with the recipe's prior (``autorl.judge.noise``). Without
-    them: a t interval over the run values (``run_values``). ``direction='minimize'`` flips the
-    sign so that a positive gain is always better.
+    difference of run means; its variance the paired items' flips plus each arm's run-level shift
+    (``autorl.judge.noise``): the parent's from the parent's replicates (``noise.parent``, else the
+    parent runs), the trial's the larger of that and what its own replicates (``noise.trial``, else
+    its runs when there are two or more) or the study's changed recipes (``noise.study``) measured.
+    Without per-item results: the same on the run values (``run_values``).
+    ``direction='minimize'`` flips the sign so that a positive gain is always better.
     """
     sign = _sign(direction)
     level = settings.level if level is None else level
     if not trial.values or not parent.values:
         raise ValueError("judge needs at least one trial value and one parent value")
-    arrays = _item_arrays(trial.items, parent.items, noise or [])
+    noise = noise or Noise()
+    arms = _arm_groups(trial, parent, noise)
+    arrays = _item_arrays(trial, parent, arms)
     if arrays is not None:
         return _paired(*arrays, sign, settings, level, len(parent.values))
-    return _from_values(trial.values, parent.values, sign, settings, level)
+    return _from_values(trial, parent, arms, sign, settings, level)
 
 
-def confirm(fresh: Runs, parent: Runs, settings: VerdictSettings, direction: str,
-            noise: list[list[list[float]]] | None = None) -> Verdict:
+def confirm(fresh: Runs, parent: Runs, settings: VerdictSettings, direction: str, noise: Noise | None = None
+            ) -> Verdict:
     """Judge a candidate's fresh-seed re-runs alone against its parent at ``confirm_level``.
 
-    The run that made it a candidate is left out: it was selected for looking good, so it
-    would bias the confirmation. The fresh runs are also a replicate group for the run noise.
+    The run that made it a candidate is left out of the gain: it was selected for looking good, so it
+    would bias the confirmation. Its recipe's own run noise is measured by ``noise.trial`` (the caller
+    passes the fresh runs with that run: selected for a high value, it can only widen the spread) or,
+    without it, by the fresh runs alone.
     """
-    groups = [*(noise or []), *([fresh.items] if fresh.items and len(fresh.items) > 1 else [])]
-    return judge(fresh, parent, settings, direction, groups, level=settings.confirm_level)
+    return judge(fresh, parent, settings, direction, noise, level=settings.confirm_level)
 
 
 def credit(trial: Runs, parent: Runs, baseline: Runs, settings: VerdictSettings, direction: str,
-           noise: list[list[list[float]]] | None = None) -> Credit:
+           noise: Noise | None = None, baseline_noise: Noise | None = None) -> Credit:
     """The verdict against the parent (what counts) and, separately, the gain over the baseline."""
     vs_parent = judge(trial, parent, settings, direction, noise)
-    vs_base = vs_parent if parent == baseline else judge(trial, baseline, settings, direction, noise)
+    vs_base = vs_parent if parent == baseline else judge(trial, baseline, settings, direction, baseline_noise or noise)
     return Credit(vs_parent=vs_parent, vs_baseline=vs_base)
 
 
@@ -155,27 +208,65 @@ def _sign(direction: str) -> float:
     return 1.0 if direction == "maximize" else -1.0
 
 
-def _item_arrays(trial, parent, noise) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]] | None:
-    """Trial and parent per-item results as (runs, items) arrays plus the noise groups, or None."""
-    if not trial or not parent:
+def _arm_groups(trial: Runs, parent: Runs, noise: Noise) -> tuple[list[Runs], list[Runs], list[Runs]]:
+    """(the parent's groups, the trial's own groups, the study's groups) with the defaults filled in."""
+    own = noise.trial or ([trial] if len(trial.values) > 1 else [])
+    return (noise.parent if noise.parent is not None else [parent]), own, noise.study
+
+
+def _item_arrays(trial: Runs, parent: Runs, arms) -> tuple | None:
+    """Trial and parent per-item results as (runs, items) arrays plus each arm's item groups, or None."""
+    if not trial.items or not parent.items:
         return None
-    lengths = {len(run) for run in trial} | {len(run) for run in parent}
+    lengths = {len(run) for run in trial.items} | {len(run) for run in parent.items}
     if len(lengths) != 1 or 0 in lengths:
         return None
-    groups = [np.asarray(g, float) for g in noise if g and {len(r) for r in g} == lengths and len(g) > 1]
-    return np.asarray(trial, float), np.asarray(parent, float), groups
+
+    def arrays(groups: list[Runs]) -> list[np.ndarray]:
+        return [np.asarray(g.items, float) for g in groups
+                if g.items and len(g.items) > 1 and {len(r) for r in g.items} == lengths]
+    parent_groups, own, study = (arrays(g) for g in arms)
+    return np.asarray(trial.items, float), np.asarray(parent.items, float), parent_groups, own, study
 
 
-def _paired(t: np.ndarray, p: np.ndarray, groups: list[np.ndarray], sign: float, s: VerdictSettings,
+def _sources(own: list, study: list) -> list[list]:
+    """The trial arm's alternatives: its own replicates alone, and pooled with the study's changed recipes."""
+    return [x for x in (own, own + study if study else []) if x]
+
+
+def _paired(t: np.ndarray, p: np.ndarray, parent_groups, own, study, sign: float, s: VerdictSettings,
             level: float, parent_runs: int) -> Verdict:
-    g = gain(sign * t, sign * p, [sign * p, *groups], s.run_sd_prior, s.run_sd_prior_df, level)
-    delta, low, high = float(g["delta"]), float(g["low"]), float(g["high"])
-    run_df = int(g["df_run"])
-    blind = _blind(parent_runs, run_df, s)
-    note = (f"run-level sd {math.sqrt(float(g['s2_run'])):.3g} (raw replicate estimate {float(g['s2_raw']):+.2g} "
-            f"over {run_df} df, prior {s.run_sd_prior:g} x {s.run_sd_prior_df:g} df)")
-    return _verdict(delta, low, high, level, "paired_items", t.shape[1], float(g["df"]), s,
-                    math.sqrt(float(g["s2_run"])), run_df, blind, note)
+    g = gain(sign * t, sign * p, [sign * x for x in parent_groups], [[sign * x for x in src] for src in _sources(own, study)],
+             s.run_sd_prior, s.run_sd_prior_df, level)
+    arms = {**_arm_fields(g, own, study), **_design(t.shape[0], parent_runs, own, study),
+            "parent_rates": [float(x) for x in p.mean(axis=0)]}
+    blind = _blind(parent_runs, arms["parent_df"], s)
+    return _verdict(float(g["delta"]), float(g["low"]), float(g["high"]), level, "paired_items", t.shape[1],
+                    float(g["df"]), s, arms, blind, _noise_note(g, arms, s))
+
+
+def _design(trial_runs: int, parent_runs: int, own: list, study: list) -> dict:
+    """The shape of the test (runs per arm, replicate groups), which its calibration simulates."""
+    return {"trial_runs": trial_runs, "parent_runs": parent_runs, "own_runs": max((len(x) for x in own), default=0),
+            "study_df": sum(len(x) - 1 for x in study)}
+
+
+def _arm_fields(g: dict, own: list, study: list) -> dict:
+    """Each arm's sd and replicate df, and where the trial's came from, from a ``gain`` result."""
+    parent_df, trial_df = int(g["df_parent"]), int(g["df_trial"])
+    if bool(g["same"]):
+        source = "the parent's"
+    else:
+        own_df = sum(len(x) - 1 for x in own)
+        source = "its own runs" if trial_df == own_df else "the study's changed recipes"
+    return {"parent_sd": math.sqrt(float(g["s2_parent"])), "parent_df": parent_df,
+            "trial_sd": math.sqrt(float(g["s2_trial"])), "trial_df": trial_df, "trial_noise": source}
+
+
+def _noise_note(g: dict, arms: dict, s: VerdictSettings) -> str:
+    return (f"run-level sd: parent {arms['parent_sd']:.3g} (raw replicate estimate {float(g['s2_raw_parent']):+.2g} "
+            f"over {arms['parent_df']} df), trial {arms['trial_sd']:.3g} ({arms['trial_noise']}, {arms['trial_df']} "
+            f"df); prior {s.run_sd_prior:g} x {s.run_sd_prior_df:g} df")
 
 
 def _blind(parent_runs: int, run_df: int, s: VerdictSettings) -> str:
@@ -186,31 +277,29 @@ def _blind(parent_runs: int, run_df: int, s: VerdictSettings) -> str:
     return ""
 
 
-def _from_values(trial: list[float], parent: list[float], sign: float, s: VerdictSettings, level: float) -> Verdict:
-    """t interval over run values: pooled variance of the runs, shrunk toward the prior run sd."""
-    t, b = sign * np.asarray(trial, float), sign * np.asarray(parent, float)
-    delta = float(t.mean() - b.mean())
-    df_data = (len(t) - 1) + (len(b) - 1)
-    ss = float(((t - t.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
-    s2_raw = ss / df_data if df_data else 0.0
-    if df_data + s.run_sd_prior_df <= 0 or (df_data == 0 and s.run_sd_prior == 0):
+def _from_values(trial: Runs, parent: Runs, arms, sign: float, s: VerdictSettings, level: float) -> Verdict:
+    """t interval over run values: each arm's variance from its groups' values, shrunk toward the prior run sd."""
+    parent_groups, own, study = ([sign * np.asarray(g.values, float) for g in groups if len(g.values) > 1]
+                                 for groups in arms)
+    t, b = sign * np.asarray(trial.values, float), sign * np.asarray(parent.values, float)
+    delta, n = float(t.mean() - b.mean()), len(t) + len(b)
+    replicate_df = sum(len(x) - 1 for x in parent_groups + own + study)
+    if replicate_df + s.run_sd_prior_df <= 0 or (replicate_df == 0 and s.run_sd_prior == 0):
         note = "noise unknown (one run each, no per-item results, no prior run sd)"
-        return _verdict(delta, -math.inf, math.inf, level, "unknown_noise", len(t) + len(b), 0.0, s, None, 0,
+        return _verdict(delta, -math.inf, math.inf, level, "unknown_noise", n, 0.0, s, {},
                         "run-to-run noise unknown: no verdict other than flat is possible", note)
-    s2, _ = posterior_s2(np.asarray(s2_raw), np.asarray(s2_raw), df_data, s.run_sd_prior, s.run_sd_prior_df)
-    df = df_data + s.run_sd_prior_df
-    half = float(t_quantiles(0.5 + level / 2.0, np.asarray(df))) * math.sqrt(float(s2) * (1 / len(t) + 1 / len(b)))
-    blind = _blind(len(b), df_data, s)
-    note = f"no per-item results; run sd {math.sqrt(float(s2)):.3g} from {df_data} df + prior"
-    return _verdict(delta, delta - half, delta + half, level, "run_values", len(t) + len(b), float(df), s,
-                    math.sqrt(float(s2)), df_data, blind, note)
+    g = value_gain(t, b, parent_groups, _sources(own, study), s.run_sd_prior, s.run_sd_prior_df, level)
+    fields = {**_arm_fields(g, own, study), **_design(len(t), len(b), own, study)}
+    note = "no per-item results; " + _noise_note(g, fields, s)
+    return _verdict(delta, float(g["low"]), float(g["high"]), level, "run_values", n, float(g["df"]), s, fields,
+                    _blind(len(b), fields["parent_df"], s), note)
 
 
-def _verdict(delta, low, high, level, method, n, df, s: VerdictSettings, run_sd, run_df, blind, note) -> Verdict:
+def _verdict(delta, low, high, level, method, n, df, s: VerdictSettings, arms: dict, blind, note) -> Verdict:
     verdict = "improved" if low > s.min_effect else "regressed" if high < 0 else "flat"
     text = _explain(verdict, delta, low, high, level, method, n, s.min_effect, note + (f"; {blind}" if blind else ""))
     return Verdict(verdict=verdict, delta=delta, ci_low=low, ci_high=high, level=level, method=method, n=n, df=df,
-                   run_sd=run_sd, run_df=run_df, blind=blind, explanation=text)
+                   blind=blind, explanation=text, **arms)
 
 
 def _explain(verdict: str, delta: float, low: float, high: float, level: float, method: str, n: int,

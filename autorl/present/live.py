@@ -95,17 +95,24 @@ def make_view(quiet: bool) -> PlainView:
     return PlainView(quiet=quiet)
 
 
+JUDGED = ("improved", "flat", "regressed")
+
+
 def verdict_line(row: dict[str, Any]) -> str:
-    """One line per finished trial: attempt, verdict, objective, delta and interval."""
-    parts = [f"{row.get('attempt')}", f"{row.get('verdict') or row.get('status')}"]
+    """One line per finished trial: attempt, verdict, objective, the gain over its parent with the interval; the
+    reason only where there is no verdict to read it from (a crash, a prune, a stop): the verdict's statistics are
+    in `autorl show NN`."""
+    verdict = row.get("verdict") or row.get("status")
+    if verdict == "improved" and row.get("confirmation") == "candidate":
+        verdict = "improved (candidate: fresh-seed runs decide)"
+    parts = [f"{row.get('attempt')}", verdict]
     if row.get("objective") is not None:
         parts.append(f"objective {row['objective']:.4f}")
     if row.get("delta") is not None:
-        ci = ""
-        if row.get("ci_low") is not None:
-            ci = f" [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
-        parts.append(f"delta {row['delta']:+.4f}{ci}")
-    if row.get("reason"):
+        ci = f" [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]" if row.get("ci_low") is not None else ""
+        whom = f"{row['parent']:02d}" if row.get("parent") is not None else "the baseline"
+        parts.append(f"Δ {row['delta']:+.4f}{ci} vs {whom}")
+    if row.get("reason") and (row.get("verdict") not in JUDGED or row.get("delta") is None):
         parts.append(f"- {row['reason']}")
     return "  ".join(parts)
 

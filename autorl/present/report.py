@@ -1,16 +1,20 @@
 """``autorl report``: the page a reviewer opens in the morning.
 
-``report(ws, ledger, out_dir)`` writes one folder that stands on its own:
+``report(ws, ledger, out_dir)`` writes one folder (the page needs the files beside it, so move the folder whole):
 
-- ``index.html`` (inline CSS, no network) and ``report.md`` with the same content;
+- ``index.html`` (inline CSS, no network) and ``report.md`` with the same content, opening with what the study
+  found (``autorl.present.findings``: the headline ``autorl run`` ends with);
 - ``plots/*.png`` (matplotlib, Agg): objective over trials coloured by verdict,
   objective against each searched parameter, Optuna's parameter importances,
   reward and eval curves of the best trials against the baseline;
 - ``logs/attempt-NN.log``: the tail of each trial's log, linked from its row.
 
-The best trials are ranked by verdict first (improved, then flat, then
+The best trials are the confirmed recipes first, by their gain over the
+baseline (``autorl.judge.gains``), then by verdict (improved, then flat, then
 regressed) and by objective inside a verdict, so a high raw value that the
-paired test could not tell from noise never outranks a real improvement. Eval
+paired test could not tell from noise never outranks a real improvement.
+Parameter importances are drawn only over searched values that enough trials
+changed (``IMPORTANCE_MIN_VARIED``), and the page says how many did. Eval
 curves are labelled with their metric key, which names split and mode
 (``eval/ood/greedy_pass@1``), because seed 004 forbids comparing across modes.
 """
@@ -28,6 +32,8 @@ from autorl import gitops, loading
 from autorl.budget import format_duration
 from autorl.errors import GitError, UserError
 from autorl.recipe import Objective, SearchParam, dump_values
+from autorl.present import errors
+from autorl.present import findings
 from autorl.present.review import crash_groups, hypothesis_rows, show_trial
 
 REPORT_DIR = "report"
@@ -37,7 +43,7 @@ PARAM_COLUMNS = 4
 LOG_TAIL_LINES = 200
 VERDICT_ORDER = ["improved", "flat", "regressed"]
 VERDICT_COLOURS = {"baseline": "#1f5fbf", "improved": "#1b8a3a", "flat": "#8a8a8a", "regressed": "#c0392b",
-                   "crash": "#111111", "pruned": "#e0a100", "other": "#7b3fa0"}
+                   "confirmation run": "#7fd18f", "crash": "#111111", "pruned": "#e0a100", "other": "#7b3fa0"}
 IMPORTANCE_ERRORS = (ValueError, RuntimeError, ZeroDivisionError, KeyError, IndexError)
 
 
@@ -49,7 +55,8 @@ class Link(NamedTuple):
 
 
 class Block(NamedTuple):
-    """One piece of the page: kind is h1, h2, p, note, table, img or details (open says if unfolded)."""
+    """One piece of the page: kind is h1, h2, p, note, ul (items with sub-items), table, img or details (open says
+    if unfolded)."""
 
     kind: str
     body: Any
@@ -93,29 +100,36 @@ def collect(ws, ledger, study: str | None = None) -> dict[str, Any]:
     objective = Objective.model_validate(recipe.get("objective") or {})
     trials = ledger.trials(st["id"])
     numbers = {t["number"] for t in trials}
-    best = rank_best(trials, objective.direction)[:TOP_N]
+    found = findings.findings(ws, ledger, st["name"])
+    best = rank_best(trials, objective.direction, [g["number"] for g in found["confirmed"]])[:TOP_N]
     space = {k: SearchParam.model_validate(v) for k, v in (recipe.get("search") or {}).items()}
+    varied = varied_counts(trials, space, recipe.get("train") or {})
     return {
-        "study": st, "objective": objective, "trials": trials, "best": best,
-        "space": space,
+        "study": st, "objective": objective, "trials": trials, "best": best, "findings": found,
+        "baseline_gains": {g["number"]: g for g in found["confirmed"]},
+        "space": space, "varied": varied,
         "baselines": [t for t in trials if t.get("proposer") == "baseline"],
-        "counts": verdict_counts(trials), "budget": budget_used(st, trials),
+        "budget": budget_used(st, trials),
         "baseline_value": baseline_value(st, trials),
         "crashes": [g for g in crash_groups(ledger) if numbers & set(g["attempts"])],
         "hypotheses": hypothesis_rows(ws, ledger),
-        "importances": _importances(ledger, st, trials, space, objective.direction),
+        "importances": _importances(ledger, st, trials, space, objective.direction, varied),
         "shown": {t["number"]: _show(ws, ledger, t["number"]) for t in best},
         "curves": {t["number"]: ledger.metrics(t["id"]) for t in _curve_trials(trials, best)},
         "refs": _refs(ws.root),
+        "errors": errors.collect(ledger, st),
     }
 
 
-def rank_best(trials: list[dict], direction: str = "maximize") -> list[dict]:
-    """Non-baseline trials with a verdict in VERDICT_ORDER: by verdict, then by objective."""
+def rank_best(trials: list[dict], direction: str = "maximize", confirmed: list[int] | None = None) -> list[dict]:
+    """Non-baseline trials with a verdict in VERDICT_ORDER: the ``confirmed`` recipes first in their order (by
+    gain over the baseline), then by verdict, then by objective."""
     sign = -1.0 if direction == "maximize" else 1.0
+    first = {n: i for i, n in enumerate(confirmed or [])}
     ranked = [t for t in trials if t.get("verdict") in VERDICT_ORDER and t.get("proposer") != "baseline"
               and _finite(t.get("objective"))]
-    return sorted(ranked, key=lambda t: (VERDICT_ORDER.index(t["verdict"]), sign * t["objective"], t["number"]))
+    return sorted(ranked, key=lambda t: (first.get(t["number"], len(first)), VERDICT_ORDER.index(t["verdict"]),
+                                         sign * t["objective"], t["number"]))
 
 
 def baseline_value(study: dict, trials: list[dict]) -> float | None:
@@ -124,15 +138,6 @@ def baseline_value(study: dict, trials: list[dict]) -> float | None:
         return study["baseline_value"]
     values = [t["objective"] for t in trials if t.get("proposer") == "baseline" and _finite(t.get("objective"))]
     return sum(values) / len(values) if values else None
-
-
-def verdict_counts(trials: list[dict]) -> dict[str, int]:
-    """Trials by verdict (baselines counted as 'baseline', unjudged ones by status)."""
-    counts: dict[str, int] = {}
-    for t in trials:
-        key = _verdict_key(t)
-        counts[key] = counts.get(key, 0) + 1
-    return counts
 
 
 def budget_used(study: dict, trials: list[dict]) -> dict[str, float]:
@@ -146,9 +151,28 @@ def budget_used(study: dict, trials: list[dict]) -> dict[str, float]:
 # Below this many complete trials fANOVA hands seed noise a large importance (eps_clip 0.95 from a dozen
 # trials where only lr mattered), so the report says it is too early instead of drawing the chart.
 IMPORTANCE_MIN_TRIALS = 10
+# A searched value that only a couple of trials changed gets its weight from their noise (eps_clip was given
+# weight after two trials changed it): a value is weighed only once this many scored trials changed it.
+IMPORTANCE_MIN_VARIED = 5
 
 
-def importances(ledger, study_name: str) -> tuple[dict[str, float], str]:
+def varied_counts(trials: list[dict], space: dict[str, SearchParam], base: dict) -> dict[str, int]:
+    """Per searched key, how many scored trials of the search ran it at another value than the base recipe's."""
+    scored = [t for t in trials if _finite(t.get("objective")) and t.get("proposer") != "baseline"
+              and t.get("confirms") is None]
+    return {k: sum((t.get("params") or {}).get(k, base.get(k)) != base.get(k) for t in scored) for k in space}
+
+
+def weighed(varied: dict[str, int]) -> tuple[list[str], str]:
+    """The keys importances may weigh, and a note on those left out (with how many trials changed each)."""
+    keys = [k for k, n in varied.items() if n >= IMPORTANCE_MIN_VARIED]
+    left = [f"{k} ({n})" for k, n in varied.items() if n < IMPORTANCE_MIN_VARIED]
+    note = (f"left out, changed in fewer than {IMPORTANCE_MIN_VARIED} scored trials: {', '.join(left)}"
+            if left else "")
+    return keys, note
+
+
+def importances(ledger, study_name: str, params: list[str] | None = None) -> tuple[dict[str, float], str]:
     """Optuna's parameter importances of ``study_name`` in the ledger's file, or ({}, why not)."""
     complete = ledger.optuna_complete_count(study_name)
     if complete is None:
@@ -161,7 +185,7 @@ def importances(ledger, study_name: str) -> tuple[dict[str, float], str]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         st = optuna.load_study(study_name=study_name, storage=ledger.file.optuna_url())
-        values = optuna.importance.get_param_importances(st)
+        values = optuna.importance.get_param_importances(st, params=params)
     except IMPORTANCE_ERRORS as exc:
         return {}, f"Optuna could not compute importances from {complete} complete trials ({exc})"
     if not values:
@@ -195,13 +219,20 @@ def pooled_importances(trials: list[dict], space: dict[str, SearchParam], direct
     return dict(values), f"fANOVA over {n} finished trials of this study in the ledger (searched keys that varied)"
 
 
-def _importances(ledger, st: dict, trials: list[dict], space: dict, direction: str) -> tuple[dict[str, float], str]:
-    """The main Optuna study's importances; pooled over the ledger's trials when it has too few."""
-    values, note = importances(ledger, st.get("optuna_study") or st["name"])
-    if values or not space:
-        return values, note
-    pooled, how = pooled_importances(trials, space, direction)
-    return (pooled, f"main study: {note}; pooled instead: {how}") if pooled else ({}, note)
+def _importances(ledger, st: dict, trials: list[dict], space: dict, direction: str,
+                 varied: dict[str, int]) -> tuple[dict[str, float], str]:
+    """The main Optuna study's importances, else pooled over the ledger's trials, over the searched keys that
+    enough trials changed (two at least: one key alone has all the importance by definition)."""
+    keys, left = weighed(varied)
+    counts = ", ".join(f"{k} {n}" for k, n in varied.items())
+    if len(keys) < 2:
+        return {}, (f"not enough trials changed the searched values to weigh them against each other: each needs "
+                    f"{IMPORTANCE_MIN_VARIED} scored trials that changed it (so far {counts or 'none'})")
+    values, note = importances(ledger, st.get("optuna_study") or st["name"], keys)
+    if not values:
+        pooled, how = pooled_importances(trials, {k: space[k] for k in keys}, direction)
+        values, note = (pooled, f"main study: {note}; pooled instead: {how}") if pooled else ({}, note)
+    return values, note + (f"; {left}" if values and left else "")
 
 
 def _refs(root: Path) -> dict[str, str]:
@@ -229,7 +260,9 @@ def _verdict_key(t: dict) -> str:
         return t.get("verdict") or "crash"
     if t.get("proposer") == "baseline":
         return "baseline"
-    return t.get("verdict") or t.get("status") or "other"
+    if t.get("confirms") is not None:
+        return "confirmation run"
+    return t.get("verdict") if t.get("verdict") in VERDICT_COLOURS else "other"
 
 
 def _finite(v: Any) -> bool:
@@ -278,25 +311,48 @@ def _pyplot():
 
 
 def _plot_objective(plt, data: dict):
+    """Scored trials at their objective; pruned and crashed ones, which have none, as marks along the bottom."""
     trials, obj = data["trials"], data["objective"]
     if not trials:
         return None
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    scored = [t["objective"] for t in trials if _finite(t.get("objective"))]
-    floor = min(scored) if scored else 0.0
     for key, colour in VERDICT_COLOURS.items():
         pts = [t for t in trials if _verdict_key(t) == key]
-        if pts:
-            ys = [t["objective"] if _finite(t.get("objective")) else floor for t in pts]
-            marker = "x" if key == "crash" else "o"
-            ax.scatter([t["number"] for t in pts], ys, c=colour, marker=marker, s=45, label=key, zorder=3)
+        scored = [t for t in pts if _finite(t.get("objective"))]
+        unscored = [t for t in pts if not _finite(t.get("objective"))]
+        if scored:
+            ax.scatter([t["number"] for t in scored], [t["objective"] for t in scored], c=colour, marker="o", s=45,
+                       label=key, zorder=3)
+        if unscored:
+            ax.scatter([t["number"] for t in unscored], [BAND / 2] * len(unscored), c=colour, s=45, zorder=3,
+                       marker="x" if key == "crash" else "v", transform=ax.get_xaxis_transform(), clip_on=False,
+                       label=f"{key} (no objective)")
     if data["baseline_value"] is not None:
         ax.axhline(data["baseline_value"], color=VERDICT_COLOURS["baseline"], ls="--", lw=1, label="baseline value")
-    ax.set(xlabel="attempt", ylabel=obj.metric, title=f"objective over trials ({obj.direction}; crashes drawn at the floor)")
+    numbers = [t["number"] for t in trials]
+    ax.set_xlim(min(numbers) - 0.7, max(numbers) + 0.7)
+    _no_objective_band(ax, [t["objective"] for t in trials if _finite(t.get("objective"))])
+    ax.set(xlabel="attempt", ylabel=obj.metric, title=f"objective over trials ({obj.direction}; trials with no "
+                                                      "objective marked along the bottom)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
     return fig
+
+
+BAND = 0.08  # share of the objective plot's height, at the bottom, where trials with no objective are marked
+
+
+def _no_objective_band(ax, values: list[float]) -> None:
+    """A grey strip along the bottom that no objective value falls in, labelled: the trials marked there have none."""
+    from matplotlib.patches import Rectangle
+
+    if values:
+        low, high = min(values), max(values)
+        span = (high - low) or max(abs(high), 1.0) * 0.1
+        ax.set_ylim(low - span * (BAND + 0.06) / (1 - BAND - 0.12), high + span * 0.06 / (1 - BAND - 0.12))
+    ax.add_patch(Rectangle((0, 0), 1, BAND, transform=ax.transAxes, color="#ececec", zorder=1, lw=0))
+    ax.text(0.005, BAND / 2, "no objective", transform=ax.transAxes, fontsize=7, va="center", color="#555555")
 
 
 def _plot_params(plt, data: dict):
@@ -312,9 +368,20 @@ def _plot_params(plt, data: dict):
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel(data["objective"].metric)
-    fig.suptitle("objective vs each searched parameter (colour = verdict)")
+    fig.suptitle("objective vs each searched parameter")
     fig.tight_layout()
+    _verdict_legend(fig, {_verdict_key(t) for t in trials})
     return fig
+
+
+def _verdict_legend(fig, present: set[str]) -> None:
+    """One legend for the figure: the colour of each verdict drawn in it."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="", marker="o", color=c, label=k) for k, c in VERDICT_COLOURS.items() if k in present]
+    if handles:
+        fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(handles), fontsize=7,
+                   title="colour = verdict", title_fontsize=7)
 
 
 def _param_axis(ax, key: str, sp: SearchParam, trials: list[dict]) -> None:
@@ -378,8 +445,10 @@ def build_blocks(data: dict, plots: dict[str, str], logs: dict[int, str]) -> lis
     blocks = [Block("h1", f"Study {st['name']}"),
               Block("p", f"objective {obj.metric} ({obj.direction}, {obj.reduction}); strategy {st.get('strategy')}; "
                          f"recipe {st.get('recipe_path')}; base commit {(st.get('base_sha') or '')[:10]}; "
-                         f"generated {time.strftime('%Y-%m-%d %H:%M')}")]
+                         f"generated {time.strftime('%Y-%m-%d %H:%M')}"),
+              Block("h2", "What was found"), Block("ul", outline(findings.headline(data["findings"], 10**6)))]
     blocks += _summary_blocks(data)
+    blocks += [Block(*b) for b in errors.blocks(data["errors"], data["trials"])]
     blocks += _best_blocks(data, logs)
     blocks += _plot_blocks(data, plots)
     blocks += _hypothesis_blocks(data["hypotheses"])
@@ -387,14 +456,24 @@ def build_blocks(data: dict, plots: dict[str, str], logs: dict[int, str]) -> lis
     return blocks
 
 
+def outline(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """Headline lines as items: an unindented line, with the indented lines under it."""
+    out: list[tuple[str, list[str]]] = []
+    for line in lines:
+        if line.startswith(" ") and out:
+            out[-1][1].append(line.strip())
+        else:
+            out.append((line.strip(), []))
+    return out
+
+
 def _summary_blocks(data: dict) -> list[Block]:
-    b, counts = data["budget"], data["counts"]
+    b = data["budget"]
     share = f" ({100 * b['wall_s'] / b['budget_s']:.0f} %)" if b["budget_s"] else ""
     out = [Block("h2", "Summary"),
-           Block("p", f"{len(data['trials'])} trials; budget used {format_duration(b['wall_s'])} of "
+           Block("p", f"{summary_sentence(data['trials'])} Budget used {format_duration(b['wall_s'])} of "
                       f"{format_duration(b['budget_s'])}{share}; trial time {format_duration(b['trial_s'])}; "
-                      f"baseline value {_num(data['baseline_value'])}"),
-           Block("table", ["verdict", "trials"], [[k, str(v)] for k, v in sorted(counts.items(), key=lambda kv: -kv[1])])]
+                      f"baseline value {_num(data['baseline_value'])}.")]
     if data["crashes"]:
         rows = [[g["category"] or "-", str(g["count"]), ", ".join(f"{n:02d}" for n in g["attempts"]),
                  g.get("root_cause_line") or "-", g.get("remedy") or "-"] for g in data["crashes"]]
@@ -402,9 +481,32 @@ def _summary_blocks(data: dict) -> list[Block]:
     return out
 
 
+SUMMARY_WORDS = [("confirmed", "confirmed improvement(s)"), ("candidate", "candidate(s) awaiting fresh-seed runs"),
+                 ("rejected", "candidate(s) that fresh seeds did not confirm"), ("flat", "flat"),
+                 ("regressed", "regressed"), ("pruned", "stopped early (pruned)"), ("crash", "crashed"),
+                 ("other", "unfinished")]
+
+
+def summary_sentence(trials: list[dict]) -> str:
+    """'48 trials: 4 baseline runs, 6 confirmation runs, and 38 of the search: 2 confirmed improvement(s), ...'."""
+    own = [t for t in trials if t.get("kind", "trial") == "trial"]
+    base = sum(t.get("proposer") == "baseline" for t in own)
+    reruns = sum(t.get("confirms") is not None for t in own)
+    search = [t for t in own if t.get("proposer") != "baseline" and t.get("confirms") is None]
+    counts: dict[str, int] = {}
+    for t in search:
+        key = t.get("confirmation") if t.get("verdict") == "improved" and t.get("confirmation") else _verdict_key(t)
+        key = key if key in dict(SUMMARY_WORDS) else "other"
+        counts[key] = counts.get(key, 0) + 1
+    parts = [f"{counts[k]} {words}" for k, words in SUMMARY_WORDS if counts.get(k)]
+    return (f"{len(own)} trials: {base} baseline runs, {reruns} confirmation runs, and {len(search)} of the search"
+            + (f": {', '.join(parts)}." if parts else "."))
+
+
 def _best_blocks(data: dict, logs: dict[int, str]) -> list[Block]:
     out = [Block("h2", "Best trials"),
-           Block("note", "Ranked by verdict first (improved, flat, regressed), then by objective; baselines excluded.")]
+           Block("note", "Confirmed recipes first, by their gain over the baseline (measured on their fresh-seed "
+                         "runs); then by verdict (improved, flat, regressed) and objective; baselines excluded.")]
     if not data["best"]:
         return out + [Block("note", "No judged trial yet besides the baseline.")]
     out.append(_trials_table(data, data["best"], logs))
@@ -435,32 +537,54 @@ def _hypothesis_blocks(rows: list[dict]) -> list[Block]:
     order = {"validated": 0, "testing": 1, "inconclusive": 2, "invalidated": 3, "pending": 4}
     rows = sorted(rows, key=lambda r: (order.get(r["status"], 9), r["id"]))
     body = [[r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
-             str(r["counts"].get("tried", 0)), str(r["counts"].get("improved", 0)), r["title"]] for r in rows]
+             str(r["counts"].get("tried", 0)), str(r["counts"].get("improved", 0)),
+             r["title"] + (f" ({r['note']})" if r.get("note") else "")] for r in rows]
     return [Block("h2", "Hypotheses"),
             Block("table", ["id", "priority", "status", "confidence", "tried", "improved", "title"], body)]
 
 
 def _trials_table(data: dict, trials: list[dict], logs: dict[int, str]) -> Block:
-    head = ["NN", "proposer", "changed", "verdict", "objective", "Δ [95% CI]", "time", "refs", "log"]
+    head = ["NN", "proposer", "changed", "verdict", "objective", "Δ vs parent [95% CI]", "Δ vs baseline", "time",
+            "branch", "log"]
     rows = []
     for t in trials:
         who = t["proposer"] + (f" / {t['hypothesis']}" if t.get("hypothesis") else "")
         log = Link("log tail", logs[t["number"]]) if t["number"] in logs else "-"
         rows.append([f"{t['number']:02d}", who, dump_values(t.get("changed") or {}) or "-", _verdict_text(t),
-                     _num(t.get("objective")), _delta(t), format_duration(t.get("duration_s") or 0),
-                     _ref_text(t, data["refs"]), log])
+                     _num(t.get("objective")), _delta(t), _vs_baseline(t, data.get("baseline_gains", {})),
+                     format_duration(t.get("duration_s") or 0), _ref_cell(t, data["refs"]), log])
     return Block("table", head, rows)
 
 
-def _ref_text(t: dict, refs: dict[str, str]) -> str:
-    names = [(t.get("branch"), None), (t.get("start_tag"), t.get("start_sha")), (t.get("end_tag"), t.get("end_sha"))]
-    parts = [f"{n} @ {(refs.get(n) or sha or '?')[:10]}" for n, sha in names if n]
-    return "; ".join(parts) or "-"
+def _vs_baseline(t: dict, measured: dict[int, dict]) -> str:
+    g = measured.get(t["number"])
+    if g:
+        return f"{g['delta']:+.4f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
+    return f"{t['gain_vs_baseline']:+.4f}" if _finite(t.get("gain_vs_baseline")) else "-"
+
+
+class Hover(NamedTuple):
+    """A cell whose text is short, with more on hover (HTML title) and in `autorl show`."""
+
+    text: str
+    title: str
+
+
+def _ref_cell(t: dict, refs: dict[str, str]) -> Hover | str:
+    """The trial's branch; its tags with their commits on hover (``autorl show NN`` has them all)."""
+    if not t.get("branch"):
+        return "-"
+    names = [(t.get("start_tag"), t.get("start_sha")), (t.get("end_tag"), t.get("end_sha"))]
+    tags = "; ".join(f"{n} @ {(refs.get(n) or sha or '?')[:10]}" for n, sha in names if n)
+    gone = "" if t["branch"] in refs else " (removed)"
+    return Hover(t["branch"] + gone, f"tags: {tags}; `autorl show {t['number']}` has them all" if tags else "")
 
 
 def _verdict_text(t: dict) -> str:
     v = _verdict_key(t)
-    return v + (f" ({t['crash_category']})" if t.get("crash_category") else "")
+    v = (t.get("verdict") or t.get("status") or "-") if v == "other" else v
+    state = f" ({t['confirmation']})" if v == "improved" and t.get("confirmation") else ""
+    return v + state + (f" ({t['crash_category']})" if t.get("crash_category") else "")
 
 
 def _num(v: Any) -> str:
@@ -498,7 +622,7 @@ window.addEventListener('load', function () {
 
 
 def render_html(blocks: list[Block], title: str) -> str:
-    """A self-contained HTML page; the script marks images that failed to load."""
+    """The HTML page (its plots and log tails are files beside it); the script marks images that failed to load."""
     body = "\n".join(_html_block(b) for b in blocks)
     return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style></head>\n<body>\n{body}\n{IMG_CHECK}\n</body></html>\n")
@@ -514,6 +638,10 @@ def _html_block(b: Block) -> str:
         return f"<figure><img src='{e(b.body)}' alt='{e(b.extra)}'><figcaption>{e(b.extra)}</figcaption></figure>"
     if b.kind == "details":
         return f"<details{' open' if b.open else ''}><summary>{e(b.body)}</summary><pre>{e(b.extra)}</pre></details>"
+    if b.kind == "ul":
+        return "<ul class='found'>" + "".join(f"<li>{e(item)}" + ("<ul>" + "".join(f"<li>{e(x)}</li>" for x in subs)
+                                                                 + "</ul>" if subs else "") + "</li>"
+                                              for item, subs in b.body) + "</ul>"
     head = "".join(f"<th>{e(h)}</th>" for h in b.body)
     rows = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in b.extra)
     return f"<table><tr>{head}</tr>{rows}</table>"
@@ -522,6 +650,8 @@ def _html_block(b: Block) -> str:
 def _html_cell(cell: Any) -> str:
     if isinstance(cell, Link):
         return f"<a href='{html.escape(cell.href)}'>{html.escape(cell.text)}</a>"
+    if isinstance(cell, Hover):
+        return f"<span title='{html.escape(cell.title)}'>{html.escape(cell.text)}</span>"
     return html.escape(str(cell))
 
 
@@ -539,6 +669,8 @@ def _md_block(b: Block) -> str:
         return f"![{b.extra}]({b.body})"
     if b.kind == "details":
         return f"**{b.body}**\n\n```diff\n{b.extra.rstrip()}\n```"
+    if b.kind == "ul":
+        return "\n".join(f"- {item}" + "".join(f"\n  - {x}" for x in subs) for item, subs in b.body)
     if b.kind == "table":
         lines = ["| " + " | ".join(b.body) + " |", "|" + "---|" * len(b.body)]
         return "\n".join(lines + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.extra])
@@ -546,5 +678,5 @@ def _md_block(b: Block) -> str:
 
 
 def _md_cell(cell: Any) -> str:
-    text = f"[{cell.text}]({cell.href})" if isinstance(cell, Link) else str(cell)
+    text = f"[{cell.text}]({cell.href})" if isinstance(cell, Link) else cell.text if isinstance(cell, Hover) else str(cell)
     return text.replace("|", "\\|").replace("\n", " ")

@@ -12,19 +12,38 @@ from typing import Any
 
 from autorl import gitops
 from autorl.budget import format_duration
+from autorl.errors import GitError
+from autorl.present import errors
 from autorl.recipe import dump_values
 
 LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "why", "changed", "status", "verdict", "confirmation",
                  "objective", "delta", "ci_low", "ci_high", "method", "n_items", "parent", "gain_vs_baseline",
-                 "gap_to_best", "confirms", "duration_s", "crash_category", "reason"]
+                 "gap_to_best", "confirms", "duration_s", "crash_category", "reason", "fp_rate", "confirm_fp_rate",
+                 "kind", "promoted_from"]
 
 
 def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:
-    """Trials as dicts with LEDGER_FIELDS, oldest first."""
+    """Trials as dicts with LEDGER_FIELDS, oldest first; a confirmed recipe also has ``baseline_gain``, its gain
+    over the study's baseline measured on its fresh-seed runs (``autorl.judge.gains``)."""
     sid = ledger.study(study)["id"] if study else None
     rows = ledger.trials(sid, **({"verdict": verdict} if verdict else {}))
     rows = rows[-last:] if last else rows
-    return [{k: r.get(k) for k in LEDGER_FIELDS} for r in rows]
+    measured = _baseline_gains(ledger, {r["study_id"] for r in rows if r.get("confirmation") == "confirmed"})
+    out = []
+    for r in rows:
+        g = measured.get(r["number"])
+        out.append({**{k: r.get(k) for k in LEDGER_FIELDS},
+                    "baseline_gain": {k: getattr(g, k) for k in ("delta", "ci_low", "ci_high", "level")} if g else None})
+    return out
+
+
+def _baseline_gains(ledger, study_ids: set[int]) -> dict[int, Any]:
+    from autorl.judge import gains
+
+    out: dict[int, Any] = {}
+    for sid in study_ids:
+        out.update(gains.study_gains(ledger, ledger.study(study_id=sid)))
+    return out
 
 
 def print_ledger(rows: list[dict]) -> None:
@@ -34,11 +53,13 @@ def print_ledger(rows: list[dict]) -> None:
     if c.width < WIDE:
         return _print_records(c, f"{len(rows)} trials", [_ledger_record(r) for r in rows])
     table = Table(title=f"{len(rows)} trials", show_lines=False)
-    for col in ("NN", "proposer / hypothesis", "changed", "verdict", "objective", "Δ vs parent [95% CI]", "time"):
+    for col in ("NN", "proposer / hypothesis", "changed", "verdict", "objective", "Δ vs parent [95% CI]",
+                "Δ vs baseline", "time"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(f"{r['number']:02d}", _who(r), dump_values(r.get("changed") or {}) or "-",
-                      _verdict_cell(r), _num(r.get("objective")), _delta(r), format_duration(r.get("duration_s") or 0))
+                      _verdict_cell(r), _num(r.get("objective")), _delta(r), _vs_baseline(r),
+                      format_duration(r.get("duration_s") or 0))
     c.print(table)
 
 
@@ -55,7 +76,8 @@ def _ledger_record(r: dict) -> tuple[str, str]:
     """One trial in two lines: the numbers, then who proposed it and what it changed."""
     head = (f"{r['number']:02d}  {_verdict_cell(r)}  objective {_num(r.get('objective'))}  Δ {_delta(r)}  "
             f"{format_duration(r.get('duration_s') or 0)}")
-    return head, f"{_who(r)}: {dump_values(r.get('changed') or {}) or 'nothing changed'}"
+    base = f"; Δ vs baseline {_vs_baseline(r)}" if _vs_baseline(r) != "-" and r.get("kind") != "full" else ""
+    return head, f"{_who(r)}: {dump_values(r.get('changed') or {}) or 'nothing changed'}{base}"
 
 
 def _print_records(c, title: str, records: list[tuple[str, str]]) -> None:
@@ -89,10 +111,21 @@ def _num(v: float | None) -> str:
 
 
 def _delta(r: dict) -> str:
+    """The gain over the parent with its interval; a full run's is its re-validation at trial length against the
+    baseline, and says so (its own objective is at full length, with no full-length baseline beside it)."""
     if r.get("delta") is None:
         return "-"
     ci = f" [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r.get("ci_low") is not None else ""
-    return f"{r['delta']:+.4f}{ci}"
+    full = " (re-validation at trial length, vs the baseline)" if r.get("kind") == "full" else ""
+    return f"{r['delta']:+.4f}{ci}{full}"
+
+
+def _vs_baseline(r: dict) -> str:
+    """The gain over the baseline: measured with its interval for a confirmed recipe, else the trial's own run's."""
+    g = r.get("baseline_gain")
+    if g:
+        return f"{g['delta']:+.4f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
+    return "-" if r.get("gain_vs_baseline") is None else f"{r['gain_vs_baseline']:+.4f}"
 
 
 def show_trial(ws, ledger, number: int) -> dict[str, Any]:
@@ -102,7 +135,11 @@ def show_trial(ws, ledger, number: int) -> dict[str, Any]:
     steps = [m for m in metrics if m.get("type", "step") == "step"]
     evals = [{k: v for k, v in m.items() if not k.endswith("/items")} for m in metrics if m.get("type") == "eval"]
     base = _baseline_tag(ledger, row)
-    diff = gitops.diff(ws.root, base, row["start_tag"]) if base and base != row["start_tag"] else ""
+    try:
+        diff = gitops.diff(ws.root, base, row["start_tag"]) if base and base != row["start_tag"] else ""
+    except GitError:
+        diff = f"(no diff: {row['start_tag']} or {base} is gone, e.g. removed by `autorl clean`; the ledger keeps " \
+               "the trial's values: see `changed` above)"
     return {"trial": row, "diff_vs_baseline": diff, "baseline_tag": base, "steps": len(steps),
             "curve": {k: [s.get(k) for s in steps] for k in ("reward_mean", "kl", "grad_norm", "clip_ratio")},
             "evals": evals, "log_tail": _tail(row.get("log_path"), 15)}
@@ -134,6 +171,8 @@ def print_show(d: dict) -> None:
     say(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
     if t.get("reason"):
         say(f"verdict: {t['reason']}")  # what the gain is against (the parent) and what confirmed it
+    for line in errors.lines(t):  # the test, each arm's assumed run noise, the calibrated false-positive rate
+        say(line)
     if d["diff_vs_baseline"]:
         c.print(f"[bold]diff vs {d['baseline_tag']}[/]")
         say(d["diff_vs_baseline"])
@@ -236,9 +275,10 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
     dirs = [hypotheses.SHIPPED_DIR] + [d for d in [ws.root / "hypotheses"] if d.is_dir()]
     trials = ledger.trials() if ledger else []
     found = ledger.hypothesis_counts() if ledger else {}
+    settings = _verdict_settings(ledger)
     rows = []
     for h in hypotheses.load_library(dirs):
-        st = hypotheses.status(h, trials)
+        st = hypotheses.status(h, trials, settings)
         gains = [confirmed_gain(t, trials) for t in trials if t.get("hypothesis") == h.id
                  and t.get("confirmation") == "confirmed"]
         gains = [g for g in gains if g is not None]
@@ -246,9 +286,21 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
                      "confidence": st.confidence, "counts": st.counts, "demoted": st.demoted,
                      "trials": found.get(h.id, dict.fromkeys(("tried", "moves", "candidates", "confirmed",
                                                               "rejected"), 0)),
-                     "confirmed_gain": max(gains) if gains else None,
+                     "confirmed_gain": max(gains) if gains else None, "detectable": st.detectable, "note": st.note,
                      "symptoms": h.symptoms, "backends": h.backends, "source": h.source})
     return rows
+
+
+def _verdict_settings(ledger):
+    """The latest study's verdict settings (None: the defaults)."""
+    from autorl.errors import NotFoundError
+    from autorl.judge.gains import study_recipe
+
+    try:
+        recipe = study_recipe(ledger.study()) if ledger else None
+    except NotFoundError:
+        return None
+    return recipe.verdict if recipe is not None else None
 
 
 def confirmed_gain(candidate: dict, trials: list[dict]) -> float | None:
@@ -283,7 +335,8 @@ def print_hypotheses(rows: list[dict]) -> None:
     for r in rows:
         n = r["trials"]
         table.add_row(r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
-                      _tried_cell(n), f"{n['confirmed']}/{n['candidates']}", _gain(r), r["title"])
+                      _tried_cell(n), f"{n['confirmed']}/{n['candidates']}", _gain(r),
+                      r["title"] + (f" ({r['note']})" if r.get("note") else ""))
     c.print(table)
 
 
@@ -300,36 +353,69 @@ def _hypothesis_record(r: dict) -> tuple[str, str]:
     status = r["status"] + (" (demoted)" if r["demoted"] else "")
     head = (f"{r['id']}  {r['priority']}  {status}  confidence {r['confidence']}  tried {_tried_cell(n)}, "
             f"confirmed {n['confirmed']} of {n['candidates']} candidates, gain over parent {_gain(r)}")
-    return head, r["title"]
+    return head, r["title"] + (f" ({r['note']})" if r.get("note") else "")
 
 
 def diagnose_trial(ledger, number: int | None) -> dict[str, Any]:
-    """The diagnosis of one trial's metrics (the latest trial with metrics by default)."""
+    """The diagnosis of one trial's metrics: trial ``number``, else the latest study's best confirmed recipe (what
+    ``autorl promote`` would pick), else its baseline."""
     from autorl.judge import diagnose
 
-    if number is None:
-        rows = [t for t in ledger.trials() if t.get("status") != "running" and ledger.metrics(t["id"])]
-        if not rows:
-            from autorl.errors import NotFoundError
-
-            raise NotFoundError("no finished trial with metrics yet: run a study first")
-        row = rows[-1]
-    else:
-        row = ledger.trial(number)
+    row, which = (ledger.trial(number), "") if number is not None else _default_diagnosed(ledger)
     metrics = ledger.metrics(row["id"])
     steps = [m for m in metrics if m.get("type", "step") == "step"]
     evals = [m for m in metrics if m.get("type") == "eval"]
     d = diagnose.diagnose(steps, evals, row.get("params") or {})
-    return {"attempt": row["attempt"], **d.model_dump()}
+    rules = diagnose.load_rules()
+    row_rule = next((b for b in rules.bottlenecks if b.name == d.bottleneck), rules.default)
+    return {"attempt": row["attempt"], "number": row["number"], "which": which,
+            "bottleneck_description": row_rule.description, **d.model_dump()}
+
+
+def _default_diagnosed(ledger) -> tuple[dict, str]:
+    from autorl.errors import NotFoundError
+    from autorl.judge import gains
+
+    st = ledger.study()
+    best = gains.ranked(gains.study_gains(ledger, st))
+    if best:
+        return ledger.trial(best[0].number), "the study's best confirmed recipe"
+    base = [t for t in ledger.baselines(st["id"]) if t.get("status") == "complete" and ledger.metrics(t["id"])]
+    if not base:
+        raise NotFoundError(f"study {st['name']} has no finished baseline with metrics yet: name a trial "
+                            "(`autorl diagnose NN`) or run a study first")
+    return base[0], "the study's baseline: nothing is confirmed yet"
+
+
+OPS_TEXT = {"lt": "<", "le": "≤", "gt": ">", "ge": "≥", "abs_lt": "|x| <", "abs_gt": "|x| >"}
 
 
 def format_diagnosis(d: dict) -> str:
-    lines = [f"{d['attempt']}: bottleneck {d['bottleneck']} (look at: {', '.join(d['areas']) or '-'})"]
+    """The diagnosis in words: which trial and why, the bottleneck, where to look first, each symptom's numbers."""
+    which = f" ({d['which']}; `autorl diagnose NN` for another trial)" if d.get("which") else ""
+    lines = [f"{d['attempt']}{which}",
+             f"bottleneck: {d['bottleneck']}: {d.get('bottleneck_description') or ''}".rstrip(": ")]
+    leads = list(dict.fromkeys(x for s in d["symptoms"] for x in s.get("look_at") or []))
+    if leads:
+        lines.append(f"look at first: {'; '.join(leads)}")
+    if d["areas"]:
+        lines.append(f"then: {', '.join(d['areas'])}")
     for s in d["symptoms"]:
-        lines.append(f"- {s['name']}: {s.get('evidence') or s}")
+        lines.append(f"- {s['name']}: {s['description']}")
+        lines += [f"    {_evidence(e)}" for e in s["evidence"]]
     if not d["symptoms"]:
-        lines.append("- no symptoms")
+        lines.append(f"- no symptoms in {d['steps']} steps and {d['evals']} evals")
+    if d.get("unavailable"):
+        lines.append(f"not judged (metrics the backend does not report): {', '.join(d['unavailable'])}")
     return "\n".join(lines)
+
+
+def _evidence(e: dict) -> str:
+    """'delta of reward_mean (last points against the first) = 0.0031, |x| < 0.02, over 40 points'."""
+    window = ("last points against the first" if e["stat"] in ("delta", "rel_change")
+              else {"head": "first points", "tail": "last points"}.get(e["window"], ""))
+    return (f"{e['stat']} of {e['metric']}{f' ({window})' if window else ''} = {e['value']:.4g}, "
+            f"{OPS_TEXT.get(e['op'], e['op'])} {e['threshold']:.4g}, over {e['points']} points")
 
 
 def status_rows(ledger, ws=None) -> dict[str, Any]:
@@ -372,11 +458,36 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
-def format_status(d: dict) -> str:
+def format_status(d: dict, width: int = 88) -> str:
+    """The latest study's headline once it has stopped (``autorl.present.findings``), then what is running."""
+    from autorl.present import findings
+
+    f = d.get("findings")
     lines = [f"study {s['name']}: {s['status']} ({s['strategy']})" for s in d["studies"][:1]]
+    if f:
+        lines += findings.headline(f, width) + [""]
     for r in d["running"]:
-        ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items() if k.startswith("eval/"))
+        ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items()
+                       if k.startswith("eval/") and isinstance(v, (int, float)))
         lines.append(f"running {r['attempt']} ({r['kind']}): step {r['step']} {ev} {'alive' if r['alive'] else 'NOT RUNNING'}")
-    for f in d["full_runs"]:
-        lines.append(f"full run {f['attempt']} from {f['promoted_from']:02d}: {f['status']} {f.get('reason') or ''}")
-    return "\n".join(lines) or "nothing running"
+    for x in ([] if f else d["full_runs"]):
+        lines.append(f"full run {x['attempt']} from {x['promoted_from']:02d}: {x['status']} {x.get('reason') or ''}")
+    if not d["running"]:
+        lines.append("nothing running")
+    return "\n".join(lines).strip()
+
+
+def format_clean(d: dict, dry_run: bool) -> str:
+    """``autorl clean``'s plan or result in words."""
+    gone = (f"{len(d['branches'])} branches, {len(d['tags'])} tags and {len(d['worktrees'])} worktrees of "
+            f"{len(d['removed_trials'])} trials")
+    lines = [f"study {d['study']}: " + (f"would remove {gone} (dry run: nothing removed)" if dry_run
+                                        else f"removed {gone}")]
+    kept: dict[str, list[str]] = {}
+    for n, why in d["kept"].items():
+        kept.setdefault(why, []).append(n)
+    lines.append("kept: " + ("; ".join(f"{why} {', '.join(ns)}" for why, ns in kept.items()) or "nothing"))
+    lines += [f"not removed: branch {b} is checked out in a worktree" for b in d["checked_out"]]
+    lines.append("The ledger keeps every trial's record; a removed trial's `autorl show` has no diff any more."
+                 + (" Run again without --dry-run to remove them." if dry_run and d["branches"] + d["tags"] else ""))
+    return "\n".join(lines)

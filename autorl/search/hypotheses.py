@@ -63,18 +63,20 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from autorl.judge import gains
 from autorl.judge.diagnose import Diagnosis, bottleneck_names, bottleneck_symptoms, symptom_names
 from autorl import loading
 from autorl.errors import UserError, validation_line
 from autorl.data import shipped
 from autorl.backends.registry import BACKENDS, BackendName
-from autorl.recipe import SearchParam, params_model
+from autorl.recipe import SearchParam, VerdictSettings, params_model
 
 SHIPPED_DIR = shipped("hypotheses")
 """The library shipped with autorl (one .md per hypothesis)."""
@@ -189,6 +191,9 @@ class HypothesisStatus(_Model):
     counts: dict[str, int] = Field(description="Trials by verdict, plus 'running' and 'tried' (finished).")
     demoted: bool = Field(False, description="Tried DEMOTE_AFTER times without an improvement.")
     exploit: bool = Field(False, description="Validated and the latest trials still improve or are too few to say.")
+    detectable: float | None = Field(None, description="The smallest gain its flat trials could have detected "
+                                                       "(the most sensitive of them), None without one.")
+    note: str = Field("", description="Why it is not invalidated although nothing improved, when that is so.")
 
 
 class Ranked(_Model):
@@ -420,11 +425,12 @@ def counted_verdict(t: dict) -> str | None:
     return "flat" if state == "rejected" else None
 
 
-def _counts(h: Hypothesis, trials: list[dict]) -> dict[str, int]:
+def _counts(h: Hypothesis, trials: list[dict], sees: Callable[[dict], bool]) -> dict[str, int]:
     mine = [t for t in trials if t.get("hypothesis") == h.id and not t.get("confirms")]
     counts = {v: sum(counted_verdict(t) == v for t in mine) for v in VERDICTS}
     counts["running"] = sum(counted_verdict(t) not in VERDICTS for t in mine)
     counts["tried"] = sum(counts[v] for v in VERDICTS)
+    counts["sensitive_flat"] = sum(t.get("verdict") == "flat" and sees(t) for t in mine)
     return counts
 
 
@@ -435,25 +441,42 @@ STATUS_RULES: list[tuple[str, str, Callable[[dict[str, int]], bool]]] = [
     ("validated", "medium", lambda c: c["improved"] >= 1 and c["improved"] > c["regressed"]),
     ("inconclusive", "medium", lambda c: c["improved"] >= 1),
     ("invalidated", "high", lambda c: c["regressed"] >= DEMOTE_AFTER and c["regressed"] + c["flat"] >= 3),
-    ("invalidated", "medium", lambda c: c["regressed"] + c["flat"] >= DEMOTE_AFTER),
+    ("invalidated", "medium", lambda c: c["regressed"] + c["sensitive_flat"] >= DEMOTE_AFTER),
     ("testing", "low", lambda c: c["running"] > 0),
     ("inconclusive", "low", lambda c: True),
 ]
 """First matching row decides (status, confidence) from the verdict counts.
 
-Crashes and prunes never validate or invalidate an idea (they say the trial
-did not measure it), but they count towards demotion: seed 000's "if the idea
-keeps failing after a few sensible fixes, log it as crash and move on".
+A regressed trial is evidence against the idea; a flat one only when its test could have seen a gain worth having
+(``sensitive_flat``: its interval detects ``verdict.meaningful_effect`` 4 times in 5, ``autorl.judge.gains``). Two
+flat trials whose intervals are +-0.05 say nothing about a gain of 0.03: the hypothesis stays inconclusive, and
+says what its tests could see. Crashes and prunes never validate or invalidate an idea (they say the trial did not
+measure it), but they count towards demotion: seed 000's "if the idea keeps failing after a few sensible fixes,
+log it as crash and move on".
 """
 
 
-def status(h: Hypothesis, trials: list[dict]) -> HypothesisStatus:
-    """The standing of ``h`` from the trials whose ``hypothesis`` is ``h.id``."""
-    c = _counts(h, trials)
-    state, confidence = next((s, conf) for s, conf, rule in STATUS_RULES if rule(c))
+def status(h: Hypothesis, trials: list[dict], settings: VerdictSettings | None = None) -> HypothesisStatus:
+    """The standing of ``h`` from the trials whose ``hypothesis`` is ``h.id``, judged with the study's verdict
+    ``settings`` (the recipe's ``verdict:`` block; its defaults when None)."""
+    s = settings or VerdictSettings()
+    seen = {id(t): _detectable(t, s) for t in trials if t.get("hypothesis") == h.id and t.get("verdict") == "flat"}
+    c = _counts(h, trials, lambda t: (seen.get(id(t)) or math.inf) <= s.meaningful_effect)
+    state, confidence = next((st, conf) for st, conf, rule in STATUS_RULES if rule(c))
     demoted = c["improved"] == 0 and c["tried"] >= DEMOTE_AFTER
+    detectable = min((v for v in seen.values() if v is not None), default=None)
+    note = ""
+    if state == "inconclusive" and c["flat"] and c["improved"] == 0:
+        could = f"a gain of +{detectable:.3f} or more" if detectable is not None else "no gain it could state"
+        note = (f"{c['flat']} flat trial(s) could detect {could}, not the {s.meaningful_effect:g} worth finding "
+                "(verdict.meaningful_effect)")
     return HypothesisStatus(status=state, confidence=confidence, counts=c, demoted=demoted,
-                            exploit=state == "validated" and not _stale(h, trials))
+                            exploit=state == "validated" and not _stale(h, trials), detectable=detectable, note=note)
+
+
+def _detectable(t: dict, s: VerdictSettings) -> float | None:
+    low, high = t.get("ci_low"), t.get("ci_high")
+    return gains.detectable(low, high, s.level, s.min_effect) if low is not None and high is not None else None
 
 
 def _stale(h: Hypothesis, trials: list[dict]) -> bool:

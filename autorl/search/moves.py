@@ -80,9 +80,21 @@ def step(value: Any, factor: float, limit: SearchParam | None) -> Any:
         return _snap(value, target, limit.choices)
     if isinstance(value, int):
         target = round(target) if round(target) != value else value + (1 if factor > 1 else -1)
+    else:
+        target = written(target)
     if limit is not None and limit.low is not None:
         target = min(max(target, limit.low), limit.high)
     return None if target == value or target <= 0 else target
+
+
+DIGITS = 3
+"""Significant digits of a stepped float: the value is committed as a person writes it (5e-07 x 10 x 10 is 5e-05,
+not 4.9999999999999996e-05; a bisecting step gives 1.58e-05, not 1.5811388300841898e-05)."""
+
+
+def written(x: float) -> float:
+    """``x`` to ``DIGITS`` significant digits."""
+    return float(f"{x:.{DIGITS}g}")
 
 
 def _snap(value: float, target: float, choices: list) -> Any:

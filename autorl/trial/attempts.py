@@ -16,6 +16,7 @@ from typing import Any, Callable
 from autorl import gitops
 from autorl.backends.base import TrialSpec
 from autorl.errors import RecipeError, UserError
+from autorl.judge import calibrate
 from autorl.judge.result import TrialResult
 from autorl.recipe import Recipe, dump_values, recipe_from_text, set_train_values
 from autorl.search.proposal import Proposal
@@ -73,7 +74,7 @@ def launch(s: StudyState, ctx: TrialContext, slots: Slots, slot: int, deadline: 
     spec = TrialSpec(attempt=a.name, recipe=recipe, worktree=a.worktree, run_dir=a.run_dir, cache_dir=s.ws.cache)
     try:
         handle = lifecycle.launch(s.backend, spec, start=lambda plan: slots.start(s.backend, plan),
-                                  assign=lambda plan: slots.assign(plan, slot, recipe))
+                                  assign=lambda plan: slots.assign(plan, slot, recipe, s.backend.runs_on_ray))
     except UserError as exc:
         return Outcome("config-error", None, str(exc))
     try:
@@ -85,13 +86,16 @@ def launch(s: StudyState, ctx: TrialContext, slots: Slots, slot: int, deadline: 
         raise
 
 
-def close(s: StudyState, ctx: TrialContext, outcome: Outcome, result: TrialResult) -> None:
-    """Commit the results file and the research-log entry, tag the end, update the ledger row; show the verdict."""
+def close(s: StudyState, ctx: TrialContext, outcome: Outcome, result: TrialResult, note: str | None = None) -> None:
+    """Commit the results file and the research-log entry, tag the end, update the ledger row; show the verdict.
+    ``note`` ends the commit message (a last confirmation run's: what it confirmed, with its error rate)."""
     a, p = ctx.attempt, ctx.proposal
     final = outcome.metrics.evals[-1] if outcome.metrics.evals else None
     summary = {"attempt": a.name, "proposer": p.proposer, "hypothesis": p.hypothesis, "why": p.why,
                "changed": p.values, **result.ledger_values(), "final_eval": _strip_items(final)}
-    message = f"{a.name}: {result.headline()}\n\n{result.reason}"
+    rate = calibrate.describe(result.model_dump())
+    message = f"{a.name}: {result.headline()}\n\n{result.reason}" + (f"\n\nerror rate: {rate}" if rate else "")
+    message += f"\n\n{note}" if note else ""
     lifecycle.close_attempt(s.ws, s.ledger, a, result.ledger_values(), summary, message,
                             log_entry=log_entry(ctx, result))
     s.view.verdict({"attempt": a.name, **result.ledger_values()})

@@ -68,6 +68,7 @@ class Controller:
         self.slots: Slots | None = None
         self.running: dict[int, tuple[TrialContext, Watch]] = {}  # slot -> the trial in flight there
         self._held: Proposal | None = None  # the proposal last put back for not fitting (logged once)
+        self.ended_by = ""  # why the loop ended, in words (the run's last line)
 
     def run(self) -> dict[str, Any]:
         self.s = self._setup()
@@ -75,6 +76,7 @@ class Controller:
         failure: BaseException | None = None
         try:
             self._loop()
+            self.ended_by = self._why_ended()
             recovery.release_unstarted(self.s)
         except BaseException as exc:
             failure = recovery.stop_error(self.s, exc)
@@ -123,13 +125,15 @@ class Controller:
                 if out is not None:
                     self.finish(ctx, out)
                     del running[slot]
+                    self.slots.release(slot)
             time.sleep(0.05 if running else 0)
 
     def _fill(self, running: dict[int, tuple[TrialContext, Watch]]) -> int:
         """Start trials in the free slots; returns how many were opened (launched, or finished at once)."""
         opened = 0
+        need = self.s.backend.gpus_per_run(self.s.base)
         for slot in [k for k in range(self.opts.parallel) if k not in running]:
-            if not self._may_start():
+            if not self._may_start() or not self.slots.fits(need):  # a trial waits for its GPUs, never for Ray
                 break
             proposal = self.s.proposer.next()
             if proposal is None:
@@ -143,6 +147,7 @@ class Controller:
             started = self._launch(ctx, slot) if ctx.error is None else None
             if isinstance(started, Watch):
                 running[slot] = (ctx, started)
+                self.slots.hold(slot, need)
             else:
                 self.finish(ctx, started or Outcome("config-error", None, ctx.error or "not launched"))
         return opened
@@ -171,11 +176,28 @@ class Controller:
 
     def _estimate(self, p: Proposal | None) -> plan.Estimate:
         keys = self.s.backend.work_keys
-        took = [plan.Took(plan.work(r.get("params") or {}, keys), r["finished"] - r["started"])
-                for r in self.s.records.trials(kind="trial", status="complete")
-                if r.get("finished") is not None and r.get("started") is not None]
+        rows = [r for r in self.s.records.trials(kind="trial") if r.get("started") is not None]
+        first = min(rows, key=lambda r: r["started"])["number"] if rows else None
+        took = [plan.Took(plan.work(r.get("params") or {}, keys), r["finished"] - r["started"], r["number"] == first)
+                for r in rows if r.get("status") == "complete" and r.get("finished") is not None]
         values = {**self.s.base.train, **(p.values if p is not None else {})}
         return plan.expected(took, plan.work(values, keys), self.s.base.timeout_s, self.opts.budget_s)
+
+    def _why_ended(self) -> str:
+        """Why the loop stopped starting trials, for the run's last line (a study ending early says why)."""
+        left = self.deadline - time.time()
+        if self.stop_reason is not None:
+            return self.stop_reason.reason
+        if self.opts.max_trials is not None and self.done_before + self.launched >= self.opts.max_trials:
+            return f"--max-trials {self.opts.max_trials} reached"
+        if left <= 0:
+            return "the budget is spent"
+        if self.s.proposer.baseline_failed():
+            return "the baseline failed"
+        if self._held is not None:
+            return (f"the next trial ({self._held.slug}) is planned at {self._estimate(self._held).describe()}, "
+                    f"more than the {format_duration(left)} left of the budget (--allow-overrun starts it anyway)")
+        return "the strategy has nothing left to propose"
 
     def _hold(self, p: Proposal) -> None:
         """A proposal that does not fit goes back to the front of the queue (a trial ending may still free time)."""
@@ -196,7 +218,8 @@ class Controller:
             result = result.model_copy(update={"crash_action": action.kind if action else None,
                                                "reason": "; ".join(x for x in (result.reason, note) if x)})
         s.proposer.tell(p, result, action.kind if action else None)
-        attempts.close(s, ctx, outcome, result)
+        settles = judging.confirmation_note(s, p.confirms, a.number, result.status) if p.confirms is not None else None
+        attempts.close(s, ctx, outcome, result, settles)
         if result.confirmation == "candidate" and s.base.verdict.confirm_runs > 0:
             s.proposer.queue.confirmation_runs(p, a.number, s.base.verdict.confirm_runs)
         if p.confirms is not None:
@@ -217,7 +240,7 @@ class Controller:
         for t in trials:
             key = t.get("verdict") or t.get("status")
             counts[key] = counts.get(key, 0) + 1
-        return {"study": self.s.row["name"], "trials": len(trials), "counts": counts,
+        return {"study": self.s.row["name"], "trials": len(trials), "counts": counts, "ended_by": self.ended_by,
                 "wall_s": time.time() - self.started, "stopped_by": self.stop_reason.reason if self.stop_reason else None,
                 "stop_status": self.stop_reason.status if self.stop_reason else None}
 

@@ -70,8 +70,9 @@ def _record(ws, ledger, a: Attempt, recipe, out) -> dict[str, Any]:
     result = {"status": out.status if ok else "crash", "reason": out.reason, "objective": value, "exit_code": out.exit_code,
               "finished": time.time(), "duration_s": out.wall_s, "flags": flags,
               "best_checkpoint": _checkpoint(m, step, value, recipe.objective.metric)}
-    reason = f"best {recipe.objective.metric} {value} at step {step}" + (f"; {out.reason}" if out.reason else "")
-    message = f"{a.name}: full run {result['status']}, best {recipe.objective.metric} {value} at step {step}\n\n{out.reason}"
+    best = f"best {recipe.objective.metric} {value:.4f} at step {step}" if value is not None else "no eval"
+    reason = best + (f"; {out.reason}" if out.reason else "")
+    message = f"{a.name}: full run {result['status']}, {best}\n\n{out.reason}"
     row = {"status": result["status"], "objective": value, "reason": reason, "exit_code": out.exit_code,
            "finished": result["finished"], "duration_s": out.wall_s, "flags": flags}
     close_attempt(ws, ledger, a, row, result, message, event="full-run-end")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from autorl.judge import silent, triage, verdict
+from autorl.judge import calibrate, silent, triage, verdict
 from autorl.judge.evidence import objective_value
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe
@@ -79,7 +79,7 @@ def compare(s: StudyState, p: Proposal, m: RunMetrics, recipe: Recipe, value: fl
     note += f"; {gap:+.4f} vs the best so far" if gap is not None else ""
     out = {"verdict": v.verdict, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high, "method": v.method,
            "n_items": v.n, "reason": v.explanation + note, "gap_to_best": gap,
-           "gain_vs_baseline": c.vs_baseline.delta}
+           "gain_vs_baseline": c.vs_baseline.delta, **calibrate.columns(v, recipe.verdict)}
     if v.verdict == "improved":
         out["confirmation"] = "candidate"
     return out
@@ -94,13 +94,25 @@ def gap_to_best(s: StudyState, value: float, recipe: Recipe) -> float | None:
     return sign * (value - (max(done) if sign > 0 else min(done)))
 
 
+def confirmation_note(s: StudyState, candidate: int, number: int, status: str) -> str | None:
+    """What the candidate's confirmation will say once confirmation run ``number`` (ending now with ``status``) is
+    closed, with its error rate, for that run's end commit; None while other confirmation runs are pending."""
+    row = s.records.trial(candidate)
+    c = s.evidence.confirmation(row, s.base, ending=(number, status))
+    if c is None or c.verdict is None:
+        return None
+    rate = calibrate.describe(calibrate.columns(c.verdict, s.base.verdict))
+    return f"{row['attempt']}: {c.state} by {c.reason}" + (f"\nconfirmation error rate: {rate}" if rate else "")
+
+
 def confirm(s: StudyState, candidate: int) -> None:
     """When all of a candidate's confirmation runs have ended: confirmed or rejected, in the ledger."""
     row = s.records.trial(candidate)
     c = s.evidence.confirmation(row, s.base)
     if c is None:
         return
-    s.ledger.set_confirmation(candidate, c.state, c.reason)
+    stats = calibrate.columns(c.verdict, s.base.verdict, prefix="confirm_") if c.verdict is not None else {}
+    s.ledger.set_confirmation(candidate, c.state, c.reason, **stats)
     if c.verdict is not None:
         v = c.verdict
         s.view.study(f"{row['attempt']}: {c.state} by {c.runs} fresh-seed runs (gain {v.delta:+.4f}, "

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autorl import gitops
-from autorl.backends.base import Backend, LaunchPlan, LocalProcess, RunHandle, TrialSpec, get_backend
+from autorl.backends.base import Backend, LaunchPlan, RunHandle, TrialSpec, get_backend
+from autorl.backends.forked import ForkedProcess
 from autorl.errors import UserError
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe
@@ -109,7 +110,7 @@ class TrainThenEval:
         code = self.current.poll()
         if code == 0 and self._next is not None:
             self._pending = self.current.metrics()
-            self.current, self._next = LocalProcess(self._next), None
+            self.current, self._next = ForkedProcess(self._next), None
             return None
         return code
 

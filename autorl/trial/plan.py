@@ -10,6 +10,10 @@ of its size keys, steps x gens x prompts ..., which its backend names in ``work_
 - above the largest observed work the fit grows in proportion (an upper bound: the fixed part does not grow);
 - the margin is a high quantile of observed/predicted over those trials, each predicted from the others (leave
   one out), so it is as wide as this study's own noise and model error; never below 1;
+- the study's first trial paid what only the first trial pays (cold imports and caches, a first compile, a Ray
+  job's first package), so it plans nothing once later trials have finished; while it is the only one, its
+  duration is the plan and those one-time costs are the margin (a first margin on top of them ended an 8-minute
+  GPU study after its baseline, with 4 minutes left);
 - the recipe's ``timeout_s`` stays the hard cap; before any trial finished it is all there is (capped at half
   the budget, so a short study still runs the trials that tell how long trials take).
 
@@ -53,6 +57,7 @@ class Took:
 
     work: float
     seconds: float
+    first: bool = False  # the study's first trial: it paid the study's one-time start-up
 
 
 @dataclass(frozen=True)
@@ -63,10 +68,13 @@ class Estimate:
     predicted: float | None  # the fit's duration for this work (None before any trial finished)
     margin: float
     basis: int  # finished trials it rests on
+    first_only: bool = False  # it rests on the study's first trial alone
 
     def describe(self) -> str:
         if self.predicted is None:
             return f"{self.seconds:.0f} s (timeout_s or half the budget: no trial has finished yet)"
+        if self.first_only:
+            return f"{self.seconds:.0f} s (what the study's first trial took, one-time start-up included, + overhead)"
         return (f"{self.seconds:.0f} s ({self.predicted:.1f} s from {self.basis} finished trials "
                 f"x margin {self.margin:.2f} + overhead)")
 
@@ -119,5 +127,9 @@ def expected(history: list[Took], next_work: float, timeout_s: float, budget_s: 
     obs = history[-r.window:]
     if not obs:
         return Estimate(min(timeout_s, budget_s / 2), None, 1.0, 0)
-    pred, m = predict(obs, next_work), margin(obs, r)
-    return Estimate(min(timeout_s, pred * m + r.overhead_s), pred, m, len(obs))
+    steady = [o for o in obs if not o.first]
+    if not steady:
+        pred = predict(obs, next_work)
+        return Estimate(min(timeout_s, pred + r.overhead_s), pred, 1.0, len(obs), first_only=True)
+    pred, m = predict(steady, next_work), margin(steady, r)
+    return Estimate(min(timeout_s, pred * m + r.overhead_s), pred, m, len(steady))

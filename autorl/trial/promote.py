@@ -2,10 +2,12 @@
 
 ``promote(ws, ledger, number)`` in order:
 
-1. pick the trial: the one named, or the best *confirmed* improvement (fresh-seed
-   re-runs agreed; see docs/triage.md) with the highest lower bound of its
-   interval — the most confidently better, not the luckiest raw value — and say
-   why; an unconfirmed candidate only with ``--force``;
+1. pick the trial: the one named, or the *confirmed* recipe (fresh-seed re-runs
+   agreed; see docs/triage.md) with the largest gain over the study's baseline
+   (``autorl.judge.gains``: measured on its fresh-seed runs, not on the run that
+   looked good, and never only the gain over its own parent, which hides what the
+   recipe it builds on already gained), and say why; an unconfirmed candidate only
+   with ``--force``;
 2. re-validate: the trial's recipe and the baseline's, each run with R fresh
    seeds on the full eval set; continue only if the paired test still says
    *improved* (``--force`` overrides, and the ledger says so). Short trials
@@ -28,7 +30,7 @@ from typing import Any
 from autorl import gitops
 from autorl.backends.base import get_backend
 from autorl.errors import AutorlError, NotFoundError, UserError
-from autorl.judge import verdict
+from autorl.judge import gains, verdict
 from autorl.judge.evidence import objective_value, runs_of
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe, load_recipe, set_train_values
@@ -40,20 +42,25 @@ class PromotionRefused(AutorlError):
 
 
 def pick_best(ledger, study: str | None = None, force: bool = False) -> tuple[dict, str]:
-    """The best confirmed trial (with ``force``: the best candidate if none is confirmed), and why it was picked."""
-    sid = ledger.study(study)["id"] if study else None
-    pool = ledger.trials(sid, confirmation="confirmed", kind="trial")
-    kind = "confirmed"
+    """The best confirmed recipe of the study (default: the latest) by its gain over the baseline
+    (``autorl.judge.gains``), and why it was picked; with ``force`` and nothing confirmed, the unconfirmed
+    candidate with the highest lower bound over its parent."""
+    st = ledger.study(study)
+    best = gains.ranked(gains.study_gains(ledger, st))
+    if best:
+        row = ledger.trial(best[0].number)
+        return row, (f"{row['attempt']} has the largest gain over the baseline of the study's {len(best)} confirmed "
+                     f"recipes: {best[0].interval()}, {best[0].describe()}")
+    pool, kind = ledger.trials(st["id"], confirmation="confirmed", kind="trial"), "confirmed"
     if not pool and force:
-        pool, kind = ledger.trials(sid, verdict="improved", kind="trial"), "improved (unconfirmed, --force)"
+        pool, kind = ledger.trials(st["id"], verdict="improved", kind="trial"), "improved (unconfirmed, --force)"
     if not pool:
-        open_ = ledger.trials(sid, confirmation="candidate", kind="trial")
+        open_ = ledger.trials(st["id"], confirmation="candidate", kind="trial")
         hint = f" ({len(open_)} candidates await confirmation)" if open_ else ""
         raise NotFoundError(f"no confirmed improvement{hint}: nothing to promote (pick one with `autorl promote NN --force`)")
-    best = max(pool, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
-    why = (f"{best['attempt']} has the highest lower bound of the gain over its parent among "
-           f"{len(pool)} {kind} trials: {best['delta']:+.4f} [{best['ci_low']:+.4f}, {best['ci_high']:+.4f}]")
-    return best, why
+    row = max(pool, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
+    return row, (f"{row['attempt']} has the highest lower bound of the gain over its parent among {len(pool)} {kind} "
+                 f"trials: {row['delta']:+.4f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]")
 
 
 def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
@@ -88,7 +95,8 @@ def revalidate(ws, ledger, row: dict, repeats: int, view=print) -> verdict.Verdi
 def _run_once(ws, recipe: Recipe, rev: str, seed: int, name: str, view) -> RunMetrics:
     """One run of ``recipe`` at commit ``rev`` with ``seed`` (the trials' own timeout applies)."""
     out = run_detached(ws, recipe, rev, name, seed)
-    view(f"  {name}: {out.status}, objective {objective_value(out.metrics, recipe)}")
+    value = objective_value(out.metrics, recipe)
+    view(f"  {name}: {out.status}" + (f", objective {value:.4f}" if value is not None else ", no objective"))
     return out.metrics
 
 
@@ -112,7 +120,8 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
     if dry_run:
         return {"attempt": row["attempt"], "why": why, "full_values": values, "train": full.train}
     check = revalidate(ws, ledger, row, repeats, view)
-    view(f"re-validation: {check.verdict} {check.delta:+.4f} [{check.ci_low:+.4f}, {check.ci_high:+.4f}] ({check.method})")
+    view(f"re-validation against the baseline: {check.verdict}, {check.delta:+.3f} "
+         f"({verdict.pct(check.level)} interval [{check.ci_low:+.3f}, {check.ci_high:+.3f}])")
     if check.verdict != "improved" and not force:
         ledger.event(row["study_id"], row["id"], "promote-refused", check.explanation)
         raise PromotionRefused(f"{row['attempt']} no longer beats the baseline ({check.explanation}); use --force to promote anyway")

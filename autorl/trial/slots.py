@@ -11,10 +11,8 @@ the default dashboard address of a running cluster.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
-from autorl.backends.base import LaunchPlan
+from autorl.backends.base import LaunchPlan, gpu_count
 from autorl.metrics import JsonlTail
 
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
@@ -23,20 +21,36 @@ DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 class Slots:
     """Assigns resources to a slot's plan and starts it."""
 
-    def __init__(self, n: int, ray_address: str | None):
+    def __init__(self, n: int, ray_address: str | None, gpus: int | None = None):
         self.n = n
         self._requested = ray_address
         self.address: str | None = _resolve(ray_address)
         self._head = None
         self.cpu_sets = _split(sorted(os.sched_getaffinity(0)), n) if n > 1 else [None]
-        self.gpus = gpu_count() if n > 1 else 0
+        self.gpus = (gpu_count() if gpus is None else gpus) if n > 1 else 0
+        self.held: dict[int, float] = {}  # slot -> GPUs its running trial occupies
 
-    def assign(self, plan: LaunchPlan, slot: int, recipe) -> LaunchPlan:
-        """The plan with this slot's CPUs/GPU (local) or resources (Ray)."""
+    def fits(self, need: float) -> bool:
+        """Whether a trial occupying ``need`` GPUs of this host can start now. Always on a cluster (Ray places it),
+        without GPUs, and when nothing runs (a trial larger than the host runs alone; preflight says it does not fit)."""
+        if need <= 0 or self._requested or not self.gpus or not self.held:
+            return True
+        return sum(self.held.values()) + need <= self.gpus + 1e-9
+
+    def hold(self, slot: int, need: float) -> None:
+        self.held[slot] = need
+
+    def release(self, slot: int) -> None:
+        self.held.pop(slot, None)
+
+    def assign(self, plan: LaunchPlan, slot: int, recipe, on_ray: bool = False) -> LaunchPlan:
+        """The plan with this slot's CPUs/GPU (local) or resources (Ray). A backend that submits Ray jobs itself
+        (``on_ray``) is never pinned: Ray gives its actors their GPUs, and a job whose visible devices disagree
+        with Ray's assignment dies in Ray's accelerator mapping (an IndexError seen on a 2-GPU host)."""
         update: dict = {}
         if self._requested:
             update["resources"] = {"entrypoint_num_cpus": recipe.cpus_per_trial, "entrypoint_num_gpus": recipe.gpus_per_trial}
-        elif self.n > 1:
+        elif self.n > 1 and not on_ray:
             update["cpus"] = self.cpu_sets[slot % len(self.cpu_sets)]
             if self.gpus:
                 update["env"] = {**plan.env, "CUDA_VISIBLE_DEVICES": str(slot % self.gpus)}
@@ -95,14 +109,6 @@ def _reader(plan: LaunchPlan):
     from autorl.backends.readers import make_reader
 
     return make_reader(plan.metrics_format, plan.metrics_path, plan.metric_map)
-
-
-def gpu_count() -> int:
-    """GPUs visible through nvidia-smi (0 where there is none)."""
-    if not shutil.which("nvidia-smi"):
-        return 0
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def stop_job(address: str, job_id: str) -> None:

@@ -27,7 +27,12 @@ def plan_single(cwd: Path, recipe_path: Path, overrides: Overrides, metrics_out:
     run_dir = root / RUN_DIR / "train" / f"{gitops.slugify(recipe.name)}-{stamp}"
     spec = TrialSpec(attempt=f"train-{stamp}", recipe=recipe, worktree=cwd.resolve(), run_dir=run_dir,
                      cache_dir=root / RUN_DIR / "cache")
-    plan = _dry_plan(spec) if dry_run else get_backend(recipe.backend).plan(spec)
+    if dry_run:
+        plan = _dry_plan(spec)
+    else:
+        backend = get_backend(recipe.backend)
+        backend.check(recipe, cwd.resolve())  # a missing file or bad flag: one line before anything starts
+        plan = backend.plan(spec)
     if metrics_out:
         plan = _redirect_metrics(plan, Path(metrics_out).resolve())
     return spec, plan

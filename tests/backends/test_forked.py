@@ -18,6 +18,9 @@ from autorl.backends import forked
 from autorl.backends.base import LaunchPlan
 
 
+ENGINE_KEY = (sys.executable, forked.ENGINE, None)
+
+
 @pytest.fixture(autouse=True)
 def own_servers(monkeypatch):
     """A fork server of this test's own, ended after it (a test may kill its server)."""
@@ -132,16 +135,18 @@ def test_an_environment_read_at_start_up_gets_a_fresh_process(tmp_path, engine_c
 
 def test_a_server_that_ended_loses_no_trial(tmp_path, engine_cache, own_servers):
     running = forked.ForkedProcess(plan(tmp_path, "running", {"steps": 2000}, engine_cache))
-    assert isinstance(running.proc, forked.ForkedChild)
-    server = own_servers[sys.executable]
-    server.proc.kill()
-    server.proc.wait()
-    deadline = time.time() + 10
-    while server.alive and time.time() < deadline:
-        time.sleep(0.05)
-    assert not server.alive
-    assert running.poll() is None  # still running, in its own session
-    running.cancel(grace_s=2)
+    try:
+        assert isinstance(running.proc, forked.ForkedChild)
+        server = own_servers[ENGINE_KEY]
+        server.proc.kill()
+        server.proc.wait()
+        deadline = time.time() + 10
+        while server.alive and time.time() < deadline:
+            time.sleep(0.05)
+        assert not server.alive
+        assert running.poll() is None  # still running, in its own session
+    finally:
+        running.cancel(grace_s=2)  # a failed assertion must not leave a 2000-step trial running
     assert running.poll() == forked.LOST
     after = plan(tmp_path, "after", {"steps": 1, "eval_every": 0}, engine_cache)
     handle = forked.ForkedProcess(after)
@@ -156,7 +161,7 @@ def test_the_embedded_backend_forks_its_trials_and_warms_the_server_in_prepare(t
     backend = get_backend("embedded")
     recipe = validate_recipe({"backend": "embedded", "train": {"steps": 2, "eval_every": 0}})
     assert backend.prepare(recipe, engine_cache, tmp_path / "prepare") == 0
-    assert sys.executable in own_servers  # started while the base model was checked
+    assert ENGINE_KEY in own_servers  # started while the base model was checked
     spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run",
                      cache_dir=engine_cache, seed=7)
     handle = backend.start(backend.plan(spec))
@@ -164,3 +169,41 @@ def test_the_embedded_backend_forks_its_trials_and_warms_the_server_in_prepare(t
     assert finish(handle) == 0
     summary = json.loads(Path(tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert summary["type"] == "summary" and summary["steps_done"] == 2
+
+
+def test_a_per_item_evaluation_is_forked_from_an_evaluator_server_and_matches_a_fresh_one(tmp_path, own_servers):
+    """The evaluator that follows an OpenRLHF, TRL or command trial skips torch's and transformers' imports; what it
+    writes is what a fresh ``python -m autorl.evaluate`` writes, value for value."""
+    from autorl.backends.base import LaunchPlan, LocalProcess
+    from autorl.engine.hf_tiny import save_llama
+    from autorl.evaluate import ProbeSettings, eval_argv
+
+    model = save_llama(tmp_path / "model", "tiny", seed=3)
+    probe = tmp_path / "probe.jsonl"
+    probe.write_text("".join(json.dumps({"input": f"{a}+{a}=", "label": str(2 * a)}) + "\n" for a in range(10, 30)))
+    settings = ProbeSettings(probe_id=str(probe), probe_k=2, probe_temperature=1.0, probe_engine="hf")
+    env = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    records = {}
+    for name, kind in (("fresh", LocalProcess), ("forked", forked.ForkedProcess), ("again", forked.ForkedProcess)):
+        out = tmp_path / name / "eval.jsonl"
+        argv = eval_argv(sys.executable, model, out, settings, 5, step=4, seed=11)
+        p = LaunchPlan(argv=argv, env=env, cwd=str(tmp_path), log_path=str(tmp_path / name / "train.log"),
+                       metrics_path=str(out), backend="command")
+        handle = kind(p)
+        assert isinstance(handle.proc, forked.ForkedChild) == (kind is forked.ForkedProcess)
+        assert finish(handle) == 0, Path(p.log_path).read_text()[-800:]
+        records[name] = json.loads(out.read_text().splitlines()[-1])
+    assert records["forked"] == records["fresh"] == records["again"]
+    assert len([k for k in own_servers if k[1] == forked.EVALUATE]) == 1  # one server for the study's evaluations
+
+
+def test_an_evaluation_with_another_environment_gets_its_own_evaluator_server(own_servers):
+    first = forked.server_for(sys.executable, forked.EVALUATE, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "1"})
+    same = forked.server_for(sys.executable, forked.EVALUATE, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "1",
+                                                               "CUDA_VISIBLE_DEVICES": "0"})
+    other = forked.server_for(sys.executable, forked.EVALUATE, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "0"})
+    assert first is same and other is not first
+    assert first.serves(sys.executable, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "1"})
+    # importing ray in the controller sets RAY_CLIENT_MODE: nothing a server imports reads it
+    assert first.serves(sys.executable, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "1", "RAY_CLIENT_MODE": "0"})
+    assert not first.serves(sys.executable, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "0"})

@@ -122,6 +122,20 @@ def test_plan_writes_the_validated_config_with_the_seed_override(tmp_path):
     assert plan.metrics_path == str(tmp_path / "run" / "metrics.jsonl") and plan.backend == "trl"
 
 
+def test_a_missing_package_fails_the_preflight_with_how_to_install(tmp_path):
+    """trl and transformers are here, so the real backend passes; a module that is not installed anywhere fails
+    it before any launch, naming itself and the install command (not a run that logs 'reward 0.000 id nan')."""
+    trl = get_backend("trl")
+    from pathlib import Path
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "trl-addition.yaml")
+    assert trl.preflight(recipe, tmp_path) == ""
+    missing = type(trl)()
+    missing.requires = ("trl", "autorl_no_such_module")
+    line = missing.preflight(recipe, tmp_path)
+    assert line.startswith("the trl backend needs autorl_no_such_module in ") and "pip install 'autorl[trl]'" in line
+
+
 def test_trl_addition_recipe_validates():
     from pathlib import Path
 

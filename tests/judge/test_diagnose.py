@@ -303,3 +303,33 @@ def test_a_smoothed_rule_does_not_judge_a_run_shorter_than_its_average():
     set_series(steps, "reward_mean", lambda i, r: 0.45 if i < 15 else 0.25)
     d = diagnose(steps, evals, TRAIN)
     assert "instability" in d.names() and d.bottleneck == "unstable"
+
+
+def test_a_drop_equal_to_the_threshold_in_float_is_not_beyond_it():
+    """OOD 0.55 -> 0.5 is a drop of 0.050000000000000044 in float: not more than the 0.05 threshold."""
+    steps, evals = healthy()
+    set_series(steps, "reward_mean", lambda i, r: 0.2 + 0.3 * i / N)  # train reward rises
+    set_evals(evals, "eval/ood/greedy_pass@1", [0.45, 0.55, 0.5, 0.5, 0.5])
+    assert 0.55 - 0.5 > 0.05  # the float edge itself
+    assert "reward_hacking" not in diagnose(steps, evals, TRAIN).names()
+    set_evals(evals, "eval/ood/greedy_pass@1", [0.45, 0.55, 0.49, 0.49, 0.49])  # a real 0.06 drop still fires
+    assert "reward_hacking" in diagnose(steps, evals, TRAIN).names()
+
+
+def test_comparisons_hold_at_their_edges():
+    from autorl.judge.diagnose import OPS
+
+    assert OPS["gt"](0.05 + 1e-17, 0.05) is False and OPS["gt"](0.0501, 0.05) is True
+    assert OPS["ge"](0.05 - 1e-17, 0.05) is True and OPS["le"](0.05 + 1e-17, 0.05) is True
+    assert OPS["lt"](0.01 - 1e-18, 0.01) is False and OPS["abs_lt"](-0.0099, 0.01) is True
+    assert OPS["lt"](5e-11, 1e-10) is True  # a tiny threshold keeps its own scale
+    assert OPS["gt"](1e-300, 0.0) is True and OPS["le"](math.nan, 1.0) is False
+
+
+def test_flat_learning_points_at_the_learning_rate_first():
+    steps, evals = healthy()
+    _flat(steps, evals)
+    d = diagnose(steps, evals, TRAIN)
+    flat = next(s for s in d.symptoms if s.name == "flat_learning")
+    assert flat.look_at[0].startswith("learning rate: raise it")
+    assert all(r.look_at for r in load_rules().symptoms.values())  # every symptom says where to look

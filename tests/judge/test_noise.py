@@ -53,8 +53,8 @@ def test_gain_is_vectorised_and_matches_one_case():
     p = rng.uniform(0.1, 0.9, 100)
     t = (rng.random((5, 1, 100)) < p).astype(float)
     b = (rng.random((5, 3, 100)) < p).astype(float)
-    batch = gain(t, b, [b], 0.02, 1.0, 0.95)
-    one = gain(t[2], b[2], [b[2]], 0.02, 1.0, 0.95)
+    batch = gain(t, b, [b], [], 0.02, 1.0, 0.95)
+    one = gain(t[2], b[2], [b[2]], [], 0.02, 1.0, 0.95)
     for key in ("delta", "low", "high", "df"):
         assert batch[key][2] == pytest.approx(float(one[key]))
 
@@ -65,6 +65,6 @@ def test_gain_interval_covers_the_true_effect_at_the_nominal_rate():
     shift = lambda k, r: rng.normal(0, 0.03, (k, r, 1))  # noqa: E731
     t = (rng.random((2000, 1, 300)) < np.clip(p + 0.05 + shift(2000, 1), 0, 1)).astype(float)
     b = (rng.random((2000, 3, 300)) < np.clip(p + shift(2000, 3), 0, 1)).astype(float)
-    g = gain(t, b, [b], 0.02, 1.0, 0.95)
+    g = gain(t, b, [b], [], 0.02, 1.0, 0.95)
     covered = ((g["low"] < 0.05) & (g["high"] > 0.05)).mean()
     assert 0.93 <= covered <= 0.995

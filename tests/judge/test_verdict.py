@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from autorl.judge.abort import load_window_rules
-from autorl.judge.verdict import FLAG_LIMITS, Runs, confirm, credit, flags, judge, objective_items
+from autorl.judge.verdict import FLAG_LIMITS, Noise, Runs, confirm, credit, flags, judge, objective_items
 from autorl.recipe import AbortRules, Objective, VerdictSettings
 
 N_ITEMS = 200
@@ -80,7 +80,8 @@ def test_disagreeing_repeats_widen_the_interval():
     far = Runs(values=[0.0] * 3, items=[runs(rng, np.clip(p + s, 0, 1), 0.0, 1).items[0] for s in (-0.08, 0.0, 0.08)])
     a, b = judge(trial, close, S, "maximize"), judge(trial, far, S, "maximize")
     assert (b.ci_high - b.ci_low) > 1.5 * (a.ci_high - a.ci_low)
-    assert b.run_sd > 0.05 and b.run_df == 2
+    assert b.parent_sd > 0.05 and b.parent_df == 2
+    assert b.trial_sd == b.parent_sd and b.trial_noise == "the parent's"  # one run: never assumed quieter
 
 
 def test_negative_raw_noise_is_reported_not_silently_zeroed():
@@ -97,23 +98,30 @@ def test_one_baseline_run_says_what_it_cannot_see():
     rng = np.random.default_rng(2)
     p = rng.uniform(0.1, 0.9, N_ITEMS)
     v = judge(runs(rng, p, 0.25, 1), runs(rng, p, 0.0, 1), S, "maximize")
-    assert v.method == "paired_items" and v.run_df == 0 and "not measured" in v.blind
-    assert v.run_sd == pytest.approx(S.run_sd_prior) and v.verdict == "improved"
+    assert v.method == "paired_items" and v.parent_df == 0 and "not measured" in v.blind
+    assert v.parent_sd == pytest.approx(S.run_sd_prior) and v.verdict == "improved"
     two = judge(runs(rng, p, 0.0, 1), runs(rng, p, 0.0, 2), S, "maximize")
     assert "1 replicate df" in two.blind
 
 
-def test_noise_groups_add_degrees_of_freedom():
+def test_a_study_whose_changed_recipes_are_noisier_widens_the_trial_arm():
     rng = np.random.default_rng(5)
     p = rng.uniform(0.1, 0.9, N_ITEMS)
-    extra = [runs(rng, p, 0.0, 3).items for _ in range(4)]
-    v = judge(runs(rng, p, 0.0, 1), runs(rng, p, 0.0, 3), S, "maximize", noise=extra)
-    assert v.run_df == 2 + 4 * 2
+    trial, parent = runs(rng, p, 0.0, 1), runs(rng, p, 0.0, 3)
+    loud = [Runs(values=[0.0] * 3, items=[runs(rng, np.clip(p + s, 0, 1), 0.0, 1).items[0] for s in (-0.08, 0.0, 0.08)])
+            for _ in range(4)]  # changed recipes whose seeds move them by 8 points
+    quiet = [runs(rng, p, 0.0, 3) for _ in range(4)]
+    alone = judge(trial, parent, S, "maximize")
+    v = judge(trial, parent, S, "maximize", Noise(study=loud))
+    assert v.trial_noise == "the study's changed recipes" and v.trial_df == 4 * 2 and v.parent_df == 2
+    assert v.trial_sd > 2 * v.parent_sd and v.ci_high - v.ci_low > 1.3 * (alone.ci_high - alone.ci_low)
+    same = judge(trial, parent, S, "maximize", Noise(study=quiet))  # as quiet as the parent: nothing changes
+    assert same.trial_noise == "the parent's" and same.ci_low == pytest.approx(alone.ci_low)
 
 
 def test_fallback_t_interval_from_run_values():
     v = judge(Runs(values=[0.62]), Runs(values=[0.50, 0.52, 0.49, 0.51]), S, "maximize")
-    assert v.method == "run_values" and v.n == 5 and v.df == 3 + S.run_sd_prior_df
+    assert v.method == "run_values" and v.n == 5 and v.df == pytest.approx(3 + S.run_sd_prior_df)
     assert v.verdict == "improved" and v.delta == pytest.approx(0.115)
     noisy = judge(Runs(values=[0.62]), Runs(values=[0.40, 0.60]), S, "maximize")
     assert noisy.verdict == "flat"
@@ -122,7 +130,7 @@ def test_fallback_t_interval_from_run_values():
 def test_fallback_is_not_hopeless_with_default_repeats():
     # the old fallback had 1 df (t = 12.7) with two baseline values; three values plus the prior give 3 df
     v = judge(Runs(values=[0.58]), Runs(values=[0.50, 0.51, 0.49]), S, "maximize")
-    assert v.verdict == "improved" and v.df == 3
+    assert v.verdict == "improved" and v.df == pytest.approx(3)
 
 
 def test_fallback_for_a_train_metric_objective_does_not_crash():
@@ -149,11 +157,12 @@ def test_bad_direction_and_missing_values_raise():
 
 # ---- confirm and credit ------------------------------------------------------------------
 
-def test_confirm_uses_the_stricter_level_and_the_fresh_runs_as_noise():
+def test_confirm_uses_the_stricter_level_and_the_fresh_runs_as_their_own_noise():
     rng = np.random.default_rng(9)
     p = rng.uniform(0.1, 0.9, 500)
     v = confirm(runs(rng, p, 0.12, 2), runs(rng, p, 0.0, 3), S, "maximize")
-    assert v.level == S.confirm_level and v.verdict == "improved" and v.run_df == 2 + 1
+    assert v.level == S.confirm_level and v.verdict == "improved" and v.parent_df == 2
+    assert (v.trial_noise, v.trial_df) in {("its own runs", 1), ("the parent's", 2)}
     null = [confirm(runs(rng, p, 0.0, 2), runs(rng, p, 0.0, 3), S, "maximize").verdict for _ in range(100)]
     assert null.count("improved") <= 3
 
@@ -274,3 +283,21 @@ def test_the_explanation_names_the_level_it_used_unrounded():
     v = confirm(fresh, parent, VerdictSettings(), "maximize")
     assert v.level == 0.975 and "97.5% CI" in v.explanation and "98%" not in v.explanation
     assert "95% CI" in judge(fresh, parent, VerdictSettings(), "maximize").explanation
+
+
+def test_best_of_k_takes_each_half_of_the_items_from_the_eval_the_other_half_ranks_best():
+    two = evals_with([(10, [1, 0, 1, 0]), (20, [0, 1, 0, 1])])  # evens solved at step 10, odds at step 20
+    assert objective_items(two, Objective(reduction="best")) == [0, 0, 0, 0]
+    assert objective_items(evals_with([(10, [1, 0, 1])]), Objective(reduction="best")) == [1, 0, 1]
+
+
+def test_best_of_many_evals_is_not_biased_upward_by_its_own_coin_flips():
+    # 8 evals of a run whose every checkpoint is equally good (pass rate p_j, coin flips only): the in-sample best
+    # eval's items average above p_j, which made a trial that evaluates more often than its parent look better
+    rng = np.random.default_rng(11)
+    p = rng.uniform(0.1, 0.9, 200)
+    bias = []
+    for _ in range(300):
+        evals = evals_with([(s, (rng.random(200) < p).astype(int).tolist()) for s in range(8)])
+        bias.append(np.mean(objective_items(evals, Objective(reduction="best"))) - p.mean())
+    assert abs(np.mean(bias)) < 0.004  # in-sample selection: about +0.045

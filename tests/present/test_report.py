@@ -107,11 +107,15 @@ def test_page_matches_the_ledger(built, study_ws):
     ledger = Ledger(ws.ledger_path)
     trials = ledger.trials(ledger.study()["id"])
     text = (built.parent / "report.md").read_text()
-    assert f"{len(trials)} trials" in text
+    page = built.read_text()
+    assert f"{len(trials)} trials: " in text
+    assert text.index("## What was found") < text.index("## Summary") < text.index("## Best trials")
+    assert "- Found: " in text and "- Next: " in text
     for t in trials:
         assert t["attempt"] in text
-        if t.get("start_sha"):
-            assert f"{t['start_tag']} @ {t['start_sha'][:10]}" in text
+        if t.get("start_sha"):  # one ref per row; its tags and commits on hover
+            assert f"{t['start_tag']} @ {t['start_sha'][:10]}" not in text
+            assert f"{t['start_tag']} @ {t['start_sha'][:10]}" in page
     assert ("![Parameter importances]" in text) != ("Parameter importances: not plotted" in text)
     if importances(ledger, ledger.study()["optuna_study"])[0]:
         assert "![Parameter importances]" in text
@@ -142,6 +146,40 @@ def test_best_is_verdict_first_then_objective():
     best = rank_best(trials, "maximize")
     assert [t["number"] for t in best] == [4, 3, 2, 5]
     assert [t["number"] for t in rank_best(trials, "minimize")] == [3, 4, 2, 5]
+
+
+def test_confirmed_recipes_come_first_in_their_rank_over_the_baseline():
+    trials = [_row(2, "flat", 0.9), _row(5, "improved", 0.6), _row(8, "improved", 0.62), _row(9, "improved", 0.7)]
+    assert [t["number"] for t in rank_best(trials, "maximize", confirmed=[8, 5])] == [8, 5, 9, 2]
+
+
+def test_summary_says_what_became_of_the_trials_in_words():
+    from autorl.present.report import summary_sentence
+
+    trials = [{"proposer": "baseline", "verdict": None, "status": "complete"},
+              {"proposer": "move", "verdict": "improved", "confirmation": "confirmed", "status": "complete"},
+              {"proposer": "confirm", "confirms": 2, "status": "complete"},
+              {"proposer": "move", "verdict": "improved", "confirmation": "rejected", "status": "complete"},
+              {"proposer": "move", "verdict": "pruned", "status": "pruned"},
+              {"proposer": "move", "verdict": None, "status": "budget-cut"}]
+    assert summary_sentence(trials) == (
+        "6 trials: 1 baseline runs, 1 confirmation runs, and 4 of the search: 1 confirmed improvement(s), "
+        "1 candidate(s) that fresh seeds did not confirm, 1 stopped early (pruned), 1 unfinished.")
+
+
+def test_importances_weigh_only_values_that_enough_trials_changed():
+    from autorl.present.report import IMPORTANCE_MIN_VARIED, varied_counts, weighed
+
+    space = {"lr": SearchParam(low=1e-7, high=1e-2, log=True), "eps_clip": SearchParam(low=0.05, high=0.4)}
+    base = {"lr": 5e-7, "eps_clip": 0.2}
+    trials = [{"params": {"lr": 10 ** (-6 + i / 4), "eps_clip": 0.3 if i < 2 else 0.2}, "objective": 0.5,
+               "proposer": "move"} for i in range(8)]
+    trials += [{"params": base, "objective": 0.5, "proposer": "baseline"},
+               {"params": {"lr": 1e-4, "eps_clip": 0.3}, "objective": 0.5, "proposer": "confirm", "confirms": 3}]
+    varied = varied_counts(trials, space, base)
+    assert varied == {"lr": 8, "eps_clip": 2}  # baselines and confirmation re-runs change nothing
+    keys, note = weighed(varied)
+    assert keys == ["lr"] and note == f"left out, changed in fewer than {IMPORTANCE_MIN_VARIED} scored trials: eps_clip (2)"
 
 
 def test_best_never_lets_a_raw_value_jump_its_verdict():

@@ -17,7 +17,7 @@ from autorl.search.hypotheses import (
     rank, resolve_search, seed_params, status, study_name,
 )
 from autorl.engine.config import EngineConfig
-from autorl.recipe import SearchParam, params_model, validate_recipe
+from autorl.recipe import VerdictSettings, SearchParam, params_model, validate_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 INCUMBENT = EngineConfig().model_dump(mode="json")
@@ -228,8 +228,14 @@ def test_study_name_moves_with_incumbent(library):
 
 # ---------------------------------------------------------------- status
 
-def trials_for(hid: str, verdicts: list[str | None]) -> list[dict]:
-    return [{"hypothesis": hid, "verdict": v, "status": "done" if v else "running"} for v in verdicts]
+def trials_for(hid: str, verdicts: list) -> list[dict]:
+    """Trials of ``hid``: a verdict, or (verdict, half-width of its 95 % interval around 0)."""
+    out = []
+    for v in verdicts:
+        v, half = v if isinstance(v, tuple) else (v, None)
+        ci = {"ci_low": -half, "ci_high": half} if half is not None else {}
+        out.append({"hypothesis": hid, "verdict": v, "status": "done" if v else "running", **ci})
+    return out
 
 
 STATUS_CASES = [
@@ -239,7 +245,10 @@ STATUS_CASES = [
     (["improved", "improved"], "validated", "high"),
     (["improved", "regressed"], "inconclusive", "medium"),
     (["flat"], "inconclusive", "low"),
-    (["flat", "regressed"], "invalidated", "medium"),
+    (["flat", "regressed"], "inconclusive", "low"),  # a flat trial without an interval says nothing
+    ([("flat", 0.01), "regressed"], "invalidated", "medium"),  # this one could see +0.014: evidence against
+    ([("flat", 0.05), ("flat", 0.05)], "inconclusive", "low"),  # +-0.05 could see only +0.071, not 0.03
+    ([("flat", 0.01), ("flat", 0.015)], "invalidated", "medium"),
     (["regressed", "regressed", "flat"], "invalidated", "high"),
     (["crash", "pruned"], "inconclusive", "low"),
     (["crash", None], "testing", "low"),
@@ -254,6 +263,16 @@ def test_status_from_verdicts(library, verdicts, state, confidence):
     assert (st.status, st.confidence) == (state, confidence)
     assert st.counts["tried"] == sum(v is not None for v in verdicts)
     assert st.demoted == (st.counts["tried"] >= DEMOTE_AFTER and "improved" not in verdicts)
+
+
+def test_inconclusive_says_what_its_flat_tests_could_see(library):
+    h = by_id(library, "h13-flat-learning")
+    st = status(h, trials_for(h.id, [("flat", 0.05), ("flat", 0.06)]))
+    assert st.status == "inconclusive" and st.detectable == pytest.approx(0.05 * 1.4294, abs=1e-4)
+    assert st.note == ("2 flat trial(s) could detect a gain of +0.071 or more, not the 0.03 worth finding "
+                       "(verdict.meaningful_effect)")
+    loose = status(h, trials_for(h.id, [("flat", 0.05), ("flat", 0.05)]), VerdictSettings(meaningful_effect=0.1))
+    assert loose.status == "invalidated" and loose.note == ""  # a user who cares only about 0.1 hears "no"
 
 
 # ---------------------------------------------------------------- ranking

@@ -60,11 +60,11 @@ def test_flat_learning_steps_lr_up_then_again_then_bisects_after_an_overshoot(st
     add(ledger, sid, 4, "move", {**proposer.base.train, **p.values}, "flat", 0.48, "flat-lr5e-7", delta=0.004,
         hypothesis=p.hypothesis)
     p = proposer.next()  # still flat: the next step starts from trial 4
-    assert p.values == {"lr": pytest.approx(5e-5)}
+    assert p.values == {"lr": 5e-5}  # exactly, not 4.9999999999999996e-05
     add(ledger, sid, 5, "move", {**proposer.base.train, **p.values}, "regressed", 0.30, "flat-lr5e-7", delta=-0.17,
         hypothesis=p.hypothesis)
     p = proposer.next()  # 5e-5 overshot: half a step from trial 4, the last good point
-    assert p.values == {"lr": pytest.approx(5e-6 * 10 ** 0.5)}
+    assert p.values == {"lr": 1.58e-5}  # 5e-6 x sqrt(10), written as a person writes it
 
 
 def test_a_pinned_policy_gets_a_weaker_kl_weight(study):

@@ -116,8 +116,8 @@ def test_next_move_bisects_once_when_the_full_step_was_tried():
     tried = [{"lr": 1e-4}]
     values, _ = moves.next_move(rows, {"lr": 1e-5}, {"lr": LR}, lambda p: any(p["lr"] == pytest.approx(t["lr"])
                                                                                for t in tried))
-    assert values != full and values["lr"] == pytest.approx(1e-5 * math.sqrt(10))
-    tried.append({"lr": 1e-5 * math.sqrt(10)})
+    assert values != full and values["lr"] == 3.16e-5  # 1e-5 x sqrt(10), as a person writes it
+    tried.append({"lr": 3.16e-5})
     assert moves.next_move(rows, {"lr": 1e-5}, {"lr": LR}, lambda p: any(p["lr"] == pytest.approx(t["lr"])
                                                                           for t in tried)) is None
 
@@ -158,3 +158,11 @@ def test_a_step_that_did_nothing_is_followed_by_a_galloping_one():
     assert far == {"lr": pytest.approx(1e-4)}
     tried = moves.next_move(rows, {"lr": 1e-6}, {"lr": LR}, lambda p: p["lr"] == pytest.approx(1e-4), first=g.power)
     assert tried[0] == {"lr": pytest.approx(1e-5)}  # the x100 point was tried: the plain step
+
+
+def test_a_stepped_value_is_written_as_a_person_writes_it():
+    assert 5e-07 * 10 * 10 != 5e-05  # the float edge that was committed as lr: 4.9999999999999996e-05
+    assert moves.step(5e-07, 10.0, LR) == 5e-06 and moves.step(moves.step(5e-07, 10.0, LR), 10.0, LR) == 5e-05
+    assert moves.step(5e-05, 10 ** 0.5, LR) == 0.000158
+    assert moves.step(1e-6, 10 ** 1.5, LR) == 3.16e-05
+    assert moves.step(8, 4.0, None) == 32  # integers stay integers

@@ -58,9 +58,22 @@ def small_study(tmp_path_factory) -> Path:
     """A random-strategy study over a space of four configurations, asked for eight trials."""
     ws = _workspace(tmp_path_factory.mktemp("small"), _recipe(SMALL_SPACE))
     r = run_cli("-C", str(ws), "run", "recipes/quick.yaml", "--strategy", "random", "--max-trials", "6",
-                "--budget", "5m", "--quiet", timeout=300)
+                "--budget", "5m", "--quiet", timeout=300, env={**os.environ, "COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
+    (ws / ".autorl" / "run.out").write_text(r.stdout)
     return ws
+
+
+def test_the_run_ends_with_what_was_found_and_the_next_command(small_study):
+    out = (small_study / ".autorl" / "run.out").read_text()
+    tail = out[out.index("\nstudy "):].strip().splitlines()
+    assert tail[0].startswith("study quick-") and " 6 trials in " in tail[0]
+    assert any(x.startswith("Found: ") for x in tail) and any(x.startswith("Next: ") for x in tail)
+    assert any(x.startswith("Crashes: ") for x in tail)
+    git_line = " ".join(x.strip() for x in tail[next(i for i, x in enumerate(tail) if x.startswith("Git: ")):])
+    assert git_line.startswith("Git: the study's trials left 6 branches and 12 tags")
+    assert "autorl clean --dry-run" in git_line
+    assert max(len(x) for x in tail) <= 80 and "{" not in "\n".join(tail)
 
 
 def test_no_configuration_runs_twice_unless_deliberately(small_study):
@@ -163,6 +176,7 @@ def _planning_controller(ws: Path, budget_s: float = 600):
     from autorl.recipe import validate_recipe
     from autorl.search.proposer import Proposer
     from autorl.trial.controller import Controller, RunOptions
+    from autorl.trial.slots import Slots
     from autorl.trial.state import StudyState
     from autorl.workspace import Workspace
 
@@ -175,6 +189,7 @@ def _planning_controller(ws: Path, budget_s: float = 600):
     proposer = Proposer(ctl.ws, ledger, row, base, ctl.opts)
     ctl.s = StudyState(ctl.ws, ctl.opts, PlainView(quiet=True), ledger, row, base, "", "recipes/r.yaml",
                        get_backend("command"), proposer, proposer.records, Evidence(proposer.records))
+    ctl.slots = Slots(1, None)  # what the loop's opening makes: one local slot
     return ctl
 
 
@@ -221,6 +236,9 @@ def test_a_proposal_that_does_not_fit_is_not_started_and_not_lost(tmp_path):
     ctl.launched, ctl.done_before, ctl.deadline = 0, 3, time.time() + 3.0  # 3 s left, at least 7 s planned
     assert ctl._fill({}) == 0 and ctl._fill({}) == 0
     assert len(ctl.s.proposer.pending) == 1 and len(ctl.s.records.trials()) == 3
+    ended = ctl._why_ended()  # the run's last line says why a study with budget left ended
+    assert ended.startswith("the next trial (next) is planned at ") and "left of the budget" in ended
+    assert "--allow-overrun" in ended
     recovery.release_unstarted(ctl.s)
     assert ctl.s.proposer.pending == []
     states = {t.number: (t.state.name, t.params) for t in search.study.get_trials(deepcopy=False)}

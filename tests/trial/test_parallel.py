@@ -92,3 +92,72 @@ def _safe_trials(ws: Path) -> list[dict]:
         return _trials(ws)
     except sqlite3.OperationalError:
         return []
+
+
+DEVICE_SCRIPT = """import json, os, sys, time
+run_dir = sys.argv[1]
+os.makedirs(run_dir, exist_ok=True)
+with open(os.path.join(run_dir, "device.txt"), "w") as fh:
+    fh.write(os.environ.get("CUDA_VISIBLE_DEVICES", "none"))
+time.sleep(6)
+with open(os.path.join(run_dir, "metrics.jsonl"), "a") as fh:
+    fh.write(json.dumps({"type": "eval", "step": 1, "eval/id/greedy_pass@1": 0.5}) + "\\n")
+"""
+
+
+def test_a_two_node_cluster_on_one_host_places_one_trial_on_each_nodes_gpu(tmp_path):
+    """A head (GPU 0) and a second Ray node on the same host (its own raylet, GPU 1) stand in for a two-node
+    cluster: with --ray-address and --parallel 2, two one-GPU trials run at once, one on each node's GPU. Ray
+    only books the GPUs here; the placement is what a real cluster does with the same code."""
+    import sys
+
+    from autorl.backends.ray_jobs import LocalRayHead, LocalRayNode
+
+    ws = tmp_path / "ws"
+    assert run_cli("init", str(ws)).returncode == 0
+    (ws / "device.py").write_text(DEVICE_SCRIPT)
+    (ws / "recipes" / "gpu.yaml").write_text(f"""name: gpu
+backend: command
+train:
+  argv: ["{sys.executable}", "device.py", "{{run_dir}}"]
+  lr: 0.001
+search:
+  lr: {{low: 0.0001, high: 0.01, log: true}}
+verdict: {{baseline_repeats: 2}}
+gpus_per_trial: 1
+cpus_per_trial: 1
+timeout_s: 120
+""")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "gpu recipe")
+    with LocalRayHead(num_cpus=2, visible_gpus=["0"]) as head:
+        node = LocalRayNode(head.gcs_address, visible_gpus=["1"], num_cpus=2, log_path=tmp_path / "node.log").start()
+        try:
+            _wait_for_gpus(head.address, 2)
+            r = run_cli("-C", str(ws), "run", "recipes/gpu.yaml", "--max-trials", "2", "--parallel", "2",
+                        "--ray-address", head.address, "--budget", "5m", timeout=300)
+        finally:
+            node.stop()
+    assert r.returncode == 0, r.stderr + r.stdout
+    trials = _trials(ws)
+    assert len(trials) == 2 and _overlap(trials[0], trials[1])
+    devices = sorted((ws / ".autorl" / "runs" / t["attempt"] / "device.txt").read_text() for t in trials)
+    assert devices == ["0", "1"]
+
+
+def _wait_for_gpus(address: str, want: int, timeout_s: float = 60) -> None:
+    """Until the cluster books ``want`` GPUs (the second node has joined)."""
+    import json
+    import urllib.request
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{address}/nodes?view=summary", timeout=5) as resp:
+                nodes = json.loads(resp.read())["data"]["summary"]
+            if sum(n.get("raylet", {}).get("resourcesTotal", {}).get("GPU", 0) for n in nodes) >= want:
+                return
+        except (OSError, KeyError, ValueError):
+            pass
+        time.sleep(1)
+    raise AssertionError(f"the cluster never had {want} GPUs")

@@ -87,3 +87,19 @@ def test_only_the_window_of_recent_trials_plans_and_timeout_stays_the_cap():
     history = [Took(320, 100.0)] * 5 + [Took(320, 10.0)] * 3
     assert plan.expected(history, 320, timeout_s=120, budget_s=600, r=r).seconds == pytest.approx(12.0)
     assert plan.expected([Took(320, 500.0)] * 3, 320, timeout_s=60, budget_s=600, r=r).seconds == 60
+
+
+def test_the_first_trial_alone_plans_without_a_margin_on_its_one_time_start_up():
+    """An 8-minute GPU study ended after its baseline with 4 minutes left: the baseline's 3.7 minutes, one-time
+    start-up included, times the first margin. Its own duration is the plan now."""
+    est = plan.expected([Took(320, 220.0, first=True)], 320, timeout_s=600, budget_s=480, r=RULES)
+    assert est.first_only and est.margin == 1.0
+    assert est.seconds == pytest.approx(220.0 + RULES.overhead_s)
+    assert "first trial" in est.describe()
+
+
+def test_the_first_trial_plans_nothing_once_later_trials_finished():
+    history = [Took(320, 220.0, first=True), Took(320, 120.0), Took(320, 130.0), Took(320, 125.0)]
+    est = plan.expected(history, 320, timeout_s=600, budget_s=3600, r=RULES)
+    assert not est.first_only and est.basis == 3
+    assert est.predicted == pytest.approx(125.0)  # the mean of the later three, not dragged up by the first

@@ -25,9 +25,11 @@ from autorl.evaluate import ProbeSettings, eval_argv
 
 METRICS_FORMAT = "openrlhf"
 NOT_FLAGS = {"openrlhf_version", "extra_args", "eval_split_names", "entrypoint_num_gpus", "pool_size", "checkpoint_gb",
+             "vllm_in_process",
              *ProbeSettings.model_fields}
 REWARD_WRAPPER = Path(__file__).with_name("reward_func.py")
 BUILTIN_REWARD = "builtin:exact_match"
+CACHES = {"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton", "VLLM_CACHE_ROOT": "vllm"}
 FINAL_MODEL = "model"  # <run_dir>/model: the final weights (or LoRA adapter) when the recipe names no save_path
 
 
@@ -75,6 +77,17 @@ class OpenRLHFBackend(Backend):
         super().__init__(ray_address, extra_env)
         self.python = python or ("python" if ray_address else sys.executable)
         self._head = None
+        self._cache: Path | None = None  # the study's cache folder for the jobs' compile caches (set by prepare)
+        self._per_gpu = 1  # trials packed on one GPU (recipe gpus_per_trial = 1 / this; set by prepare)
+
+    def check(self, recipe, root: Path) -> None:
+        """Fail before any Ray job starts, with one line: a missing model or probe file, a flag the installed
+        OpenRLHF lacks, a GPU share that cannot be packed (``checks.py``)."""
+        from autorl.backends.openrlhf.checks import problem
+
+        found = problem(recipe, Path(root), installed_version(), on_cluster=bool(self.ray_address))
+        if found:
+            raise RecipeError(found)
 
     def preflight(self, recipe, worktree: Path) -> str:
         """The failed preflight checks (steps, LR at step 20, disk, patches, GPUs) as one line."""
@@ -89,7 +102,7 @@ class OpenRLHFBackend(Backend):
         tb_root = params.tensorboard_dir or str(run_dir / "tensorboard")
         wrapped, reward_env = wrap_reward(params, Path(spec.worktree))
         argv = build_argv(wrapped, spec.attempt, tb_root, self.python)
-        env = {**self.extra_env, **run_env(run_dir), **reward_env,
+        env = {**self.extra_env, **run_env(run_dir), **reward_env, **self._cache_env(), **engine_env(params),
                "AUTORL_TENSORBOARD_DIR": str(Path(tb_root) / spec.attempt)}
         return LaunchPlan(argv=argv, env=env, cwd=str(spec.worktree), log_path=str(run_dir / "train.log"),
                           metrics_path=env["METRICS_LOG_DIR"] + "/training_metrics.jsonl", metrics_format=METRICS_FORMAT,
@@ -113,9 +126,42 @@ class OpenRLHFBackend(Backend):
         limit = params.max_new_tokens or params.generate_max_len or 64
         argv = eval_argv(sys.executable, model, run_dir / "eval.jsonl", probe, limit, base, final_step(params),
                          params.seed or 0)
-        return LaunchPlan(argv=argv, env={**self.extra_env, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
-                          cwd=str(spec.worktree), log_path=str(run_dir / "train.log"),  # appended: triage reads one log
+        return LaunchPlan(argv=argv, env=self._eval_env(), cwd=str(spec.worktree),
+                          log_path=str(run_dir / "train.log"),  # appended: triage reads one log
                           metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)
+
+    def gpus_per_run(self, recipe) -> float:
+        """The recipe's ``gpus_per_trial`` when it packs trials on shared GPUs, else its layout's GPUs (actor,
+        reference and vLLM engines; the largest of them when colocated)."""
+        return recipe.gpus_per_trial or float(recipe.params.gpus_needed())
+
+    def _cache_env(self) -> dict[str, str]:
+        """DeepSpeed's op builds, Triton's kernels and vLLM's compile cache in the study's cache folder, shared by
+        every trial, on the local head only (a cluster's nodes do not see this machine's folders); a variable the
+        user set is kept."""
+        if self._cache is None or self.ray_address:
+            return {}
+        import os
+
+        return {var: str(self._cache / sub) for var, sub in CACHES.items() if var not in os.environ}
+
+    def _eval_env(self) -> dict[str, str]:
+        return {**self.extra_env, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+
+    def prepare(self, recipe, cache_dir: Path, run_dir: Path) -> int | None:
+        """Once per study, outside every trial: the local Ray head (no ``ray_address``) and the evaluator's fork
+        server start now, so no trial pays for them; the caches every trial's job shares live in ``cache_dir``."""
+        import os
+
+        from autorl.backends import forked
+
+        self._cache = Path(cache_dir).resolve() / "openrlhf"
+        self._per_gpu = round(1 / recipe.gpus_per_trial) if 0 < recipe.gpus_per_trial < 1 else 1
+        if recipe.params.probe_splits():  # its imports overlap the head's start
+            forked.server_for(sys.executable, forked.EVALUATE, {**os.environ, "PYTHONUNBUFFERED": "1", **self._eval_env()})
+        if not self.ray_address:
+            self.address(None)
+        return None
 
     def start(self, plan: LaunchPlan):
         """Submit the plan as a Ray job; returns a ``RayJobHandle`` at once."""
@@ -127,14 +173,14 @@ class OpenRLHFBackend(Backend):
                       entrypoint_num_gpus=plan.resources.get("entrypoint_num_gpus", 0), reader=reader.poll,
                       on_exit=reader.flush)
 
-    def address(self, plan: LaunchPlan) -> str:
+    def address(self, plan: LaunchPlan | None) -> str:
         """The plan's Ray address, or a local head started now (and stopped by ``close``)."""
-        if plan.ray_address or self.ray_address:
-            return plan.ray_address or self.ray_address
+        if (plan is not None and plan.ray_address) or self.ray_address:
+            return (plan.ray_address if plan is not None else None) or self.ray_address
         if self._head is None:
             from autorl.backends.ray_jobs import LocalRayHead
 
-            self._head = LocalRayHead()
+            self._head = LocalRayHead(visible_gpus=packed_gpus(self._per_gpu))
             atexit.register(self.close)
         return self._head.start()
 
@@ -143,6 +189,21 @@ class OpenRLHFBackend(Backend):
         if self._head is not None:
             self._head.stop()
             self._head = None
+
+
+def packed_gpus(per_gpu: int) -> list[str] | None:
+    """The device list a local Ray head is given so that ``per_gpu`` trials share each GPU: every visible device
+    named ``per_gpu`` times (Ray hands out logical GPUs by position in it, so two logical GPUs map to one card);
+    None (Ray's own detection) for whole GPUs."""
+    if per_gpu <= 1:
+        return None
+    import os
+
+    from autorl.backends.base import gpu_count
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = [d for d in visible.split(",") if d.strip()] if visible is not None else [str(i) for i in range(gpu_count())]
+    return [d for d in devices for _ in range(per_gpu)]
 
 
 def trial_params(spec: TrialSpec) -> OpenRLHFParams:
@@ -167,6 +228,11 @@ def wrap_reward(params: OpenRLHFParams, worktree: Path) -> tuple[OpenRLHFParams,
     inner = spec if spec == BUILTIN_REWARD else str((worktree / spec).resolve())
     env = {"AUTORL_REWARD": inner, "AUTORL_GROUP_SIZE": str(params.gens)}
     return params.model_copy(update={"reward_func": str(REWARD_WRAPPER)}), env
+
+
+def engine_env(params: OpenRLHFParams) -> dict[str, str]:
+    """Environment the recipe's engine settings need: vLLM's engine core in its actor's own process."""
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if params.vllm_in_process else {}
 
 
 def run_env(run_dir: Path) -> dict[str, str]:

@@ -83,6 +83,9 @@ class OpenRLHFParams(ProbeSettings):
     colocate_all: bool = Field(False, description="Actor, reference and vLLM engines share the same GPUs (sleep mode).")
     pool_size: int | None = Field(None, ge=1, description="Prompt pool size when prompt_data is not a local file (preflight).")
     entrypoint_num_gpus: float = Field(0, ge=0, description="GPUs Ray reserves for the driver itself (the actors get their own).")
+    vllm_in_process: bool = Field(False, description="Run each vLLM engine's core in its Ray actor's own process "
+                                                      "(VLLM_ENABLE_V1_MULTIPROCESSING=0): no second process to spawn "
+                                                      "and import at every start.")
     extra_args: list[str] = Field(default_factory=list, description="Extra train_ppo_ray words, appended as given.")
 
     @model_validator(mode="after")

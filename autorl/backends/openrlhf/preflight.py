@@ -12,7 +12,10 @@ numbers behind its answer:
 - ``disk:<path>``: free space at save_path and ckpt_path vs the expected checkpoints;
 - ``patches``: every ``patches/*.patch`` applied to the installed openrlhf
   (``ok=None``, not checked, where openrlhf is not installed);
-- ``gpus``: actor + reference + vLLM engines x TP vs GPUs visible here.
+- ``gpus``: actor + reference + vLLM engines x TP vs GPUs visible here;
+- ``files``: the recipe's own files (``prompt_data``, ``eval_dataset``, ``reward_func``) exist in the worktree,
+  where the value is a path (it has a file suffix or a leading ``./`` or ``/``); a Hub dataset name
+  (``org/name``) or a URL is not checked here (``ok=None``).
 
 The scheduler maths and the step count are pure functions, tested on their own.
 """
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import subprocess
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -155,14 +157,32 @@ def check_patches(patches_dir: Path, site_packages: Path | None) -> Check:
 
 def gpus_visible() -> int:
     """GPUs nvidia-smi lists here (0 where nvidia-smi is absent or fails)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return 0
-    try:
-        proc = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in proc.stdout.splitlines() if line.startswith("GPU ")) if proc.returncode == 0 else 0
+    from autorl.backends.base import gpu_count
+
+    return gpu_count()
+
+
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt", ".py")
+
+
+def check_files(params: OpenRLHFParams, worktree: Path) -> Check:
+    """The recipe's own files that are missing from the worktree (a recipe example names files a team provides)."""
+    named = {k: getattr(params, k) for k in ("prompt_data", "eval_dataset", "reward_func")}
+    paths = {k: v for k, v in named.items() if v and _is_path(v)}
+    missing = [f"{k}: {v}" for k, v in paths.items() if not (worktree / v).is_file()]
+    if missing:
+        return Check(name="files", ok=False, detail=f"not found in {worktree}: {'; '.join(missing)}: add your files "
+                                                    "there (the recipe names them, autorl ships none) or change "
+                                                    "those keys")
+    if not paths:
+        return Check(name="files", ok=None, detail="no local file named (Hub datasets and URLs are not checked here)")
+    return Check(name="files", ok=True, detail=", ".join(paths.values()) + " found")
+
+
+def _is_path(value: str) -> bool:
+    if value.startswith(("builtin:", "http://", "https://")):
+        return False
+    return value.startswith(("./", "/", "../")) or value.lower().endswith(LOCAL_SUFFIXES)
 
 
 def check_gpus(params: OpenRLHFParams, visible: int) -> Check:
@@ -185,4 +205,4 @@ def preflight(recipe, worktree: str | Path = ".", patches_dir: str | Path | None
     site = site_packages_of() if site_packages == "auto" else (Path(site_packages) if site_packages else None)
     patches = Path(patches_dir) if patches_dir else (root / "patches" if (root / "patches").is_dir() else DEFAULT_DIR)
     return [*check_schedule(params, root), *check_disk(params, root), check_patches(patches, site),
-            check_gpus(params, gpus_visible() if visible is None else visible)]
+            check_gpus(params, gpus_visible() if visible is None else visible), check_files(params, root)]

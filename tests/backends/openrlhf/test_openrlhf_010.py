@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,38 @@ def test_planned_steps_of_a_capped_pool():
     assert planned_steps(recipe) == 4  # 32 prompts / 8 per rollout batch x 1 episode: what the real run logged
     uncapped = recipe.model_copy(update={"train": {**recipe.train, "max_samples": None}})
     assert planned_steps(uncapped) == 0
+
+
+@pytest.mark.slow
+def test_prepare_starts_the_study_head_and_evaluator_outside_any_trial(tmp_path, monkeypatch):
+    """The Ray head and the evaluator's imports are the study's, not the first trial's: prepare starts both, the
+    trials' jobs share the study's compile caches, and close stops the head."""
+    from autorl.backends import forked
+    from autorl.backends.ray_jobs import client
+
+    monkeypatch.setattr(forked, "_SERVERS", {})
+    for var in ("TORCH_EXTENSIONS_DIR", "VLLM_CACHE_ROOT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))  # a variable the user set is kept
+    recipe = load_recipe(Path("autorl/data/recipes/openrlhf-small.yaml")).with_train(openrlhf_version="0.10.4",
+                                                                                    vllm_in_process=True)
+    backend = OpenRLHFBackend()
+    try:
+        assert backend.prepare(recipe, tmp_path / "cache", tmp_path / "prepare") is None
+        address = backend.address(None)
+        assert client(address).list_jobs() == []
+        assert [k[1] for k in forked._SERVERS] == [forked.EVALUATE]
+        spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run",
+                         cache_dir=tmp_path / "cache")
+        env = backend.plan(spec).env
+        assert env["TORCH_EXTENSIONS_DIR"] == str((tmp_path / "cache" / "openrlhf" / "torch_extensions").resolve())
+        assert env["VLLM_CACHE_ROOT"].endswith("openrlhf/vllm") and "TRITON_CACHE_DIR" not in env
+        assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+        ev = backend.eval_plan(spec)
+        server = forked.server_for(ev.argv[0], forked.EVALUATE, {**os.environ, "PYTHONUNBUFFERED": "1", **ev.env})
+        assert server is next(iter(forked._SERVERS.values()))  # the evaluations will fork from the warm server
+    finally:
+        backend.close()
+        for server in forked._SERVERS.values():
+            server.close()
+    assert backend._head is None

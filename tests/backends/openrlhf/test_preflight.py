@@ -90,8 +90,31 @@ def test_gpus():
 def test_preflight_on_a_recipe(tmp_path):
     recipe = validate_recipe({"backend": "openrlhf", "train": {"pretrain": "m", "prompt_data": "data/pool.jsonl"}})
     checks = {c.name: c for c in preflight(recipe, worktree=_pool(tmp_path, 64), site_packages=None, visible=0)}
-    assert set(checks) == {"steps", "lr_at_step_20", "patches", "gpus"}
+    assert set(checks) == {"steps", "lr_at_step_20", "patches", "gpus", "files"}
     assert checks["steps"].ok and checks["patches"].ok is None and checks["gpus"].ok is False
+    assert checks["files"].ok and checks["files"].detail == "data/pool.jsonl found"
+
+
+def test_files_the_recipe_names_must_exist(tmp_path):
+    from autorl.backends.openrlhf.preflight import check_files
+
+    params = _params(prompt_data="data/pool.jsonl", eval_dataset="data/probe.jsonl", reward_func="reward_em.py")
+    miss = check_files(params, _pool(tmp_path, 8))
+    assert miss.ok is False
+    assert "eval_dataset: data/probe.jsonl; reward_func: reward_em.py" in miss.detail and "prompt_data" not in miss.detail
+    hub = check_files(_params(prompt_data="openai/gsm8k", reward_func="builtin:exact_match"), tmp_path)
+    assert hub.ok is None
+
+
+def test_the_shipped_gpt_oss_recipes_say_which_files_are_yours(tmp_path):
+    from autorl.data import shipped
+    from autorl.recipe import load_recipe
+
+    for name in ("gpt-oss-20b.yaml", "gpt-oss-120b.yaml"):
+        path = shipped("recipes", name)
+        checks = {c.name: c for c in preflight(load_recipe(path), worktree=tmp_path, site_packages=None, visible=8)}
+        assert checks["files"].ok is False and "data/sft_rl_pool_400.jsonl" in checks["files"].detail
+        assert "you provide" in path.read_text()
 
 
 def test_a_run_shorter_than_twenty_steps_is_judged_on_its_mean_lr(tmp_path):

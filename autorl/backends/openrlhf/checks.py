@@ -1,0 +1,120 @@
+"""What must hold of an OpenRLHF recipe before any Ray job starts, each failure one line.
+
+A job that finds a missing model directory, an unreadable probe file or a flag its OpenRLHF version lacks dies
+after its runtime env, the driver's imports and Ray's start (20 s or more on a GPU host), and a study would
+triage each trial's crash in turn. ``problem(recipe, root)`` finds those mistakes first:
+
+- ``pretrain``, ``prompt_data`` (on a local head) and the probe sets, where they are local paths (a Hugging Face hub name such
+  as ``org/model`` is left to the job): the model directory has a ``config.json``, the files exist, the probe
+  files are JSONL of ``{"input", "label"}``;
+- ``extra_args``: every ``--flag`` is one the installed ``train_ppo_ray`` defines (read from its source, without
+  importing it; skipped when OpenRLHF is not installed here or is another version than the recipe's);
+- ``gpus_per_trial`` below 1 (trials sharing a GPU): one colocated GPU per trial, a whole number of trials per
+  GPU, and vLLM memory shares that leave room for each other.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+from autorl.backends.openrlhf.params import OpenRLHFParams
+
+FLAG = re.compile(r"""add_argument\(\s*["'](--[\w.\-]+)["']""")
+PACKED_MEMORY_MAX = 0.9  # the vLLM memory shares of the trials that share one GPU may sum to at most this
+
+
+def problem(recipe, root: Path, installed: str | None = None, on_cluster: bool = False) -> str | None:
+    """The first mistake of an OpenRLHF recipe as one line naming the fix, or None. ``on_cluster``: the job runs on
+    a Ray cluster whose nodes have files of their own, so the model and prompt paths are not looked up here (the
+    per-item evaluation, and so the probe sets, run on this machine)."""
+    params: OpenRLHFParams = recipe.params
+    for check in ((_probes,) if on_cluster else (_model, _files, _probes)):
+        found = check(params, root)
+        if found:
+            return found
+    return _flags(params, installed) or _packing(recipe)
+
+
+def _local(value: str, root: Path) -> Path | None:
+    """The path ``value`` names when it is a local one (absolute, ./ or ../, or present under ``root``)."""
+    path = Path(value).expanduser()
+    if path.is_absolute() or value.startswith((".", "~")) or (root / path).exists():
+        return path if path.is_absolute() else root / path
+    return None
+
+
+def _model(params: OpenRLHFParams, root: Path) -> str | None:
+    path = _local(params.pretrain, root)
+    if path is not None and not (path / "config.json").is_file():
+        return (f"train.pretrain: no model directory at {path} (no config.json): make it (for the small recipe: "
+                f"python -m autorl.backends.openrlhf.small DIR) or fix the path")
+    return None
+
+
+def _files(params: OpenRLHFParams, root: Path) -> str | None:
+    path = _local(params.prompt_data, root)
+    if path is not None and not path.exists():
+        return f"train.prompt_data: {path} not found: give the prompt JSONL file (or a hub dataset name)"
+    return None
+
+
+def _probes(params: OpenRLHFParams, root: Path) -> str | None:
+    from autorl.evaluate import EvalError, read_probe
+
+    for field, value in (("probe_id", params.probe_id), ("probe_ood", params.probe_ood)):
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        try:
+            read_probe(path if path.is_absolute() else root / path)
+        except EvalError as exc:
+            return f"train.{field}: {exc}"
+    return None
+
+
+def _flags(params: OpenRLHFParams, installed: str | None) -> str | None:
+    if not params.extra_args:
+        return None
+    known = installed_flags(params.openrlhf_version, installed)
+    if known is None:
+        return None
+    for word in params.extra_args:
+        flag = word.split("=", 1)[0]
+        if flag.startswith("--") and flag not in known:
+            return (f"train.extra_args: {flag} is not a flag of the installed openrlhf's train_ppo_ray: "
+                    f"remove it or check its name (`python -m openrlhf.cli.train_ppo_ray --help`)")
+    return None
+
+
+def installed_flags(version: str | None, installed: str | None) -> set[str] | None:
+    """The flags the installed ``train_ppo_ray`` defines, when it is the version the recipe targets; else None."""
+    if installed is None or (version and version != installed):
+        return None
+    try:
+        spec = importlib.util.find_spec("openrlhf.cli.train_ppo_ray")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    return set(FLAG.findall(Path(spec.origin).read_text(errors="replace")))
+
+
+def _packing(recipe) -> str | None:
+    share = recipe.gpus_per_trial
+    if not 0 < share < 1:
+        return None
+    params: OpenRLHFParams = recipe.params
+    per_gpu = round(1 / share)
+    if abs(per_gpu * share - 1) > 1e-6:
+        return f"gpus_per_trial: {share:g} is not 1/k of a GPU: use 0.5 (two trials a GPU), 0.25 (four) or 1"
+    if not params.colocate_all or params.gpus_needed() != 1:
+        return ("gpus_per_trial below 1 packs trials on one GPU each: set train.colocate_all with one actor GPU "
+                "and one vLLM engine of TP 1, or use gpus_per_trial 0 (whole GPUs)")
+    memory = params.vllm_gpu_memory_utilization or 0.9  # OpenRLHF's default
+    if memory * per_gpu > PACKED_MEMORY_MAX:
+        return (f"gpus_per_trial {share:g}: {per_gpu} trials share a GPU, and their vLLM memory shares sum to "
+                f"{memory * per_gpu:.2f} (> {PACKED_MEMORY_MAX}): set train.vllm_gpu_memory_utilization to at most "
+                f"{PACKED_MEMORY_MAX / per_gpu:.2f}")
+    return None

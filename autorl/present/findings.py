@@ -1,0 +1,314 @@
+"""What a study found, said plainly: the headline at the end of ``autorl run``, at the top of ``autorl status`` and
+of the report.
+
+``findings(ws, ledger, study)`` is the data (``--json`` prints it, full precision); ``headline(d)`` the lines a
+person reads (numbers rounded). In order:
+
+- the best confirmed recipe: what it changes against the baseline recipe, its gain over the baseline with the
+  interval and how that was measured (``autorl.judge.gains``), the chain of confirmed steps that reached it, and
+  its re-validation once ``autorl promote`` ran one; the other confirmed recipes in one line each;
+- what was ruled out: the trials that gained nothing over the recipe they modified, by hypothesis, each flat test
+  with the smallest gain it could have detected (``gains.detectable``), so "nothing found" is never read as
+  "nothing there" when the test could not see it;
+- crashes in one line;
+- the exact next command;
+- each full run: its best eval, where its weights are, the branch to adopt, and what it can be compared with.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+from autorl import gitops
+from autorl.errors import GitError
+from autorl.judge import gains
+from autorl.recipe import dump_values
+
+RULED_OUT = ("flat", "regressed", "pruned")
+GROUPS_SHOWN = 5  # hypotheses listed under "ruled out"; the rest are counted
+VALUES_SHOWN = 4  # trials named per hypothesis
+WIDTH = 88
+
+
+def findings(ws, ledger, study: str | None = None) -> dict[str, Any]:
+    """The study's findings as plain data (the latest study by default)."""
+    st = ledger.study(study)
+    recipe = gains.study_recipe(st)
+    trials = ledger.trials(st["id"])
+    base_train = recipe.train if recipe is not None else {}
+    ranked = gains.ranked(gains.baseline_gains(ledger.records(st["id"]), recipe)) if recipe is not None else []
+    by_number = {t["number"]: t for t in trials}
+    full = [_full_run(ws, t) for t in trials if t.get("kind") == "full"]
+    confirmed = [_confirmed(g, by_number, base_train, full) for g in ranked]
+    d = {"study": st["name"], "state": st.get("status"), "recipe_path": st.get("recipe_path"),
+         "objective": _objective(recipe),
+         "counts": _counts(trials), "baseline": _baseline_value(trials), "confirmed": confirmed,
+         "best": confirmed[0] if confirmed else None,
+         "open_candidates": [t["number"] for t in trials if t.get("confirmation") == "candidate"],
+         "ruled_out": ruled_out(trials, by_number, base_train, recipe), "crashes": _crashes(trials),
+         "full_runs": full}
+    d["next"] = next_step(d)
+    return d
+
+
+def _objective(recipe) -> dict[str, Any]:
+    if recipe is None:
+        return {"metric": "objective", "direction": "maximize", "level": 0.95, "min_effect": 0.0}
+    o, v = recipe.objective, recipe.verdict
+    return {"metric": o.metric, "direction": o.direction, "level": v.level, "min_effect": v.min_effect}
+
+
+def _counts(trials: list[dict]) -> dict[str, int]:
+    own = [t for t in trials if t.get("kind") == "trial"]
+    return {"trials": len(own), "baseline_runs": sum(t.get("proposer") == "baseline" for t in own),
+            "confirmation_runs": sum(t.get("confirms") is not None for t in own),
+            "full_runs": sum(t.get("kind") == "full" for t in trials)}
+
+
+def _baseline_value(trials: list[dict]) -> float | None:
+    values = [t["objective"] for t in trials if t.get("proposer") == "baseline" and t.get("status") == "complete"
+              and t.get("objective") is not None]
+    return sum(values) / len(values) if values else None
+
+
+def changes(params: dict | None, before: dict) -> list[list[Any]]:
+    """[key, value before, value after] for each train value that differs (the seed apart)."""
+    params = params or {}
+    return [[k, before.get(k), v] for k, v in params.items() if k != "seed" and before.get(k) != v]
+
+
+def _confirmed(g: gains.Gain, by_number: dict[int, dict], base_train: dict, full: list[dict]) -> dict[str, Any]:
+    row = by_number[g.number]
+    revalidated = next((f["revalidation"] for f in full if f["promoted_from"] == g.number), None)
+    return {**g.model_dump(), "changes": changes(row.get("params"), base_train), "objective": row.get("objective"),
+            "revalidation": revalidated}
+
+
+def ruled_out(trials: list[dict], by_number: dict[int, dict], base_train: dict, recipe) -> list[dict[str, Any]]:
+    """Trials that gained nothing over the recipe they modified, grouped by hypothesis (or proposer), largest
+    group first; each with what it changed against its parent and, for a flat test, the smallest gain it could
+    have detected."""
+    level = recipe.verdict.level if recipe is not None else 0.95
+    floor = recipe.verdict.min_effect if recipe is not None else 0.0
+    groups: dict[str, list[dict]] = {}
+    for t in trials:
+        outcome = _outcome(t)
+        if outcome is None:
+            continue
+        parent = by_number.get(t.get("parent")) if t.get("parent") is not None else None
+        before = (parent.get("params") if parent else None) or base_train
+        groups.setdefault(t.get("hypothesis") or t["proposer"], []).append({
+            "number": t["number"], "changes": changes(t.get("params"), before) or changes(t.get("changed"), before),
+            "outcome": outcome, "delta": t.get("delta"), "ci_low": t.get("ci_low"), "ci_high": t.get("ci_high"),
+            "detectable": _detectable(t, outcome, level, floor)})
+    return [{"group": k, "trials": v} for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+
+
+def _outcome(t: dict) -> str | None:
+    """flat, regressed, pruned or 'not confirmed' for a trial of the search that found nothing; else None."""
+    if t.get("kind") != "trial" or t.get("proposer") == "baseline" or t.get("confirms") is not None:
+        return None
+    if t.get("verdict") == "improved" and t.get("confirmation") == "rejected":
+        return "not confirmed"
+    return t.get("verdict") if t.get("verdict") in RULED_OUT else None
+
+
+def _detectable(t: dict, outcome: str, level: float, floor: float) -> float | None:
+    if outcome not in ("flat", "not confirmed") or t.get("ci_low") is None or t.get("ci_high") is None:
+        return None
+    return gains.detectable(t["ci_low"], t["ci_high"], level, floor)
+
+
+def _crashes(trials: list[dict]) -> dict[str, Any]:
+    crashed = [t for t in trials if t.get("verdict") == "crash" or t.get("status") == "crash"]
+    categories: dict[str, int] = {}
+    for t in crashed:
+        categories[t.get("crash_category") or "unknown"] = categories.get(t.get("crash_category") or "unknown", 0) + 1
+    return {"count": len(crashed), "categories": categories}
+
+
+def _full_run(ws, t: dict) -> dict[str, Any]:
+    """A promoted full run: its state, best eval, weights (from its results file) and re-validation."""
+    result = _results(ws, t) if t.get("end_tag") else {}
+    best = result.get("best_checkpoint") or {}
+    revalidation = ({"delta": t["delta"], "ci_low": t.get("ci_low"), "ci_high": t.get("ci_high"),
+                     "method": t.get("method")} if t.get("delta") is not None else None)
+    return {"number": t["number"], "attempt": t["attempt"], "branch": t.get("branch"), "status": t.get("status"),
+            "promoted_from": t.get("promoted_from"), "objective": t.get("objective"), "best_step": best.get("step"),
+            "weights": best.get("weights"), "revalidation": revalidation, "full_length_baseline": None}
+
+
+def _results(ws, t: dict) -> dict[str, Any]:
+    try:
+        text = gitops.show_file(ws.root, t["end_tag"], f"results/{t['attempt']}.json")
+    except GitError:
+        return {}
+    try:
+        return json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def next_step(d: dict[str, Any]) -> dict[str, str]:
+    """The command to run next, and why."""
+    best, full = d["best"], d["full_runs"]
+    running = [f for f in full if f["status"] == "running"]
+    if running:
+        return {"command": "autorl status", "why": f"full run {running[0]['attempt']} is running"}
+    done = [f for f in full if best and f["promoted_from"] == best["number"] and f["status"] != "crash"]
+    if done:
+        f = done[-1]
+        return {"command": f"git checkout {f['branch']} -- {d['recipe_path']}",
+                "why": f"adopt the full run's recipe (its branch {f['branch']})"}
+    if best:
+        return {"command": "autorl promote", "why": f"re-runs {best['number']:02d} and the baseline with fresh seeds, "
+                                                     "then starts its full run if the gain holds"}
+    if d["open_candidates"]:
+        return {"command": "autorl run --resume --budget 30m",
+                "why": f"{len(d['open_candidates'])} candidate(s) still await their fresh-seed runs"}
+    return {"command": "autorl run --resume --budget 1h", "why": "nothing confirmed yet: search longer (or read "
+                                                                "`autorl diagnose` and `autorl ledger`)"}
+
+
+# ---- the lines a person reads ----------------------------------------------------------------------------------
+def headline(d: dict[str, Any], width: int = WIDTH) -> list[str]:
+    """The findings as lines of at most ``width`` characters (a longer line wraps under its own indent)."""
+    lines = _found(d) + _ruled_out_lines(d) + [_crash_line(d["crashes"])]
+    for f in d["full_runs"]:
+        lines += full_run_lines(f, d)
+    nxt = d["next"]
+    lines += [f"Next: {nxt['command']}", f"  {nxt['why']}"]
+    return [part for line in lines for part in wrap(line, width)]
+
+
+def wrap(line: str, width: int) -> list[str]:
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return textwrap.wrap(line, width=width, initial_indent="", subsequent_indent=indent + "  ",
+                         break_on_hyphens=False, break_long_words=False) if line.strip() else [line]
+
+
+def _found(d: dict[str, Any]) -> list[str]:
+    best, metric = d["best"], d["objective"]["metric"]
+    base = f"'s {_v(d['baseline'])}" if d["baseline"] is not None else ""
+    if best is None:
+        return [f"Found: no confirmed improvement over the baseline{base} in {d['counts']['trials']} trials."]
+    level = f"{round(best['level'] * 100, 1):g}%"
+    lines = [f"Found: {change_text(best['changes']) or 'the recipe as written'}  ({best['attempt']})",
+             f"  {best['delta']:+.3f} {metric} over the baseline{base} ({level} interval [{best['ci_low']:+.3f}, "
+             f"{best['ci_high']:+.3f}]), {best_how(best)}."]
+    if best.get("revalidation"):
+        lines.append(f"  Re-validated by promote: {_gain(best['revalidation'])} over the baseline.")
+    for g in d["confirmed"][1:3]:
+        lines.append(f"  Also confirmed: {g['number']:02d} {change_text(g['changes'])}, {_gain(g)}.")
+    return lines
+
+
+def best_how(g: dict[str, Any]) -> str:
+    """How a confirmed recipe's gain was measured (``Gain.describe``)."""
+    return gains.Gain.model_validate({k: g[k] for k in gains.Gain.model_fields}).describe()
+
+
+def _ruled_out_lines(d: dict[str, Any]) -> list[str]:
+    groups = d["ruled_out"]
+    if not groups:
+        return ["Ruled out: nothing yet."]
+    n = sum(len(g["trials"]) for g in groups)
+    lines = [f"Ruled out ({n} trials with no gain over the recipe they modified):"]
+    for g in groups[:GROUPS_SHOWN]:
+        lines.append(f"  {g['group']}: " + _group_text(g["trials"]))
+    rest = groups[GROUPS_SHOWN:]
+    if rest:
+        lines.append(f"  and {sum(len(g['trials']) for g in rest)} more in {len(rest)} other groups (autorl ledger)")
+    return lines
+
+
+def _group_text(trials: list[dict]) -> str:
+    named = "; ".join(f"{change_text(t['changes'], arrow=False) or 'no change'} {t['outcome']}"
+                      for t in trials[:VALUES_SHOWN])
+    more = f"; +{len(trials) - VALUES_SHOWN} more" if len(trials) > VALUES_SHOWN else ""
+    seen = sorted(t["detectable"] for t in trials if t["detectable"] is not None)
+    if not seen:
+        return named + more
+    could = f"+{seen[0]:.3f}" if len(seen) == 1 or seen[-1] - seen[0] < 0.0005 else f"+{seen[0]:.3f} to +{seen[-1]:.3f}"
+    tests = "its flat test" if len(seen) == 1 else f"its {len(seen)} flat tests"
+    return f"{named}{more} ({tests} could detect a gain of {could})"
+
+
+def _crash_line(c: dict[str, Any]) -> str:
+    if not c["count"]:
+        return "Crashes: none."
+    kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(c["categories"].items(), key=lambda kv: -kv[1]))
+    return f"Crashes: {c['count']} ({kinds}): `autorl triage` groups them with root cause and remedy."
+
+
+def full_run_lines(f: dict[str, Any], d: dict[str, Any]) -> list[str]:
+    """A full run: its state and best eval, its weights, the branch to adopt, and what it compares with."""
+    metric = d["objective"]["metric"]
+    head = f"Full run {f['attempt']} (from {f['promoted_from']:02d}): {f['status']}"
+    if f["objective"] is not None:
+        head += f", best {metric} {_v(f['objective'])} at step {f['best_step']}"
+    lines = [head]
+    if f["status"] == "running":
+        return lines
+    lines.append(f"  weights: {f['weights']}" if f["weights"] else "  weights: none saved (the backend keeps none, "
+                                                                      "or no eval improved)")
+    lines.append(f"  branch to adopt: {f['branch']}")
+    reval = f"re-validated at trial length: {_gain(f['revalidation'])} over the baseline; " if f["revalidation"] else ""
+    lines.append(f"  {reval}no full-length baseline was run, so {_v(f['objective'])} has no baseline of its own "
+                 "length to compare with.")
+    return lines
+
+
+def change_text(items: list[list[Any]], arrow: bool = True) -> str:
+    """'lr 5e-07 → 5e-05, gens 8 → 16' (or 'lr 5e-05' without arrows)."""
+    if arrow:
+        return ", ".join(f"{k} {_fmt(a)} → {_fmt(b)}" for k, a, b in items)
+    return dump_values({k: b for k, _, b in items}).replace("=", " ")
+
+
+def _gain(g: dict[str, Any]) -> str:
+    if g.get("ci_low") is None or g.get("ci_high") is None:
+        return f"{g['delta']:+.3f}"
+    return f"{g['delta']:+.3f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
+
+
+def _v(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _fmt(v: Any) -> str:
+    return dump_values({"": v})[1:]
+
+
+def refs_line(ws, ledger, study: str | None = None) -> str:
+    """How many of the study's branches and tags are still there, and how to clear those nothing needs ("" when
+    none are)."""
+    st = ledger.study(study)
+    try:
+        existing = gitops.refs(ws.root)
+    except GitError:
+        return ""
+    rows = ledger.trials(st["id"])
+    branches = sum(t.get("branch") in existing for t in rows)
+    tags = sum(tag in existing for t in rows for tag in (t.get("start_tag"), t.get("end_tag")) if tag)
+    if not branches and not tags:
+        return ""
+    return (f"Git: the study's trials left {branches} branches and {tags} tags (attempt-NN-*); "
+            f"`autorl clean --dry-run` lists those nothing needs any more.")
+
+
+# ---- promote's outcome ---------------------------------------------------------------------------------------
+def promoted_lines(d: dict[str, Any]) -> list[str]:
+    """``autorl promote``'s result in words (its dry run, or the full run it launched)."""
+    if "full_values" in d:
+        return [f"full run values: {dump_values(d['full_values']) or 'none (the recipe as the trial ran it)'}",
+                f"dry run: nothing was run; without --dry-run, {d['attempt']} and the baseline are re-run with "
+                "fresh seeds, then its full run starts if the gain holds"]
+    r = d["revalidation"]
+    forced = "; promoted anyway (--force, recorded in the ledger)" if d["forced"] else ""
+    return [f"full run {d['attempt']} launched from {d['promoted_from']:02d} (monitor pid {d['monitor_pid']})",
+            f"re-validation: {r['verdict']}, {r['delta']:+.3f} ({round(r['level'] * 100, 1):g}% interval "
+            f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]) over the baseline{forced}",
+            f"follow it: autorl status, or autorl show {d['number']}"]

@@ -1,0 +1,67 @@
+"""Confirmed recipes ranked by their gain over the baseline, measured on their fresh-seed runs; promote's default
+pick follows that rank; and the smallest gain a test could have detected.
+
+The study's ledger (tests/study_ledger.py) holds a chain of two confirmed improvements, 05 (lr 5e-6 on the
+baseline) and 08 (lr 5e-5 on top of 05). Each verdict is against its parent, and 05's lower bound over its parent
+is the higher one: ranking by it promoted the weaker recipe.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autorl.judge import gains
+from autorl.ledger import Ledger
+from autorl.trial.promote import pick_best
+from tests.study_ledger import items, write_study
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    return Ledger(write_study(tmp_path))
+
+
+def test_a_chain_of_two_confirmed_improvements_ranks_the_later_one_first(ledger):
+    first, second = ledger.trial(5), ledger.trial(8)
+    assert first["ci_low"] > second["ci_low"]  # the parent-relative bound that picked the weaker recipe
+    ranked = gains.ranked(gains.study_gains(ledger, ledger.study()))
+    assert [g.number for g in ranked] == [8, 5]
+    assert ranked[0].chain == [5, 8] and ranked[1].chain == [5]
+    assert ranked[0].delta > second["delta"] + 0.02  # over the baseline, not only its step over 05
+    assert ranked[0].ci_low > ranked[1].ci_low > 0
+    row, why = pick_best(ledger)
+    assert row["number"] == 8
+    assert "largest gain over the baseline" in why and "05 → 08" in why and "2 fresh-seed runs" in why
+
+
+def test_the_gain_is_measured_on_the_fresh_seed_runs_against_the_baseline_runs(ledger):
+    g = gains.study_gains(ledger, ledger.study())[8]
+    fresh = [np.mean(items(0.63, n)) for n in (9, 10)]  # 08's confirmation runs; its own lucky run left out
+    base = [np.mean(items(0.48, n)) for n in (1, 2, 3, 4)]
+    assert g.delta == pytest.approx(np.mean(fresh) - np.mean(base))
+    assert (g.runs, g.baseline_runs, g.n, g.method) == (2, 4, 400, "paired_items")
+    assert g.ci_low < g.delta < g.ci_high
+
+
+def test_a_rejected_or_open_candidate_is_never_ranked(ledger):
+    ledger.set_confirmation(8, "rejected", "fresh seeds disagreed")
+    ranked = gains.ranked(gains.study_gains(ledger, ledger.study()))
+    assert [g.number for g in ranked] == [5]
+    assert pick_best(ledger)[0]["number"] == 5
+
+
+def test_chain_follows_parents_and_survives_a_loop():
+    rows = {5: {"parent": None}, 8: {"parent": 5}, 12: {"parent": 8}}
+    assert gains.chain_of(rows, 12) == [5, 8, 12]
+    assert gains.chain_of({1: {"parent": 2}, 2: {"parent": 1}}, 1) == [2, 1]
+
+
+def test_detectable_gain_of_an_interval():
+    z80 = 0.8416212335729143
+    assert gains.detectable(-0.05, 0.05, 0.95) == pytest.approx(0.05 * (1 + z80 / 1.959963984540054))
+    assert gains.detectable(-0.05, 0.05, 0.95, min_effect=0.01) == pytest.approx(0.01 + 0.05 * 1.4294, abs=1e-4)
+    assert gains.detectable(-0.02, 0.02, 0.95) < gains.detectable(-0.05, 0.05, 0.95)  # a tighter test sees more
+    assert gains.detectable(-math.inf, math.inf, 0.95) is None

@@ -1,0 +1,118 @@
+"""What a study found, told plainly: the headline `autorl status` shows once a study has stopped (the same lines end
+`autorl run` and open the report), `--json` with full precision, and a full run's weights and branch.
+
+A real workspace (git refs, ledger) holding the study of tests/study_ledger.py; the real command in a child process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from autorl.ledger import Ledger
+from autorl.present import findings
+from tests.conftest import run_cli
+from tests.study_ledger import add_full_run, git_workspace
+
+
+@pytest.fixture
+def ws(tmp_path):
+    return git_workspace(tmp_path / "ws")
+
+
+def _status(ws, *extra):
+    r = run_cli("-C", str(ws), "status", *extra, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_status_after_a_study_opens_with_what_was_found(ws):
+    out = _status(ws)
+    lines = out.splitlines()
+    assert max(len(x) for x in lines) <= 80
+    assert lines[1] == "Found: lr 5e-07 → 5e-05  (attempt-08-move)"
+    text = " ".join(x.strip() for x in lines)
+    assert "over the baseline's 0.538 (95% interval [+0.062, +0.147])" in text
+    assert "2 fresh-seed runs against the 4 baseline runs, paired over 400 eval items" in text
+    assert "reached in confirmed steps 05 → 08" in text
+    assert "Also confirmed: 05 lr 5e-07 → 5e-06, +0.073 [+0.033, +0.113]" in text
+    assert "h13-flat-learning: lr 0.0005 pruned; lr 0.000158 flat (its flat test could detect a gain of +0.056)" in text
+    assert "eps_clip 0.1 regressed" in text
+    assert "Crashes: 1 (oom ×1)" in text
+    assert "Next: autorl promote re-runs 08 and the baseline with fresh seeds" in text
+    assert "{" not in out and "None" not in out and "e-05, " not in out.replace("5e-05  (", "")
+
+
+def test_status_json_keeps_full_precision(ws):
+    d = json.loads(_status(ws, "--json"))
+    best = d["findings"]["best"]
+    assert best["number"] == 8 and best["chain"] == [5, 8]
+    assert best["changes"] == [["lr", 5e-07, 5e-05]]
+    assert abs(best["delta"] - 0.104375) < 1e-12  # not rounded
+    assert [g["group"] for g in d["findings"]["ruled_out"]] == ["h13-flat-learning", "h02-clip-range"]
+    assert d["findings"]["next"]["command"] == "autorl promote"
+
+
+def test_a_running_study_has_no_headline_yet(ws):
+    led = Ledger(ws / "ledger.sqlite")
+    led.update_study(led.study()["id"], status="running")
+    led.close()
+    assert "Found:" not in _status(ws)
+
+
+def test_a_study_with_nothing_confirmed_says_so_and_what_to_do(ws):
+    led = Ledger(ws / "ledger.sqlite")
+    for n in (5, 8):
+        led.set_confirmation(n, "rejected", "fresh seeds disagreed")
+    d = findings.findings(type("W", (), {"root": ws}), led)
+    lines = findings.headline(d)
+    assert lines[0].startswith("Found: no confirmed improvement over the baseline's 0.538 in 15 trials")
+    assert "05 → 08" not in " ".join(lines)
+    assert d["next"]["command"] == "autorl run --resume --budget 1h"
+    assert [t["outcome"] for g in d["ruled_out"] for t in g["trials"]].count("not confirmed") == 2
+
+
+def test_after_a_full_run_it_says_where_the_weights_are_and_what_to_adopt(ws):
+    full = add_full_run(ws)
+    text = " ".join(x.strip() for x in _status(ws).splitlines())
+    assert "Re-validated by promote: +0.144 [+0.087, +0.201] over the baseline" in text
+    assert f"Full run {full['name']} (from 08): complete, best eval/id/greedy_pass@1 0.668 at step 250" in text
+    assert f"weights: {full['weights']}" in text
+    assert f"branch to adopt: {full['name']}" in text
+    assert "no full-length baseline was run" in text
+    assert f"Next: git checkout {full['name']} -- recipes/default.yaml" in text
+
+
+def test_diagnose_defaults_to_the_best_confirmed_recipe_then_the_baseline(ws):
+    r = run_cli("-C", str(ws), "diagnose")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("attempt-08-move (the study's best confirmed recipe; `autorl diagnose NN` for another")
+    assert "{" not in r.stdout and "[" not in r.stdout
+    led = Ledger(ws / "ledger.sqlite")
+    for n in (5, 8):
+        led.set_confirmation(n, "rejected", "fresh seeds disagreed")
+    led.close()
+    r = run_cli("-C", str(ws), "diagnose", "--json")
+    assert json.loads(r.stdout)["attempt"] == "attempt-01-baseline"
+    assert json.loads(r.stdout)["which"] == "the study's baseline: nothing is confirmed yet"
+
+
+def test_the_ledger_says_a_full_runs_delta_is_its_re_validation(ws):
+    add_full_run(ws)
+    r = run_cli("-C", str(ws), "ledger", "--last", "1", env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    assert "+0.1440 [+0.087, +0.201] (re-validation at trial length, vs the baseline)" in " ".join(r.stdout.split())
+
+
+def test_promote_with_no_number_takes_the_headlines_recipe(ws):
+    r = run_cli("-C", str(ws), "promote", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("promoting attempt-08-move: attempt-08-move has the largest gain over the baseline")
+    assert lines[1] == "full run values: steps=300, eval_every=25, save_best=eval/id/greedy_pass@1"
+    assert lines[2].startswith("dry run: nothing was run; without --dry-run, attempt-08-move and the baseline")
+    assert "{" not in r.stdout and "None" not in r.stdout
+    d = json.loads(run_cli("-C", str(ws), "promote", "--dry-run", "--json").stdout)
+    assert d["attempt"] == "attempt-08-move" and d["full_values"]["steps"] == 300
