@@ -175,3 +175,21 @@ def test_apply_patch_returns_touched_paths_and_fails_in_one_line(tmp_path):
         gitops.apply_patch(root, patch)
     assert str(err.value).startswith("git apply ") and "\n" not in str(err.value)
     assert str(err.value).endswith("g.txt: already exists in working directory")
+
+
+def test_whatever_refs_the_repository_holds_the_next_attempt_number_is_sound(tmp_path):
+    """Tags and branches a person made that look like autorl's (a 5,000-digit number, 23 digits, an exponent, non-
+    ASCII) neither break the numbering nor push it to an absurd number; real ones below a billion count."""
+    repo = tmp_path / "r"
+    gitops.init_repo(repo)
+    git(repo, "commit", "-q", "--allow-empty", "-m", "first")
+    for tag in ("attempt-99999999999999999999999-x", "attempt-1e99", "attempt-ü-ü", "attempt-1000000000-x"):
+        git(repo, "tag", tag)
+    git(repo, "branch", "attempt-02-mine")
+    head = git(repo, "rev-parse", "HEAD")  # a name too long for a file lives in packed-refs, as a fetch leaves it
+    with open(repo / ".git" / "packed-refs", "a") as fh:
+        fh.write(f"{head} refs/tags/attempt-{'9' * 5000}\n")
+    assert len(git(repo, "tag", "--list", "attempt-9999*").split()) == 2
+    assert gitops.next_attempt_number(repo) == 3
+    git(repo, "tag", "attempt-999999999-end")
+    assert gitops.next_attempt_number(repo) == 10 ** 9
