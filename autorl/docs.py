@@ -79,7 +79,38 @@ def ledger_markdown() -> str:
     return ("# Ledger\n\n`ledger.sqlite` holds autorl's tables (`autorl_studies`, `autorl_trials`, `autorl_metrics`, "
             "`autorl_events`, `autorl_migrations`) beside Optuna's own (so `optuna-dashboard sqlite:///ledger.sqlite` "
             "opens the studies). Generated from autorl/ledger.py by `python -m autorl.docs`.\n\n"
-            "## autorl_trials\n\n| column | meaning |\n|---|---|\n" + rows + "\n")
+            "## autorl_trials\n\n| column | meaning |\n|---|---|\n" + rows + "\n\n" + LEDGER_SAFETY)
+
+
+LEDGER_SAFETY = """## One controller per study, and a ledger that notices
+
+- **One controller per study.** `autorl run` holds the study's lock (a file under `.autorl/locks/`) for its whole
+  life; the kernel lets go of it when the controller ends, however it ends (Ctrl-C, `kill -9`, a crash). A second
+  `autorl run --resume` of a study that is running is refused: `study NAME is being run by pid PID (since TIME): one
+  controller per study; wait for it to end, or stop it (Ctrl-C, or kill -INT PID) before autorl run --resume`. After a `kill -9` the lock is free at once: `--resume` takes it over and
+  recovers the trial that was running. `autorl clean` takes the same lock. Several studies may run in one
+  workspace and one ledger at once; creating the ledger and Optuna's tables is done by one process at a time.
+  `autorl status` shows a study marked running that no controller holds as `interrupted (no controller runs it:
+  ...)`.
+- **A study whose set-up fails** (a file in the way of its run folder, a backend that cannot be prepared) is
+  marked stopped with the reason as a `study-stopped` event, not left running.
+- **The ledger removed or replaced while a study runs:** the study stops at once with `ledger PATH was removed
+  (or: was replaced by another file) while this study ran: the study stopped and wrote nothing more; put the
+  ledger back, then autorl run --resume`, exit code 2. Nothing is written anywhere after that: no new file appears
+  at the path, the replacing file is left as it is, and the write-ahead log goes with the file it belongs to, so a
+  ledger moved away and put back holds every row.
+- **A damaged ledger** (any page, not only the header: a study checks every page now and then, at most 2 % of its
+  time): `ledger PATH is damaged (...): keep the file; rebuild what it holds into a new one with sqlite3 LEDGER
+  .recover | sqlite3 recovered.sqlite and pass that with --ledger`. A file that is not a ledger at all is refused
+  the same way; autorl never deletes or rewrites it.
+- **A full disk:** `no space left on the disk of PATH (N KiB free): free some space, then run the command again
+  (a stopped study goes on with autorl run --resume; its ledger is kept)`. The review commands still read the
+  ledger on a full disk.
+- **Review commands** (`ledger`, `show`, `status`, `report`, `triage`, `diagnose`) open the ledger
+  read-only: they never write to it, never create it, and never change its bytes.
+- Clean-up after any of these never hides the error that ended the study: each step runs on its own, and the
+  first error is the one line you see.
+"""
 
 
 def recipe_markdown() -> str:

@@ -666,9 +666,9 @@ def ledger_error(path: Path, exc: BaseException) -> Exception:
 
 def damaged(path: Path, what: str) -> LedgerError:
     where = short(path, 200)
-    return LedgerError(f"ledger {where} is damaged ({what}): keep the file; copy it aside and let "
-                       f"`sqlite3 COPY .recover` rebuild what it holds into a new file, and pass that with --ledger "
-                       "(or --ledger NEW to start afresh)")
+    return LedgerError(f"ledger {where} is damaged ({what}): keep the file; rebuild what it holds into a new one "
+                       "with `sqlite3 LEDGER .recover | sqlite3 recovered.sqlite` and pass that with --ledger "
+                       "(or --ledger NEW.sqlite to start afresh)")
 
 
 def disk_full(path: Path) -> DiskFullError:
