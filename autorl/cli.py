@@ -120,11 +120,14 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
         seed: int, quiet: bool) -> None:
     """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent."""
     from autorl.budget import parse_duration
+
+    budget_s = parse_duration(budget)
+    if recipe and not resume:
+        _within_bounds(Path(c.directory) / recipe)
     from autorl.present.live import make_view
     from autorl.recipe import parse_overrides
     from autorl.trial.controller import Controller, RunOptions
 
-    budget_s = parse_duration(budget)
     ws = c.workspace()
     if resume and recipe:
         raise UserError("--resume continues a study with its own recipe: drop the RECIPE argument")
@@ -136,6 +139,17 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
     _study_end(c, summary)
     if summary["stopped_by"]:
         sys.exit(1 if summary.get("stop_status") == "crash-stop" else 130)
+
+
+def _within_bounds(path: Path) -> None:
+    """A recipe's text read and parsed within the YAML bounds before the study's machinery is even imported: hostile
+    text (an alias bomb, a 1 MiB number, 100,000 levels) is refused in the time it takes to start Python. The study
+    reads and validates it again, fully, from the same file."""
+    from autorl import loading
+    from autorl.errors import RecipeError
+
+    if path.is_file():
+        loading.parse(loading.read_text(path, RecipeError, "recipe file"), path, RecipeError)
 
 
 def _study_end(c: _Ctx, summary: dict) -> None:

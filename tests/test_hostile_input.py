@@ -157,3 +157,25 @@ def test_validation_line_never_walks_a_huge_input():
     del nested  # (a failing assertion must not have pytest walk it either)
     line = validation_line(err.value)
     assert line.startswith("x: Input should be a valid integer (got [[[...]") and len(line) < 300
+
+
+PROBE = """import runpy, sys
+sys.argv = ["autorl", "-C", sys.argv[1], "run", "recipes/bad.yaml", "--budget", "1m"]
+try:
+    runpy.run_module("autorl.cli", run_name="__main__")
+except SystemExit as exc:
+    print(exc.code, "autorl.trial.controller" in sys.modules, "optuna" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("text", [HEAD + _bomb("description") + "\n", "name: x\ntrain: {lr: " + "9" * 200_000 + "}\n",
+                                  "name: x\ntrain:\n  lr: 0.1\n  lr: 0.2\n"])
+def test_autorl_run_refuses_hostile_recipe_text_before_loading_the_study_machinery(command_ws, text):
+    """The refusal costs the start of Python and the bounded read, not the import of the controller, Optuna and
+    the ledger (seconds on a busy machine)."""
+    import subprocess
+
+    (command_ws / "recipes" / "bad.yaml").write_text(text)
+    r = subprocess.run([sys.executable, "-c", PROBE, str(command_ws)], capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["2", "False", "False"], (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and "bad.yaml line" in r.stderr
