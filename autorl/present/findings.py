@@ -110,7 +110,7 @@ def _outcome(t: dict) -> str | None:
     """flat, regressed, pruned or 'not confirmed' for a trial of the search that found nothing; else None."""
     if t.get("kind") != "trial" or t.get("proposer") == "baseline" or t.get("confirms") is not None:
         return None
-    if t.get("verdict") == "improved" and t.get("confirmation") == "rejected":
+    if t.get("verdict") == "improved" and t.get("confirmation") in ("rejected", "suspect"):
         return "not confirmed"
     return t.get("verdict") if t.get("verdict") in RULED_OUT else None
 
@@ -311,4 +311,5 @@ def promoted_lines(d: dict[str, Any]) -> list[str]:
     return [f"full run {d['attempt']} launched from {d['promoted_from']:02d} (monitor pid {d['monitor_pid']})",
             f"re-validation: {r['verdict']}, {r['delta']:+.3f} ({round(r['level'] * 100, 1):g}% interval "
             f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]) over the baseline{forced}",
+            *([d["gate"]] if d.get("gate") else []),
             f"follow it: autorl status, or autorl show {d['number']}"]
