@@ -8,8 +8,8 @@ on what every run writes anyway, never on how the reward is computed:
 1. ``task_id`` / ``task_ood``: the held-out task metric per item (``eval/<split>/task_items``: the task's own exact
    match, written when the reward is user code; else ``eval/<split>/items``), judged with the verdict's two-arm
    noise model at the table's ``level``. A split whose gain's upper bound is below ``-drop_max`` dropped; when
-   the objective is not the ID task metric itself, the ID gain's lower bound must exceed ``matched_min`` (the gain
-   is matched).
+   the objective is not the task metric itself, the gain's lower bound on the objective's split (ID for a train
+   metric) must exceed ``matched_min`` (the gain is matched).
 2. ``length``, ``repetition``, ``format_only``, ``truncation``: the greedy eval completions' health per split
    (``autorl.engine.peritem.completion_health``): a change counts only when its interval clears the bound.
 3. ``kl``, ``entropy``: the training steps' mean over each run's last steps, against the recipe's ``gate:`` bounds
@@ -138,10 +138,15 @@ def _task_runs(runs: list[RunMetrics], split: str) -> verdict.Runs | None:
     return verdict.Runs(values=[float(np.mean(i)) for i in items], items=items)
 
 
+def matched_split(recipe: Any) -> str:
+    """The split whose task metric must match the objective's gain: the objective's own eval split, else id."""
+    parts = recipe.objective.metric.split("/")
+    return parts[1] if len(parts) == 3 and parts[0] == "eval" and parts[1] in SPLITS else "id"
+
+
 def is_task_metric(recipe: Any, split: str, runs: list[RunMetrics]) -> bool:
     """Whether the objective is itself the held-out task metric of ``split`` (so a gain is matched by definition)."""
-    o = recipe.objective
-    own = o.metric == f"eval/{split}/greedy_pass@1"
+    own = recipe.objective.metric == f"eval/{split}/greedy_pass@1"
     return own and not any(e.get(f"eval/{split}/task_items") for m in runs for e in m.evals)
 
 
@@ -160,9 +165,10 @@ def task_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, 
             out.append(GateCheck(name=f"task_{split}", ok=False, numbers=nums,
                                  detail=f"held-out {split} task accuracy dropped {span} "
                                         f"({nums['parent']:.3f} -> {nums['trial']:.3f})"))
-        elif split == "id" and not is_task_metric(recipe, split, trial) and v.ci_low <= rules.task.matched_min:
-            out.append(GateCheck(name="task_id", ok=False, numbers=nums,
-                                 detail=f"the objective's gain is not matched by held-out id task accuracy {span} "
+        elif split == matched_split(recipe) and not is_task_metric(recipe, split, trial) \
+                and v.ci_low <= rules.task.matched_min:
+            out.append(GateCheck(name=f"task_{split}", ok=False, numbers=nums,
+                                 detail=f"the objective's gain is not matched by held-out {split} task accuracy {span} "
                                         f"({nums['parent']:.3f} -> {nums['trial']:.3f})"))
         else:
             out.append(GateCheck(name=f"task_{split}", ok=True, numbers=nums, detail=f"held-out {split} task {span}"))

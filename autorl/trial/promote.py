@@ -123,10 +123,10 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
     row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger, force=force)
     if row.get("kind") != "trial" or row.get("status") != "complete":
         raise UserError(f"{row['attempt']} did not complete as a trial ({row['status']}): promote a completed trial")
+    refuse_suspect(ledger, row, _recorded_gate(row), force, "at confirmation")
     view(f"promoting {row['attempt']}: {why}")
     recipe, text, rel = trial_recipe(ws, ledger, row)
     check_promotable(recipe, row)
-    refuse_suspect(ledger, row, _recorded_gate(row), force, "at confirmation")
     values = full_values(recipe, steps, episodes)
     full = recipe.with_train(**values)
     if dry_run:
@@ -140,8 +140,13 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
     if check.verdict != "improved" and not force:
         ledger.event(row["study_id"], row["id"], "promote-refused", check.explanation)
         raise PromotionRefused(f"{row['attempt']} no longer beats the baseline ({check.explanation}); use --force to promote anyway")
-    return _launch_full(ws, ledger, row, text, rel, values, why, check, force,
-                        gate or _recorded_gate(row))
+    return _launch_full(ws, ledger, row, text, rel, values, why, check, force, evidence(_recorded_gate(row), gate))
+
+
+def evidence(recorded: hackgate.GateResult | None, fresh: hackgate.GateResult | None) -> hackgate.GateResult | None:
+    """The gate a full run records: a suspect one first (what --force overrode), else the re-validation's."""
+    suspect = [g for g in (recorded, fresh) if g is not None and g.state == "suspect"]
+    return suspect[0] if suspect else fresh or recorded
 
 
 def _recorded_gate(row: dict) -> hackgate.GateResult | None:
