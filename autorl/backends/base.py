@@ -169,6 +169,10 @@ class Backend:
         """The failed pre-launch checks as one line; the default has none."""
         return ""
 
+    def describe_job(self, spec: TrialSpec, plan: LaunchPlan) -> dict | None:
+        """What a Ray job of this backend gets (Python, runtime env, files, eval); None when it submits no job."""
+        return None
+
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         raise NotImplementedError
 

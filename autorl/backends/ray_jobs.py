@@ -37,12 +37,18 @@ TERMINAL = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -int(signal.SIGTERM)}
 RUNTIME_EXCLUDES = [".git", "__pycache__", "*.safetensors", "*.bin", "*.pt"]
 LOG_SYNC_EVERY_S = 1.0
 SUBMIT_RETRY_S = (2.0, 5.0, 10.0)  # waits before the 2nd, 3rd and 4th try of a submission the dashboard dropped
+DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
+QUIET_LOGGERS = ("ray", "ray.dashboard", "ray._private", "ray.dashboard.modules.dashboard_sdk")  # the SDK sets INFO
 
 
 def client(address: str):
     """A ``JobSubmissionClient`` for ``address`` (``http://host:dashboard_port``)."""
+    import logging
+
     from ray.job_submission import JobSubmissionClient
 
+    for name in QUIET_LOGGERS:  # the SDK's upload notes are not autorl's output
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return JobSubmissionClient(address)
     except Exception as exc:  # the SDK raises ConnectionError, RuntimeError, ValueError
@@ -53,19 +59,58 @@ def submit(address: str, argv: list[str], *, working_dir: str | Path, log_path: 
            env: dict[str, str] | None = None, entrypoint_num_gpus: float = 0, entrypoint_num_cpus: float = 0,
            entrypoint_resources: dict[str, float] | None = None, submission_id: str | None = None,
            reader: Callable[[], list[dict]] | None = None,
-           on_exit: Callable[[], list[dict]] | None = None) -> "RayJobHandle":
+           on_exit: Callable[[], list[dict]] | None = None, py_modules: list[str] | None = None) -> "RayJobHandle":
     """Submit ``argv`` as a Ray job running in ``working_dir``; return its handle at once.
 
     ``reader`` returns new metric records; ``on_exit`` returns the last ones, once, after the job ends.
+    ``py_modules``: local package folders uploaded with the job and importable by its driver and every actor.
     """
-    runtime_env = {"working_dir": str(working_dir), "excludes": RUNTIME_EXCLUDES,
-                   "env_vars": {"PYTHONUNBUFFERED": "1", **(env or {})}}
+    runtime_env = runtime_env_for(working_dir, env, py_modules)
     job_client = client(address)
     job_id = submit_once(job_client, submission_id or f"autorl-{uuid.uuid4().hex[:12]}", address,
                          entrypoint=shlex.join(argv), runtime_env=runtime_env,
                          entrypoint_num_gpus=entrypoint_num_gpus or None, entrypoint_num_cpus=entrypoint_num_cpus or None,
                          entrypoint_resources=entrypoint_resources or None)
     return RayJobHandle(job_client, job_id, log_path, reader, on_exit)
+
+
+def runtime_env_for(working_dir: str | Path, env: dict[str, str] | None = None,
+                    py_modules: list[str] | None = None) -> dict[str, Any]:
+    """The runtime_env a job gets: ``working_dir`` uploaded (without .git and weights) as every worker's working
+    directory, the environment variables, and the packages in ``py_modules``."""
+    out: dict[str, Any] = {"working_dir": str(working_dir), "excludes": RUNTIME_EXCLUDES,
+                           "env_vars": {"PYTHONUNBUFFERED": "1", **(env or {})}}
+    if py_modules:
+        out["py_modules"] = list(py_modules)
+    return out
+
+
+def resolve_address(address: str | None) -> str | None:
+    """The dashboard URL of ``--ray-address``: None for none or ``local`` (a private head), ``auto`` is
+    ``$RAY_ADDRESS`` or the default dashboard of a cluster running here, ``host:port`` gets ``http://``."""
+    if address in (None, "", "local"):
+        return None
+    if address == "auto":
+        env = os.environ.get("RAY_ADDRESS", "")
+        return env if env.startswith("http") else DEFAULT_DASHBOARD
+    return address if address.startswith("http") else f"http://{address}"
+
+
+def run_job(address: str, argv: list[str], working_dir: str | Path, timeout_s: float, env: dict[str, str] | None = None,
+            py_modules: list[str] | None = None) -> tuple[str, str]:
+    """Run a short job to its end (stopped after ``timeout_s``); its final status and whole log."""
+    job_client = client(address)
+    job_id = submit_once(job_client, f"autorl-check-{uuid.uuid4().hex[:12]}", address, entrypoint=shlex.join(argv),
+                         runtime_env=runtime_env_for(working_dir, env, py_modules))
+    deadline = time.time() + timeout_s
+    status = str(job_client.get_job_status(job_id).value)
+    while status not in TERMINAL and time.time() < deadline:
+        time.sleep(0.5)
+        status = str(job_client.get_job_status(job_id).value)
+    if status not in TERMINAL:
+        job_client.stop_job(job_id)
+        status = "TIMED_OUT"
+    return status, job_client.get_job_logs(job_id)
 
 
 def submit_once(job_client: Any, submission_id: str, address: str, **job: Any) -> str:

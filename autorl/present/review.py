@@ -492,3 +492,22 @@ def format_clean(d: dict, dry_run: bool) -> str:
     lines.append("The ledger keeps every trial's record; a removed trial's `autorl show` has no diff any more."
                  + (" Run again without --dry-run to remove them." if dry_run and d["branches"] + d["tags"] else ""))
     return "\n".join(lines)
+
+
+def format_dry_run(d: dict) -> str:
+    """``autorl train --dry-run``: the launch plan's fields, then what a Ray job gets, one fact a line."""
+    lines = [f"{k}: {v}" for k, v in d.items() if k != "job"]
+    job = d.get("job")
+    if job:
+        lines.append("job:")
+        for key, value in job.items():
+            lines += _job_lines(key, value)
+    return "\n".join(lines)
+
+
+def _job_lines(key: str, value: Any) -> list[str]:
+    if isinstance(value, dict) and value:
+        return [f"  {key}:"] + [f"    {k}: {v}" for k, v in value.items()]
+    if isinstance(value, list):
+        return [f"  {key}:"] + [f"    - {v}" for v in value]
+    return [f"  {key}: {value or '(none)'}"]

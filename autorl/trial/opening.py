@@ -13,6 +13,7 @@ from typing import Any
 
 from autorl import gitops
 from autorl.backends.base import get_backend
+from autorl.backends.ray_jobs import resolve_address
 from autorl.errors import UserError
 from autorl.judge.evidence import Evidence
 from autorl.ledger import Ledger, ledger_guard
@@ -32,7 +33,7 @@ def open_study(ws: Workspace, opts: Any, view: PlainView) -> StudyState:
         recipe, text, rel = base_recipe(ws, opts)
     else:
         recipe, text, rel = recipe_from_text(resumed["recipe"], resumed["recipe_path"]), "", ""
-    backend = get_backend(recipe.backend, ray_address=opts.ray_address)
+    backend = get_backend(recipe.backend, ray_address=resolve_address(opts.ray_address))
     if resumed is None:
         backend.check(recipe, ws.root)
         warn_blind_gate(recipe, backend, view)
