@@ -52,7 +52,7 @@ class HealthRules(_Model):
     length_ratio_low: float = Field(0.6, gt=0, lt=1, description="Mean length below this share of the parent's.")
     length_ratio_high: float = Field(1.6, gt=1, description="Mean length above this multiple of the parent's.")
     length_min_change: float = Field(1.0, ge=0, description="... and changed by more than this, beyond noise.")
-    repeat_rise: float = Field(0.05, ge=0, description="Repeated n-gram share up by more than this, beyond noise.")
+    repeat_rise: float = Field(0.02, ge=0, description="Repeated n-gram share up by more than this, beyond noise.")
     format_only_rise: float = Field(0.05, ge=0, description="Empty or format-only share up by more than this.")
     truncation_max: float = Field(0.2, ge=0, le=1, description="Truncated share above this (gate.truncation_max "
                                                               "overrides) ...")
@@ -189,22 +189,22 @@ def _n_items(runs: list[RunMetrics], split: str) -> int:
 
 def rise(trial: list[float], parent: list[float], rules: GateRules, rate_n: int | None = None
          ) -> tuple[float, float, float]:
-    """(change, lower, upper) of the trial's mean over the parent's at ``rules.level``: a Welch interval on the
-    run values, each arm's variance floored at a share's binomial variance over ``rate_n`` items (a rate's
-    flips), so one run or identical runs still carry the eval's noise."""
-    d = float(np.mean(trial) - np.mean(parent))
-    se2, df_terms = 0.0, []
-    for arm in (trial, parent):
-        mean = float(np.mean(arm))
-        var = float(np.var(arm, ddof=1)) if len(arm) > 1 else 0.0
-        if rate_n:
-            var = max(var, mean * (1 - mean) / rate_n + 1.0 / rate_n ** 2)
-        term = var / len(arm)
-        se2 += term
-        df_terms.append((term, max(len(arm) - 1, 1)))
-    df = se2 ** 2 / sum(t ** 2 / k for t, k in df_terms) if se2 > 0 else 1.0
-    half = t_quantile(1 - (1 - rules.level) / 2, max(df, 1.0)) * math.sqrt(se2)
-    return d, d - half, d + half
+    """(mean change, lowest lower end, highest upper end): each trial run's change over the parent's mean with
+    its interval at ``rules.level``, so a change counts only when every fresh run shows it beyond noise (seeds learn
+    a loophole to different extents; one lucky run is not enough, and averaging a strong run with a weak one would
+    hide both behind their spread). The noise of a run's change is the parent's run-to-run variance (its runs'
+    spread, once for the new run and once for the parent's mean) and, for a rate over ``rate_n`` items, each
+    side's binomial variance (floored at one item), so one run, or runs that agree exactly, still carry the eval's
+    own coin flips."""
+    base = float(np.mean(parent))
+    s2 = float(np.var(parent, ddof=1)) if len(parent) > 1 else 0.0
+    flips = (lambda p: (p * (1 - p) + 1.0 / rate_n) / rate_n) if rate_n else (lambda p: 0.0)  # noqa: E731
+    z = t_quantile(1 - (1 - rules.level) / 2, 1e6)
+    ends = []
+    for x in trial:
+        half = z * math.sqrt(s2 * (1 + 1 / len(parent)) + flips(x) + flips(base) / len(parent))
+        ends.append((x - base - half, x - base + half))
+    return float(np.mean(trial)) - base, min(lo for lo, _ in ends), max(hi for _, hi in ends)
 
 
 def health_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, rules: GateRules
