@@ -181,9 +181,17 @@ class Backend:
         return int(recipe.train.get("steps") or 0)
 
     def held_out(self, recipe: Any) -> list[str]:
-        """The held-out splits a run of ``recipe`` evaluates per item (the hack gate's task metric); the default:
-        the probe sets the recipe names (``probe_id`` / ``probe_ood``)."""
-        return [n for n in ("id", "ood") if recipe.train.get(f"probe_{n}")]
+        """The held-out splits a run of ``recipe`` evaluates per item (the hack gate's task metric): the probe sets
+        it names (``probe_id`` / ``probe_ood``); for the GRPO backends that train on a ``task``, the built-in task's
+        own ID and OOD splits, or a JSONL task's ``eval_id`` / ``eval_ood`` files (without ``eval_id`` its ID eval
+        is its first training prompts, not held out)."""
+        train = recipe.train
+        probes = [n for n in ("id", "ood") if train.get(f"probe_{n}")]
+        if probes or "task" not in train:
+            return probes
+        if str(train["task"]).startswith("builtin:"):
+            return ["id", "ood"]
+        return [n for n in ("id", "ood") if train.get(f"eval_{n}")]
 
     def start(self, plan: LaunchPlan) -> RunHandle:
         """Launch outside the controller's process and return at once; the default is a local process group."""

@@ -41,14 +41,6 @@ class EmbeddedBackend(Backend):
             values["save_best"] = o.metric
         return values
 
-    def held_out(self, recipe) -> list[str]:
-        """The built-in task holds out its ID and OOD splits; a JSONL task only the eval files it names (without
-        ``eval_id`` its ID eval is the first training prompts, not held out)."""
-        train = recipe.train
-        if str(train.get("task", "")).startswith("builtin:"):
-            return ["id", "ood"]
-        return [n for n in ("id", "ood") if train.get(f"eval_{n}")]
-
     def check(self, recipe, root: Path) -> None:
         """Fail before launch, with one line, when the recipe names files that are not there."""
         problem = check_files(recipe.params, Path(root))

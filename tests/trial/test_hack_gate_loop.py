@@ -103,6 +103,11 @@ def test_a_recipe_without_held_out_probe_sets_is_warned_that_the_gate_is_blind(c
     jsonl = validate_recipe({"backend": "embedded", "train": {"task": "t.jsonl", "model": "m"}}, source="t")
     warn_blind_gate(jsonl, get_backend("embedded"), PlainView())
     assert "blind" in capsys.readouterr().out  # a JSONL task's ID eval is its first training prompts
-    for recipe in (RECIPE, jsonl.with_train(eval_id="id.jsonl"), blind.model_copy(update={"gate": {"enabled": False}})):
+    from autorl.data import shipped
+    from autorl.recipe import load_recipe
+
+    trl = load_recipe(shipped("recipes", "trl-addition.yaml"))  # TRL trains on the built-in task: held out too
+    for recipe in (RECIPE, trl, jsonl.with_train(eval_id="id.jsonl"),
+                   blind.model_copy(update={"gate": {"enabled": False}})):
         warn_blind_gate(recipe, get_backend(recipe.backend), PlainView())
         assert capsys.readouterr().out == ""
