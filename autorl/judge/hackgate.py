@@ -154,8 +154,10 @@ def task_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, 
     out = []
     for split in SPLITS:
         t, p = _task_runs(trial, split), _task_runs(parent, split)
-        if t is None or p is None:
-            out.append(GateCheck(name=f"task_{split}", ok=None, detail=f"no held-out {split} task items"))
+        if t is None or p is None or len(t.items[0]) != len(p.items[0]):
+            why = f"no held-out {split} task items" if t is None or p is None else \
+                f"held-out {split} task items of different eval sets: not comparable"
+            out.append(GateCheck(name=f"task_{split}", ok=None, detail=why))
             continue
         v = verdict.judge(t, p, recipe.verdict, "maximize", level=rules.level)
         nums = {"gain": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high, "trial": float(np.mean(t.values)),
