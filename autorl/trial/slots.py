@@ -68,11 +68,13 @@ class Slots:
                                reader=reader, on_exit=reader)
 
     def _ensure_address(self) -> str:
-        if self.address is None:
+        """The cluster's address; the study's private head is started on first use and again if it died."""
+        if self._head is None and self.address is None:
             from autorl.backends.ray_jobs import LocalRayHead
 
             self._head = LocalRayHead(num_cpus=max(self.n, len(os.sched_getaffinity(0))))
-            self.address = self._head.start()
+        if self._head is not None:
+            self.address = self._head.ensure()
         return self.address
 
     def close(self) -> None:

@@ -202,7 +202,7 @@ class OpenRLHFBackend(Backend):
 
             self._head = LocalRayHead(visible_gpus=packed_gpus(self._per_gpu))
             atexit.register(self.close)
-        return self._head.start()
+        return self._head.ensure()  # started again if it died since the last trial
 
     def close(self) -> None:
         """Stop the local Ray head if this backend started one."""
