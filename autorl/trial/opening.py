@@ -36,6 +36,7 @@ def open_study(ws: Workspace, opts: Any, view: PlainView) -> StudyState:
     backend = get_backend(recipe.backend, ray_address=resolve_address(opts.ray_address))
     if resumed is None:
         backend.check(recipe, ws.root)
+        warn_blind_gate(recipe, backend, view)
     if opts.strategy == "hypotheses":
         library_for(ws, recipe.backend)  # the library (and its patches) now: a bad file stops the study unwritten
     ws.ensure_ignored()
@@ -44,6 +45,14 @@ def open_study(ws: Workspace, opts: Any, view: PlainView) -> StudyState:
     proposer = Proposer(ws, ledger, row, recipe, opts, backend)
     return StudyState(ws, opts, view, ledger, row, recipe, row["recipe"], row["recipe_path"], backend, proposer,
                       proposer.records, Evidence(proposer.records))
+
+
+def warn_blind_gate(recipe: Recipe, backend: Any, view: PlainView) -> None:
+    """One line when the hack gate has no held-out task metric to hold a gain against."""
+    if recipe.gate.enabled and not backend.held_out(recipe):
+        view.line(f"warning: the hack gate is blind: recipe {recipe.name} names no held-out probe set, so a gain "
+                  "on a reward with a loophole cannot be told from a real one (name probe_id/probe_ood, or "
+                  "eval_id/eval_ood for the embedded engine)")
 
 
 def resumed_study(ws: Workspace, opts: Any) -> dict | None:

@@ -94,7 +94,7 @@ def run_single(spec: TrialSpec, plan: LaunchPlan, quiet: bool = False) -> dict[s
 
 def _result(plan: LaunchPlan, out: Outcome, recipe) -> dict[str, Any]:
     final = out.metrics.evals[-1] if out.metrics.evals else {}
-    evals = {k: v for k, v in final.items() if k.startswith("eval/") and not k.endswith("/items")}
+    evals = {k: v for k, v in final.items() if k.startswith("eval/") and not k.endswith("items")}
     res = {"status": out.status, "exit_code": out.exit_code, "steps": len(out.metrics.steps), "final_eval": evals,
            "wall_s": round(out.wall_s, 2), "metrics_path": plan.metrics_path, "log_path": plan.log_path}
     if out.exit_code:
