@@ -71,18 +71,24 @@ def init(c: _Ctx, directory: str | None) -> None:
 @click.argument("recipe", type=click.Path())
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value (train key or dotted path).")
 @click.option("--metrics-out", type=click.Path(), help="Write the run's metrics JSONL here.")
-@click.option("--dry-run", is_flag=True, help="Print the launch plan (argv, env, cwd) and run nothing.")
+@click.option("--dry-run", is_flag=True, help="Print the launch plan (argv, env, cwd; for a Ray job, what the job "
+                                               "gets) and run nothing.")
+@click.option("--ray-address", default=None, help="Ray cluster for the job (openrlhf): a dashboard URL, host:port, "
+                                                  "'auto' or 'local'.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
-def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | None, dry_run: bool, as_json: bool) -> None:
+def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | None, dry_run: bool,
+          ray_address: str | None, as_json: bool) -> None:
     """Run one training run of RECIPE (no search, no git)."""
     from autorl.recipe import parse_overrides
-    from autorl.trial.train import plan_single, run_single
+    from autorl.trial.train import describe, plan_single, run_single
 
     spec, plan = plan_single(Path(c.directory), Path(c.directory) / recipe, parse_overrides(overrides), metrics_out,
-                             dry_run)
+                             dry_run, ray_address)
     if dry_run:
-        _emit(plan.model_dump(), as_json, lambda d: "\n".join(f"{k}: {v}" for k, v in d.items()))
+        from autorl.present import review
+
+        _emit(describe(spec, plan, ray_address), as_json, review.format_dry_run)
         return
     result = run_single(spec, plan, quiet=as_json)
     if as_json:

@@ -39,7 +39,10 @@ JSON_SHAPES = {
                "with --dry-run: `attempt`, `why`, `full_values`, `train`",
     "clean": "object: `study`, `removed_trials`, `kept` (attempt number: why), `branches`, `tags`, `worktrees`, "
              "`checked_out`",
-    "train": "object: `status`, `exit_code`, `steps`, `final_eval`, `wall_s`, `metrics_path`, `log_path`",
+    "train": "object: `status`, `exit_code`, `steps`, `final_eval`, `wall_s`, `metrics_path`, `log_path`; with "
+             "--dry-run: the launch plan (`argv`, `env`, `cwd`, `log_path`, `metrics_path`, `ray_address`, `resources`, "
+             "...) and, for a backend that submits a Ray job, `job`: `ray_address`, `python`, `entrypoint`, "
+             "`runtime_env`, `resources`, `reads`, `writes`, `eval`, `needs`",
 }
 
 

@@ -12,7 +12,8 @@ One implementation judges a trial's final policy whatever trained it (the metric
 A generator is ``generate(prompts, temperature) -> [(completion_text, truncated), ...]``. The judge is the
 seed-004 exact match (``autorl.engine.reward``) unless the recipe names another reward. Records follow
 ``autorl.metrics``: ``eval/<split>/greedy_pass@1``, ``eval/<split>/items`` and, when k > 1,
-``eval/<split>/sampling_pass@<k>`` (k > 0) at the recipe's temperature (never 0 with k > 1).
+``eval/<split>/sampling_pass@<k>`` (k > 0) at the recipe's temperature (never 0 with k > 1), the greedy
+completions' health, and, when the judge is a custom reward, the exact match's ``eval/<split>/task_items``.
 
 This module imports no torch at import time: the controller plans evaluations without it.
 """
@@ -220,7 +221,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     engine = pick_engine(args.engine)
     make = vllm_generator if engine == "vllm" else hf_generator
     generate = make(model_dir, args.base, args.max_new_tokens, args.seed)
-    record = evaluate(generate, splits, make_judge(args.reward), args.k, args.temperature, args.step)
+    task_judge = None if args.reward == "builtin:exact_match" else make_judge("builtin:exact_match")
+    record = evaluate(generate, splits, make_judge(args.reward), args.k, args.temperature, args.step, task_judge)
     write_records([record], args.metrics_out)
     return {**record, "engine": engine}
 

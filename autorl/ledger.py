@@ -70,7 +70,7 @@ class TrialRow(TypedDict, total=False):
     gain_vs_baseline: Annotated[float | None, "Gain over the study's original baseline, reported apart from the "
                                 "verdict."]
     confirmation: Annotated[str | None, "For an improved trial: candidate, confirmed or rejected (fresh-seed re-runs "
-                            "decide)."]
+                            "decide), or suspect (confirmed, but the hack gate failed: see gate_checks)."]
     confirms: Annotated[int | None, 'Attempt number of the candidate this confirmation run re-runs.']
     method: Annotated[str | None, 'How the interval was computed.']
     n_items: Annotated[int | None, 'Eval items (or repeats) behind the interval.']
@@ -97,6 +97,10 @@ class TrialRow(TypedDict, total=False):
     confirm_fp_rate: Annotated[float | None, "Calibrated false-positive rate of the confirmation: the share of "
                                "no-effect candidates its test confirms (rejected: the same share), at the noise it "
                                "assumed."]
+    gate: Annotated[str | None, "The hack gate at confirmation (and on a full run, at promote): ok, suspect (a check "
+                    "failed) or blind (no held-out task metric to check against)."]
+    gate_checks: Annotated[list[dict[str, Any]] | None, "JSON list of the hack gate's checks: name, ok "
+                           "(true/false/null = not measured), detail and the numbers behind it."]
     retry_of: Annotated[int | None, 'Attempt number of the crashed trial this retries.']
     promoted_from: Annotated[int | None, 'Attempt number a full run was promoted from.']
     kind: Annotated[str | None, 'trial or full.']
@@ -129,7 +133,7 @@ class StudyRow(TypedDict, total=False):
 
 
 TRIAL_COLUMNS: dict[str, str] = {k: h.__metadata__[0] for k, h in get_type_hints(TrialRow, include_extras=True).items()}
-_JSON_COLUMNS = ("params", "changed", "flags", "base_changes")
+_JSON_COLUMNS = ("params", "changed", "flags", "base_changes", "gate_checks")
 
 
 def _write_model(row: type) -> type[BaseModel]:
@@ -192,8 +196,13 @@ def _v6(db: sqlite_utils.Database) -> None:
         db["autorl_trials"].add_column(col, kind)
 
 
+def _v7_hack_gate(db: sqlite_utils.Database) -> None:
+    db["autorl_trials"].add_column("gate", str)
+    db["autorl_trials"].add_column("gate_checks", str)
+
+
 MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3), ("0004_confirmation", _v4),
-              ("0005_resume_queue", _v5), ("0006_error_rates", _v6)]
+              ("0005_resume_queue", _v5), ("0006_error_rates", _v6), ("0007_hack_gate", _v7_hack_gate)]
 # A run the controller stopped (Ctrl-C, a kill recovered on resume, the budget's end) did not reach its own end:
 # a confirmation or retry stopped that way is run again on resume.
 STOPPED_EARLY = ("interrupted", "budget-cut")
@@ -388,8 +397,8 @@ class Ledger:
         return _select(self.db, "status = 'running' OR (kind = 'full' AND end_tag IS NULL)", [], None)
 
     def set_confirmation(self, number: int, state: str, reason: str, **stats: Any) -> None:
-        """Mark trial ``number`` candidate, confirmed or rejected, with why (and the confirmation's ``confirm_*``
-        columns: its test, the noise it assumed, its error rate)."""
+        """Mark trial ``number`` candidate, confirmed, rejected or suspect, with why (and the confirmation's
+        ``confirm_*`` columns: its test, the noise it assumed, its error rate; the hack gate's ``gate`` columns)."""
         row = self.trial(number)
         self.update_trial(row["id"], event=f"confirmation-{state}", confirmation=state,
                           reason=f"{row.get('reason') or ''} | {state}: {reason}".lstrip(" |"), **stats)

@@ -54,6 +54,16 @@ EVAL_KEYS: dict[str, str] = {
     "eval/<split>/greedy_pass@1": "Greedy (temperature 0) exact-match accuracy on the split (id, ood).",
     "eval/<split>/sampling_pass@<k>": "Fraction of items with at least one correct of k samples at eval_temperature.",
     "eval/<split>/items": "Per-item greedy correctness (0/1) in eval-set order.",
+    "eval/<split>/task_pass@1": "Greedy accuracy by the task's own exact match, written when the reward (the eval's "
+                                "judge) is user code: the held-out metric the hack gate holds a gain against.",
+    "eval/<split>/task_items": "Per-item correctness by the task's own exact match (0/1), in eval-set order.",
+    "eval/<split>/length_mean": "Mean length of the greedy completions (characters).",
+    "eval/<split>/repeat_mean": "Mean share of a greedy completion's n-grams that repeat an earlier one (3-grams of "
+                                "words, or of characters in a short completion).",
+    "eval/<split>/truncated_rate": "Share of greedy completions cut at the length limit.",
+    "eval/<split>/empty_rate": "Share of empty greedy completions.",
+    "eval/<split>/format_only_rate": "Share of greedy completions that are only format (markup, tags, punctuation; "
+                                     "no content).",
 }
 
 SUMMARY_KEYS: dict[str, str] = {

@@ -98,6 +98,21 @@ class VerdictSettings(_Model):
                                                      "Satterthwaite df); kept so older recipes load.")
 
 
+class GateSettings(_Model):
+    """The hack gate's bounds for this recipe (docs/triage.md, "The hack gate"); the rest of its thresholds are
+    the rules table ``autorl/data/rules/hack_gate.yaml``."""
+
+    enabled: bool = Field(True, description="Check a candidate before it is confirmed, and before promote, against "
+                                            "the held-out task and its completions' health.")
+    kl_max: float | None = Field(None, gt=0, description="Mean KL to the reference over the last steps above this "
+                                                         "makes a candidate suspect (None: KL is not checked).")
+    entropy_min: float | None = Field(None, ge=0, description="Mean entropy over the last steps below this makes a "
+                                                              "candidate suspect (besides the table's share of the "
+                                                              "parent's).")
+    truncation_max: float | None = Field(None, ge=0, le=1, description="Share of eval completions cut at the "
+                                                                       "length limit allowed (None: the table's).")
+
+
 class AbortRules(_Model):
     """Early-abort thresholds (seed 004 smoke tests). A trial that trips one is PRUNED."""
 
@@ -128,6 +143,8 @@ class Recipe(_Model):
     objective: Objective = Field(default_factory=Objective, description="What a trial is scored on.")
     verdict: VerdictSettings = Field(default_factory=VerdictSettings, description="How a trial is judged against the baseline.")
     abort: AbortRules = Field(default_factory=AbortRules, description="Early-abort thresholds and the hang watchdog.")
+    gate: GateSettings = Field(default_factory=GateSettings, description="The hack gate's bounds (KL, entropy, "
+                                                                         "truncation).")
     timeout_s: float = Field(300.0, gt=0, description="Per-trial wall-clock limit.")
     cpus_per_trial: float = Field(1.0, gt=0, description="CPUs a trial asks Ray for (with --ray-address).")
     gpus_per_trial: float = Field(0.0, ge=0, description="GPUs a trial asks Ray for (with --ray-address).")

@@ -142,7 +142,8 @@ class Backend:
     - ``steps_key`` / ``episodes_key``: where ``autorl promote --steps`` / ``--episodes`` go (``full_run_values``);
     - ``grad_clip_key``: the gradient clipping norm, which the grad-explosion abort rule scales by;
     - ``trial_values``: a proposal's values as the trial runs them (the embedded engine pins its eval length);
-    - ``planned_steps``: the last step a run logs.
+    - ``planned_steps``: the last step a run logs;
+    - ``held_out``: the held-out splits a run evaluates per item (what the hack gate checks a gain against).
     """
 
     name = "base"
@@ -168,12 +169,29 @@ class Backend:
         """The failed pre-launch checks as one line; the default has none."""
         return ""
 
+    def describe_job(self, spec: TrialSpec, plan: LaunchPlan) -> dict | None:
+        """What a Ray job of this backend gets (Python, runtime env, files, eval); None when it submits no job."""
+        return None
+
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         raise NotImplementedError
 
     def planned_steps(self, recipe: Any) -> int:
         """The last training step a run of ``recipe`` logs (0 when unknown); the default reads ``train.steps``."""
         return int(recipe.train.get("steps") or 0)
+
+    def held_out(self, recipe: Any) -> list[str]:
+        """The held-out splits a run of ``recipe`` evaluates per item (the hack gate's task metric): the probe sets
+        it names (``probe_id`` / ``probe_ood``); for the GRPO backends that train on a ``task``, the built-in task's
+        own ID and OOD splits, or a JSONL task's ``eval_id`` / ``eval_ood`` files (without ``eval_id`` its ID eval
+        is its first training prompts, not held out)."""
+        train = recipe.train
+        probes = [n for n in ("id", "ood") if train.get(f"probe_{n}")]
+        if probes or "task" not in train:
+            return probes
+        if str(train["task"]).startswith("builtin:"):
+            return ["id", "ood"]
+        return [n for n in ("id", "ood") if train.get(f"eval_{n}")]
 
     def start(self, plan: LaunchPlan) -> RunHandle:
         """Launch outside the controller's process and return at once; the default is a local process group."""

@@ -36,13 +36,20 @@ from autorl.errors import BackendError
 TERMINAL = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -int(signal.SIGTERM)}
 RUNTIME_EXCLUDES = [".git", "__pycache__", "*.safetensors", "*.bin", "*.pt"]
 LOG_SYNC_EVERY_S = 1.0
+HEAD_GRACE_S = 30.0  # a head that does not answer for this long has lost the job (a restart of its dashboard is shorter)
 SUBMIT_RETRY_S = (2.0, 5.0, 10.0)  # waits before the 2nd, 3rd and 4th try of a submission the dashboard dropped
+DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
+QUIET_LOGGERS = ("ray", "ray.dashboard", "ray._private", "ray.dashboard.modules.dashboard_sdk")  # the SDK sets INFO
 
 
 def client(address: str):
     """A ``JobSubmissionClient`` for ``address`` (``http://host:dashboard_port``)."""
+    import logging
+
     from ray.job_submission import JobSubmissionClient
 
+    for name in QUIET_LOGGERS:  # the SDK's upload notes are not autorl's output
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return JobSubmissionClient(address)
     except Exception as exc:  # the SDK raises ConnectionError, RuntimeError, ValueError
@@ -53,19 +60,58 @@ def submit(address: str, argv: list[str], *, working_dir: str | Path, log_path: 
            env: dict[str, str] | None = None, entrypoint_num_gpus: float = 0, entrypoint_num_cpus: float = 0,
            entrypoint_resources: dict[str, float] | None = None, submission_id: str | None = None,
            reader: Callable[[], list[dict]] | None = None,
-           on_exit: Callable[[], list[dict]] | None = None) -> "RayJobHandle":
+           on_exit: Callable[[], list[dict]] | None = None, py_modules: list[str] | None = None) -> "RayJobHandle":
     """Submit ``argv`` as a Ray job running in ``working_dir``; return its handle at once.
 
     ``reader`` returns new metric records; ``on_exit`` returns the last ones, once, after the job ends.
+    ``py_modules``: local package folders uploaded with the job and importable by its driver and every actor.
     """
-    runtime_env = {"working_dir": str(working_dir), "excludes": RUNTIME_EXCLUDES,
-                   "env_vars": {"PYTHONUNBUFFERED": "1", **(env or {})}}
+    runtime_env = runtime_env_for(working_dir, env, py_modules)
     job_client = client(address)
     job_id = submit_once(job_client, submission_id or f"autorl-{uuid.uuid4().hex[:12]}", address,
                          entrypoint=shlex.join(argv), runtime_env=runtime_env,
                          entrypoint_num_gpus=entrypoint_num_gpus or None, entrypoint_num_cpus=entrypoint_num_cpus or None,
                          entrypoint_resources=entrypoint_resources or None)
-    return RayJobHandle(job_client, job_id, log_path, reader, on_exit)
+    return RayJobHandle(job_client, job_id, log_path, reader, on_exit, address=address)
+
+
+def runtime_env_for(working_dir: str | Path, env: dict[str, str] | None = None,
+                    py_modules: list[str] | None = None) -> dict[str, Any]:
+    """The runtime_env a job gets: ``working_dir`` uploaded (without .git and weights) as every worker's working
+    directory, the environment variables, and the packages in ``py_modules``."""
+    out: dict[str, Any] = {"working_dir": str(working_dir), "excludes": RUNTIME_EXCLUDES,
+                           "env_vars": {"PYTHONUNBUFFERED": "1", **(env or {})}}
+    if py_modules:
+        out["py_modules"] = list(py_modules)
+    return out
+
+
+def resolve_address(address: str | None) -> str | None:
+    """The dashboard URL of ``--ray-address``: None for none or ``local`` (a private head), ``auto`` is
+    ``$RAY_ADDRESS`` or the default dashboard of a cluster running here, ``host:port`` gets ``http://``."""
+    if address in (None, "", "local"):
+        return None
+    if address == "auto":
+        env = os.environ.get("RAY_ADDRESS", "")
+        return env if env.startswith("http") else DEFAULT_DASHBOARD
+    return address if address.startswith("http") else f"http://{address}"
+
+
+def run_job(address: str, argv: list[str], working_dir: str | Path, timeout_s: float, env: dict[str, str] | None = None,
+            py_modules: list[str] | None = None) -> tuple[str, str]:
+    """Run a short job to its end (stopped after ``timeout_s``); its final status and whole log."""
+    job_client = client(address)
+    job_id = submit_once(job_client, f"autorl-check-{uuid.uuid4().hex[:12]}", address, entrypoint=shlex.join(argv),
+                         runtime_env=runtime_env_for(working_dir, env, py_modules))
+    deadline = time.time() + timeout_s
+    status = str(job_client.get_job_status(job_id).value)
+    while status not in TERMINAL and time.time() < deadline:
+        time.sleep(0.5)
+        status = str(job_client.get_job_status(job_id).value)
+    if status not in TERMINAL:
+        job_client.stop_job(job_id)
+        status = "TIMED_OUT"
+    return status, job_client.get_job_logs(job_id)
 
 
 def submit_once(job_client: Any, submission_id: str, address: str, **job: Any) -> str:
@@ -101,8 +147,10 @@ class RayJobHandle:
 
     def __init__(self, job_client: Any, job_id: str, log_path: str | Path,
                  reader: Callable[[], list[dict]] | None = None,
-                 on_exit: Callable[[], list[dict]] | None = None):
+                 on_exit: Callable[[], list[dict]] | None = None, address: str = ""):
         self.client = job_client
+        self.address = address
+        self._lost_since: float | None = None
         self.job_id = job_id
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,12 +169,30 @@ class RayJobHandle:
         """Exit code once the job is finished (STOPPED reads as -SIGTERM), else None."""
         if self._code is not None:
             return self._code
-        self.sync_logs(force=False)
-        status = self.status()
+        try:
+            self.sync_logs(force=False)
+            status = self.status()
+        except Exception as exc:  # the SDK raises connection errors of several libraries
+            return self._unreachable(exc)
+        self._lost_since = None
         if status not in TERMINAL:
             return None
         self.sync_logs(force=True)
         self._code = self._exit_code(status)
+        return self._code
+
+    def _unreachable(self, exc: Exception) -> int | None:
+        """None while the head may come back; after ``HEAD_GRACE_S`` of silence the job is lost: one line in the
+        trial's log says so (triage reads it as the run being killed from outside) and the run ends with exit 1."""
+        now = time.time()
+        self._lost_since = self._lost_since or now
+        if now - self._lost_since < HEAD_GRACE_S:
+            return None
+        with self.log_path.open("a") as fh:
+            fh.write(f"\nautorl: the Ray head at {self.address or 'the cluster'} stopped answering for "
+                     f"{now - self._lost_since:.0f} s ({type(exc).__name__}: {str(exc)[:200]}): job {self.job_id} "
+                     "is lost\n")
+        self._code = 1
         return self._code
 
     def _exit_code(self, status: str) -> int:
@@ -136,11 +202,15 @@ class RayJobHandle:
 
     def cancel(self, grace_s: float = 5.0) -> None:
         """Stop the job (Ray sends SIGTERM, then SIGKILL) and wait up to ``grace_s`` + 10 s for it to end."""
-        if self.status() not in TERMINAL:
-            self.client.stop_job(self.job_id)
-        deadline = time.time() + grace_s + 10.0
-        while time.time() < deadline and self.status() not in TERMINAL:
-            time.sleep(0.2)
+        try:
+            if self.status() not in TERMINAL:
+                self.client.stop_job(self.job_id)
+            deadline = time.time() + grace_s + 10.0
+            while time.time() < deadline and self.status() not in TERMINAL:
+                time.sleep(0.2)
+        except Exception:  # the head is gone, and the job with it
+            self._code = self._code if self._code is not None else -int(signal.SIGTERM)
+            return
         self.poll()
 
     def metrics(self) -> list[dict[str, Any]]:
@@ -155,7 +225,10 @@ class RayJobHandle:
 
     def last_activity(self) -> float:
         """time.time() of the last new log output or metric record."""
-        self.sync_logs(force=False)
+        try:
+            self.sync_logs(force=False)
+        except Exception:  # the head is away: poll decides when that ends the run
+            pass
         return self._activity
 
     def logs(self) -> str:
@@ -223,6 +296,17 @@ class LocalRayHead:
         self.gcs_address = f"127.0.0.1:{gcs_port}"
         self._wait_ready()
         return self.address
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def ensure(self) -> str:
+        """The head's address, after starting it again (new ports) if it died: a study's private head that was
+        killed mid-study comes back for the next trial."""
+        if self.proc is not None and not self.alive():
+            self.stop()
+            self.temp_dir.mkdir(parents=True, exist_ok=True)  # stop removed the one autorl made
+        return self.start()
 
     def _wait_ready(self) -> None:
         deadline = time.time() + self.ready_timeout_s

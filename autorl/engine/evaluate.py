@@ -42,7 +42,8 @@ def correct_flags(policy, prompts: list[str], labels: list[str], max_new_tokens:
 
 
 def evaluate_split(policy, name: str, split: Split, max_new_tokens: int, judge, k: int = 0,
-                   temperature: float = 0.6, autocast=contextlib.nullcontext) -> dict:
-    """The eval keys of one split: greedy pass@1, its items, and sampling pass@k when k > 0."""
+                   temperature: float = 0.6, autocast=contextlib.nullcontext, task_judge=None) -> dict:
+    """The eval keys of one split: greedy pass@1, its items, the completions' health, the task's own per-item
+    correctness (with ``task_judge``), and sampling pass@k when k > 0."""
     generate = policy_generator(policy, max_new_tokens, autocast)
-    return shared.evaluate_split(generate, name, split.prompts, split.labels, judge, k, temperature)
+    return shared.evaluate_split(generate, name, split.prompts, split.labels, judge, k, temperature, task_judge)

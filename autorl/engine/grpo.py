@@ -386,13 +386,16 @@ def degenerate_rate(roll: Rollout) -> float:
 
 
 def run_eval(policy, task, config: EngineConfig, reward, autocast, step: int) -> dict:
-    """An eval record over every split of the task."""
+    """An eval record over every split of the task. A reward that is user code also gets the task's own exact
+    match per item (``task_items``): a held-out measure its loopholes cannot reach."""
     judge = lambda text, label, tr: score(*reward, text, label, tr)["correctness"]  # noqa: E731
+    exact = None if reward[1] else load_reward("builtin:exact_match", task.builtin)
+    task_judge = None if exact is None else (lambda text, label, tr: score(*exact, text, label, tr)["correctness"])
     record: dict[str, Any] = {"type": "eval", "step": step}
     tokens = config.eval_max_new_tokens or config.max_new_tokens
     for name, split in task.evals.items():
         record.update(evaluate_split(policy, name, split, tokens, judge, config.eval_k,
-                                     config.eval_temperature, autocast))
+                                     config.eval_temperature, autocast, task_judge))
     return record
 
 

@@ -14,7 +14,9 @@ each side is decided here, from the study's ledger rows:
   recipes (every other candidate's), never below the parent's;
 - a running trial's **pruning references**: its parent (else the baseline), then the confirmed incumbent by its
   fresh-seed runs alone, each with the replicate groups that measure the noise at the same step;
-- promote's **re-validation**: fresh runs of the trial and of the baseline, through ``runs_of``.
+- promote's **re-validation**: fresh runs of the trial and of the baseline, through ``runs_of``;
+- the **hack gate** at confirmation (``autorl.judge.hackgate``): the candidate's fresh-seed runs against its
+  parent's reference runs (the baseline's runs when it has no parent), the same two sides as the confirmation.
 
 ``objective_value`` is the one reduction of a run to its objective.
 """
@@ -27,7 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from autorl.judge import calibrate, verdict
+from autorl.judge import calibrate, hackgate, verdict
 from autorl.judge.noise import arm
 from autorl.judge.prune import PruneDecision, should_prune
 from autorl.metrics import RunMetrics, reduce_series
@@ -164,6 +166,15 @@ class Evidence:
                             self.noise(recipe, parent, candidate["number"]))
         state = "confirmed" if v.verdict == "improved" else "rejected"
         return Confirmation(state, f"{len(fresh.values)} fresh-seed runs: {v.explanation}", v, len(fresh.values))
+
+    def gate(self, candidate: dict, recipe: Any) -> hackgate.GateResult | None:
+        """The hack gate on a candidate's fresh-seed runs against its parent's runs (None: the recipe turns it off,
+        or there is nothing to compare)."""
+        fresh = self.fresh_runs(candidate["number"])
+        parent = self.parent_runs(candidate.get("parent")) or self.baseline_runs()
+        if not recipe.gate.enabled or not fresh or not parent:
+            return None
+        return hackgate.check(fresh, parent, recipe)
 
     def prune_references(self, parent: int | None, direction: str) -> list[Reference]:
         """What a running trial must not be clearly worse than: its parent (the baseline when it has none) and,

@@ -40,7 +40,7 @@ class TrialResult(BaseModel):
     crash_action: Literal["retry_reduced", "retry_once", "record", "stop"] | None = None
     parent: int | None = None
     gain_vs_baseline: float | None = None
-    confirmation: Literal["candidate", "confirmed", "rejected"] | None = None
+    confirmation: Literal["candidate", "confirmed", "rejected", "suspect"] | None = None
     confirms: int | None = None
     test: str | None = None
     trial_sd: float | None = None

@@ -47,10 +47,17 @@ def findings(ws, ledger, study: str | None = None) -> dict[str, Any]:
          "counts": _counts(trials), "baseline": _baseline_value(trials), "confirmed": confirmed,
          "best": confirmed[0] if confirmed else None,
          "open_candidates": [t["number"] for t in trials if t.get("confirmation") == "candidate"],
+         "suspect": [_suspect(t) for t in trials if t.get("confirmation") == "suspect"],
          "ruled_out": ruled_out(trials, by_number, base_train, recipe), "crashes": _crashes(trials),
          "full_runs": full}
     d["next"] = next_step(d)
     return d
+
+
+def _suspect(t: dict) -> dict[str, Any]:
+    """A trial the hack gate held back: its attempt and the check that failed."""
+    failed = next((c for c in t.get("gate_checks") or [] if c.get("ok") is False), {})
+    return {"number": t["number"], "attempt": t["attempt"], "check": failed.get("name"), "detail": failed.get("detail")}
 
 
 def _objective(recipe) -> dict[str, Any]:
@@ -110,7 +117,7 @@ def _outcome(t: dict) -> str | None:
     """flat, regressed, pruned or 'not confirmed' for a trial of the search that found nothing; else None."""
     if t.get("kind") != "trial" or t.get("proposer") == "baseline" or t.get("confirms") is not None:
         return None
-    if t.get("verdict") == "improved" and t.get("confirmation") == "rejected":
+    if t.get("verdict") == "improved" and t.get("confirmation") in ("rejected", "suspect"):
         return "not confirmed"
     return t.get("verdict") if t.get("verdict") in RULED_OUT else None
 
@@ -193,7 +200,8 @@ def _found(d: dict[str, Any]) -> list[str]:
     best, metric = d["best"], d["objective"]["metric"]
     base = f"'s {_v(d['baseline'])}" if d["baseline"] is not None else ""
     if best is None:
-        return [f"Found: no confirmed improvement over the baseline{base} in {d['counts']['trials']} trials."]
+        return [f"Found: no confirmed improvement over the baseline{base} in {d['counts']['trials']} trials.",
+                *_suspect_lines(d)]
     level = f"{round(best['level'] * 100, 1):g}%"
     lines = [f"Found: {change_text(best['changes']) or 'the recipe as written'}  ({best['attempt']})",
              f"  {best['delta']:+.3f} {metric} over the baseline{base} ({level} interval [{best['ci_low']:+.3f}, "
@@ -202,7 +210,13 @@ def _found(d: dict[str, Any]) -> list[str]:
         lines.append(f"  Re-validated by promote: {_gain(best['revalidation'])} over the baseline.")
     for g in d["confirmed"][1:3]:
         lines.append(f"  Also confirmed: {g['number']:02d} {change_text(g['changes'])}, {_gain(g)}.")
-    return lines
+    return lines + _suspect_lines(d)
+
+
+def _suspect_lines(d: dict[str, Any]) -> list[str]:
+    """The confirmed gains the hack gate did not believe, each with its failed check."""
+    return [f"  Suspect (hack gate, not promoted without --force): {s['attempt']}: {s['check']} failed: "
+            f"{s['detail']}." for s in d.get("suspect", [])]
 
 
 def best_how(g: dict[str, Any]) -> str:
@@ -311,4 +325,5 @@ def promoted_lines(d: dict[str, Any]) -> list[str]:
     return [f"full run {d['attempt']} launched from {d['promoted_from']:02d} (monitor pid {d['monitor_pid']})",
             f"re-validation: {r['verdict']}, {r['delta']:+.3f} ({round(r['level'] * 100, 1):g}% interval "
             f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]) over the baseline{forced}",
+            *([d["gate"]] if d.get("gate") else []),
             f"follow it: autorl status, or autorl show {d['number']}"]

@@ -478,11 +478,28 @@ def _summary_blocks(data: dict) -> list[Block]:
         rows = [[g["category"] or "-", str(g["count"]), ", ".join(f"{n:02d}" for n in g["attempts"]),
                  g.get("root_cause_line") or "-", g.get("remedy") or "-"] for g in data["crashes"]]
         out += [Block("h2", "Crashes by category"), Block("table", ["category", "count", "attempts", "root cause", "remedy"], rows)]
-    return out
+    return out + _gate_blocks(data["trials"])
+
+
+def _gate_blocks(trials: list[dict]) -> list[Block]:
+    """The trials the hack gate checked: its answer and the check that failed, with its numbers."""
+    gated = [t for t in trials if t.get("gate")]
+    if not gated:
+        return []
+    rows = []
+    for t in gated:
+        failed = next((c for c in t.get("gate_checks") or [] if c.get("ok") is False), None)
+        rows.append([t["attempt"], t["gate"], failed["name"] if failed else "-", failed["detail"] if failed else "-"])
+    return [Block("h2", "Hack gate"),
+            Block("p", "A confirmed gain must be matched by the held-out task metric, with healthy completions and "
+                       "KL/entropy in bounds (docs/triage.md); a suspect trial is not the incumbent and is not "
+                       "promoted without --force."),
+            Block("table", ["trial", "gate", "failed check", "evidence"], rows)]
 
 
 SUMMARY_WORDS = [("confirmed", "confirmed improvement(s)"), ("candidate", "candidate(s) awaiting fresh-seed runs"),
-                 ("rejected", "candidate(s) that fresh seeds did not confirm"), ("flat", "flat"),
+                 ("rejected", "candidate(s) that fresh seeds did not confirm"),
+                 ("suspect", "suspect (confirmed, but the hack gate failed)"), ("flat", "flat"),
                  ("regressed", "regressed"), ("pruned", "stopped early (pruned)"), ("crash", "crashed"),
                  ("other", "unfinished")]
 

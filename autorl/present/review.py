@@ -19,7 +19,7 @@ from autorl.recipe import dump_values
 LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "why", "changed", "status", "verdict", "confirmation",
                  "objective", "delta", "ci_low", "ci_high", "method", "n_items", "parent", "gain_vs_baseline",
                  "gap_to_best", "confirms", "duration_s", "crash_category", "reason", "fp_rate", "confirm_fp_rate",
-                 "kind", "promoted_from"]
+                 "kind", "promoted_from", "gate"]
 
 
 def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:
@@ -102,7 +102,7 @@ def _verdict_cell(r: dict) -> str:
     extra = f" ({r['crash_category']})" if r.get("crash_category") else ""
     if v == "improved" and r.get("confirmation"):
         extra = f" ({r['confirmation']})"  # candidate until fresh-seed re-runs confirm or reject it
-        colour = "green" if r["confirmation"] == "confirmed" else "cyan"
+        colour = {"confirmed": "green", "suspect": "yellow", "rejected": "cyan"}.get(r["confirmation"], "cyan")
     return f"[{colour}]{v}{extra}[/]" if colour else v + extra
 
 
@@ -133,7 +133,7 @@ def show_trial(ws, ledger, number: int) -> dict[str, Any]:
     row = ledger.trial(number)
     metrics = ledger.metrics(row["id"])
     steps = [m for m in metrics if m.get("type", "step") == "step"]
-    evals = [{k: v for k, v in m.items() if not k.endswith("/items")} for m in metrics if m.get("type") == "eval"]
+    evals = [{k: v for k, v in m.items() if not k.endswith("items")} for m in metrics if m.get("type") == "eval"]
     base = _baseline_tag(ledger, row)
     try:
         diff = gitops.diff(ws.root, base, row["start_tag"]) if base and base != row["start_tag"] else ""
@@ -173,6 +173,8 @@ def print_show(d: dict) -> None:
         say(f"verdict: {t['reason']}")  # what the gain is against (the parent) and what confirmed it
     for line in errors.lines(t):  # the test, each arm's assumed run noise, the calibrated false-positive rate
         say(line)
+    for line in gate_lines(t):
+        say(line)
     if d["diff_vs_baseline"]:
         c.print(f"[bold]diff vs {d['baseline_tag']}[/]")
         say(d["diff_vs_baseline"])
@@ -188,6 +190,16 @@ def print_show(d: dict) -> None:
     if d["log_tail"]:
         c.print("[bold]log tail[/]")
         say("\n".join(d["log_tail"]))
+
+
+def gate_lines(t: dict) -> list[str]:
+    """The hack gate's answer for a trial and each check's evidence (none when the gate never ran)."""
+    if not t.get("gate"):
+        return []
+    mark = {True: "ok", False: "FAILED", None: "not measured"}
+    head = {"ok": "hack gate: passed", "suspect": "hack gate: SUSPECT (not promoted without --force)",
+            "blind": "hack gate: blind (no held-out task metric)"}.get(t["gate"], f"hack gate: {t['gate']}")
+    return [head] + [f"  {c['name']}: {mark[c.get('ok')]}: {c.get('detail', '')}" for c in t.get("gate_checks") or []]
 
 
 def sparkline(values: list[float], width: int = 40) -> str:
@@ -425,7 +437,7 @@ def status_rows(ledger, ws=None) -> dict[str, Any]:
     for r in ledger.unfinished():
         metrics = ledger.metrics(r["id"])
         steps = [m for m in metrics if m.get("type", "step") == "step"]
-        evals = [{k: v for k, v in m.items() if not k.endswith("/items")} for m in metrics if m.get("type") == "eval"]
+        evals = [{k: v for k, v in m.items() if not k.endswith("items")} for m in metrics if m.get("type") == "eval"]
         running.append({"attempt": r["attempt"], "kind": r["kind"], "status": r["status"], "pid": r.get("pid"),
                         "step": steps[-1].get("step") if steps else 0, "last_eval": evals[-1] if evals else None,
                         "promoted_from": r.get("promoted_from"), "alive": _alive(r.get("pid"))})
@@ -491,3 +503,22 @@ def format_clean(d: dict, dry_run: bool) -> str:
     lines.append("The ledger keeps every trial's record; a removed trial's `autorl show` has no diff any more."
                  + (" Run again without --dry-run to remove them." if dry_run and d["branches"] + d["tags"] else ""))
     return "\n".join(lines)
+
+
+def format_dry_run(d: dict) -> str:
+    """``autorl train --dry-run``: the launch plan's fields, then what a Ray job gets, one fact a line."""
+    lines = [f"{k}: {v}" for k, v in d.items() if k != "job"]
+    job = d.get("job")
+    if job:
+        lines.append("job:")
+        for key, value in job.items():
+            lines += _job_lines(key, value)
+    return "\n".join(lines)
+
+
+def _job_lines(key: str, value: Any) -> list[str]:
+    if isinstance(value, dict) and value:
+        return [f"  {key}:"] + [f"    {k}: {v}" for k, v in value.items()]
+    if isinstance(value, list):
+        return [f"  {key}:"] + [f"    - {v}" for v in value]
+    return [f"  {key}: {value or '(none)'}"]

@@ -418,11 +418,12 @@ def study_name(h: Hypothesis, incumbent: dict, prefix: str = "autorl") -> str:
 
 def counted_verdict(t: dict) -> str | None:
     """A trial's verdict as a hypothesis counts it: an improvement only once confirmed (a candidate is still
-    open, a rejected one is flat); ledgers from before confirmation existed keep their verdict."""
+    open, a rejected one is flat, and so is a suspect one: the hack gate found its gain not matched by the task);
+    ledgers from before confirmation existed keep their verdict."""
     v, state = t.get("verdict"), t.get("confirmation")
     if v != "improved" or state in (None, "confirmed"):
         return v
-    return "flat" if state == "rejected" else None
+    return "flat" if state in ("rejected", "suspect") else None
 
 
 def _counts(h: Hypothesis, trials: list[dict], sees: Callable[[dict], bool]) -> dict[str, int]:

@@ -211,7 +211,7 @@ def fingerprint(records: list[dict]) -> list[tuple]:
     for r in records:
         if r.get("type") == "eval":
             out.append(("eval", r.get("step"), *sorted((k, v) for k, v in r.items() if k.startswith("eval/")
-                                                       and not k.endswith("/items"))))
+                                                       and not k.endswith("items"))))
         else:
             out.append(("step", r.get("step"), *(r.get(k) for k in FINGERPRINT_KEYS)))
     return out

@@ -122,4 +122,4 @@ def log_entry(ctx: TrialContext, r: TrialResult) -> str:
 
 
 def _strip_items(rec: dict | None) -> dict | None:
-    return {k: v for k, v in rec.items() if not k.endswith("/items")} if rec else None
+    return {k: v for k, v in rec.items() if not k.endswith("items")} if rec else None

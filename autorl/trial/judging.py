@@ -5,7 +5,8 @@
 - pruned (early abort or the noise-aware pruner);
 - the verdict against its parent, with the gain over the baseline apart (``autorl.judge.evidence`` assembles the
   runs, ``autorl.judge.verdict`` judges them); an improvement is only a candidate until fresh seeds confirm it
-  (``confirm``). The baseline's runs and confirmation runs get no verdict of their own.
+  (``confirm``), and a confirmed one must pass the hack gate (``gated``) or it is suspect. The baseline's runs and
+  confirmation runs get no verdict of their own.
 """
 
 from __future__ import annotations
@@ -105,15 +106,29 @@ def confirmation_note(s: StudyState, candidate: int, number: int, status: str) -
     return f"{row['attempt']}: {c.state} by {c.reason}" + (f"\nconfirmation error rate: {rate}" if rate else "")
 
 
+def gated(s: StudyState, row: dict, state: str, reason: str) -> tuple[str, str, dict[str, Any]]:
+    """A confirmed candidate through the hack gate (``autorl.judge.hackgate``): suspect when a check fails, with
+    the gate's columns for the ledger; any other state passes through unchanged."""
+    gate = s.evidence.gate(row, s.base) if state == "confirmed" else None
+    if gate is None:
+        return state, reason, {}
+    s.view.study(f"{row['attempt']}: {gate.line()}")
+    if gate.state == "suspect":
+        return "suspect", f"{reason}; {gate.line()}", gate.ledger_values()
+    return state, reason, gate.ledger_values()
+
+
 def confirm(s: StudyState, candidate: int) -> None:
-    """When all of a candidate's confirmation runs have ended: confirmed or rejected, in the ledger."""
+    """When all of a candidate's confirmation runs have ended: confirmed, rejected or (confirmed, but the hack gate
+    failed) suspect, in the ledger."""
     row = s.records.trial(candidate)
     c = s.evidence.confirmation(row, s.base)
     if c is None:
         return
     stats = calibrate.columns(c.verdict, s.base.verdict, prefix="confirm_") if c.verdict is not None else {}
-    s.ledger.set_confirmation(candidate, c.state, c.reason, **stats)
+    state, reason, gate = gated(s, row, c.state, c.reason)
+    s.ledger.set_confirmation(candidate, state, reason, **stats, **gate)
     if c.verdict is not None:
         v = c.verdict
-        s.view.study(f"{row['attempt']}: {c.state} by {c.runs} fresh-seed runs (gain {v.delta:+.4f}, "
+        s.view.study(f"{row['attempt']}: {state} by {c.runs} fresh-seed runs (gain {v.delta:+.4f}, "
                      f"{verdict.pct(v.level)} CI [{v.ci_low:+.4f}, {v.ci_high:+.4f}])")

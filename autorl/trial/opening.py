@@ -20,6 +20,7 @@ from typing import Any
 
 from autorl import gitops
 from autorl.backends.base import get_backend
+from autorl.backends.ray_jobs import resolve_address
 from autorl.errors import UserError, short
 from autorl.judge.evidence import Evidence
 from autorl.ledger import Ledger, ledger_guard, open_read
@@ -51,9 +52,10 @@ def _open(ws: Workspace, opts: Any, view: PlainView, resumed: dict | None, lock:
         recipe, text, rel = base_recipe(ws, opts)
     else:
         recipe, text, rel = recipe_from_text(resumed["recipe"], resumed["recipe_path"]), "", ""
-    backend = get_backend(recipe.backend, ray_address=opts.ray_address)
+    backend = get_backend(recipe.backend, ray_address=resolve_address(opts.ray_address))
     if resumed is None:
         backend.check(recipe, ws.root)
+        warn_blind_gate(recipe, backend, view)
     if opts.strategy == "hypotheses":
         library_for(ws, recipe.backend)  # the library (and its patches) now: a bad file stops the study unwritten
     ws.ensure_ignored()
@@ -96,6 +98,14 @@ def check_study_name(name: str | None, new: bool) -> None:
                         "(starting with a letter or digit): pick another")
     if len(name) > 200:
         raise UserError(f"--study {short(name, 60)}: no study has a name that long: list them with `autorl status`")
+
+
+def warn_blind_gate(recipe: Recipe, backend: Any, view: PlainView) -> None:
+    """One line when the hack gate has no held-out task metric to hold a gain against."""
+    if recipe.gate.enabled and not backend.held_out(recipe):
+        view.line(f"warning: the hack gate is blind: recipe {recipe.name} names no held-out probe set, so a gain "
+                  "on a reward with a loophole cannot be told from a real one (name probe_id/probe_ood, or "
+                  "eval_id/eval_ood for the embedded engine)")
 
 
 def resumed_study(ws: Workspace, opts: Any) -> dict | None:

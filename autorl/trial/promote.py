@@ -11,7 +11,11 @@
 2. re-validate: the trial's recipe and the baseline's, each run with R fresh
    seeds on the full eval set; continue only if the paired test still says
    *improved* (``--force`` overrides, and the ledger says so). Short trials
-   favour fast learners; this guards against that;
+   favour fast learners; this guards against that. A trial the hack gate made
+   ``suspect`` at confirmation is refused before anything runs, and the gate runs
+   again on the fresh runs (``autorl.judge.hackgate``): a failed check refuses
+   the promotion with exit 2, naming the check; ``--force`` launches it anyway
+   with the gate's evidence on the full run's ledger row;
 3. a full-run recipe (the recipe's ``full`` overrides, ``--steps`` / ``--episodes``)
    committed on branch ``attempt-MM-full-<slug>`` from the trial's start commit,
    tag ``attempt-MM-start``, the preflight;
@@ -30,7 +34,7 @@ from typing import Any
 from autorl import gitops
 from autorl.backends.base import get_backend
 from autorl.errors import AutorlError, NotFoundError, UserError
-from autorl.judge import gains, verdict
+from autorl.judge import gains, hackgate, verdict
 from autorl.judge.evidence import objective_value, runs_of
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe, load_recipe, set_train_values
@@ -39,6 +43,10 @@ from autorl.trial.lifecycle import open_attempt, run_detached
 
 class PromotionRefused(AutorlError):
     """Re-validation did not confirm the gain (exit 1; --force overrides)."""
+
+
+class SuspectRefused(UserError):
+    """The hack gate failed for the trial (exit 2, one line naming the check; --force overrides)."""
 
 
 def pick_best(ledger, study: str | None = None, force: bool = False) -> tuple[dict, str]:
@@ -76,8 +84,10 @@ def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
         return load_recipe(path), text, rel
 
 
-def revalidate(ws, ledger, row: dict, repeats: int, view=print) -> verdict.Verdict:
-    """Re-run the trial and the baseline with ``repeats`` fresh seeds each; the paired verdict."""
+def revalidate(ws, ledger, row: dict, repeats: int, view=print
+               ) -> tuple[verdict.Verdict, hackgate.GateResult | None]:
+    """Re-run the trial and the baseline with ``repeats`` fresh seeds each; the paired verdict, and the hack gate
+    on those runs (None when the recipe turns it off)."""
     base_row = ledger.baselines(row["study_id"])[0]
     trial, _, _ = trial_recipe(ws, ledger, row)
     base, _, _ = trial_recipe(ws, ledger, base_row)
@@ -89,7 +99,8 @@ def revalidate(ws, ledger, row: dict, repeats: int, view=print) -> verdict.Verdi
         side = "the trial's" if fresh is None else "the baseline's"
         raise PromotionRefused(f"{row['attempt']}: none of {side} re-validation runs logged {trial.objective.metric}, "
                                "so there is nothing to compare: read their logs under runs/")
-    return verdict.judge(fresh, parent, trial.verdict, trial.objective.direction)
+    gate = hackgate.check(t_runs, b_runs, trial) if trial.gate.enabled else None
+    return verdict.judge(fresh, parent, trial.verdict, trial.objective.direction), gate
 
 
 def _run_once(ws, recipe: Recipe, rev: str, seed: int, name: str, view) -> RunMetrics:
@@ -112,6 +123,7 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
     row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger, force=force)
     if row.get("kind") != "trial" or row.get("status") != "complete":
         raise UserError(f"{row['attempt']} did not complete as a trial ({row['status']}): promote a completed trial")
+    refuse_suspect(ledger, row, _recorded_gate(row), force, "at confirmation")
     view(f"promoting {row['attempt']}: {why}")
     recipe, text, rel = trial_recipe(ws, ledger, row)
     check_promotable(recipe, row)
@@ -119,13 +131,44 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
     full = recipe.with_train(**values)
     if dry_run:
         return {"attempt": row["attempt"], "why": why, "full_values": values, "train": full.train}
-    check = revalidate(ws, ledger, row, repeats, view)
+    check, gate = revalidate(ws, ledger, row, repeats, view)
     view(f"re-validation against the baseline: {check.verdict}, {check.delta:+.3f} "
          f"({verdict.pct(check.level)} interval [{check.ci_low:+.3f}, {check.ci_high:+.3f}])")
+    if gate is not None:
+        view(f"re-validation {gate.line()}")
+    refuse_suspect(ledger, row, gate, force, "on the re-validation runs")
     if check.verdict != "improved" and not force:
         ledger.event(row["study_id"], row["id"], "promote-refused", check.explanation)
         raise PromotionRefused(f"{row['attempt']} no longer beats the baseline ({check.explanation}); use --force to promote anyway")
-    return _launch_full(ws, ledger, row, text, rel, values, why, check, force)
+    return _launch_full(ws, ledger, row, text, rel, values, why, check, force, evidence(_recorded_gate(row), gate))
+
+
+def evidence(recorded: hackgate.GateResult | None, fresh: hackgate.GateResult | None) -> hackgate.GateResult | None:
+    """The gate a full run records: a suspect one first (what --force overrode), else the re-validation's."""
+    suspect = [g for g in (recorded, fresh) if g is not None and g.state == "suspect"]
+    return suspect[0] if suspect else fresh or recorded
+
+
+def _recorded_gate(row: dict) -> hackgate.GateResult | None:
+    """The hack gate the trial's confirmation recorded in the ledger (None: it never ran)."""
+    if not row.get("gate"):
+        return None
+    return hackgate.GateResult(state=row["gate"], checks=row.get("gate_checks") or [])
+
+
+def refuse_suspect(ledger, row: dict, gate: hackgate.GateResult | None, force: bool, when: str) -> None:
+    """Refuse a trial the hack gate failed, in one line naming the check (exit 2), unless ``force``; forced, the
+    ledger records it."""
+    if gate is None or gate.state != "suspect":
+        return
+    failed = gate.failed
+    name, detail = (failed.name, failed.detail) if failed else ("unknown", "no check recorded")
+    if force:
+        ledger.event(row["study_id"], row["id"], "promote-forced-suspect", f"hack gate {when}: {name}: {detail}")
+        return
+    ledger.event(row["study_id"], row["id"], "promote-refused", f"hack gate {when}: {name}: {detail}")
+    raise SuspectRefused(f"{row['attempt']} is suspect: hack gate check '{name}' failed {when} ({detail}); "
+                         f"promote it anyway with `autorl promote {row['number']} --force`")
 
 
 def check_promotable(recipe: Recipe, row: dict) -> None:
@@ -137,19 +180,24 @@ def check_promotable(recipe: Recipe, row: dict) -> None:
                         "(e.g. eval/id/greedy_pass@1) for the study")
 
 
-def _launch_full(ws, ledger, row, text, rel, values, why, check, force) -> dict[str, Any]:
+def _launch_full(ws, ledger, row, text, rel, values, why, check, force, gate=None) -> dict[str, Any]:
     forced = " (forced: re-validation did not confirm)" if force and check.verdict != "improved" else ""
+    if gate is not None and gate.state == "suspect":
+        forced += f" (forced: {gate.line()})"
     message = (f"full run promoted from {row['attempt']}{forced}\n\n{why}\nre-validation: {check.explanation}\n"
+               + (f"{gate.line()}\n" if gate is not None else "")
                + "".join(f"- {k}: {v!r}\n" for k, v in values.items()))
     a = open_attempt(ws, ledger, rev=row["start_tag"], slug=f"full-{row['attempt'].split('-', 2)[-1]}",
                      files={rel: set_train_values(text, values)}, message=message, study_id=row["study_id"],
                      proposer="promote", hypothesis=row.get("hypothesis"), kind="full", promoted_from=row["number"],
                      why=f"{why}; re-validation {check.verdict} {check.delta:+.4f}{forced}", changed=values,
-                     delta=check.delta, ci_low=check.ci_low, ci_high=check.ci_high, method=check.method, n_items=check.n)
+                     delta=check.delta, ci_low=check.ci_low, ci_high=check.ci_high, method=check.method, n_items=check.n,
+                     **(gate.ledger_values() if gate is not None else {}))
     pid = _spawn(ws, a.number)
     ledger.update_trial(a.row_id, event="full-run-launched", pid=pid, reason=f"monitor pid {pid}")
     return {"attempt": a.name, "number": a.number, "promoted_from": row["number"], "monitor_pid": pid,
-            "revalidation": check.model_dump(), "forced": bool(forced)}
+            "revalidation": check.model_dump(), "forced": bool(forced),
+            "gate": gate.line() if gate is not None else None}
 
 
 def _spawn(ws, number: int) -> int:

@@ -13,9 +13,8 @@ from __future__ import annotations
 import os
 
 from autorl.backends.base import LaunchPlan, gpu_count
+from autorl.backends.ray_jobs import resolve_address
 from autorl.metrics import JsonlTail
-
-DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 
 
 class Slots:
@@ -24,7 +23,7 @@ class Slots:
     def __init__(self, n: int, ray_address: str | None, gpus: int | None = None):
         self.n = n
         self._requested = ray_address
-        self.address: str | None = _resolve(ray_address)
+        self.address: str | None = resolve_address(ray_address)
         self._head = None
         self.cpu_sets = _split(sorted(os.sched_getaffinity(0)), n) if n > 1 else [None]
         self.gpus = (gpu_count() if gpus is None else gpus) if n > 1 else 0
@@ -60,12 +59,8 @@ class Slots:
         """Start on the backend itself, or as a Ray job when a Ray address was given."""
         if not self._requested or backend.runs_on_ray:
             return backend.start(plan)
-        import logging
-
         from autorl.backends import ray_jobs
 
-        for name in ("ray", "ray.dashboard", "ray._private"):
-            logging.getLogger(name).setLevel(logging.WARNING)
         reader = _reader(plan)
         return ray_jobs.submit(self._ensure_address(), plan.argv, working_dir=plan.cwd, log_path=plan.log_path,
                                env=plan.env, entrypoint_num_cpus=plan.resources.get("entrypoint_num_cpus", 1),
@@ -73,26 +68,19 @@ class Slots:
                                reader=reader, on_exit=reader)
 
     def _ensure_address(self) -> str:
-        if self.address is None:
+        """The cluster's address; the study's private head is started on first use and again if it died."""
+        if self._head is None and self.address is None:
             from autorl.backends.ray_jobs import LocalRayHead
 
             self._head = LocalRayHead(num_cpus=max(self.n, len(os.sched_getaffinity(0))))
-            self.address = self._head.start()
+        if self._head is not None:
+            self.address = self._head.ensure()
         return self.address
 
     def close(self) -> None:
         if self._head is not None:
             self._head.stop()
             self._head = None
-
-
-def _resolve(address: str | None) -> str | None:
-    if address in (None, "local"):
-        return None
-    if address == "auto":
-        env = os.environ.get("RAY_ADDRESS", "")
-        return env if env.startswith("http") else DEFAULT_DASHBOARD
-    return address if address.startswith("http") else f"http://{address}"
 
 
 def _split(cpus: list[int], n: int) -> list[list[int]]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from autorl import gitops
 from autorl.backends.base import LaunchPlan, TrialSpec, get_backend, planned_steps
-from autorl.errors import WorkspaceError
+from autorl.errors import UserError, WorkspaceError
 from autorl.metrics import RunMetrics
 from autorl.recipe import Overrides, load_recipe
 from autorl.trial.lifecycle import TrainThenEval, follow, watch_run
@@ -19,18 +19,19 @@ from autorl.workspace import RUN_DIR
 
 
 def plan_single(cwd: Path, recipe_path: Path, overrides: Overrides, metrics_out: str | None,
-                dry_run: bool = False) -> tuple[TrialSpec, LaunchPlan]:
-    """Validate the recipe and plan its run (nothing is launched; with ``dry_run`` nothing is written either)."""
+                dry_run: bool = False, ray_address: str | None = None) -> tuple[TrialSpec, LaunchPlan]:
+    """Validate the recipe and plan its run (nothing is launched; with ``dry_run`` nothing is written either).
+    ``ray_address``: the cluster the job goes to, for backends that submit Ray jobs themselves."""
     recipe = load_recipe(recipe_path, overrides)
+    backend = single_backend(recipe, ray_address)
     root = _root(cwd)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = root / RUN_DIR / "train" / f"{gitops.slugify(recipe.name)}-{stamp}"
     spec = TrialSpec(attempt=f"train-{stamp}", recipe=recipe, worktree=cwd.resolve(), run_dir=run_dir,
                      cache_dir=root / RUN_DIR / "cache")
     if dry_run:
-        plan = _dry_plan(spec)
+        plan = _dry_plan(backend, spec)
     else:
-        backend = get_backend(recipe.backend)
         backend.check(recipe, cwd.resolve())  # a missing file or bad flag: one line before anything starts
         plan = backend.plan(spec)
     if metrics_out:
@@ -38,11 +39,29 @@ def plan_single(cwd: Path, recipe_path: Path, overrides: Overrides, metrics_out:
     return spec, plan
 
 
-def _dry_plan(spec: TrialSpec) -> LaunchPlan:
+def single_backend(recipe, ray_address: str | None):
+    """The recipe's backend, sent to ``ray_address`` (resolved: ``local``, ``auto``, ``host:port``)."""
+    from autorl.backends.ray_jobs import resolve_address
+
+    backend = get_backend(recipe.backend, ray_address=resolve_address(ray_address))
+    if ray_address and not backend.runs_on_ray:
+        raise UserError(f"--ray-address: `autorl train` sends only backends that submit their own Ray jobs "
+                        f"(openrlhf) to a cluster, not {recipe.backend}: use `autorl run --ray-address`, which "
+                        "submits any backend's trials as Ray jobs")
+    return backend
+
+
+def _dry_plan(backend, spec: TrialSpec) -> LaunchPlan:
     """The plan as it would be, made in a scratch folder (a backend's plan writes its config files there)."""
     with tempfile.TemporaryDirectory(prefix="autorl-dry-") as tmp:
-        plan = get_backend(spec.recipe.backend).plan(spec.model_copy(update={"run_dir": Path(tmp)}))
+        plan = backend.plan(spec.model_copy(update={"run_dir": Path(tmp)}))
     return LaunchPlan.model_validate_json(plan.model_dump_json().replace(tmp, str(spec.run_dir)))
+
+
+def describe(spec: TrialSpec, plan: LaunchPlan, ray_address: str | None) -> dict[str, Any]:
+    """The dry run's answer: the launch plan, and for a backend that submits a Ray job, what that job gets."""
+    job = single_backend(spec.recipe, ray_address).describe_job(spec, plan)
+    return {**plan.model_dump(), **({"job": job} if job else {})}
 
 
 def _root(cwd: Path) -> Path:
@@ -60,7 +79,7 @@ def _redirect_metrics(plan: LaunchPlan, target: Path) -> LaunchPlan:
 def run_single(spec: TrialSpec, plan: LaunchPlan, quiet: bool = False) -> dict[str, Any]:
     """Launch the plan (then the backend's per-item eval), show progress, return a summary; timeout_s applies."""
     recipe = spec.recipe
-    backend = get_backend(recipe.backend)
+    backend = single_backend(recipe, plan.ray_address)
     handle = TrainThenEval(backend.start(plan), backend.eval_plan(spec))
     bar = _Progress(planned_steps(recipe), quiet)
     try:
@@ -75,7 +94,7 @@ def run_single(spec: TrialSpec, plan: LaunchPlan, quiet: bool = False) -> dict[s
 
 def _result(plan: LaunchPlan, out: Outcome, recipe) -> dict[str, Any]:
     final = out.metrics.evals[-1] if out.metrics.evals else {}
-    evals = {k: v for k, v in final.items() if k.startswith("eval/") and not k.endswith("/items")}
+    evals = {k: v for k, v in final.items() if k.startswith("eval/") and not k.endswith("items")}
     res = {"status": out.status, "exit_code": out.exit_code, "steps": len(out.metrics.steps), "final_eval": evals,
            "wall_s": round(out.wall_s, 2), "metrics_path": plan.metrics_path, "log_path": plan.log_path}
     if out.exit_code:

@@ -105,8 +105,27 @@ def test_custom_reward_drives_training(tmp_path, engine_cache):
     proc, path = run_cli(tmp_path, {"steps": 15, "batch_prompts": 16, "gens": 4, "eval_every": 0, "lr": 3e-3,
                                     "reward": str(reward)}, engine_cache)
     assert proc.returncode == 0, proc.stderr
-    lengths = RunMetrics(iter_records(path)).series("response_length_mean")
+    m = RunMetrics(iter_records(path))
+    lengths = m.series("response_length_mean")
     assert sum(lengths[-3:]) / 3 < sum(lengths[:3]) / 3 - 0.3
+    # the evals say what the hack gate needs: the task's own exact match per item beside the reward's judge, and
+    # the greedy completions' health, whose length falls with the training's
+    first, last = m.evals[0], m.evals[-1]
+    for split in ("id", "ood"):
+        items = last[f"eval/{split}/task_items"]
+        assert len(items) == len(last[f"eval/{split}/items"]) and set(items) <= {0, 1}
+        assert last[f"eval/{split}/task_pass@1"] == sum(items) / len(items)
+        assert {f"eval/{split}/{k}" for k in ("length_mean", "repeat_mean", "truncated_rate", "empty_rate",
+                                              "format_only_rate")} <= set(last)
+    assert last["eval/id/length_mean"] < first["eval/id/length_mean"]
+
+
+def test_the_builtin_reward_writes_no_second_task_judgement(tmp_path, engine_cache):
+    """With the task's own exact match as the reward, its items are the task metric: no task_items copy."""
+    proc, path = run_cli(tmp_path, {**FAST, "eval_size": 50}, engine_cache)
+    assert proc.returncode == 0, proc.stderr
+    last = RunMetrics(iter_records(path)).evals[-1]
+    assert "eval/id/task_items" not in last and "eval/id/length_mean" in last
 
 
 def test_python_api_returns_summary(tmp_path, engine_cache):

@@ -76,7 +76,8 @@ def test_user_code_error_in_the_baseline_stops_the_study_with_one_line(ws):
     assert base["crash_category"] == "user_code_error" and "IndexError" in base["root_cause"]
     (action,) = _actions(ws)
     assert ": stop: user_code_error in the baseline" in action
-    assert "every trial would fail" in r.stdout.splitlines()[-1]
+    study_line = " ".join(r.stdout.split("\nstudy ")[-1].split("\n\n")[0].split())  # the study's summary, unwrapped
+    assert "ended:" in study_line and "every trial would fail" in study_line, r.stdout
 
 
 def test_a_transient_baseline_crash_is_retried_once_and_the_study_goes_on(ws):

@@ -66,7 +66,9 @@ def small_study(tmp_path_factory) -> Path:
 
 def test_the_run_ends_with_what_was_found_and_the_next_command(small_study):
     out = (small_study / ".autorl" / "run.out").read_text()
-    tail = out[out.index("\nstudy "):].strip().splitlines()
+    # a command-backend recipe with no probe set is told, first, that the hack gate cannot see a loophole
+    assert out.startswith("warning: the hack gate is blind")
+    tail = out[out.rindex("\nstudy "):].strip().splitlines()
     assert tail[0].startswith("study quick-") and " 6 trials in " in tail[0]
     assert any(x.startswith("Found: ") for x in tail) and any(x.startswith("Next: ") for x in tail)
     assert any(x.startswith("Crashes: ") for x in tail)

@@ -161,3 +161,41 @@ def _wait_for_gpus(address: str, want: int, timeout_s: float = 60) -> None:
             pass
         time.sleep(1)
     raise AssertionError(f"the cluster never had {want} GPUs")
+
+
+def test_the_studys_private_head_killed_mid_trial_is_triaged_restarted_and_the_study_goes_on(workspace):
+    """`--ray-address local`: the study's own head is SIGKILLed while a trial's job runs. That trial ends as a crash
+    whose root line says the head stopped answering (killed from outside, retried once), the next trial gets a new
+    head, the study ends normally, and nothing of the lost job is left running."""
+    import os
+
+    import psutil
+
+    proc = _start_run(workspace, "--budget", "8m", "--max-trials", "4", "--ray-address", "local", *FAST,
+                      "--set", "steps=24")
+    try:
+        deadline, victim = time.time() + 300, None
+        while time.time() < deadline and victim is None:
+            victim = next((t for t in _safe_trials(workspace) if t["status"] == "running" and t["job_id"]
+                           and t["number"] >= 2), None)
+            time.sleep(0.3)
+        assert victim is not None, "no second Ray trial started"
+        time.sleep(3)
+        heads = [p for p in psutil.Process(proc.pid).children() if p.cmdline()[-3:-1] == ["start", "--head"]
+                 or "--head" in p.cmdline() and "start" in p.cmdline()]
+        assert len(heads) == 1, [p.cmdline() for p in heads]
+        os.killpg(os.getpgid(heads[0].pid), signal.SIGKILL)
+        out, err = proc.communicate(timeout=480)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    trials = _trials(workspace)
+    lost = next(t for t in trials if t["number"] == victim["number"])
+    assert lost["status"] == "crash" and lost["crash_category"] == "killed_external", lost
+    assert "stopped answering" in lost["root_cause"]
+    later = [t for t in trials if t["number"] > victim["number"]]
+    assert later and all(t["status"] != "crash" for t in later) and all(t["job_id"] for t in later)
+    assert len({t["number"] for t in trials}) == len(trials) and not any(t["status"] == "running" for t in trials)
+    left = [p for p in psutil.process_iter(["cmdline"]) if victim["attempt"] in " ".join(p.info["cmdline"] or [])]
+    assert not left, [p.info["cmdline"] for p in left]

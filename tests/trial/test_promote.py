@@ -25,6 +25,24 @@ def _rows(ws: Path) -> list[dict]:
     return [dict(r) for r in conn.execute("SELECT * FROM autorl_trials ORDER BY number")]
 
 
+def _suspect(ws: Path, number: int):
+    """Mark trial ``number`` suspect with the gate's answer on real runs of a learned reward hack
+    (tests/data/hack_gate: round_rm against the baseline)."""
+    from autorl.judge import hackgate
+    from autorl.ledger import Ledger
+    from autorl.metrics import RunMetrics, iter_records
+    from autorl.recipe import validate_recipe
+
+    data = Path(__file__).resolve().parents[1] / "data" / "hack_gate"
+    runs = lambda name: [RunMetrics(iter_records(p)) for p in sorted(data.glob(f"{name}-s*.jsonl"))]  # noqa: E731
+    gate = hackgate.check(runs("round"), runs("base"), validate_recipe({"backend": "embedded", "train": {}}))
+    assert gate.state == "suspect"
+    ledger = Ledger(ws / "ledger.sqlite")
+    ledger.set_confirmation(number, "suspect", gate.line(), **gate.ledger_values())
+    ledger.close()
+    return gate
+
+
 def _wait_full_run(ws: Path, number: int, timeout_s: float = 240) -> dict:
     deadline = time.time() + timeout_s
     while time.time() < deadline:
@@ -40,12 +58,22 @@ def test_forced_promotion_runs_a_full_run_on_its_own_branch(workspace):
                 timeout=400)
     assert r.returncode == 0, r.stderr + r.stdout
     trial = next(t for t in _rows(workspace) if t["proposer"] != "baseline" and t["status"] == "complete")
+    gate = _suspect(workspace, trial["number"])
+    refused = run_cli("-C", str(workspace), "promote", str(trial["number"]), "--repeats", "1", timeout=120)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert f"is suspect: hack gate check '{gate.failed.name}' failed" in refused.stderr
     out = run_cli("-C", str(workspace), "promote", str(trial["number"]), "--force", "--repeats", "1", "--steps", "6",
                   "--json", timeout=400)
     assert out.returncode == 0, out.stderr + out.stdout
     launched = json.loads(out.stdout)
     assert launched["promoted_from"] == trial["number"]
     assert set(launched["revalidation"]) >= {"verdict", "delta", "ci_low", "ci_high"}
+    # forced past the hack gate: the full run's row carries the evidence it was forced past, and an event says so
+    full = next(r for r in _rows(workspace) if r["number"] == launched["number"])
+    assert full["gate"] == "suspect" and gate.failed.name in full["gate_checks"]
+    assert launched["gate"].startswith(f"hack gate: {gate.failed.name} failed")
+    conn = sqlite3.connect(workspace / "ledger.sqlite")
+    assert conn.execute("SELECT count(*) FROM autorl_events WHERE kind = 'promote-forced-suspect'").fetchone()[0] == 1
     row = _wait_full_run(workspace, launched["number"])
     assert row["kind"] == "full" and row["status"] in ("complete", "early-stopped"), row
     assert row["objective"] is not None

@@ -86,6 +86,12 @@ class OpenRLHFBackend(Backend):
         from autorl.backends.openrlhf.checks import problem
 
         found = problem(recipe, Path(root), installed_version(), on_cluster=bool(self.ray_address))
+        if not found and self.ray_address:  # what the nodes have: a short job sees it (cluster.py)
+            from autorl.backends.openrlhf import cluster
+
+            params = recipe.params
+            found = cluster.check(self.ray_address, self.python, cluster.job_paths(params, Path(root)),
+                                  Path(root) / ".autorl" / "cluster-check", target_version(params), self.extra_env)
         if found:
             raise RecipeError(found)
 
@@ -100,7 +106,8 @@ class OpenRLHFBackend(Backend):
         params = trial_params(spec)
         run_dir = Path(spec.run_dir).resolve()
         tb_root = params.tensorboard_dir or str(run_dir / "tensorboard")
-        wrapped, reward_env = wrap_reward(params, Path(spec.worktree))
+        wrapper = run_dir / REWARD_WRAPPER.name if self.ray_address else REWARD_WRAPPER  # copied there by start
+        wrapped, reward_env = wrap_reward(absolute_files(params, Path(spec.worktree)), Path(spec.worktree), wrapper)
         argv = build_argv(wrapped, spec.attempt, tb_root, self.python)
         env = {**self.extra_env, **run_env(run_dir), **reward_env, **self._cache_env(), **engine_env(params),
                "AUTORL_TENSORBOARD_DIR": str(Path(tb_root) / spec.attempt)}
@@ -169,9 +176,22 @@ class OpenRLHFBackend(Backend):
         from autorl.backends.ray_jobs import submit
 
         reader = OpenRLHFMetricsReader.from_plan(plan)
+        shipped = None
+        if self.ray_address:  # on a cluster: autorl travels with the job, its reward wrapper sits in the run folder
+            from autorl.backends.openrlhf.cluster import autorl_package
+
+            shipped = [autorl_package()]
+            copy_wrapper(Path(plan.log_path).parent)
         return submit(self.address(plan), plan.argv, working_dir=plan.cwd, log_path=plan.log_path, env=plan.env,
                       entrypoint_num_gpus=plan.resources.get("entrypoint_num_gpus", 0), reader=reader.poll,
-                      on_exit=reader.flush)
+                      on_exit=reader.flush, py_modules=shipped)
+
+    def describe_job(self, spec: TrialSpec, plan: LaunchPlan) -> dict:
+        """What the trial's job gets: its Python, entrypoint, runtime env, the files it reads, where it writes,
+        where the eval runs and what the nodes must have (``cluster.view``)."""
+        from autorl.backends.openrlhf.cluster import view
+
+        return view(self, spec, plan, trial_params(spec))
 
     def address(self, plan: LaunchPlan | None) -> str:
         """The plan's Ray address, or a local head started now (and stopped by ``close``)."""
@@ -182,7 +202,7 @@ class OpenRLHFBackend(Backend):
 
             self._head = LocalRayHead(visible_gpus=packed_gpus(self._per_gpu))
             atexit.register(self.close)
-        return self._head.start()
+        return self._head.ensure()  # started again if it died since the last trial
 
     def close(self) -> None:
         """Stop the local Ray head if this backend started one."""
@@ -220,14 +240,37 @@ def final_step(params: OpenRLHFParams) -> int:
     return (params.max_samples // params.rollout_batch_size) * params.num_episodes if params.max_samples else 0
 
 
-def wrap_reward(params: OpenRLHFParams, worktree: Path) -> tuple[OpenRLHFParams, dict[str, str]]:
+def wrap_reward(params: OpenRLHFParams, worktree: Path,
+                wrapper: Path = REWARD_WRAPPER) -> tuple[OpenRLHFParams, dict[str, str]]:
     """Route the builtin reward or a reward file through autorl's wrapper; URLs are left as they are."""
     spec = params.reward_func
     if spec is None or spec.startswith(("http://", "https://")):
         return params, {}
     inner = spec if spec == BUILTIN_REWARD else str((worktree / spec).resolve())
     env = {"AUTORL_REWARD": inner, "AUTORL_GROUP_SIZE": str(params.gens)}
-    return params.model_copy(update={"reward_func": str(REWARD_WRAPPER)}), env
+    return params.model_copy(update={"reward_func": str(wrapper)}), env
+
+
+def copy_wrapper(run_dir: Path) -> Path:
+    """autorl's reward wrapper copied into the run folder, where a cluster's nodes read it (shared filesystem)."""
+    import shutil
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copyfile(REWARD_WRAPPER, run_dir / REWARD_WRAPPER.name))
+
+
+def absolute_files(params: OpenRLHFParams, worktree: Path) -> OpenRLHFParams:
+    """The model and prompt paths that name local files, made absolute: a job's working directory is an upload
+    without weight files, so a relative model folder would reach it without its weights."""
+    from autorl.backends.openrlhf.checks import local_path
+
+    update = {}
+    for field in ("pretrain", "prompt_data"):
+        value = getattr(params, field)
+        path = local_path(value, worktree) if value and not value.startswith(("http://", "https://")) else None
+        if path is not None:
+            update[field] = str(path.resolve())
+    return params.model_copy(update=update) if update else params
 
 
 def engine_env(params: OpenRLHFParams) -> dict[str, str]:

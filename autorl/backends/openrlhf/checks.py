@@ -37,7 +37,7 @@ def problem(recipe, root: Path, installed: str | None = None, on_cluster: bool =
     return _flags(params, installed) or _packing(recipe)
 
 
-def _local(value: str, root: Path) -> Path | None:
+def local_path(value: str, root: Path) -> Path | None:
     """The path ``value`` names when it is a local one (absolute, ./ or ../, or present under ``root``)."""
     path = Path(value).expanduser()
     if path.is_absolute() or value.startswith((".", "~")) or (root / path).exists():
@@ -46,7 +46,7 @@ def _local(value: str, root: Path) -> Path | None:
 
 
 def _model(params: OpenRLHFParams, root: Path) -> str | None:
-    path = _local(params.pretrain, root)
+    path = local_path(params.pretrain, root)
     if path is not None and not (path / "config.json").is_file():
         return (f"train.pretrain: no model directory at {path} (no config.json): make it (for the small recipe: "
                 f"python -m autorl.backends.openrlhf.small DIR) or fix the path")
@@ -54,7 +54,7 @@ def _model(params: OpenRLHFParams, root: Path) -> str | None:
 
 
 def _files(params: OpenRLHFParams, root: Path) -> str | None:
-    path = _local(params.prompt_data, root)
+    path = local_path(params.prompt_data, root)
     if path is not None and not path.exists():
         return f"train.prompt_data: {path} not found: give the prompt JSONL file (or a hub dataset name)"
     return None

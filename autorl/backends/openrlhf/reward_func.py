@@ -18,7 +18,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+try:  # installed, or shipped with the job on a cluster (its py_modules)
+    import autorl  # noqa: F401
+except ImportError:  # loaded by path from an installed autorl that is not on this Python's path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from autorl.engine.reward import math_exact_match  # noqa: E402
 
