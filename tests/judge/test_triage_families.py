@@ -56,6 +56,10 @@ CASES: dict[str, tuple[str, int | None]] = {
                           "PREEMPTION ***", None),
     "signal_received": ("W0201 08:00:00.120000 811 torch/distributed/elastic/agent/server/api.py:719] Received 15 "
                         "death signal, shutting down workers", -15),
+    "ray_head_lost": ("autorl: the Ray head at http://127.0.0.1:8265 stopped answering for 31 s (ConnectionError: "
+                      "HTTPConnectionPool(host='127.0.0.1', port=8265): Max retries exceeded with url: /api/jobs/x "
+                      "(Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] Connection "
+                      "refused'))): job autorl-1 is lost", 1),
     "ray_worker_died": ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.", 1),
 }
 
