@@ -105,7 +105,7 @@ def test_a_confirmed_improvement_is_promoted_without_force(workspace):
     git(workspace, "add", "-A")
     git(workspace, "commit", "-qm", "search only a learning rate that helps")
     r = run_cli("-C", str(workspace), "run", "--max-trials", "5", "--budget", "20m", "--strategy", "random",
-                "--quiet", *SHORT, timeout=1200)
+                "--quiet", *SHORT, "--set", "verdict.confirm_runs=2", timeout=1200)  # 2 baseline, 1 trial, 2 confirms
     assert r.returncode == 0, r.stderr + r.stdout
     rows = _rows(workspace)
     trial = next(t for t in rows if t["proposer"] == "random")
