@@ -262,14 +262,9 @@ def copy_wrapper(run_dir: Path) -> Path:
 def absolute_files(params: OpenRLHFParams, worktree: Path) -> OpenRLHFParams:
     """The model and prompt paths that name local files, made absolute: a job's working directory is an upload
     without weight files, so a relative model folder would reach it without its weights."""
-    from autorl.backends.openrlhf.checks import local_path
+    from autorl.backends.openrlhf.checks import local_files
 
-    update = {}
-    for field in ("pretrain", "prompt_data"):
-        value = getattr(params, field)
-        path = local_path(value, worktree) if value and not value.startswith(("http://", "https://")) else None
-        if path is not None:
-            update[field] = str(path.resolve())
+    update = local_files(params, worktree, ("pretrain", "prompt_data"))
     return params.model_copy(update=update) if update else params
 
 

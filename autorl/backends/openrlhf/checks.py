@@ -45,6 +45,18 @@ def local_path(value: str, root: Path) -> Path | None:
     return None
 
 
+def local_files(params: OpenRLHFParams, root: Path, fields: tuple[str, ...]) -> dict[str, str]:
+    """The ``fields`` of ``params`` that name local files, as absolute paths (hub names, URLs and ``builtin:``
+    rewards are left out)."""
+    out = {}
+    for field in fields:
+        value = getattr(params, field)
+        path = local_path(value, root) if value and not value.startswith(("builtin:", "http://", "https://")) else None
+        if path is not None:
+            out[field] = str(path.resolve())
+    return out
+
+
 def _model(params: OpenRLHFParams, root: Path) -> str | None:
     path = local_path(params.pretrain, root)
     if path is not None and not (path / "config.json").is_file():

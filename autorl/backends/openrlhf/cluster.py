@@ -39,15 +39,9 @@ def autorl_package() -> str:
 def job_paths(params, worktree: Path) -> dict[str, str]:
     """The recipe's local files as the job is given them (absolute paths of this machine); hub names and URLs
     are the job's own business and left out."""
-    from autorl.backends.openrlhf.checks import local_path
+    from autorl.backends.openrlhf.checks import local_files
 
-    named = {"pretrain": params.pretrain, "prompt_data": params.prompt_data, "reward_func": params.reward_func}
-    out = {}
-    for name, value in named.items():
-        path = local_path(value, worktree) if value and not value.startswith(("builtin:", "http")) else None
-        if path is not None:
-            out[name] = str(path.resolve())
-    return out
+    return local_files(params, worktree, ("pretrain", "prompt_data", "reward_func"))
 
 
 def check(address: str, python: str, paths: dict[str, str], scratch: Path, target: str,
