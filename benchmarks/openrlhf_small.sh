@@ -4,7 +4,8 @@
 #   bash benchmarks/openrlhf_small.sh OUTDIR PHASE...
 # phases: make (the model and probe sets), one (one trial alone, timed; ONE_SET=key=value), oneb (the same in
 # the background, in its own session), sweep (LRS="1e-6 1e-5 1e-4 1e-3", one trial each, at once on the one GPU),
-# study (SEEDS="0 1" studies of BUDGET, at once, in the background; `wait` collects them), wait (WAIT_S).
+# study (SEEDS="0 1" studies of BUDGET, at once, in the background; `wait` collects them; GPUS="0 1" gives each
+# study its own card, in turn), wait (WAIT_S).
 set -uo pipefail
 OUT=${1:-/tmp/openrlhf-small}; mkdir -p "$OUT"; SMALL=${SMALL:-/tmp/autorl-openrlhf-small}
 cd "$(dirname "$0")/.." || exit 1  # the package root: a checkout beside it must not shadow it
@@ -62,11 +63,14 @@ phase_oneb() {
 wait_for_trains() { while pgrep -f "autorl.cli -C /tmp/ws-" >/dev/null; do sleep 2; done; }
 phase_study() {
   t study
+  local gpus=(${GPUS:-}) i=0
   for seed in ${SEEDS:-0 1}; do
     workspace "/tmp/ws-study$seed"
+    if [ ${#gpus[@]} -gt 0 ]; then export CUDA_VISIBLE_DEVICES=${gpus[$(( i % ${#gpus[@]} ))]}; fi; i=$(( i + 1 ))
     setsid python3 -m autorl.cli -C "/tmp/ws-study$seed" run recipes/small.yaml --budget "${BUDGET:-20m}" \
       --seed "$seed" --study "small-seed$seed" > "$OUT/study$seed.log" 2>&1 < /dev/null &
   done
+  unset CUDA_VISIBLE_DEVICES
   setsid bash -c "nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 1 \
     > /tmp/gpu-study.csv 2>/dev/null" < /dev/null > /dev/null 2>&1 &
   sleep 5; tail -2 "$OUT"/study*.log
