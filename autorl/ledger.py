@@ -113,6 +113,9 @@ class TrialRow(TypedDict, total=False):
     pid: Annotated[int | None, 'Process group of the running trial (for cleanup on resume).']
     job_id: Annotated[str | None, 'Ray job id of the running trial (for cleanup on resume).']
     job_address: Annotated[str | None, 'Ray dashboard address the job was submitted to.']
+    rev: Annotated[int | None, "Revision: set by the ledger's triggers on every insert and update of the row, higher "
+                   "than any revision before it, so a running study re-reads only the rows that changed (never "
+                   "written by autorl's code)."]
 
 
 class StudyRow(TypedDict, total=False):
@@ -136,13 +139,14 @@ TRIAL_COLUMNS: dict[str, str] = {k: h.__metadata__[0] for k, h in get_type_hints
 _JSON_COLUMNS = ("params", "changed", "flags", "base_changes", "gate_checks")
 
 
-def _write_model(row: type) -> type[BaseModel]:
-    """The pydantic model a write to ``row``'s table is validated by (an unknown column is an error)."""
-    fields = {k: (h, None) for k, h in get_type_hints(row).items()}
+def _write_model(row: type, kept_by_sqlite: tuple[str, ...] = ()) -> type[BaseModel]:
+    """The pydantic model a write to ``row``'s table is validated by (an unknown column is an error, and so is one
+    that SQLite itself keeps, ``kept_by_sqlite``)."""
+    fields = {k: (h, None) for k, h in get_type_hints(row).items() if k not in kept_by_sqlite}
     return create_model(f"{row.__name__}Write", __config__=ConfigDict(extra="forbid"), **fields)
 
 
-_TRIAL_WRITE, _STUDY_WRITE = _write_model(TrialRow), _write_model(StudyRow)
+_TRIAL_WRITE, _STUDY_WRITE = _write_model(TrialRow, kept_by_sqlite=("rev",)), _write_model(StudyRow)
 
 
 # ---- migrations: each one frozen as it shipped (a new column is a new migration, never an edit of an old one) ----
@@ -201,12 +205,27 @@ def _v7_hack_gate(db: sqlite_utils.Database) -> None:
     db["autorl_trials"].add_column("gate_checks", str)
 
 
+def _v8_revisions(db: sqlite_utils.Database) -> None:
+    """``rev``: every insert or update of a trial row gives it the next revision (one past the highest; writers
+    take turns, so revisions grow in commit order). A reader that has seen revisions up to R re-reads only rows
+    above R, whichever process wrote them. The guard ``NEW.rev IS OLD.rev`` keeps the trigger's own update from
+    firing again."""
+    db["autorl_trials"].add_column("rev", int)
+    db.execute("UPDATE autorl_trials SET rev = id")
+    db["autorl_trials"].create_index(["rev"])
+    bump = ("UPDATE autorl_trials SET rev = (SELECT coalesce(max(rev), 0) + 1 FROM autorl_trials) "
+            "WHERE id = NEW.id;")
+    db.execute(f"CREATE TRIGGER autorl_trials_rev_insert AFTER INSERT ON autorl_trials BEGIN {bump} END")
+    db.execute("CREATE TRIGGER autorl_trials_rev_update AFTER UPDATE ON autorl_trials WHEN NEW.rev IS OLD.rev "
+               f"BEGIN {bump} END")
+
+
 MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3), ("0004_confirmation", _v4),
-              ("0005_resume_queue", _v5), ("0006_error_rates", _v6), ("0007_hack_gate", _v7_hack_gate)]
+              ("0005_resume_queue", _v5), ("0006_error_rates", _v6), ("0007_hack_gate", _v7_hack_gate),
+              ("0008_revisions", _v8_revisions)]
 # A run the controller stopped (Ctrl-C, a kill recovered on resume, the budget's end) did not reach its own end:
 # a confirmation or retry stopped that way is run again on resume.
 STOPPED_EARLY = ("interrupted", "budget-cut")
-_STOPPED_SQL = "(" + ", ".join(f"'{status}'" for status in STOPPED_EARLY) + ")"
 
 
 class LedgerFile:
@@ -440,18 +459,129 @@ class Ledger:
             pass
 
 
+class StudyRows:
+    """One study's trial rows held in memory and kept current with the file, so a running study's many questions
+    per trial cost no SQL (``StudyRecords``' queries are filters over them).
+
+    ``current()`` first asks whether anything was committed since the rows were last read: SQLite's ``PRAGMA
+    data_version`` changes when another connection commits (another study, a ``--parallel`` slot's writer,
+    Optuna's own connection), and the connection's ``total_changes`` when this one writes. Only then are rows
+    read, and only those whose revision (``rev``, kept by the ledger's triggers) is above the highest already
+    read. A query's result is kept until a row of the study changes. Inside an open transaction nothing is cached
+    (what it wrote may still roll back): the rows are read afresh."""
+
+    def __init__(self, ledger: "Ledger", study_id: int):
+        self.ledger, self.study_id = ledger, study_id
+        self.by_id: dict[int, TrialRow] = {}
+        self.ordered: list[TrialRow] = []  # attempt order
+        self.rev = 0  # the highest revision read
+        self.mark: tuple[int, int] | None = None  # (data_version, total_changes) the rows were current at
+        self.memo: dict[Any, Any] = {}  # query results since a row of the study last changed
+        self.reads, self.rows_read = 0, 0  # SELECTs of trial rows made, rows they returned (tests count them)
+
+    def current(self) -> list[TrialRow] | None:
+        """The study's rows in attempt order, brought up to date; None inside an open transaction."""
+        conn = self.ledger.db.conn
+        if conn.in_transaction:
+            return None
+        mark = (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+        if mark != self.mark:
+            top = conn.execute("SELECT max(rev) FROM autorl_trials").fetchone()[0] or 0
+            if top > self.rev:
+                self.reads += 1
+                rows = self.ledger.db.query("SELECT * FROM autorl_trials WHERE rev > ? AND rev <= ? AND "
+                                            "study_id = ?", [self.rev, top, self.study_id])
+                self._take([_decode(r) for r in rows])
+                self.rev = top
+            self.mark = mark
+        return self.ordered
+
+    def _take(self, rows: list[TrialRow]) -> None:
+        self.rows_read += len(rows)
+        if not rows:
+            return
+        self.by_id.update((r["id"], r) for r in rows)
+        self.ordered = sorted(self.by_id.values(), key=_attempt_order)
+        self.memo.clear()
+
+    def fresh(self) -> list[TrialRow]:
+        """The study's rows read now, past the cache (inside a transaction)."""
+        rows = _select(self.ledger.db, "1", [], self.study_id)
+        self.reads, self.rows_read = self.reads + 1, self.rows_read + len(rows)
+        return rows
+
+
+def _attempt_order(row: TrialRow) -> tuple[bool, int, int]:
+    return row.get("number") is not None, row.get("number") or 0, row["id"]
+
+
+def _baselines(rows: list[TrialRow]) -> list[TrialRow]:
+    """``Ledger.baselines`` over one study's rows (a retry is always of its own study's trial)."""
+    first = {r["number"] for r in rows if r.get("proposer") == "baseline"}
+    retried = {r["retry_of"] for r in rows if r.get("retry_of") is not None}
+    return [r for r in rows if r.get("kind") == "trial" and r["number"] not in retried and (
+        r.get("proposer") == "baseline" or (r.get("proposer") == "retry" and r.get("retry_of") in first))]
+
+
+def _unretried(rows: list[TrialRow]) -> list[TrialRow]:
+    ran = {r["retry_of"] for r in rows if r.get("retry_of") is not None and _ran(r)}
+    return [r for r in rows if r.get("kind") == "trial" and r.get("status") == "crash" and r.get("retry_of") is None
+            and r.get("confirms") is None and r["number"] not in ran]
+
+
+def _ran(row: TrialRow) -> bool:
+    """Not stopped early by the controller (SQL's ``status NOT IN STOPPED_EARLY``: a NULL status is not)."""
+    return row.get("status") is not None and row["status"] not in STOPPED_EARLY
+
+
 class StudyRecords:
     """One study's rows, and the queries a running study asks of them (the study loop, its proposer, the evidence
-    a verdict rests on). Its writes go through the ledger, one transaction each."""
+    a verdict rests on), answered from ``StudyRows`` (a row changed by any process is seen at the next query).
+    Each returns copies: a caller may change what it got. Its writes go through the ledger, one transaction
+    each."""
 
     def __init__(self, ledger: Ledger, study_id: int):
         self.ledger, self.id = ledger, study_id
+        self.rows = StudyRows(ledger, study_id)
+
+    def _where(self, key: Any, keep: Callable[[TrialRow], bool]) -> list[TrialRow]:
+        """Copies of the study's rows that ``keep`` keeps, in attempt order (kept under ``key`` until a row
+        changes)."""
+        return self._chosen(key, lambda rows: [r for r in rows if keep(r)])
+
+    def _chosen(self, key: Any, choose: Callable[[list[TrialRow]], list[TrialRow]]) -> list[TrialRow]:
+        """Copies of the rows ``choose`` picks from all the study's rows (kept under ``key`` until a row
+        changes)."""
+        return [dict(r) for r in self._kept(key, choose)]
+
+    def _kept(self, key: Any, compute: Callable[[list[TrialRow]], Any]) -> Any:
+        """``compute`` of the study's rows, kept under ``key`` until a row changes (never to be changed by the
+        caller)."""
+        rows = self.rows.current()
+        if rows is None:
+            return compute(self.rows.fresh())
+        if key not in self.rows.memo:
+            self.rows.memo[key] = compute(rows)
+        return self.rows.memo[key]
 
     def trials(self, **equal: Any) -> list[TrialRow]:
-        """The study's trials in attempt order, with columns equal to values."""
-        return self.ledger.trials(self.id, **equal)
+        """The study's trials in attempt order, with columns equal to values (as SQL's ``=``: None equals
+        nothing)."""
+        unknown = set(equal) - set(TRIAL_COLUMNS)
+        if unknown:
+            raise ValueError(f"no trial column {sorted(unknown)}")
+        key = ("trials", *sorted((k, repr(v)) for k, v in equal.items()))
+        return self._where(key, lambda r: all(v is not None and r.get(k) == v for k, v in equal.items()))
 
     def trial(self, number: int) -> TrialRow:
+        """Trial ``number`` (another study's too: read from the file)."""
+        rows = self.rows.current()
+        if rows is not None:
+            index = self.rows.memo.get("by_number")
+            if index is None:
+                index = self.rows.memo["by_number"] = {r["number"]: r for r in rows}
+            if number in index:
+                return dict(index[number])
         return self.ledger.trial(number)
 
     def metrics(self, trial_id: int) -> list[dict]:
@@ -461,15 +591,43 @@ class StudyRecords:
         self.ledger.event(self.id, trial_id, kind, message)
 
     def baselines(self) -> list[TrialRow]:
-        return self.ledger.baselines(self.id)
+        """The study's baseline runs (``Ledger.baselines``: a crashed baseline's retry stands in for it)."""
+        return self._chosen("baselines", _baselines)
 
     def scored(self) -> list[TrialRow]:
         """The study's trials (not full runs) that have an objective value."""
-        return _select(self.ledger.db, "objective IS NOT NULL AND kind = 'trial'", [], self.id)
+        return self._where("scored", lambda r: r.get("objective") is not None and r.get("kind") == "trial")
+
+    def objectives(self) -> list[float]:
+        """The objective values of ``scored``, in attempt order (no rows copied)."""
+        return list(self._kept("objectives", lambda rows: [r["objective"] for r in rows if r.get(
+            "objective") is not None and r.get("kind") == "trial"]))
+
+    def finished(self, last: int) -> list[TrialRow]:
+        """The ``last`` completed trials (not full runs) with their start and end times, in attempt order."""
+        return self._chosen(("finished", last), lambda rows: [r for r in rows if r.get("kind") == "trial" and r.get(
+            "status") == "complete" and r.get("started") is not None and r.get("finished") is not None][-last:])
+
+    def first_started(self) -> int | None:
+        """The attempt number of the study's trial that started first (None before any)."""
+        return self._kept("first_started", lambda rows: min(
+            ((r["started"], r["number"]) for r in rows if r.get("kind") == "trial" and r.get("started") is not None),
+            default=(None, None))[1])
+
+    def ran(self, params: dict[str, Any], hypothesis: str | None = None, *, same_hypothesis: bool = False
+            ) -> TrialRow | None:
+        """The first trial (not a full run) whose train block was exactly ``params`` (with ``same_hypothesis``,
+        under ``hypothesis`` too), or None."""
+        rows = self.rows.current()
+        for r in self.rows.fresh() if rows is None else rows:
+            if r.get("kind") == "trial" and r.get("params") == params and (
+                    not same_hypothesis or r.get("hypothesis") == hypothesis):
+                return dict(r)
+        return None
 
     def crash_signatures(self) -> list[TrialRow]:
         """Crashed trials that have a triage signature."""
-        return _select(self.ledger.db, "verdict = 'crash' AND crash_signature IS NOT NULL", [], self.id)
+        return self._where("signatures", lambda r: r.get("verdict") == "crash" and r.get("crash_signature") is not None)
 
     def confirmed(self) -> list[TrialRow]:
         """The study's trials whose improvement fresh-seed re-runs confirmed."""
@@ -482,23 +640,21 @@ class StudyRecords:
     def confirm_runs(self, candidate: int, ran: bool = False) -> list[TrialRow]:
         """The confirmation runs of candidate ``candidate`` (an attempt number); with ``ran``, only those the
         controller did not stop early (see ``STOPPED_EARLY``)."""
-        where = "confirms = ? AND kind = 'trial'" + (f" AND status NOT IN {_STOPPED_SQL}" if ran else "")
-        return _select(self.ledger.db, where, [candidate], self.id)
+        return self._where(("confirm_runs", candidate, ran), lambda r: r.get("confirms") == candidate
+                           and r.get("kind") == "trial" and (_ran(r) or not ran))
 
     def confirm_groups(self) -> dict[int, list[TrialRow]]:
         """Completed confirmation runs by candidate number (replicate groups for the run-noise estimate)."""
         out: dict[int, list[TrialRow]] = {}
-        where = "confirms IS NOT NULL AND status = 'complete' AND kind = 'trial'"
-        for row in _select(self.ledger.db, where, [], self.id):
+        for row in self._where("confirm_groups", lambda r: r.get("confirms") is not None and r.get(
+                "status") == "complete" and r.get("kind") == "trial"):
             out.setdefault(row["confirms"], []).append(row)
         return out
 
     def unretried_crashes(self) -> list[TrialRow]:
         """Crashed first runs (not a retry, not a confirmation run) with no retry that ran: no retry row, or
         only retries the controller stopped early. Whether triage wanted a retry is in ``crash_action``."""
-        where = ("kind = 'trial' AND status = 'crash' AND retry_of IS NULL AND confirms IS NULL AND number NOT IN "
-                 f"(SELECT retry_of FROM autorl_trials WHERE retry_of IS NOT NULL AND status NOT IN {_STOPPED_SQL})")
-        return _select(self.ledger.db, where, [], self.id)
+        return self._chosen("unretried", _unretried)
 
     def set_base_changes(self, changes: dict[str, Any], line: str) -> None:
         """Record the train values the study's base recipe now carries (and why, as a ``base-recipe`` event)."""

@@ -175,13 +175,11 @@ class Controller:
         return self._estimate(p).seconds
 
     def _estimate(self, p: Proposal | None) -> plan.Estimate:
-        keys = self.s.backend.work_keys
-        rows = [r for r in self.s.records.trials(kind="trial") if r.get("started") is not None]
-        first = min(rows, key=lambda r: r["started"])["number"] if rows else None
+        keys, rules, first = self.s.backend.work_keys, plan.rules(), self.s.records.first_started()
         took = [plan.Took(plan.work(r.get("params") or {}, keys), r["finished"] - r["started"], r["number"] == first)
-                for r in rows if r.get("status") == "complete" and r.get("finished") is not None]
+                for r in self.s.records.finished(last=rules.window)]  # the plan reads no more than these
         values = {**self.s.base.train, **(p.values if p is not None else {})}
-        return plan.expected(took, plan.work(values, keys), self.s.base.timeout_s, self.opts.budget_s)
+        return plan.expected(took, plan.work(values, keys), self.s.base.timeout_s, self.opts.budget_s, rules)
 
     def _why_ended(self) -> str:
         """Why the loop stopped starting trials, for the run's last line (a study ending early says why)."""

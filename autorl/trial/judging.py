@@ -88,7 +88,7 @@ def compare(s: StudyState, p: Proposal, m: RunMetrics, recipe: Recipe, value: fl
 
 def gap_to_best(s: StudyState, value: float, recipe: Recipe) -> float | None:
     """The objective against the best earlier trial of the study (positive = better)."""
-    done = [t["objective"] for t in s.records.scored()]
+    done = s.records.objectives()
     if not done:
         return None
     sign = 1 if recipe.objective.direction == "maximize" else -1
