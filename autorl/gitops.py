@@ -157,9 +157,30 @@ def next_attempt_number(root: Path, floor: int = 0) -> int:
     """One past the highest attempt-NN in any branch or tag (and past ``floor``). A ref whose number has more than
     nine digits is not one of autorl's and is passed over, whatever the repository holds."""
     with _open(root) as repo:
-        names = [r.name for r in (*repo.heads, *repo.tags)]
+        names = _branch_and_tag_names(repo)
     nums = [int(m.group(1)) for m in (re.match(r"attempt-(\d{1,9})(?!\d)", n) for n in names) if m]
     return max(nums + [floor]) + 1
+
+
+def _branch_and_tag_names(repo: git.Repo) -> list[str]:
+    """Every branch and tag name as far as its first '/' (all an attempt number needs), read from the ref folders
+    and ``packed-refs`` as they lie: a study adds three refs a trial, and building a GitPython object for each of
+    thousands at every trial was a growing share of its time. A repository that keeps its refs otherwise
+    (reftable) is listed through GitPython."""
+    common = Path(repo.common_dir)
+    folders = [common / "refs" / "heads", common / "refs" / "tags"]
+    if (common / "reftable").exists() or not all(f.is_dir() for f in folders):
+        return [r.name for r in (*repo.heads, *repo.tags)]
+    names = [entry.name for folder in folders for entry in os.scandir(folder)]
+    try:
+        packed = (common / "packed-refs").read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        packed = []
+    for line in packed:
+        ref = line.partition(" ")[2]
+        if ref.startswith(("refs/heads/", "refs/tags/")):
+            names.append(ref.split("/", 2)[2])
+    return names
 
 
 def free_attempt_number(root: Path, number: int, slug: str) -> int:
