@@ -19,6 +19,7 @@ ledger that can still be read.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import os
@@ -461,29 +462,31 @@ class Ledger:
 
 class StudyRows:
     """One study's trial rows held in memory and kept current with the file, so a running study's many questions
-    per trial cost no SQL (``StudyRecords``' queries are filters over them).
+    per trial cost no SQL and no pass over every row (``StudyRecords``' queries are views over them).
 
     ``current()`` first asks whether anything was committed since the rows were last read: SQLite's ``PRAGMA
-    data_version`` changes when another connection commits (another study, a ``--parallel`` slot's writer,
-    Optuna's own connection), and the connection's ``total_changes`` when this one writes. Only then are rows
-    read, and only those whose revision (``rev``, kept by the ledger's triggers) is above the highest already
-    read. A query's result is kept until a row of the study changes. Inside an open transaction nothing is cached
-    (what it wrote may still roll back): the rows are read afresh."""
+    data_version`` changes when another connection commits (another study, Optuna's own connection, an older
+    autorl), and the connection's ``total_changes`` when this one writes. Only then are rows read, and only those
+    whose revision (``rev``, kept by the ledger's triggers) is above the highest already read. Each changed row is
+    put into the views kept so far (a query's rows in attempt order, an aggregate, an index), one row at a time,
+    so a long study's trial costs what a short one's does. Inside an open transaction nothing is cached (what it
+    wrote may still roll back): the rows are read afresh."""
 
     def __init__(self, ledger: "Ledger", study_id: int):
         self.ledger, self.study_id = ledger, study_id
         self.by_id: dict[int, TrialRow] = {}
-        self.ordered: list[TrialRow] = []  # attempt order
+        self.by_number: dict[int, TrialRow] = {}
+        self.all = _Ordered()  # every row, in attempt order
+        self.views: dict[Any, Any] = {}  # _Subset, _Derived and _Index views, by query
         self.rev = 0  # the highest revision read
         self.mark: tuple[int, int] | None = None  # (data_version, total_changes) the rows were current at
-        self.memo: dict[Any, Any] = {}  # query results since a row of the study last changed
         self.reads, self.rows_read = 0, 0  # SELECTs of trial rows made, rows they returned (tests count them)
 
-    def current(self) -> list[TrialRow] | None:
-        """The study's rows in attempt order, brought up to date; None inside an open transaction."""
+    def current(self) -> bool:
+        """Bring the rows up to date; False inside an open transaction (then use ``fresh``)."""
         conn = self.ledger.db.conn
         if conn.in_transaction:
-            return None
+            return False
         mark = (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
         if mark != self.mark:
             top = conn.execute("SELECT max(rev) FROM autorl_trials").fetchone()[0] or 0
@@ -494,15 +497,28 @@ class StudyRows:
                 self._take([_decode(r) for r in rows])
                 self.rev = top
             self.mark = mark
-        return self.ordered
+        return True
 
     def _take(self, rows: list[TrialRow]) -> None:
         self.rows_read += len(rows)
-        if not rows:
-            return
-        self.by_id.update((r["id"], r) for r in rows)
-        self.ordered = sorted(self.by_id.values(), key=_attempt_order)
-        self.memo.clear()
+        for row in rows:
+            old = self.by_id.get(row["id"])
+            self.by_id[row["id"]] = row
+            if old is not None and old.get("number") is not None:
+                self.by_number.pop(old["number"], None)
+            if row.get("number") is not None:
+                self.by_number[row["number"]] = row
+            self.all.put(old, row)
+            for view in self.views.values():
+                view.put(old, row)
+
+    def view(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The view kept under ``key`` (made and filled from every row the first time it is asked for)."""
+        if key not in self.views:
+            view = make()
+            view.fill(self.all.rows)
+            self.views[key] = view
+        return self.views[key]
 
     def fresh(self) -> list[TrialRow]:
         """The study's rows read now, past the cache (inside a transaction)."""
@@ -515,6 +531,99 @@ def _attempt_order(row: TrialRow) -> tuple[bool, int, int]:
     return row.get("number") is not None, row.get("number") or 0, row["id"]
 
 
+class _Ordered:
+    """Rows in attempt order; ``put(old, new)`` replaces a row's old version with its new one (None: none)."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[bool, int, int]] = []
+        self.rows: list[TrialRow] = []
+
+    def put(self, old: TrialRow | None, new: TrialRow | None) -> None:
+        if old is not None:
+            at = bisect.bisect_left(self.keys, _attempt_order(old))
+            if at < len(self.keys) and self.rows[at]["id"] == old["id"]:
+                if new is not None and _attempt_order(new) == self.keys[at]:
+                    self.rows[at] = new
+                    return
+                del self.keys[at], self.rows[at]
+        if new is not None:
+            key = _attempt_order(new)
+            at = len(self.keys) if not self.keys or key > self.keys[-1] else bisect.bisect_left(self.keys, key)
+            self.keys.insert(at, key)
+            self.rows.insert(at, new)
+
+
+class _Subset:
+    """The rows ``keep`` keeps, in attempt order, kept up to date row by row."""
+
+    def __init__(self, keep: Callable[[TrialRow], bool]):
+        self.keep, self.kept = keep, _Ordered()
+
+    def fill(self, rows: list[TrialRow]) -> None:
+        for row in rows:
+            self.put(None, row)
+
+    def put(self, old: TrialRow | None, new: TrialRow) -> None:
+        self.kept.put(old if old is not None and self.keep(old) else None, new if self.keep(new) else None)
+
+    def value(self) -> list[TrialRow]:
+        return self.kept.rows
+
+
+class _Derived:
+    """A value computed from all the study's rows (``compute``), computed again only after a row that
+    ``touches`` it changed; ``fold(value, old, new)`` may bring it up to date at once (``_STALE``: it cannot)."""
+
+    def __init__(self, compute: Callable[[list[TrialRow]], Any], touches: Callable[[TrialRow], bool],
+                 fold: Callable[[Any, TrialRow | None, TrialRow], Any] | None = None):
+        self.compute, self.touches, self.fold = compute, touches, fold
+        self.rows: list[TrialRow] = []
+        self.kept: Any = _STALE
+
+    def fill(self, rows: list[TrialRow]) -> None:
+        self.rows = rows  # the list _Ordered keeps: computed from as it is when asked
+
+    def put(self, old: TrialRow | None, new: TrialRow) -> None:
+        if self.kept is _STALE or not (self.touches(new) or (old is not None and self.touches(old))):
+            return
+        self.kept = self.fold(self.kept, old, new) if self.fold is not None else _STALE
+
+    def value(self) -> Any:
+        if self.kept is _STALE:
+            self.kept = self.compute(self.rows)
+        return self.kept
+
+
+_STALE = object()
+
+
+class _Index:
+    """Rows by a hashable summary of their train values (``_params_key``), kept up to date row by row."""
+
+    def __init__(self) -> None:
+        self.rows: dict[Any, dict[int, TrialRow]] = {}
+
+    def fill(self, rows: list[TrialRow]) -> None:
+        for row in rows:
+            self.put(None, row)
+
+    def put(self, old: TrialRow | None, new: TrialRow) -> None:
+        if old is not None:
+            self.rows.get(_params_key(old.get("params")), {}).pop(old["id"], None)
+        self.rows.setdefault(_params_key(new.get("params")), {})[new["id"]] = new
+
+    def value(self, params: dict[str, Any]) -> list[TrialRow]:
+        """The rows that may have run ``params`` (to be compared in full), in attempt order."""
+        return sorted(self.rows.get(_params_key(params), {}).values(), key=_attempt_order)
+
+
+def _params_key(params: Any) -> Any:
+    """What equal train blocks share (their scalar values; 1 and 1.0 hash alike, as they compare equal)."""
+    if not isinstance(params, dict):
+        return None
+    return frozenset((k, v) for k, v in params.items() if v is None or isinstance(v, (bool, int, float, str)))
+
+
 def _baselines(rows: list[TrialRow]) -> list[TrialRow]:
     """``Ledger.baselines`` over one study's rows (a retry is always of its own study's trial)."""
     first = {r["number"] for r in rows if r.get("proposer") == "baseline"}
@@ -523,15 +632,46 @@ def _baselines(rows: list[TrialRow]) -> list[TrialRow]:
         r.get("proposer") == "baseline" or (r.get("proposer") == "retry" and r.get("retry_of") in first))]
 
 
+def _in_baselines(row: TrialRow) -> bool:
+    """A row whose change can change ``_baselines``: a baseline, a retry, or a row that retries another."""
+    return row.get("proposer") in ("baseline", "retry") or row.get("retry_of") is not None
+
+
 def _unretried(rows: list[TrialRow]) -> list[TrialRow]:
     ran = {r["retry_of"] for r in rows if r.get("retry_of") is not None and _ran(r)}
     return [r for r in rows if r.get("kind") == "trial" and r.get("status") == "crash" and r.get("retry_of") is None
             and r.get("confirms") is None and r["number"] not in ran]
 
 
+def _in_unretried(row: TrialRow) -> bool:
+    """A row whose change can change ``_unretried``: a crash, or a retry."""
+    return row.get("status") == "crash" or row.get("retry_of") is not None
+
+
 def _ran(row: TrialRow) -> bool:
     """Not stopped early by the controller (SQL's ``status NOT IN STOPPED_EARLY``: a NULL status is not)."""
     return row.get("status") is not None and row["status"] not in STOPPED_EARLY
+
+
+def _objective_of(row: TrialRow | None) -> float | None:
+    """A trial's (not a full run's) objective, or None."""
+    return row.get("objective") if row is not None and row.get("kind") == "trial" else None
+
+
+def _best(maximize: bool) -> _Derived:
+    """The best objective of the study's trials, kept up to date as trials end."""
+    pick = max if maximize else min
+
+    def fold(best: float | None, old: TrialRow | None, new: TrialRow) -> Any:
+        before, after = _objective_of(old), _objective_of(new)
+        if before == after:
+            return best
+        if before is None:
+            return after if best is None else pick(best, after)
+        return _STALE
+
+    return _Derived(lambda rows: pick((v for v in map(_objective_of, rows) if v is not None), default=None),
+                    lambda r: _objective_of(r) is not None, fold)
 
 
 class StudyRecords:
@@ -545,24 +685,17 @@ class StudyRecords:
         self.rows = StudyRows(ledger, study_id)
 
     def _where(self, key: Any, keep: Callable[[TrialRow], bool]) -> list[TrialRow]:
-        """Copies of the study's rows that ``keep`` keeps, in attempt order (kept under ``key`` until a row
-        changes)."""
-        return self._chosen(key, lambda rows: [r for r in rows if keep(r)])
+        """Copies of the study's rows that ``keep`` keeps, in attempt order."""
+        return [dict(r) for r in self._asked(key, lambda: _Subset(keep))]
 
-    def _chosen(self, key: Any, choose: Callable[[list[TrialRow]], list[TrialRow]]) -> list[TrialRow]:
-        """Copies of the rows ``choose`` picks from all the study's rows (kept under ``key`` until a row
-        changes)."""
-        return [dict(r) for r in self._kept(key, choose)]
-
-    def _kept(self, key: Any, compute: Callable[[list[TrialRow]], Any]) -> Any:
-        """``compute`` of the study's rows, kept under ``key`` until a row changes (never to be changed by the
-        caller)."""
-        rows = self.rows.current()
-        if rows is None:
-            return compute(self.rows.fresh())
-        if key not in self.rows.memo:
-            self.rows.memo[key] = compute(rows)
-        return self.rows.memo[key]
+    def _asked(self, key: Any, make: Callable[[], Any], *args: Any) -> Any:
+        """The value of the view kept under ``key`` (``make`` makes it), or of one made from the rows read afresh
+        inside a transaction. Not to be changed by the caller."""
+        if not self.rows.current():
+            view = make()
+            view.fill(self.rows.fresh())
+            return view.value(*args)
+        return self.rows.view(key, make).value(*args)
 
     def trials(self, **equal: Any) -> list[TrialRow]:
         """The study's trials in attempt order, with columns equal to values (as SQL's ``=``: None equals
@@ -575,13 +708,8 @@ class StudyRecords:
 
     def trial(self, number: int) -> TrialRow:
         """Trial ``number`` (another study's too: read from the file)."""
-        rows = self.rows.current()
-        if rows is not None:
-            index = self.rows.memo.get("by_number")
-            if index is None:
-                index = self.rows.memo["by_number"] = {r["number"]: r for r in rows}
-            if number in index:
-                return dict(index[number])
+        if self.rows.current() and number in self.rows.by_number:
+            return dict(self.rows.by_number[number])
         return self.ledger.trial(number)
 
     def metrics(self, trial_id: int) -> list[dict]:
@@ -592,34 +720,35 @@ class StudyRecords:
 
     def baselines(self) -> list[TrialRow]:
         """The study's baseline runs (``Ledger.baselines``: a crashed baseline's retry stands in for it)."""
-        return self._chosen("baselines", _baselines)
+        return [dict(r) for r in self._asked("baselines", lambda: _Derived(_baselines, _in_baselines))]
 
     def scored(self) -> list[TrialRow]:
         """The study's trials (not full runs) that have an objective value."""
-        return self._where("scored", lambda r: r.get("objective") is not None and r.get("kind") == "trial")
+        return self._where("scored", lambda r: _objective_of(r) is not None)
 
-    def objectives(self) -> list[float]:
-        """The objective values of ``scored``, in attempt order (no rows copied)."""
-        return list(self._kept("objectives", lambda rows: [r["objective"] for r in rows if r.get(
-            "objective") is not None and r.get("kind") == "trial"]))
+    def best_objective(self, maximize: bool) -> float | None:
+        """The best objective of the study's trials (not full runs), None before any has one."""
+        return self._asked(("best", maximize), lambda: _best(maximize))
 
     def finished(self, last: int) -> list[TrialRow]:
         """The ``last`` completed trials (not full runs) with their start and end times, in attempt order."""
-        return self._chosen(("finished", last), lambda rows: [r for r in rows if r.get("kind") == "trial" and r.get(
-            "status") == "complete" and r.get("started") is not None and r.get("finished") is not None][-last:])
+        done = self._asked("finished", lambda: _Subset(lambda r: r.get("kind") == "trial" and r.get(
+            "status") == "complete" and r.get("started") is not None and r.get("finished") is not None))
+        return [dict(r) for r in done[-last:]]
 
     def first_started(self) -> int | None:
         """The attempt number of the study's trial that started first (None before any)."""
-        return self._kept("first_started", lambda rows: min(
-            ((r["started"], r["number"]) for r in rows if r.get("kind") == "trial" and r.get("started") is not None),
-            default=(None, None))[1])
+        started = lambda r: r is not None and r.get("kind") == "trial" and r.get("started") is not None  # noqa: E731
+        first = self._asked("first_started", lambda: _Derived(lambda rows: min(
+            ((r["started"], r["number"]) for r in rows if started(r)), default=(None, None)), started))
+        return first[1]
 
     def ran(self, params: dict[str, Any], hypothesis: str | None = None, *, same_hypothesis: bool = False
             ) -> TrialRow | None:
         """The first trial (not a full run) whose train block was exactly ``params`` (with ``same_hypothesis``,
         under ``hypothesis`` too), or None."""
-        rows = self.rows.current()
-        for r in self.rows.fresh() if rows is None else rows:
+        rows = self._asked("params", _Index, params)
+        for r in rows:
             if r.get("kind") == "trial" and r.get("params") == params and (
                     not same_hypothesis or r.get("hypothesis") == hypothesis):
                 return dict(r)
@@ -654,7 +783,7 @@ class StudyRecords:
     def unretried_crashes(self) -> list[TrialRow]:
         """Crashed first runs (not a retry, not a confirmation run) with no retry that ran: no retry row, or
         only retries the controller stopped early. Whether triage wanted a retry is in ``crash_action``."""
-        return self._chosen("unretried", _unretried)
+        return [dict(r) for r in self._asked("unretried", lambda: _Derived(_unretried, _in_unretried))]
 
     def set_base_changes(self, changes: dict[str, Any], line: str) -> None:
         """Record the train values the study's base recipe now carries (and why, as a ``base-recipe`` event)."""

@@ -65,4 +65,6 @@ def test_the_rows_a_trial_reads_do_not_grow_with_the_study(tmp_path, monkeypatch
     assert summary["trials"] == TRIALS and summary["stopped_by"] is None, summary
     per_trial = [b - a for a, b in zip(started, started[1:] + [len(decoded)])]
     early, late = per_trial[3:10], per_trial[-7:]  # the baseline's two runs apart
-    assert max(late) <= max(early) <= 4, per_trial  # before: 27-51 early on, 97-127 at the end
+    # a trial's own row, read again after each write (a candidate's confirmation adds its row): not the study's
+    # rows (before this was kept in memory: 27-51 a trial early on, 97-127 at the end)
+    assert max(per_trial) <= 8 and sum(late) <= sum(early) + 6, per_trial
