@@ -208,5 +208,8 @@ def test_the_next_attempt_number_sees_packed_and_nested_refs(tmp_path):
     assert gitops.next_attempt_number(repo) == 6
     git(repo, "branch", "attempt-07/nested")
     assert gitops.next_attempt_number(repo) == 8
+    git(repo, "branch", "-D", "attempt-07/nested")  # a ref removed (autorl clean): the numbers are read again
+    (repo / ".git" / "refs" / "heads" / "attempt-07").mkdir(exist_ok=True)  # an emptied folder names no ref
+    assert gitops.next_attempt_number(repo) == 6
     git(repo, "branch", "team/attempt-70-theirs")  # not at the start of the name: not autorl's
     assert gitops.next_attempt_number(repo, floor=8) == 9
