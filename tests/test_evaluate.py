@@ -51,3 +51,42 @@ def test_cli_on_a_real_checkpoint(tmp_path):
     assert rc == 0 and rec["type"] == "eval" and rec["step"] == 4
     assert len(rec["eval/id/items"]) == 32 and len(rec["eval/ood/items"]) == 32
     assert "eval/ood/sampling_pass@2" in rec
+
+
+def test_probe_prompts_are_encoded_as_the_rollouts_encode_them(tmp_path):
+    """No special token the tokenizer would add (OpenRLHF and TRL roll out without them), and with
+    --chat-template one user turn in the tokenizer's chat template."""
+    pytest.importorskip("transformers")
+    from tokenizers import processors
+
+    from autorl.backends.openrlhf.tiny import tokenizer
+
+    tok = tokenizer()
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="<bos> $A",
+                                                                         special_tokens=[("<bos>", 1)])
+    tok.chat_template = "{% for m in messages %}={{ m['content'] }}{% endfor %}{% if add_generation_prompt %}+{% endif %}"
+    assert ev.prompt_text(tok, "1+2=", chat=False) == "1+2="
+    assert ev.prompt_text(tok, "1+2=", chat=True) == "=1+2=+"
+    seen = []
+
+    class Model:  # records the ids generate is given, then answers "3<eos>"
+        device = "cpu"
+
+        def generate(self, input_ids, attention_mask, max_new_tokens, **kw):
+            import torch
+
+            seen.append(input_ids.tolist())
+            answer = torch.tensor([[tok.convert_tokens_to_ids("3"), tok.eos_token_id]] * input_ids.shape[0])
+            return torch.cat([input_ids, answer], dim=1)
+
+    tok.padding_side = "left"
+    out = ev._hf_generate(Model(), tok, ["1+2="], 0.0, 2)
+    assert out == [("3", False)] and seen[0][0][0] != tok.bos_token_id
+    assert seen[0][0] == tok("1+2=", add_special_tokens=False)["input_ids"]
+
+
+def test_eval_argv_passes_the_chat_template_only_when_the_recipe_uses_one():
+    probe = ev.ProbeSettings(probe_id="id.jsonl")
+    assert "--chat-template" not in ev.eval_argv("python", "m", "o", probe, 4)
+    argv = ev.eval_argv("python", "m", "o", probe, 4, chat=True)
+    assert argv[-1] == "--chat-template" and ev.parse_args(argv[3:]).chat_template
