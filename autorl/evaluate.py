@@ -10,9 +10,9 @@ One implementation judges a trial's final policy whatever trained it (the metric
   when it is installed and Hugging Face ``generate`` otherwise; ``Backend.eval_plan`` plans that process.
 
 A generator is ``generate(prompts, temperature) -> [(completion_text, truncated), ...]``. It encodes each prompt
-as the rollouts of OpenRLHF and TRL do: without the tokenizer's special tokens (a ``<bos>`` the tokenizer would
-prepend is not added), wrapped first in the tokenizer's chat template as one user turn with ``--chat-template``
-(OpenRLHF's ``apply_chat_template``), so the policy is judged on the prompts it was trained on. The judge is the
+as the trial's rollouts did: with ``--chat-template``, as one user turn in the tokenizer's chat template (with the
+generation prompt); with ``--no-special-tokens``, without the special tokens the tokenizer would add (OpenRLHF
+encodes rollout prompts so: a ``<bos>`` the tokenizer prepends is not in them). The judge is the
 seed-004 exact match (``autorl.engine.reward``) unless the recipe names another reward. Records follow
 ``autorl.metrics``: ``eval/<split>/greedy_pass@1``, ``eval/<split>/items`` and, when k > 1,
 ``eval/<split>/sampling_pass@<k>`` (k > 0) at the recipe's temperature (never 0 with k > 1), the greedy
@@ -127,7 +127,8 @@ def prompt_text(tok, prompt: str, chat: bool) -> str:
     return tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
 
 
-def hf_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: int, chat: bool = False) -> Generate:
+def hf_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: int, chat: bool = False,
+                 special: bool = True) -> Generate:
     """Batched Hugging Face ``generate`` over full weights or base + LoRA adapter."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -144,17 +145,17 @@ def hf_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: i
     tok.padding_side = "left"
     torch.manual_seed(seed)
     return lambda prompts, temperature: _hf_generate(model, tok, [prompt_text(tok, p, chat) for p in prompts],
-                                                     temperature, max_new_tokens)
+                                                     temperature, max_new_tokens, special)
 
 
-def _hf_generate(model, tok, prompts: list[str], temperature: float, max_new_tokens: int,
+def _hf_generate(model, tok, prompts: list[str], temperature: float, max_new_tokens: int, special: bool = True,
                  chunk: int = 256) -> list[tuple[str, bool]]:
     import torch
 
     out: list[tuple[str, bool]] = []
     for start in range(0, len(prompts), chunk):
         batch = tok(prompts[start:start + chunk], return_tensors="pt", padding=True,
-                    add_special_tokens=False).to(model.device)
+                    add_special_tokens=special).to(model.device)
         sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
         with torch.no_grad():
             ids = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
@@ -166,7 +167,7 @@ def _hf_generate(model, tok, prompts: list[str], temperature: float, max_new_tok
 
 
 def vllm_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: int, chat: bool = False,
-                   gpu_memory_utilization: float = 0.3) -> Generate:
+                   special: bool = True, gpu_memory_utilization: float = 0.3) -> Generate:
     """vLLM over full weights or base + LoRA adapter (one engine, eager, small memory share)."""
     from vllm import LLM, SamplingParams
 
@@ -182,7 +183,7 @@ def vllm_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed:
     def generate(prompts: list[str], temperature: float) -> list[tuple[str, bool]]:
         params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=None)
         tok = llm.get_tokenizer()
-        ids = [{"prompt_token_ids": tok(prompt_text(tok, p, chat), add_special_tokens=False)["input_ids"]}
+        ids = [{"prompt_token_ids": tok(prompt_text(tok, p, chat), add_special_tokens=special)["input_ids"]}
                for p in prompts]
         results = llm.generate(ids, params, lora_request=lora, use_tqdm=False)
         return [(r.outputs[0].text, r.outputs[0].finish_reason == "length") for r in results]
@@ -195,7 +196,8 @@ def vllm_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed:
 # ---------------------------------------------------------------------------
 
 def eval_argv(python: str, model: str | Path, metrics_out: str | Path, probe: ProbeSettings, max_new_tokens: int,
-              base: str | None = None, step: int = 0, seed: int = 0, chat: bool = False) -> list[str]:
+              base: str | None = None, step: int = 0, seed: int = 0, chat: bool = False,
+              special: bool = True) -> list[str]:
     """The ``python -m autorl.evaluate`` argv that evaluates ``model`` on ``probe``'s sets."""
     argv = [python, "-m", "autorl.evaluate", "--model", str(model), "--metrics-out", str(metrics_out),
             "--max-new-tokens", str(probe.probe_max_new_tokens or max_new_tokens), "--k", str(probe.probe_k),
@@ -203,7 +205,8 @@ def eval_argv(python: str, model: str | Path, metrics_out: str | Path, probe: Pr
             "--engine", probe.probe_engine, "--step", str(step), "--seed", str(seed)]
     for name, path in probe.probe_splits().items():
         argv += [f"--{name}", path]
-    return argv + (["--base", base] if base else []) + (["--chat-template"] if chat else [])
+    return (argv + (["--base", base] if base else []) + (["--chat-template"] if chat else [])
+            + ([] if special else ["--no-special-tokens"]))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -222,6 +225,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--chat-template", action="store_true", help="Wrap each prompt in the tokenizer's chat template "
                                                                  "(as one user turn), as the rollouts did.")
+    p.add_argument("--no-special-tokens", dest="special", action="store_false",
+                   help="Encode prompts without the tokenizer's special tokens (a <bos> it would prepend), as "
+                        "OpenRLHF's rollouts do.")
     return p.parse_args(argv)
 
 
@@ -238,7 +244,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     checkpoint_kind(model_dir)
     engine = pick_engine(args.engine)
     make = vllm_generator if engine == "vllm" else hf_generator
-    generate = make(model_dir, args.base, args.max_new_tokens, args.seed, chat=args.chat_template)
+    generate = make(model_dir, args.base, args.max_new_tokens, args.seed, chat=args.chat_template,
+                    special=args.special)
     task_judge = None if args.reward == "builtin:exact_match" else make_judge("builtin:exact_match")
     record = evaluate(generate, splits, make_judge(args.reward), args.k, args.temperature, args.step, task_judge)
     write_records([record], args.metrics_out)

@@ -54,7 +54,7 @@ def test_cli_on_a_real_checkpoint(tmp_path):
 
 
 def test_probe_prompts_are_encoded_as_the_rollouts_encode_them(tmp_path):
-    """No special token the tokenizer would add (OpenRLHF and TRL roll out without them), and with
+    """Without the special tokens the tokenizer would add (OpenRLHF rolls out without them) when asked, and with
     --chat-template one user turn in the tokenizer's chat template."""
     pytest.importorskip("transformers")
     from tokenizers import processors
@@ -80,13 +80,16 @@ def test_probe_prompts_are_encoded_as_the_rollouts_encode_them(tmp_path):
             return torch.cat([input_ids, answer], dim=1)
 
     tok.padding_side = "left"
-    out = ev._hf_generate(Model(), tok, ["1+2="], 0.0, 2)
+    out = ev._hf_generate(Model(), tok, ["1+2="], 0.0, 2, special=False)
     assert out == [("3", False)] and seen[0][0][0] != tok.bos_token_id
     assert seen[0][0] == tok("1+2=", add_special_tokens=False)["input_ids"]
+    ev._hf_generate(Model(), tok, ["1+2="], 0.0, 2)  # the tokenizer's own encoding (TRL's for plain prompts)
+    assert seen[1][0][0] == tok.bos_token_id
 
 
-def test_eval_argv_passes_the_chat_template_only_when_the_recipe_uses_one():
+def test_eval_argv_passes_the_chat_template_and_plain_prompts_only_when_asked():
     probe = ev.ProbeSettings(probe_id="id.jsonl")
     assert "--chat-template" not in ev.eval_argv("python", "m", "o", probe, 4)
-    argv = ev.eval_argv("python", "m", "o", probe, 4, chat=True)
-    assert argv[-1] == "--chat-template" and ev.parse_args(argv[3:]).chat_template
+    argv = ev.eval_argv("python", "m", "o", probe, 4, chat=True, special=False)
+    args = ev.parse_args(argv[3:])
+    assert args.chat_template and not args.special and ev.parse_args(ev.eval_argv("p", "m", "o", probe, 4)[3:]).special

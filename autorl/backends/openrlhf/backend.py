@@ -139,7 +139,7 @@ class OpenRLHFBackend(Backend):
         base = str(Path(spec.worktree, params.pretrain).resolve()) if params.lora_rank else None
         limit = params.max_new_tokens or params.generate_max_len or 64
         argv = eval_argv(sys.executable, model, run_dir / "eval.jsonl", probe, limit, base, final_step(params),
-                         params.seed or 0, chat=params.apply_chat_template)
+                         params.seed or 0, chat=params.apply_chat_template, special=False)
         return LaunchPlan(argv=argv, env=self._eval_env(), cwd=str(spec.worktree),
                           log_path=str(run_dir / "train.log"),  # appended: triage reads one log
                           metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)

@@ -21,7 +21,7 @@ SIZES = {"prompts": 64, "probe_id": 32, "probe_ood": 32}
 def tokenizer():
     """A fast character tokenizer that adds no special token on encode.
 
-    OpenRLHF 0.10.x (and TRL) tokenize rollout prompts with ``add_special_tokens=False``, so a tokenizer that
+    OpenRLHF 0.10.x tokenizes rollout prompts with ``add_special_tokens=False``, so a tokenizer that
     prepends ``<bos>`` gives the policy one prompt in supervised warm-up and evaluation and another in every GRPO
     rollout: a warmed-up model that sampled right 35 % of the time with ``<bos>`` scored 4 % in its rollouts.
     Without it, warm-up, rollouts and the per-item eval all see the same ids."""
