@@ -107,6 +107,8 @@ class TrialRow(TypedDict, total=False):
     started: Annotated[float | None, 'Unix time the trial started.']
     finished: Annotated[float | None, 'Unix time it ended.']
     duration_s: Annotated[float | None, 'Wall seconds.']
+    first_step: Annotated[float | None, "Unix time the trial's first training step was logged: what came before it "
+                          "(process and job start-up, model load) does not grow with the trial's work."]
     log_path: Annotated[str | None, "The run's log file."]
     metrics_path: Annotated[str | None, "The run's metrics JSONL."]
     exit_code: Annotated[int | None, 'Exit code of the run (NULL if it never exited).']
@@ -201,8 +203,13 @@ def _v7_hack_gate(db: sqlite_utils.Database) -> None:
     db["autorl_trials"].add_column("gate_checks", str)
 
 
+def _v8_first_step(db: sqlite_utils.Database) -> None:
+    db["autorl_trials"].add_column("first_step", float)
+
+
 MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3), ("0004_confirmation", _v4),
-              ("0005_resume_queue", _v5), ("0006_error_rates", _v6), ("0007_hack_gate", _v7_hack_gate)]
+              ("0005_resume_queue", _v5), ("0006_error_rates", _v6), ("0007_hack_gate", _v7_hack_gate),
+              ("0008_first_step", _v8_first_step)]
 # A run the controller stopped (Ctrl-C, a kill recovered on resume, the budget's end) did not reach its own end:
 # a confirmation or retry stopped that way is run again on resume.
 STOPPED_EARLY = ("interrupted", "budget-cut")

@@ -176,10 +176,7 @@ class Controller:
 
     def _estimate(self, p: Proposal | None) -> plan.Estimate:
         keys = self.s.backend.work_keys
-        rows = [r for r in self.s.records.trials(kind="trial") if r.get("started") is not None]
-        first = min(rows, key=lambda r: r["started"])["number"] if rows else None
-        took = [plan.Took(plan.work(r.get("params") or {}, keys), r["finished"] - r["started"], r["number"] == first)
-                for r in rows if r.get("status") == "complete" and r.get("finished") is not None]
+        took = plan.history(self.s.records.trials(kind="trial"), keys)
         values = {**self.s.base.train, **(p.values if p is not None else {})}
         return plan.expected(took, plan.work(values, keys), self.s.base.timeout_s, self.opts.budget_s)
 
