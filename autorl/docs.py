@@ -120,7 +120,7 @@ LEDGER_SAFETY = """## One controller per study, and a ledger that notices
   it asks SQLite whether anything was committed since (`PRAGMA data_version` for other connections: another
   study, Optuna, an older autorl; the connection's own change count for its writes), and then reads only the rows
   whose `rev` is above the highest it has read. `rev` is kept by two triggers on `autorl_trials` (migration
-  `0008_revisions`), so a row changed by any process, with or without autorl, is seen at the next question.
+  `0009_revisions`), so a row changed by any process, with or without autorl, is seen at the next question.
 """
 
 

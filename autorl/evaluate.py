@@ -9,7 +9,10 @@ One implementation judges a trial's final policy whatever trained it (the metric
   process on the checkpoint the trial saved (full weights, or a LoRA adapter on its base), through vLLM
   when it is installed and Hugging Face ``generate`` otherwise; ``Backend.eval_plan`` plans that process.
 
-A generator is ``generate(prompts, temperature) -> [(completion_text, truncated), ...]``. The judge is the
+A generator is ``generate(prompts, temperature) -> [(completion_text, truncated), ...]``. It encodes each prompt
+as the trial's rollouts did: with ``--chat-template``, as one user turn in the tokenizer's chat template (with the
+generation prompt); with ``--no-special-tokens``, without the special tokens the tokenizer would add (OpenRLHF
+encodes rollout prompts so: a ``<bos>`` the tokenizer prepends is not in them). The judge is the
 seed-004 exact match (``autorl.engine.reward``) unless the recipe names another reward. Records follow
 ``autorl.metrics``: ``eval/<split>/greedy_pass@1``, ``eval/<split>/items`` and, when k > 1,
 ``eval/<split>/sampling_pass@<k>`` (k > 0) at the recipe's temperature (never 0 with k > 1), the greedy
@@ -116,7 +119,16 @@ def pick_engine(requested: str) -> str:
     return "vllm" if importlib.util.find_spec("vllm") and torch.cuda.is_available() else "hf"
 
 
-def hf_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: int) -> Generate:
+def prompt_text(tok, prompt: str, chat: bool) -> str:
+    """``prompt`` as the rollouts saw it: as is, or (``chat``) one user turn in the tokenizer's chat template with
+    the generation prompt."""
+    if not chat:
+        return prompt
+    return tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+
+
+def hf_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: int, chat: bool = False,
+                 special: bool = True) -> Generate:
     """Batched Hugging Face ``generate`` over full weights or base + LoRA adapter."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -132,16 +144,18 @@ def hf_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: i
     tok = AutoTokenizer.from_pretrained(str(model_dir) if (model_dir / "tokenizer_config.json").is_file() else source)
     tok.padding_side = "left"
     torch.manual_seed(seed)
-    return lambda prompts, temperature: _hf_generate(model, tok, prompts, temperature, max_new_tokens)
+    return lambda prompts, temperature: _hf_generate(model, tok, [prompt_text(tok, p, chat) for p in prompts],
+                                                     temperature, max_new_tokens, special)
 
 
-def _hf_generate(model, tok, prompts: list[str], temperature: float, max_new_tokens: int,
+def _hf_generate(model, tok, prompts: list[str], temperature: float, max_new_tokens: int, special: bool = True,
                  chunk: int = 256) -> list[tuple[str, bool]]:
     import torch
 
     out: list[tuple[str, bool]] = []
     for start in range(0, len(prompts), chunk):
-        batch = tok(prompts[start:start + chunk], return_tensors="pt", padding=True).to(model.device)
+        batch = tok(prompts[start:start + chunk], return_tensors="pt", padding=True,
+                    add_special_tokens=special).to(model.device)
         sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
         with torch.no_grad():
             ids = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
@@ -152,8 +166,8 @@ def _hf_generate(model, tok, prompts: list[str], temperature: float, max_new_tok
     return out
 
 
-def vllm_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: int,
-                   gpu_memory_utilization: float = 0.3) -> Generate:
+def vllm_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: int, chat: bool = False,
+                   special: bool = True, gpu_memory_utilization: float = 0.3) -> Generate:
     """vLLM over full weights or base + LoRA adapter (one engine, eager, small memory share)."""
     from vllm import LLM, SamplingParams
 
@@ -168,7 +182,10 @@ def vllm_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed:
 
     def generate(prompts: list[str], temperature: float) -> list[tuple[str, bool]]:
         params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=None)
-        results = llm.generate(prompts, params, lora_request=lora, use_tqdm=False)
+        tok = llm.get_tokenizer()
+        ids = [{"prompt_token_ids": tok(prompt_text(tok, p, chat), add_special_tokens=special)["input_ids"]}
+               for p in prompts]
+        results = llm.generate(ids, params, lora_request=lora, use_tqdm=False)
         return [(r.outputs[0].text, r.outputs[0].finish_reason == "length") for r in results]
 
     return generate
@@ -179,7 +196,8 @@ def vllm_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed:
 # ---------------------------------------------------------------------------
 
 def eval_argv(python: str, model: str | Path, metrics_out: str | Path, probe: ProbeSettings, max_new_tokens: int,
-              base: str | None = None, step: int = 0, seed: int = 0) -> list[str]:
+              base: str | None = None, step: int = 0, seed: int = 0, chat: bool = False,
+              special: bool = True) -> list[str]:
     """The ``python -m autorl.evaluate`` argv that evaluates ``model`` on ``probe``'s sets."""
     argv = [python, "-m", "autorl.evaluate", "--model", str(model), "--metrics-out", str(metrics_out),
             "--max-new-tokens", str(probe.probe_max_new_tokens or max_new_tokens), "--k", str(probe.probe_k),
@@ -187,7 +205,8 @@ def eval_argv(python: str, model: str | Path, metrics_out: str | Path, probe: Pr
             "--engine", probe.probe_engine, "--step", str(step), "--seed", str(seed)]
     for name, path in probe.probe_splits().items():
         argv += [f"--{name}", path]
-    return argv + (["--base", base] if base else [])
+    return (argv + (["--base", base] if base else []) + (["--chat-template"] if chat else [])
+            + ([] if special else ["--no-special-tokens"]))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -204,6 +223,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--engine", choices=["auto", "vllm", "hf"], default="auto")
     p.add_argument("--step", type=int, default=0, help="Training step the checkpoint was saved at.")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chat-template", action="store_true", help="Wrap each prompt in the tokenizer's chat template "
+                                                                 "(as one user turn), as the rollouts did.")
+    p.add_argument("--no-special-tokens", dest="special", action="store_false",
+                   help="Encode prompts without the tokenizer's special tokens (a <bos> it would prepend), as "
+                        "OpenRLHF's rollouts do.")
     return p.parse_args(argv)
 
 
@@ -220,7 +244,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     checkpoint_kind(model_dir)
     engine = pick_engine(args.engine)
     make = vllm_generator if engine == "vllm" else hf_generator
-    generate = make(model_dir, args.base, args.max_new_tokens, args.seed)
+    generate = make(model_dir, args.base, args.max_new_tokens, args.seed, chat=args.chat_template,
+                    special=args.special)
     task_judge = None if args.reward == "builtin:exact_match" else make_judge("builtin:exact_match")
     record = evaluate(generate, splits, make_judge(args.reward), args.k, args.temperature, args.step, task_judge)
     write_records([record], args.metrics_out)

@@ -108,6 +108,8 @@ class TrialRow(TypedDict, total=False):
     started: Annotated[float | None, 'Unix time the trial started.']
     finished: Annotated[float | None, 'Unix time it ended.']
     duration_s: Annotated[float | None, 'Wall seconds.']
+    first_step: Annotated[float | None, "Unix time the trial's first training step was logged: what came before it "
+                          "(process and job start-up, model load) does not grow with the trial's work."]
     log_path: Annotated[str | None, "The run's log file."]
     metrics_path: Annotated[str | None, "The run's metrics JSONL."]
     exit_code: Annotated[int | None, 'Exit code of the run (NULL if it never exited).']
@@ -206,7 +208,11 @@ def _v7_hack_gate(db: sqlite_utils.Database) -> None:
     db["autorl_trials"].add_column("gate_checks", str)
 
 
-def _v8_revisions(db: sqlite_utils.Database) -> None:
+def _v8_first_step(db: sqlite_utils.Database) -> None:
+    db["autorl_trials"].add_column("first_step", float)
+
+
+def _v9_revisions(db: sqlite_utils.Database) -> None:
     """``rev``: every insert or update of a trial row gives it the next revision (one past the highest; writers
     take turns, so revisions grow in commit order). A reader that has seen revisions up to R re-reads only rows
     above R, whichever process wrote them. The guard ``NEW.rev IS OLD.rev`` keeps the trigger's own update from
@@ -223,7 +229,7 @@ def _v8_revisions(db: sqlite_utils.Database) -> None:
 
 MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3), ("0004_confirmation", _v4),
               ("0005_resume_queue", _v5), ("0006_error_rates", _v6), ("0007_hack_gate", _v7_hack_gate),
-              ("0008_revisions", _v8_revisions)]
+              ("0008_first_step", _v8_first_step), ("0009_revisions", _v9_revisions)]
 # A run the controller stopped (Ctrl-C, a kill recovered on resume, the budget's end) did not reach its own end:
 # a confirmation or retry stopped that way is run again on resume.
 STOPPED_EARLY = ("interrupted", "budget-cut")
@@ -532,32 +538,34 @@ def _attempt_order(row: TrialRow) -> tuple[bool, int, int]:
 
 
 class _Ordered:
-    """Rows in attempt order; ``put(old, new)`` replaces a row's old version with its new one (None: none)."""
+    """Rows in ``order`` (attempt order by default); ``put(old, new)`` replaces a row's old version with its new
+    one (None: none)."""
 
-    def __init__(self) -> None:
-        self.keys: list[tuple[bool, int, int]] = []
+    def __init__(self, order: Callable[[TrialRow], tuple] | None = None) -> None:
+        self.order = order or _attempt_order
+        self.keys: list[tuple] = []
         self.rows: list[TrialRow] = []
 
     def put(self, old: TrialRow | None, new: TrialRow | None) -> None:
         if old is not None:
-            at = bisect.bisect_left(self.keys, _attempt_order(old))
+            at = bisect.bisect_left(self.keys, self.order(old))
             if at < len(self.keys) and self.rows[at]["id"] == old["id"]:
-                if new is not None and _attempt_order(new) == self.keys[at]:
+                if new is not None and self.order(new) == self.keys[at]:
                     self.rows[at] = new
                     return
                 del self.keys[at], self.rows[at]
         if new is not None:
-            key = _attempt_order(new)
+            key = self.order(new)
             at = len(self.keys) if not self.keys or key > self.keys[-1] else bisect.bisect_left(self.keys, key)
             self.keys.insert(at, key)
             self.rows.insert(at, new)
 
 
 class _Subset:
-    """The rows ``keep`` keeps, in attempt order, kept up to date row by row."""
+    """The rows ``keep`` keeps, in attempt order (or ``order``), kept up to date row by row."""
 
-    def __init__(self, keep: Callable[[TrialRow], bool]):
-        self.keep, self.kept = keep, _Ordered()
+    def __init__(self, keep: Callable[[TrialRow], bool], order: Callable[[TrialRow], tuple] | None = None):
+        self.keep, self.kept = keep, _Ordered(order)
 
     def fill(self, rows: list[TrialRow]) -> None:
         for row in rows:
@@ -653,6 +661,39 @@ def _ran(row: TrialRow) -> bool:
     return row.get("status") is not None and row["status"] not in STOPPED_EARLY
 
 
+def _finished(row: TrialRow) -> bool:
+    return row.get("kind") == "trial" and row.get("status") == "complete" and row.get(
+        "started") is not None and row.get("finished") is not None
+
+
+def _end_of(row: TrialRow | None) -> float | None:
+    """When a trial (not a full run) that started ended, or None."""
+    if row is None or row.get("kind") != "trial" or row.get("started") is None:
+        return None
+    return row.get("finished")
+
+
+def _first_end() -> "_Derived":
+    """The earliest end of the study's trials that started, kept up to date as trials end."""
+    return _Derived(lambda rows: min((v for v in map(_end_of, rows) if v is not None), default=None),
+                    lambda r: _end_of(r) is not None, _folding(_end_of, min))
+
+
+def _folding(of: Callable[[TrialRow | None], Any], pick: Callable[..., Any]) -> Callable[..., Any]:
+    """The fold of an aggregate ``pick`` (min, max) over each row's ``of``: a row that gains a value is picked in
+    at once; one whose value changed or went makes it stale."""
+
+    def fold(kept: Any, old: TrialRow | None, new: TrialRow) -> Any:
+        before, after = of(old), of(new)
+        if before == after:
+            return kept
+        if before is None:
+            return after if kept is None else pick(kept, after)
+        return _STALE
+
+    return fold
+
+
 def _objective_of(row: TrialRow | None) -> float | None:
     """A trial's (not a full run's) objective, or None."""
     return row.get("objective") if row is not None and row.get("kind") == "trial" else None
@@ -661,17 +702,8 @@ def _objective_of(row: TrialRow | None) -> float | None:
 def _best(maximize: bool) -> _Derived:
     """The best objective of the study's trials, kept up to date as trials end."""
     pick = max if maximize else min
-
-    def fold(best: float | None, old: TrialRow | None, new: TrialRow) -> Any:
-        before, after = _objective_of(old), _objective_of(new)
-        if before == after:
-            return best
-        if before is None:
-            return after if best is None else pick(best, after)
-        return _STALE
-
     return _Derived(lambda rows: pick((v for v in map(_objective_of, rows) if v is not None), default=None),
-                    lambda r: _objective_of(r) is not None, fold)
+                    lambda r: _objective_of(r) is not None, _folding(_objective_of, pick))
 
 
 class StudyRecords:
@@ -731,17 +763,13 @@ class StudyRecords:
         return self._asked(("best", maximize), lambda: _best(maximize))
 
     def finished(self, last: int) -> list[TrialRow]:
-        """The ``last`` completed trials (not full runs) with their start and end times, in attempt order."""
-        done = self._asked("finished", lambda: _Subset(lambda r: r.get("kind") == "trial" and r.get(
-            "status") == "complete" and r.get("started") is not None and r.get("finished") is not None))
+        """The ``last`` completed trials (not full runs) with their start and end times, in start order."""
+        done = self._asked("finished", lambda: _Subset(_finished, lambda r: (r["started"], *_attempt_order(r))))
         return [dict(r) for r in done[-last:]]
 
-    def first_started(self) -> int | None:
-        """The attempt number of the study's trial that started first (None before any)."""
-        started = lambda r: r is not None and r.get("kind") == "trial" and r.get("started") is not None  # noqa: E731
-        first = self._asked("first_started", lambda: _Derived(lambda rows: min(
-            ((r["started"], r["number"]) for r in rows if started(r)), default=(None, None)), started))
-        return first[1]
+    def first_end(self) -> float | None:
+        """When the study's first trial (not a full run) that started ended (None before one has)."""
+        return self._asked("first_end", _first_end)
 
     def ran(self, params: dict[str, Any], hypothesis: str | None = None, *, same_hypothesis: bool = False
             ) -> TrialRow | None:

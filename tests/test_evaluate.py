@@ -51,3 +51,45 @@ def test_cli_on_a_real_checkpoint(tmp_path):
     assert rc == 0 and rec["type"] == "eval" and rec["step"] == 4
     assert len(rec["eval/id/items"]) == 32 and len(rec["eval/ood/items"]) == 32
     assert "eval/ood/sampling_pass@2" in rec
+
+
+def test_probe_prompts_are_encoded_as_the_rollouts_encode_them(tmp_path):
+    """Without the special tokens the tokenizer would add (OpenRLHF rolls out without them) when asked, and with
+    --chat-template one user turn in the tokenizer's chat template."""
+    pytest.importorskip("transformers")
+    from tokenizers import processors
+
+    from autorl.backends.openrlhf.tiny import tokenizer
+
+    tok = tokenizer()
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="<bos> $A",
+                                                                         special_tokens=[("<bos>", 1)])
+    tok.chat_template = "{% for m in messages %}={{ m['content'] }}{% endfor %}{% if add_generation_prompt %}+{% endif %}"
+    assert ev.prompt_text(tok, "1+2=", chat=False) == "1+2="
+    assert ev.prompt_text(tok, "1+2=", chat=True) == "=1+2=+"
+    seen = []
+
+    class Model:  # records the ids generate is given, then answers "3<eos>"
+        device = "cpu"
+
+        def generate(self, input_ids, attention_mask, max_new_tokens, **kw):
+            import torch
+
+            seen.append(input_ids.tolist())
+            answer = torch.tensor([[tok.convert_tokens_to_ids("3"), tok.eos_token_id]] * input_ids.shape[0])
+            return torch.cat([input_ids, answer], dim=1)
+
+    tok.padding_side = "left"
+    out = ev._hf_generate(Model(), tok, ["1+2="], 0.0, 2, special=False)
+    assert out == [("3", False)] and seen[0][0][0] != tok.bos_token_id
+    assert seen[0][0] == tok("1+2=", add_special_tokens=False)["input_ids"]
+    ev._hf_generate(Model(), tok, ["1+2="], 0.0, 2)  # the tokenizer's own encoding (TRL's for plain prompts)
+    assert seen[1][0][0] == tok.bos_token_id
+
+
+def test_eval_argv_passes_the_chat_template_and_plain_prompts_only_when_asked():
+    probe = ev.ProbeSettings(probe_id="id.jsonl")
+    assert "--chat-template" not in ev.eval_argv("python", "m", "o", probe, 4)
+    argv = ev.eval_argv("python", "m", "o", probe, 4, chat=True, special=False)
+    args = ev.parse_args(argv[3:])
+    assert args.chat_template and not args.special and ev.parse_args(ev.eval_argv("p", "m", "o", probe, 4)[3:]).special

@@ -105,7 +105,7 @@ def _questions(records) -> None:
     """What a running study asks at every trial (proposer, planner, pruner, verdict)."""
     records.trials(kind="trial"), records.baselines(), records.scored(), records.confirmed()
     records.confirm_groups(), records.crash_signatures(), records.best_objective(True), records.finished(last=12)
-    records.first_started(), records.ran({"lr": 1.0}), records.trial(1), records.unretried_crashes()
+    records.first_end(), records.ran({"lr": 1.0}), records.trial(1), records.unretried_crashes()
 
 
 def test_a_trial_costs_the_same_rows_read_however_long_the_study(tmp_path, monkeypatch):
@@ -184,7 +184,7 @@ def test_study_records_answer_as_the_ledgers_sql_does(tmp_path):
     assert records.best_objective(False) == 0.4
     assert numbers(records.crash_signatures()) == [1, 7] and numbers(records.open_candidates()) == [4]
     assert numbers(records.trials(crash_signature=None)) == [] and numbers(records.trials(kind="full")) == [10]
-    assert numbers(records.finished(last=2)) == [] and records.first_started() is None
+    assert numbers(records.finished(last=2)) == [] and records.first_end() is None
     assert records.trial(11)["study_id"] == other  # another study's trial: read from the file
     with pytest.raises(ValueError, match="no trial column"):
         records.trials(colour="red")
@@ -234,7 +234,7 @@ def _answers(records, count: int) -> dict:
     return {"by_number": by_number, "trials": records.trials(), "kind": numbers(records.trials(kind="trial")),
             "complete": numbers(records.trials(status="complete")), "baselines": numbers(records.baselines()),
             "scored": numbers(records.scored()), "best": (records.best_objective(True), records.best_objective(False)),
-            "finished": numbers(records.finished(last=3)), "first": records.first_started(),
+            "finished": numbers(records.finished(last=3)), "first": records.first_end(),
             "signatures": numbers(records.crash_signatures()), "confirmed": numbers(records.confirmed()),
             "candidates": numbers(records.open_candidates()), "unretried": numbers(records.unretried_crashes()),
             "runs": [(numbers(records.confirm_runs(c)), numbers(records.confirm_runs(c, ran=True))) for c in (1, 2, 3)],
@@ -247,6 +247,8 @@ def test_rows_kept_up_to_date_row_by_row_answer_as_rows_read_afresh(tmp_path):
     long-lived records (its views brought up to date one changed row at a time) equals that of records that read
     every row afresh."""
     import random
+
+    from autorl.trial import plan
 
     path = tmp_path / "l.sqlite"
     led, other = Ledger(path), None
@@ -273,4 +275,6 @@ def test_rows_kept_up_to_date_row_by_row_answer_as_rows_read_afresh(tmp_path):
                 {"params": {"lr": pick(1, 2), "seed": pick(0, 1, 2)}}]))
         count = led.max_number()
         assert _answers(kept, count) == _answers(led.records(sid), count), step
+        assert plan.history(kept.finished(last=3), ["lr"], first_end=kept.first_end()) == plan.history(
+            kept.trials(kind="trial"), ["lr"])[-3:], step  # what the planner reads: its window, and the first end
     assert kept.rows.rows_read <= 600  # each changed row once

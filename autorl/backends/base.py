@@ -126,6 +126,7 @@ class Backend:
       backend cannot run (missing files, a flag the installed version lacks);
     - ``prepare(recipe, cache_dir, run_dir)`` once per study, outside every trial's timeout: build what all trials
       share (the embedded base model); returns an exit code or None;
+    - ``warnings(recipe, root)`` once per study, after ``check``: lines the study prints and then runs anyway;
     - ``preflight(recipe, worktree)`` before each launch: the failed checks as one line ('' when all pass);
     - ``plan(spec)`` then ``start(plan)`` for each run;
     - ``eval_plan(spec)`` after a training run that exited 0: the per-item evaluation of the policy it trained
@@ -168,6 +169,11 @@ class Backend:
     def preflight(self, recipe: Any, worktree: Path) -> str:
         """The failed pre-launch checks as one line; the default has none."""
         return ""
+
+    def warnings(self, recipe: Any, root: Path) -> list[str]:
+        """What may make ``recipe`` learn less than it could, one line each, told once at the study's start (the
+        study still runs); the default has none."""
+        return []
 
     def describe_job(self, spec: TrialSpec, plan: LaunchPlan) -> dict | None:
         """What a Ray job of this backend gets (Python, runtime env, files, eval); None when it submits no job."""

@@ -37,7 +37,10 @@ TERMINAL = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -int(signal.SIGTERM)}
 RUNTIME_EXCLUDES = [".git", "__pycache__", "*.safetensors", "*.bin", "*.pt"]
 LOG_SYNC_EVERY_S = 1.0
 HEAD_GRACE_S = 30.0  # a head that does not answer for this long has lost the job (a restart of its dashboard is shorter)
-SUBMIT_RETRY_S = (2.0, 5.0, 10.0)  # waits before the 2nd, 3rd and 4th try of a submission the dashboard dropped
+# Waits before each further try of a submission the dashboard dropped or refused (about 70 s in all): a head that
+# has just started answers its job list before its job agent listens, and then refuses a submission with a 500
+# (aiohttp "Cannot connect to host" inside; seen 17 s after two heads started at once on one 2-GPU host).
+SUBMIT_RETRY_S = (2.0, 5.0, 10.0, 20.0, 30.0)
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 QUIET_LOGGERS = ("ray", "ray.dashboard", "ray._private", "ray.dashboard.modules.dashboard_sdk")  # the SDK sets INFO
 
@@ -118,7 +121,8 @@ def submit_once(job_client: Any, submission_id: str, address: str, **job: Any) -
     """Submit a job under ``submission_id``, retrying a dropped connection without ever starting it twice.
 
     A busy dashboard can drop the connection while it takes the upload (seen on one host with four heads
-    starting at once: ``ServerDisconnectedError``); the job may or may not have been created. Before each retry
+    starting at once: ``ServerDisconnectedError``), and a fresh head refuses jobs until its job agent listens (a
+    500); the job may or may not have been created. Before each retry
     the id is looked up, so a job the dashboard did take is used, not submitted again.
     """
     for attempt, wait in enumerate(SUBMIT_RETRY_S + (None,)):

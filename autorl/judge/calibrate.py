@@ -73,9 +73,14 @@ def describe(row: dict, prefix: str = "") -> str | None:
         return None
     sd = lambda k: "-" if row.get(k) is None else f"{row[k]:.3g}"  # noqa: E731
     fp = row.get(f"{prefix}fp_rate")
-    rate = "not simulated" if fp is None else f"{fp:.1%}"
+    rate = "not simulated" if fp is None else percent(fp)
     return (f"{row[f'{prefix}test']}; run-to-run sd assumed: trial {sd(prefix + 'trial_sd')}, parent "
             f"{sd(prefix + 'parent_sd')}; calibrated false-positive rate {rate}")
+
+
+def percent(rate: float) -> str:
+    """A simulated rate for a person: none of the ``CASES`` simulated null trials is below 1 in ``CASES``, not 0."""
+    return f"<{1 / CASES:.2%}" if rate == 0 else f"{rate:.1%}"
 
 
 def design_of(v: Any) -> Design | None:

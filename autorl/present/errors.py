@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autorl.judge.calibrate import describe
+from autorl.judge.calibrate import describe, percent
 from autorl.judge.evidence import Evidence, StudyErrors, study_errors
 from autorl.loading import parse
 from autorl.recipe import Objective, VerdictSettings
@@ -61,5 +61,5 @@ def blocks(e: StudyErrors, trials: list[dict]) -> list[tuple[str, Any, Any]]:
 
 def _rate_cells(t: dict) -> list[str]:
     sd = lambda k: "-" if t.get(k) is None else f"{t[k]:.3g}"  # noqa: E731
-    pct = lambda k: "-" if t.get(k) is None else f"{t[k]:.1%}"  # noqa: E731
+    pct = lambda k: "-" if t.get(k) is None else percent(t[k])  # noqa: E731
     return [t["test"], f"{sd('trial_sd')} / {sd('parent_sd')}", pct("fp_rate"), pct("confirm_fp_rate")]

@@ -175,9 +175,8 @@ class Controller:
         return self._estimate(p).seconds
 
     def _estimate(self, p: Proposal | None) -> plan.Estimate:
-        keys, rules, first = self.s.backend.work_keys, plan.rules(), self.s.records.first_started()
-        took = [plan.Took(plan.work(r.get("params") or {}, keys), r["finished"] - r["started"], r["number"] == first)
-                for r in self.s.records.finished(last=rules.window)]  # the plan reads no more than these
+        keys, rules = self.s.backend.work_keys, plan.rules()  # the plan reads no more than the last window
+        took = plan.history(self.s.records.finished(last=rules.window), keys, first_end=self.s.records.first_end())
         values = {**self.s.base.train, **(p.values if p is not None else {})}
         return plan.expected(took, plan.work(values, keys), self.s.base.timeout_s, self.opts.budget_s, rules)
 

@@ -6,6 +6,7 @@ they are the measurements everything else is judged by.
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from autorl.judge.abort import check_abort
@@ -21,9 +22,13 @@ class TrialMonitor:
         self.s, self.ctx, self.clock = s, ctx, clock
         self.recipe = ctx.recipe
         self.last_step = s.backend.planned_steps(ctx.recipe)
+        self.first_step_seen = False
 
     def on_records(self, records: list[dict], metrics: RunMetrics) -> Stop | None:
         self.s.ledger.add_metrics(self.ctx.attempt.row_id, records)
+        if not self.first_step_seen and any(r.get("type") == "step" for r in records):
+            self.first_step_seen = True  # when start-up ended: the trial planner keeps what came before fixed
+            self.s.ledger.update_trial(self.ctx.attempt.row_id, first_step=time.time())
         self._show(metrics)
         rules = self.recipe.abort
         if rules.enabled and not self.s.proposer.is_baseline(self.ctx.proposal):

@@ -55,7 +55,7 @@ def _open(ws: Workspace, opts: Any, view: PlainView, resumed: dict | None, lock:
     backend = get_backend(recipe.backend, ray_address=resolve_address(opts.ray_address))
     if resumed is None:
         backend.check(recipe, ws.root)
-        warn_blind_gate(recipe, backend, view)
+        warn(recipe, backend, view, ws.root)
     if opts.strategy == "hypotheses":
         library_for(ws, recipe.backend)  # the library (and its patches) now: a bad file stops the study unwritten
     ws.ensure_ignored()
@@ -100,12 +100,15 @@ def check_study_name(name: str | None, new: bool) -> None:
         raise UserError(f"--study {short(name, 60)}: no study has a name that long: list them with `autorl status`")
 
 
-def warn_blind_gate(recipe: Recipe, backend: Any, view: PlainView) -> None:
-    """One line when the hack gate has no held-out task metric to hold a gain against."""
+def warn(recipe: Recipe, backend: Any, view: PlainView, root: Path) -> None:
+    """One line each for what the study runs despite: a hack gate with no held-out task metric to hold a gain
+    against, and the backend's own warnings."""
     if recipe.gate.enabled and not backend.held_out(recipe):
         view.line(f"warning: the hack gate is blind: recipe {recipe.name} names no held-out probe set, so a gain "
                   "on a reward with a loophole cannot be told from a real one (name probe_id/probe_ood, or "
                   "eval_id/eval_ood for the embedded engine)")
+    for line in backend.warnings(recipe, root):
+        view.line(f"warning: {line}")
 
 
 def resumed_study(ws: Workspace, opts: Any) -> dict | None:

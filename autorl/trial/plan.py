@@ -5,8 +5,12 @@ in the budget left. The expectation scales this study's observed durations by th
 of its size keys, steps x gens x prompts ..., which its backend names in ``work_keys``; the planning table is
 ``autorl/data/rules/plan.yaml``):
 
-- durations are fitted as ``fixed + per_unit x work`` over the last ``window`` finished trials (least squares;
-  with one work level only, their mean, so a smaller trial is never planned shorter than what was seen);
+- a trial's start-up (from its start to its first logged step: processes, a Ray job's runtime env, model load) is
+  taken as fixed, the mean over those trials, and only the rest is scaled by work: on one GPU a 16-step OpenRLHF
+  trial is about 90 s of start-up and 50 s of steps, so twice the samples per prompt is not twice the trial;
+- durations (past start-up, where every trial has it) are fitted as ``fixed + per_unit x work`` over the last
+  ``window`` finished trials (least squares; with one work level only, their mean, so a smaller trial is never
+  planned shorter than what was seen);
 - above the largest observed work the fit grows in proportion (an upper bound: the fixed part does not grow);
 - the margin is a high quantile of observed/predicted over those trials, each predicted from the others (leave
   one out), so it is as wide as this study's own noise and model error; never below 1;
@@ -58,6 +62,7 @@ class Took:
     work: float
     seconds: float
     first: bool = False  # the study's first trial: it paid the study's one-time start-up
+    startup: float | None = None  # seconds from its start to its first logged step (None: not known)
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,19 @@ class Estimate:
             return f"{self.seconds:.0f} s (what the study's first trial took, one-time start-up included, + overhead)"
         return (f"{self.seconds:.0f} s ({self.predicted:.1f} s from {self.basis} finished trials "
                 f"x margin {self.margin:.2f} + overhead)")
+
+
+def history(rows: list[dict[str, Any]], keys: Iterable[str], first_end: float | None = None) -> list[Took]:
+    """The finished trials of ledger ``rows`` in start order, as ``Took``; every trial that started before the
+    study's first one ended ran cold (``--parallel`` starts several at once: each paid the one-time start-up).
+    ``first_end`` is when the study's first trial ended, where ``rows`` are not all its trials (the controller
+    passes only the last ``window`` finished ones); by default, the earliest end among ``rows``."""
+    rows = sorted((r for r in rows if r.get("started") is not None), key=lambda r: r["started"])
+    done = [r for r in rows if r.get("status") == "complete" and r.get("finished") is not None]
+    if first_end is None:
+        first_end = min((r["finished"] for r in rows if r.get("finished") is not None), default=math.inf)
+    return [Took(work(r.get("params") or {}, keys), r["finished"] - r["started"], r["started"] < first_end,
+                 r["first_step"] - r["started"] if r.get("first_step") else None) for r in done]
 
 
 def work(values: dict[str, Any], keys: Iterable[str]) -> float:
@@ -105,7 +123,15 @@ def fit(obs: list[Took]) -> tuple[float, float]:
 
 
 def predict(obs: list[Took], w: float) -> float:
-    """Seconds for work ``w``: the fit up to the largest observed work, in proportion beyond it."""
+    """Seconds for work ``w``: the trials' mean start-up when each has one, plus the fit of the rest up to the
+    largest observed work, in proportion beyond it."""
+    if all(o.startup is not None for o in obs):
+        start = sum(o.startup for o in obs) / len(obs)
+        return start + _scaled([Took(o.work, max(o.seconds - o.startup, 0.0)) for o in obs], w)
+    return _scaled(obs, w)
+
+
+def _scaled(obs: list[Took], w: float) -> float:
     fixed, per = fit(obs)
     top = max(o.work for o in obs)
     at = fixed + per * min(w, top)

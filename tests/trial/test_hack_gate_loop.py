@@ -94,14 +94,14 @@ def test_promote_refuses_a_suspect_trial_in_one_line_naming_the_check(command_ws
 
 
 def test_a_recipe_without_held_out_probe_sets_is_warned_that_the_gate_is_blind(capsys):
-    from autorl.trial.opening import warn_blind_gate
+    from autorl.trial.opening import warn
 
     blind = validate_recipe({"backend": "command", "train": {"argv": ["true"], "steps": 1}}, source="t")
-    warn_blind_gate(blind, get_backend("command"), PlainView())
+    warn(blind, get_backend("command"), PlainView(), Path("."))
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("warning: the hack gate is blind") and "probe_id" in out[0]
     jsonl = validate_recipe({"backend": "embedded", "train": {"task": "t.jsonl", "model": "m"}}, source="t")
-    warn_blind_gate(jsonl, get_backend("embedded"), PlainView())
+    warn(jsonl, get_backend("embedded"), PlainView(), Path("."))
     assert "blind" in capsys.readouterr().out  # a JSONL task's ID eval is its first training prompts
     from autorl.data import shipped
     from autorl.recipe import load_recipe
@@ -109,5 +109,5 @@ def test_a_recipe_without_held_out_probe_sets_is_warned_that_the_gate_is_blind(c
     trl = load_recipe(shipped("recipes", "trl-addition.yaml"))  # TRL trains on the built-in task: held out too
     for recipe in (RECIPE, trl, jsonl.with_train(eval_id="id.jsonl"),
                    blind.model_copy(update={"gate": {"enabled": False}})):
-        warn_blind_gate(recipe, get_backend(recipe.backend), PlainView())
+        warn(recipe, get_backend(recipe.backend), PlainView(), Path("."))
         assert capsys.readouterr().out == ""

@@ -53,6 +53,8 @@ def test_run_end_to_end(workspace):
         assert git(workspace, "rev-parse", t["end_tag"]) == t["end_sha"]
         assert git(workspace, "branch", "--list", t["branch"]).strip()
         assert not (workspace / ".autorl" / "worktrees" / t["attempt"]).exists()
+    for t in (t for t in done if t["status"] == "complete"):  # when its start-up ended (the planner keeps it fixed)
+        assert t["started"] < t["first_step"] < t["finished"]
     third = done[2]
     diff = git(workspace, "diff", trials[0]["start_tag"], third["start_tag"])
     changed = json.loads(third["changed"])

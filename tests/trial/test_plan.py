@@ -103,3 +103,29 @@ def test_the_first_trial_plans_nothing_once_later_trials_finished():
     est = plan.expected(history, 320, timeout_s=600, budget_s=3600, r=RULES)
     assert not est.first_only and est.basis == 3
     assert est.predicted == pytest.approx(125.0)  # the mean of the later three, not dragged up by the first
+
+
+def test_start_up_stays_fixed_and_only_the_rest_scales_with_work():
+    """A 2-GPU study ended with 2m12s left: one finished trial of 214 s (about 155 s of it start-up) at 8 samples
+    per prompt planned the next at 16 as 429 s, the whole trial doubled. Start-up does not grow with the work."""
+    seen = [Took(8, 214.0, startup=155.0)]
+    assert plan.predict(seen, 16) == pytest.approx(155.0 + 2 * 59.0)
+    assert plan.predict([Took(8, 214.0)], 16) == pytest.approx(428.0)  # without a start-up: all of it scales
+    mixed = [Took(8, 150.0, startup=90.0), Took(8, 160.0)]  # a trial without one: the plain fit, as before
+    assert plan.predict(mixed, 16) == pytest.approx(310.0)
+    assert plan.predict([Took(8, 150.0, startup=90.0), Took(16, 210.0, startup=92.0)], 12) == pytest.approx(
+        91.0 + 60.0 + (118.0 - 60.0) / 8 * 4)
+
+
+def test_history_marks_every_trial_started_before_the_first_end_as_cold():
+    rows = [{"number": 1, "started": 0.0, "finished": 200.0, "first_step": 150.0, "status": "complete",
+             "params": {"gens": 8}},
+            {"number": 2, "started": 1.0, "finished": 210.0, "status": "complete", "params": {"gens": 8}},
+            {"number": 3, "started": 205.0, "finished": 300.0, "first_step": 260.0, "status": "complete",
+             "params": {"gens": 16}},
+            {"number": 4, "started": 211.0, "finished": 250.0, "status": "crash", "params": {}},
+            {"number": 5, "started": 301.0, "status": "running"}]
+    took = plan.history(list(reversed(rows)), ["gens"])
+    assert [t.first for t in took] == [True, True, False]
+    assert [t.startup for t in took] == [150.0, None, 55.0] and [t.work for t in took] == [8, 8, 16]
+    assert plan.history([], ["gens"]) == []

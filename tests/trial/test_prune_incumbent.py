@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autorl.judge.calibrate import percent
 from autorl.ledger import Ledger
 from conftest import git, run_cli
 
@@ -79,7 +80,7 @@ def test_every_decision_states_its_test_its_noise_and_its_error_rate(command_ws)
         assert "Welch-Satterthwaite t" in t["test"] and t["trial_sd"] >= t["parent_sd"] >= 0, t
         assert 0 <= t["fp_rate"] <= 0.2, t
         message = git(command_ws, "log", "-1", "--format=%B", t["end_tag"])
-        assert "calibrated false-positive rate" in message and f"{t['fp_rate']:.1%}" in message
+        assert "calibrated false-positive rate" in message and percent(t["fp_rate"]) in message
     decided = [t for t in rows if t["confirmation"] in ("confirmed", "rejected")]
     assert decided, [(t["attempt"], t["verdict"], t["confirmation"]) for t in rows]
     for t in decided:

@@ -95,6 +95,13 @@ class OpenRLHFBackend(Backend):
         if found:
             raise RecipeError(found)
 
+    def warnings(self, recipe, root: Path) -> list[str]:
+        """A tokenizer that adds special tokens OpenRLHF's rollout prompts go without (``checks.warnings``); the
+        model of a job on a cluster is not looked at here."""
+        from autorl.backends.openrlhf.checks import warnings
+
+        return [] if self.ray_address else warnings(recipe.params, Path(root))
+
     def preflight(self, recipe, worktree: Path) -> str:
         """The failed preflight checks (steps, LR at step 20, disk, patches, GPUs) as one line."""
         from autorl.backends.openrlhf.preflight import preflight
@@ -132,7 +139,7 @@ class OpenRLHFBackend(Backend):
         base = str(Path(spec.worktree, params.pretrain).resolve()) if params.lora_rank else None
         limit = params.max_new_tokens or params.generate_max_len or 64
         argv = eval_argv(sys.executable, model, run_dir / "eval.jsonl", probe, limit, base, final_step(params),
-                         params.seed or 0)
+                         params.seed or 0, chat=params.apply_chat_template, special=False)
         return LaunchPlan(argv=argv, env=self._eval_env(), cwd=str(spec.worktree),
                           log_path=str(run_dir / "train.log"),  # appended: triage reads one log
                           metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)

@@ -130,3 +130,62 @@ def _packing(recipe) -> str | None:
                 f"{memory * per_gpu:.2f} (> {PACKED_MEMORY_MAX}): set train.vllm_gpu_memory_utilization to at most "
                 f"{PACKED_MEMORY_MAX / per_gpu:.2f}")
     return None
+
+
+TOKENIZER_JSON_MAX = 64 * 1024 * 1024  # the largest tokenizer.json read for the prompt-token check
+
+
+def warnings(params: OpenRLHFParams, root: Path) -> list[str]:
+    """What may make a recipe learn less than it could, each one line (the study still runs)."""
+    path = local_path(params.pretrain, root)
+    if path is None or params.apply_chat_template:
+        return []
+    added = prepended_tokens(path)
+    if not added:
+        return []
+    return [f"the tokenizer of {params.pretrain} puts {', '.join(added)} before every text it encodes, but OpenRLHF "
+            "tokenizes rollout prompts without special tokens (when train.apply_chat_template is off): the policy "
+            "sees its prompts without them in every rollout; if it was trained with them, put them in the prompt "
+            "text or use a chat template"]
+
+
+def prepended_tokens(model_dir: Path) -> list[str]:
+    """The special tokens the Hugging Face tokenizer in ``model_dir`` puts before a single text on encode, read from
+    its tokenizer.json (TemplateProcessing, also inside a Sequence; Bert/Roberta processors) and
+    tokenizer_config.json (``add_bos_token``). Nothing is imported: this runs on the controller."""
+    found: list[str] = []
+    post = _json(model_dir / "tokenizer.json").get("post_processor")
+    for node in _processors(post):
+        if node.get("type") == "TemplateProcessing":
+            for piece in node.get("single") or []:
+                if not isinstance(piece, dict) or "SpecialToken" not in piece:
+                    break
+                found.append(str(piece["SpecialToken"].get("id")))
+        elif node.get("type") in ("BertProcessing", "RobertaProcessing") and isinstance(node.get("cls"), list):
+            found.append(str(node["cls"][0]))
+    config = _json(model_dir / "tokenizer_config.json")
+    bos = config.get("bos_token")
+    bos = bos.get("content") if isinstance(bos, dict) else bos
+    if config.get("add_bos_token") is True and isinstance(bos, str) and bos not in found:
+        found.append(bos)
+    return found
+
+
+def _processors(node) -> list[dict]:
+    if not isinstance(node, dict):
+        return []
+    if node.get("type") == "Sequence":
+        return [p for child in node.get("processors") or [] for p in _processors(child)]
+    return [node]
+
+
+def _json(path: Path) -> dict:
+    import json
+
+    try:
+        if path.stat().st_size > TOKENIZER_JSON_MAX:
+            return {}
+        data = json.loads(path.read_text(errors="replace"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -11,9 +11,10 @@ writes, deterministically for a seed and device:
   parameters with the 15-symbol character tokenizer) warmed up by supervised training on ID items disjoint from
   the probes, with the embedded engine's warm-up (AdamW, batch 128, ID pass@1 checked every 25 steps), stopped
   at the first check where answers *sampled at the rollout temperature* (``--temperature``, 1.0) reach
-  ``--target`` (0.25). A check on greedy answers alone stops too early for GRPO: on one H200 the 34 M model
-  stopped at greedy 0.48 learnt in 300 steps, but sampled at 1.0 it was right about 1 % of the time, so almost
-  every GRPO group had one reward and nothing to learn from. A GRPO study then has real headroom on greedy
+  ``--target`` (0.25), so that GRPO groups have rewards that differ. The tokenizer adds no ``<bos>``: OpenRLHF
+  encodes rollout prompts without special tokens, and a model warmed up with ``<bos>`` before every prompt (an
+  earlier version of this file) sampled right 35 % of the time in its warm-up check but 4 % in its GRPO rollouts,
+  so almost every group had one reward and a study found nothing. A GRPO study then has real headroom on greedy
   pass@1, the objective.
 
 ``--size test`` is a 2-layer stand-in for CPU tests. Needs torch, transformers and tokenizers; no network.

@@ -137,3 +137,60 @@ def test_a_head_with_repeated_devices_hands_each_card_to_two_gpu_tasks(tmp_path,
     seen = [line for line in (tmp_path / "j.log").read_text().splitlines() if "SEEN" in line]
     assert seen and seen[-1].endswith("SEEN ['0', '0', '1', '1'] 4.0")
 
+
+
+def _bos_tokenizer(target: Path, chat_template: str | None = None) -> Path:
+    """A real Hugging Face tokenizer directory whose encode prepends <bos> (as Llama's does)."""
+    from tokenizers import processors
+
+    from autorl.backends.openrlhf.tiny import tokenizer
+
+    tok = tokenizer()
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="<bos> $A",
+                                                                         special_tokens=[("<bos>", 1)])
+    if chat_template:
+        tok.chat_template = chat_template
+    tok.save_pretrained(target)
+    return target
+
+
+def test_the_small_models_tokenizer_adds_no_token_openrlhf_rollouts_go_without(tmp_path):
+    pytest.importorskip("transformers")
+    from autorl.backends.openrlhf.checks import prepended_tokens
+    from autorl.backends.openrlhf.tiny import tokenizer
+
+    tok = tokenizer()
+    assert tok("123+456=")["input_ids"] == tok("123+456=", add_special_tokens=False)["input_ids"]
+    tok.save_pretrained(tmp_path / "plain")
+    assert prepended_tokens(tmp_path / "plain") == []
+    assert prepended_tokens(_bos_tokenizer(tmp_path / "bos")) == ["<bos>"]
+
+
+@pytest.mark.parametrize("files, expect", [
+    ({"tokenizer.json": {"post_processor": {"type": "Sequence", "processors": [
+        {"type": "ByteLevel"}, {"type": "TemplateProcessing", "single": [
+            {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]}]}}},
+     ["<|begin_of_text|>"]),
+    ({"tokenizer.json": {"post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 101], "sep": ["[SEP]", 102]}}},
+     ["[CLS]"]),
+    ({"tokenizer_config.json": {"add_bos_token": True, "bos_token": {"content": "<s>"}}}, ["<s>"]),
+    ({"tokenizer.json": {"post_processor": {"type": "TemplateProcessing", "single": [
+        {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<eos>", "type_id": 0}}]}}}, []),
+    ({"tokenizer.json": "not json at all {"}, []),
+])
+def test_prepended_tokens_are_read_from_the_tokenizer_files(tmp_path, files, expect):
+    from autorl.backends.openrlhf.checks import prepended_tokens
+
+    for name, body in files.items():
+        (tmp_path / name).write_text(body if isinstance(body, str) else json.dumps(body))
+    assert prepended_tokens(tmp_path) == expect
+
+
+def test_a_tokenizer_that_prepends_bos_is_warned_once_unless_a_chat_template_is_used(inputs):
+    pytest.importorskip("transformers")
+    _bos_tokenizer(inputs / "model")
+    backend = OpenRLHFBackend()
+    [line] = backend.warnings(_recipe(inputs), inputs)
+    assert "<bos>" in line and "apply_chat_template" in line
+    assert backend.warnings(_recipe(inputs, apply_chat_template=True), inputs) == []
+    assert OpenRLHFBackend(ray_address="http://127.0.0.1:1").warnings(_recipe(inputs), inputs) == []

@@ -75,6 +75,10 @@ def test_eval_plan_runs_the_shared_evaluator(tmp_path):
     assert ev.argv[ev.argv.index("--model") + 1] == out_dir
     assert ev.argv[ev.argv.index("--k") + 1] == "4" and ev.argv[ev.argv.index("--step") + 1] == "4"
     assert train.argv[train.argv.index("--reward.remote_url") + 1] == str(REWARD_WRAPPER)
+    # the probe prompts are encoded as OpenRLHF's rollouts encode them: no special tokens, no chat template here
+    assert "--no-special-tokens" in ev.argv and "--chat-template" not in ev.argv
+    chat = OpenRLHFBackend().eval_plan(spec.model_copy(update={"recipe": recipe.with_train(apply_chat_template=True)}))
+    assert "--chat-template" in chat.argv
 
 
 def test_planned_steps_of_a_capped_pool():
