@@ -26,7 +26,8 @@ JSON_SHAPES = {
     "hypotheses": "list: `id`, `title`, `priority`, `status`, `confidence`, `counts`, `demoted`, `trials` (`tried`, "
                   "`moves`, `candidates`, `confirmed`, `rejected`), `confirmed_gain` (best confirmed gain over the "
                   "parent: fresh-seed runs' mean minus the parent's), `detectable` (the smallest gain its most sensitive flat "
-                  "trial could detect), `note` (why it is inconclusive rather than invalidated), `symptoms`, "
+                  "trial could detect, among those the objective's range allows over the parent; null when none "
+                  "could), `note` (why it is inconclusive rather than invalidated), `symptoms`, "
                   "`backends`, `source`",
     "diagnose": "object: `attempt`, `number`, `which` (why this trial, when none was named), `bottleneck`, "
                 "`bottleneck_description`, `areas`, `symptoms` (each with its evidence and `look_at`), `steps`, `evals`, "
@@ -34,7 +35,9 @@ JSON_SHAPES = {
     "status": "object: `studies`, `running` (attempt, kind, status, pid, step, last_eval, alive), `full_runs`, and once "
               "the latest study has stopped `findings` (what `autorl run` ends with: `best` and `confirmed` recipes "
               "with their gain over the baseline, `chain`, `changes` and `revalidation`; `ruled_out` by group with "
-              "each trial's `detectable` gain; `crashes`; `full_runs` with `weights` and `branch`; `next`)",
+              "each trial's `detectable` gain (null for a test that could detect no gain the objective's range "
+              "allows: then `blind` is true), and `possible_gain` (the most the range allows over its parent; null "
+              "for an objective without a known range); `crashes`; `full_runs` with `weights` and `branch`; `next`)",
     "promote": "object: `attempt`, `number`, `promoted_from`, `monitor_pid`, `revalidation` (verdict object), `forced`; "
                "with --dry-run: `attempt`, `why`, `full_values`, `train`",
     "clean": "object: `study`, `removed_trials`, `kept` (attempt number: why), `branches`, `tags`, `worktrees`, "
@@ -113,6 +116,11 @@ LEDGER_SAFETY = """## One controller per study, and a ledger that notices
   read-only: they never write to it, never create it, and never change its bytes.
 - Clean-up after any of these never hides the error that ended the study: each step runs on its own, and the
   first error is the one line you see.
+- **A long study reads only what changed.** A running study keeps its trial rows in memory. Before each question
+  it asks SQLite whether anything was committed since (`PRAGMA data_version` for other connections: another
+  study, Optuna, an older autorl; the connection's own change count for its writes), and then reads only the rows
+  whose `rev` is above the highest it has read. `rev` is kept by two triggers on `autorl_trials` (migration
+  `0009_revisions`), so a row changed by any process, with or without autorl, is seen at the next question.
 """
 
 

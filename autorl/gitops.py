@@ -157,9 +157,49 @@ def next_attempt_number(root: Path, floor: int = 0) -> int:
     """One past the highest attempt-NN in any branch or tag (and past ``floor``). A ref whose number has more than
     nine digits is not one of autorl's and is passed over, whatever the repository holds."""
     with _open(root) as repo:
-        names = [r.name for r in (*repo.heads, *repo.tags)]
-    nums = [int(m.group(1)) for m in (re.match(r"attempt-(\d{1,9})(?!\d)", n) for n in names) if m]
-    return max(nums + [floor]) + 1
+        names, where = set(_branch_and_tag_names(repo)), str(repo.common_dir)
+    seen = _HIGHEST.get(where)
+    if seen is not None and seen[0] <= names:  # refs were only added since: only the new names are read
+        top = max([seen[1], *(_attempt_number(n) for n in names - seen[0])])
+    else:
+        top = max([0, *(_attempt_number(n) for n in names)])
+    _HIGHEST[where] = (names, top)
+    return max(top, floor) + 1
+
+
+_HIGHEST: dict[str, tuple[set[str], int]] = {}  # per repository: the ref names last read, and their highest number
+
+
+def _holds_a_ref(folder: Path) -> bool:
+    """A folder of loose refs (a name with '/') that still holds one: an emptied one names no ref."""
+    return any(p.is_file() for p in folder.rglob("*"))
+
+
+def _attempt_number(name: str) -> int:
+    m = re.match(r"attempt-(\d{1,9})(?!\d)", name)
+    return int(m.group(1)) if m else 0
+
+
+def _branch_and_tag_names(repo: git.Repo) -> list[str]:
+    """Every branch and tag name as far as its first '/' (all an attempt number needs), read from the ref folders
+    and ``packed-refs`` as they lie: a study adds three refs a trial, and building a GitPython object for each of
+    thousands at every trial was a growing share of its time. A repository that keeps its refs otherwise
+    (reftable) is listed through GitPython."""
+    common = Path(repo.common_dir)
+    folders = [common / "refs" / "heads", common / "refs" / "tags"]
+    if (common / "reftable").exists() or not all(f.is_dir() for f in folders):
+        return [r.name for r in (*repo.heads, *repo.tags)]
+    names = [entry.name for folder in folders for entry in os.scandir(folder)
+             if not entry.is_dir() or _holds_a_ref(Path(entry.path))]
+    try:
+        packed = (common / "packed-refs").read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        packed = []
+    for line in packed:
+        ref = line.partition(" ")[2]
+        if ref.startswith(("refs/heads/", "refs/tags/")):
+            names.append(ref.split("/", 2)[2])
+    return names
 
 
 def free_attempt_number(root: Path, number: int, slug: str) -> int:

@@ -19,6 +19,7 @@ ledger that can still be read.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import os
@@ -115,6 +116,9 @@ class TrialRow(TypedDict, total=False):
     pid: Annotated[int | None, 'Process group of the running trial (for cleanup on resume).']
     job_id: Annotated[str | None, 'Ray job id of the running trial (for cleanup on resume).']
     job_address: Annotated[str | None, 'Ray dashboard address the job was submitted to.']
+    rev: Annotated[int | None, "Revision: set by the ledger's triggers on every insert and update of the row, higher "
+                   "than any revision before it, so a running study re-reads only the rows that changed (never "
+                   "written by autorl's code)."]
 
 
 class StudyRow(TypedDict, total=False):
@@ -138,13 +142,14 @@ TRIAL_COLUMNS: dict[str, str] = {k: h.__metadata__[0] for k, h in get_type_hints
 _JSON_COLUMNS = ("params", "changed", "flags", "base_changes", "gate_checks")
 
 
-def _write_model(row: type) -> type[BaseModel]:
-    """The pydantic model a write to ``row``'s table is validated by (an unknown column is an error)."""
-    fields = {k: (h, None) for k, h in get_type_hints(row).items()}
+def _write_model(row: type, kept_by_sqlite: tuple[str, ...] = ()) -> type[BaseModel]:
+    """The pydantic model a write to ``row``'s table is validated by (an unknown column is an error, and so is one
+    that SQLite itself keeps, ``kept_by_sqlite``)."""
+    fields = {k: (h, None) for k, h in get_type_hints(row).items() if k not in kept_by_sqlite}
     return create_model(f"{row.__name__}Write", __config__=ConfigDict(extra="forbid"), **fields)
 
 
-_TRIAL_WRITE, _STUDY_WRITE = _write_model(TrialRow), _write_model(StudyRow)
+_TRIAL_WRITE, _STUDY_WRITE = _write_model(TrialRow, kept_by_sqlite=("rev",)), _write_model(StudyRow)
 
 
 # ---- migrations: each one frozen as it shipped (a new column is a new migration, never an edit of an old one) ----
@@ -207,13 +212,27 @@ def _v8_first_step(db: sqlite_utils.Database) -> None:
     db["autorl_trials"].add_column("first_step", float)
 
 
+def _v9_revisions(db: sqlite_utils.Database) -> None:
+    """``rev``: every insert or update of a trial row gives it the next revision (one past the highest; writers
+    take turns, so revisions grow in commit order). A reader that has seen revisions up to R re-reads only rows
+    above R, whichever process wrote them. The guard ``NEW.rev IS OLD.rev`` keeps the trigger's own update from
+    firing again."""
+    db["autorl_trials"].add_column("rev", int)
+    db.execute("UPDATE autorl_trials SET rev = id")
+    db["autorl_trials"].create_index(["rev"])
+    bump = ("UPDATE autorl_trials SET rev = (SELECT coalesce(max(rev), 0) + 1 FROM autorl_trials) "
+            "WHERE id = NEW.id;")
+    db.execute(f"CREATE TRIGGER autorl_trials_rev_insert AFTER INSERT ON autorl_trials BEGIN {bump} END")
+    db.execute("CREATE TRIGGER autorl_trials_rev_update AFTER UPDATE ON autorl_trials WHEN NEW.rev IS OLD.rev "
+               f"BEGIN {bump} END")
+
+
 MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3), ("0004_confirmation", _v4),
               ("0005_resume_queue", _v5), ("0006_error_rates", _v6), ("0007_hack_gate", _v7_hack_gate),
-              ("0008_first_step", _v8_first_step)]
+              ("0008_first_step", _v8_first_step), ("0009_revisions", _v9_revisions)]
 # A run the controller stopped (Ctrl-C, a kill recovered on resume, the budget's end) did not reach its own end:
 # a confirmation or retry stopped that way is run again on resume.
 STOPPED_EARLY = ("interrupted", "budget-cut")
-_STOPPED_SQL = "(" + ", ".join(f"'{status}'" for status in STOPPED_EARLY) + ")"
 
 
 class LedgerFile:
@@ -447,18 +466,282 @@ class Ledger:
             pass
 
 
+class StudyRows:
+    """One study's trial rows held in memory and kept current with the file, so a running study's many questions
+    per trial cost no SQL and no pass over every row (``StudyRecords``' queries are views over them).
+
+    ``current()`` first asks whether anything was committed since the rows were last read: SQLite's ``PRAGMA
+    data_version`` changes when another connection commits (another study, Optuna's own connection, an older
+    autorl), and the connection's ``total_changes`` when this one writes. Only then are rows read, and only those
+    whose revision (``rev``, kept by the ledger's triggers) is above the highest already read. Each changed row is
+    put into the views kept so far (a query's rows in attempt order, an aggregate, an index), one row at a time,
+    so a long study's trial costs what a short one's does. Inside an open transaction nothing is cached (what it
+    wrote may still roll back): the rows are read afresh."""
+
+    def __init__(self, ledger: "Ledger", study_id: int):
+        self.ledger, self.study_id = ledger, study_id
+        self.by_id: dict[int, TrialRow] = {}
+        self.by_number: dict[int, TrialRow] = {}
+        self.all = _Ordered()  # every row, in attempt order
+        self.views: dict[Any, Any] = {}  # _Subset, _Derived and _Index views, by query
+        self.rev = 0  # the highest revision read
+        self.mark: tuple[int, int] | None = None  # (data_version, total_changes) the rows were current at
+        self.reads, self.rows_read = 0, 0  # SELECTs of trial rows made, rows they returned (tests count them)
+
+    def current(self) -> bool:
+        """Bring the rows up to date; False inside an open transaction (then use ``fresh``)."""
+        conn = self.ledger.db.conn
+        if conn.in_transaction:
+            return False
+        mark = (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+        if mark != self.mark:
+            top = conn.execute("SELECT max(rev) FROM autorl_trials").fetchone()[0] or 0
+            if top > self.rev:
+                self.reads += 1
+                rows = self.ledger.db.query("SELECT * FROM autorl_trials WHERE rev > ? AND rev <= ? AND "
+                                            "study_id = ?", [self.rev, top, self.study_id])
+                self._take([_decode(r) for r in rows])
+                self.rev = top
+            self.mark = mark
+        return True
+
+    def _take(self, rows: list[TrialRow]) -> None:
+        self.rows_read += len(rows)
+        for row in rows:
+            old = self.by_id.get(row["id"])
+            self.by_id[row["id"]] = row
+            if old is not None and old.get("number") is not None:
+                self.by_number.pop(old["number"], None)
+            if row.get("number") is not None:
+                self.by_number[row["number"]] = row
+            self.all.put(old, row)
+            for view in self.views.values():
+                view.put(old, row)
+
+    def view(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The view kept under ``key`` (made and filled from every row the first time it is asked for)."""
+        if key not in self.views:
+            view = make()
+            view.fill(self.all.rows)
+            self.views[key] = view
+        return self.views[key]
+
+    def fresh(self) -> list[TrialRow]:
+        """The study's rows read now, past the cache (inside a transaction)."""
+        rows = _select(self.ledger.db, "1", [], self.study_id)
+        self.reads, self.rows_read = self.reads + 1, self.rows_read + len(rows)
+        return rows
+
+
+def _attempt_order(row: TrialRow) -> tuple[bool, int, int]:
+    return row.get("number") is not None, row.get("number") or 0, row["id"]
+
+
+class _Ordered:
+    """Rows in ``order`` (attempt order by default); ``put(old, new)`` replaces a row's old version with its new
+    one (None: none)."""
+
+    def __init__(self, order: Callable[[TrialRow], tuple] | None = None) -> None:
+        self.order = order or _attempt_order
+        self.keys: list[tuple] = []
+        self.rows: list[TrialRow] = []
+
+    def put(self, old: TrialRow | None, new: TrialRow | None) -> None:
+        if old is not None:
+            at = bisect.bisect_left(self.keys, self.order(old))
+            if at < len(self.keys) and self.rows[at]["id"] == old["id"]:
+                if new is not None and self.order(new) == self.keys[at]:
+                    self.rows[at] = new
+                    return
+                del self.keys[at], self.rows[at]
+        if new is not None:
+            key = self.order(new)
+            at = len(self.keys) if not self.keys or key > self.keys[-1] else bisect.bisect_left(self.keys, key)
+            self.keys.insert(at, key)
+            self.rows.insert(at, new)
+
+
+class _Subset:
+    """The rows ``keep`` keeps, in attempt order (or ``order``), kept up to date row by row."""
+
+    def __init__(self, keep: Callable[[TrialRow], bool], order: Callable[[TrialRow], tuple] | None = None):
+        self.keep, self.kept = keep, _Ordered(order)
+
+    def fill(self, rows: list[TrialRow]) -> None:
+        for row in rows:
+            self.put(None, row)
+
+    def put(self, old: TrialRow | None, new: TrialRow) -> None:
+        self.kept.put(old if old is not None and self.keep(old) else None, new if self.keep(new) else None)
+
+    def value(self) -> list[TrialRow]:
+        return self.kept.rows
+
+
+class _Derived:
+    """A value computed from all the study's rows (``compute``), computed again only after a row that
+    ``touches`` it changed; ``fold(value, old, new)`` may bring it up to date at once (``_STALE``: it cannot)."""
+
+    def __init__(self, compute: Callable[[list[TrialRow]], Any], touches: Callable[[TrialRow], bool],
+                 fold: Callable[[Any, TrialRow | None, TrialRow], Any] | None = None):
+        self.compute, self.touches, self.fold = compute, touches, fold
+        self.rows: list[TrialRow] = []
+        self.kept: Any = _STALE
+
+    def fill(self, rows: list[TrialRow]) -> None:
+        self.rows = rows  # the list _Ordered keeps: computed from as it is when asked
+
+    def put(self, old: TrialRow | None, new: TrialRow) -> None:
+        if self.kept is _STALE or not (self.touches(new) or (old is not None and self.touches(old))):
+            return
+        self.kept = self.fold(self.kept, old, new) if self.fold is not None else _STALE
+
+    def value(self) -> Any:
+        if self.kept is _STALE:
+            self.kept = self.compute(self.rows)
+        return self.kept
+
+
+_STALE = object()
+
+
+class _Index:
+    """Rows by a hashable summary of their train values (``_params_key``), kept up to date row by row."""
+
+    def __init__(self) -> None:
+        self.rows: dict[Any, dict[int, TrialRow]] = {}
+
+    def fill(self, rows: list[TrialRow]) -> None:
+        for row in rows:
+            self.put(None, row)
+
+    def put(self, old: TrialRow | None, new: TrialRow) -> None:
+        if old is not None:
+            self.rows.get(_params_key(old.get("params")), {}).pop(old["id"], None)
+        self.rows.setdefault(_params_key(new.get("params")), {})[new["id"]] = new
+
+    def value(self, params: dict[str, Any]) -> list[TrialRow]:
+        """The rows that may have run ``params`` (to be compared in full), in attempt order."""
+        return sorted(self.rows.get(_params_key(params), {}).values(), key=_attempt_order)
+
+
+def _params_key(params: Any) -> Any:
+    """What equal train blocks share (their scalar values; 1 and 1.0 hash alike, as they compare equal)."""
+    if not isinstance(params, dict):
+        return None
+    return frozenset((k, v) for k, v in params.items() if v is None or isinstance(v, (bool, int, float, str)))
+
+
+def _baselines(rows: list[TrialRow]) -> list[TrialRow]:
+    """``Ledger.baselines`` over one study's rows (a retry is always of its own study's trial)."""
+    first = {r["number"] for r in rows if r.get("proposer") == "baseline"}
+    retried = {r["retry_of"] for r in rows if r.get("retry_of") is not None}
+    return [r for r in rows if r.get("kind") == "trial" and r["number"] not in retried and (
+        r.get("proposer") == "baseline" or (r.get("proposer") == "retry" and r.get("retry_of") in first))]
+
+
+def _in_baselines(row: TrialRow) -> bool:
+    """A row whose change can change ``_baselines``: a baseline, a retry, or a row that retries another."""
+    return row.get("proposer") in ("baseline", "retry") or row.get("retry_of") is not None
+
+
+def _unretried(rows: list[TrialRow]) -> list[TrialRow]:
+    ran = {r["retry_of"] for r in rows if r.get("retry_of") is not None and _ran(r)}
+    return [r for r in rows if r.get("kind") == "trial" and r.get("status") == "crash" and r.get("retry_of") is None
+            and r.get("confirms") is None and r["number"] not in ran]
+
+
+def _in_unretried(row: TrialRow) -> bool:
+    """A row whose change can change ``_unretried``: a crash, or a retry."""
+    return row.get("status") == "crash" or row.get("retry_of") is not None
+
+
+def _ran(row: TrialRow) -> bool:
+    """Not stopped early by the controller (SQL's ``status NOT IN STOPPED_EARLY``: a NULL status is not)."""
+    return row.get("status") is not None and row["status"] not in STOPPED_EARLY
+
+
+def _finished(row: TrialRow) -> bool:
+    return row.get("kind") == "trial" and row.get("status") == "complete" and row.get(
+        "started") is not None and row.get("finished") is not None
+
+
+def _end_of(row: TrialRow | None) -> float | None:
+    """When a trial (not a full run) that started ended, or None."""
+    if row is None or row.get("kind") != "trial" or row.get("started") is None:
+        return None
+    return row.get("finished")
+
+
+def _first_end() -> "_Derived":
+    """The earliest end of the study's trials that started, kept up to date as trials end."""
+    return _Derived(lambda rows: min((v for v in map(_end_of, rows) if v is not None), default=None),
+                    lambda r: _end_of(r) is not None, _folding(_end_of, min))
+
+
+def _folding(of: Callable[[TrialRow | None], Any], pick: Callable[..., Any]) -> Callable[..., Any]:
+    """The fold of an aggregate ``pick`` (min, max) over each row's ``of``: a row that gains a value is picked in
+    at once; one whose value changed or went makes it stale."""
+
+    def fold(kept: Any, old: TrialRow | None, new: TrialRow) -> Any:
+        before, after = of(old), of(new)
+        if before == after:
+            return kept
+        if before is None:
+            return after if kept is None else pick(kept, after)
+        return _STALE
+
+    return fold
+
+
+def _objective_of(row: TrialRow | None) -> float | None:
+    """A trial's (not a full run's) objective, or None."""
+    return row.get("objective") if row is not None and row.get("kind") == "trial" else None
+
+
+def _best(maximize: bool) -> _Derived:
+    """The best objective of the study's trials, kept up to date as trials end."""
+    pick = max if maximize else min
+    return _Derived(lambda rows: pick((v for v in map(_objective_of, rows) if v is not None), default=None),
+                    lambda r: _objective_of(r) is not None, _folding(_objective_of, pick))
+
+
 class StudyRecords:
     """One study's rows, and the queries a running study asks of them (the study loop, its proposer, the evidence
-    a verdict rests on). Its writes go through the ledger, one transaction each."""
+    a verdict rests on), answered from ``StudyRows`` (a row changed by any process is seen at the next query).
+    Each returns copies: a caller may change what it got. Its writes go through the ledger, one transaction
+    each."""
 
     def __init__(self, ledger: Ledger, study_id: int):
         self.ledger, self.id = ledger, study_id
+        self.rows = StudyRows(ledger, study_id)
+
+    def _where(self, key: Any, keep: Callable[[TrialRow], bool]) -> list[TrialRow]:
+        """Copies of the study's rows that ``keep`` keeps, in attempt order."""
+        return [dict(r) for r in self._asked(key, lambda: _Subset(keep))]
+
+    def _asked(self, key: Any, make: Callable[[], Any], *args: Any) -> Any:
+        """The value of the view kept under ``key`` (``make`` makes it), or of one made from the rows read afresh
+        inside a transaction. Not to be changed by the caller."""
+        if not self.rows.current():
+            view = make()
+            view.fill(self.rows.fresh())
+            return view.value(*args)
+        return self.rows.view(key, make).value(*args)
 
     def trials(self, **equal: Any) -> list[TrialRow]:
-        """The study's trials in attempt order, with columns equal to values."""
-        return self.ledger.trials(self.id, **equal)
+        """The study's trials in attempt order, with columns equal to values (as SQL's ``=``: None equals
+        nothing)."""
+        unknown = set(equal) - set(TRIAL_COLUMNS)
+        if unknown:
+            raise ValueError(f"no trial column {sorted(unknown)}")
+        key = ("trials", *sorted((k, repr(v)) for k, v in equal.items()))
+        return self._where(key, lambda r: all(v is not None and r.get(k) == v for k, v in equal.items()))
 
     def trial(self, number: int) -> TrialRow:
+        """Trial ``number`` (another study's too: read from the file)."""
+        if self.rows.current() and number in self.rows.by_number:
+            return dict(self.rows.by_number[number])
         return self.ledger.trial(number)
 
     def metrics(self, trial_id: int) -> list[dict]:
@@ -468,15 +751,40 @@ class StudyRecords:
         self.ledger.event(self.id, trial_id, kind, message)
 
     def baselines(self) -> list[TrialRow]:
-        return self.ledger.baselines(self.id)
+        """The study's baseline runs (``Ledger.baselines``: a crashed baseline's retry stands in for it)."""
+        return [dict(r) for r in self._asked("baselines", lambda: _Derived(_baselines, _in_baselines))]
 
     def scored(self) -> list[TrialRow]:
         """The study's trials (not full runs) that have an objective value."""
-        return _select(self.ledger.db, "objective IS NOT NULL AND kind = 'trial'", [], self.id)
+        return self._where("scored", lambda r: _objective_of(r) is not None)
+
+    def best_objective(self, maximize: bool) -> float | None:
+        """The best objective of the study's trials (not full runs), None before any has one."""
+        return self._asked(("best", maximize), lambda: _best(maximize))
+
+    def finished(self, last: int) -> list[TrialRow]:
+        """The ``last`` completed trials (not full runs) with their start and end times, in start order."""
+        done = self._asked("finished", lambda: _Subset(_finished, lambda r: (r["started"], *_attempt_order(r))))
+        return [dict(r) for r in done[-last:]]
+
+    def first_end(self) -> float | None:
+        """When the study's first trial (not a full run) that started ended (None before one has)."""
+        return self._asked("first_end", _first_end)
+
+    def ran(self, params: dict[str, Any], hypothesis: str | None = None, *, same_hypothesis: bool = False
+            ) -> TrialRow | None:
+        """The first trial (not a full run) whose train block was exactly ``params`` (with ``same_hypothesis``,
+        under ``hypothesis`` too), or None."""
+        rows = self._asked("params", _Index, params)
+        for r in rows:
+            if r.get("kind") == "trial" and r.get("params") == params and (
+                    not same_hypothesis or r.get("hypothesis") == hypothesis):
+                return dict(r)
+        return None
 
     def crash_signatures(self) -> list[TrialRow]:
         """Crashed trials that have a triage signature."""
-        return _select(self.ledger.db, "verdict = 'crash' AND crash_signature IS NOT NULL", [], self.id)
+        return self._where("signatures", lambda r: r.get("verdict") == "crash" and r.get("crash_signature") is not None)
 
     def confirmed(self) -> list[TrialRow]:
         """The study's trials whose improvement fresh-seed re-runs confirmed."""
@@ -489,23 +797,21 @@ class StudyRecords:
     def confirm_runs(self, candidate: int, ran: bool = False) -> list[TrialRow]:
         """The confirmation runs of candidate ``candidate`` (an attempt number); with ``ran``, only those the
         controller did not stop early (see ``STOPPED_EARLY``)."""
-        where = "confirms = ? AND kind = 'trial'" + (f" AND status NOT IN {_STOPPED_SQL}" if ran else "")
-        return _select(self.ledger.db, where, [candidate], self.id)
+        return self._where(("confirm_runs", candidate, ran), lambda r: r.get("confirms") == candidate
+                           and r.get("kind") == "trial" and (_ran(r) or not ran))
 
     def confirm_groups(self) -> dict[int, list[TrialRow]]:
         """Completed confirmation runs by candidate number (replicate groups for the run-noise estimate)."""
         out: dict[int, list[TrialRow]] = {}
-        where = "confirms IS NOT NULL AND status = 'complete' AND kind = 'trial'"
-        for row in _select(self.ledger.db, where, [], self.id):
+        for row in self._where("confirm_groups", lambda r: r.get("confirms") is not None and r.get(
+                "status") == "complete" and r.get("kind") == "trial"):
             out.setdefault(row["confirms"], []).append(row)
         return out
 
     def unretried_crashes(self) -> list[TrialRow]:
         """Crashed first runs (not a retry, not a confirmation run) with no retry that ran: no retry row, or
         only retries the controller stopped early. Whether triage wanted a retry is in ``crash_action``."""
-        where = ("kind = 'trial' AND status = 'crash' AND retry_of IS NULL AND confirms IS NULL AND number NOT IN "
-                 f"(SELECT retry_of FROM autorl_trials WHERE retry_of IS NOT NULL AND status NOT IN {_STOPPED_SQL})")
-        return _select(self.ledger.db, where, [], self.id)
+        return [dict(r) for r in self._asked("unretried", lambda: _Derived(_unretried, _in_unretried))]
 
     def set_base_changes(self, changes: dict[str, Any], line: str) -> None:
         """Record the train values the study's base recipe now carries (and why, as a ``base-recipe`` event)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -71,6 +72,29 @@ SUMMARY_KEYS: dict[str, str] = {
     "wall_s": "Run wall time in seconds.",
     "status": "'ok', 'nan' (stopped on NaN) or 'error'.",
 }
+
+
+SHARES: frozenset[str] = frozenset({
+    "correctness", "truncated_rate", "clip_ratio", "frac_zero_std_groups", "degenerate_rate",
+    "eval/<split>/greedy_pass@1", "eval/<split>/sampling_pass@<k>", "eval/<split>/task_pass@1",
+    "eval/<split>/repeat_mean", "eval/<split>/truncated_rate", "eval/<split>/empty_rate",
+    "eval/<split>/format_only_rate"})
+"""The schema keys whose values are shares (a pass rate, a fraction of completions): they lie in [0, 1]."""
+
+
+def schema_key(key: str) -> str:
+    """The schema's name of a metric key: ``eval/ood/sampling_pass@8`` is ``eval/<split>/sampling_pass@<k>``."""
+    parts = key.split("/")
+    if len(parts) != 3 or parts[0] != "eval":
+        return key
+    name = re.sub(r"pass@\d+$", "pass@<k>", parts[2]) if parts[2].startswith("sampling_") else parts[2]
+    return f"eval/<split>/{name}"
+
+
+def value_range(key: str) -> tuple[float, float] | None:
+    """The range a metric's values lie in: (0, 1) for a share (``SHARES``); None when the schema sets none (a
+    reward, a loss, a length)."""
+    return (0.0, 1.0) if schema_key(key) in SHARES else None
 
 
 ABSENT = "absent"

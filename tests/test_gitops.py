@@ -193,3 +193,23 @@ def test_whatever_refs_the_repository_holds_the_next_attempt_number_is_sound(tmp
     assert gitops.next_attempt_number(repo) == 3
     git(repo, "tag", "attempt-999999999-end")
     assert gitops.next_attempt_number(repo) == 10 ** 9
+
+
+def test_the_next_attempt_number_sees_packed_and_nested_refs(tmp_path):
+    """The refs are listed as git keeps them (loose files, folders for names with '/', packed-refs after a gc or a
+    fetch), without building an object for each of a long study's thousands."""
+    repo = tmp_path / "r"
+    gitops.init_repo(repo)
+    git(repo, "commit", "-q", "--allow-empty", "-m", "first")
+    git(repo, "tag", "attempt-05-end")
+    git(repo, "branch", "attempt-04-x")
+    git(repo, "pack-refs", "--all")
+    assert not (repo / ".git" / "refs" / "tags" / "attempt-05-end").exists()
+    assert gitops.next_attempt_number(repo) == 6
+    git(repo, "branch", "attempt-07/nested")
+    assert gitops.next_attempt_number(repo) == 8
+    git(repo, "branch", "-D", "attempt-07/nested")  # a ref removed (autorl clean): the numbers are read again
+    (repo / ".git" / "refs" / "heads" / "attempt-07").mkdir(exist_ok=True)  # an emptied folder names no ref
+    assert gitops.next_attempt_number(repo) == 6
+    git(repo, "branch", "team/attempt-70-theirs")  # not at the start of the name: not autorl's
+    assert gitops.next_attempt_number(repo, floor=8) == 9

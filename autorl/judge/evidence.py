@@ -186,7 +186,7 @@ class Evidence:
         refs = [Reference(f"its parent {self.records.trial(parent)['attempt']}", self.parent_runs(parent),
                           [self.group(parent)], parent) if parent is not None and self.parent_runs(parent)
                 else Reference("the baseline", self.baseline_runs(), [self.baseline_runs()], None)]
-        best = incumbent_row(self.records.trials(kind="trial"), direction)
+        best = incumbent_row(self.records.confirmed(), direction)
         if best is not None and best["number"] != parent and self.fresh_runs(best["number"]):
             refs.append(Reference(f"the incumbent {best['attempt']}", self.fresh_runs(best["number"]),
                                   [self.group(best["number"])], best["number"]))

@@ -9,19 +9,25 @@ confirmed trial has such runs (that is what confirmed it), so the gain is measur
 along the chain of confirmed steps, whose links share runs; the chain is kept to say how the recipe was reached.
 
 ``detectable`` turns an interval into the smallest true gain its test would have called improved 4 times in 5.
+That can be more than the objective allows: a pass@1 lies in [0, 1], so over a parent at 0.625 no recipe can
+gain more than +0.375, yet a flat test on two baseline runs (one replicate df, Student's t at 12.7) had an
+interval 3.6 wide and "could detect +2.550". ``sensitivity`` says both, the smallest detectable gain and the
+largest possible one (``possible_gain``, from the metric's range in ``autorl.metrics``), and a test whose
+detectable gain is beyond the possible one is ``blind``: it could detect no gain at all.
 """
 
 from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autorl.errors import RecipeError
 from autorl.judge import verdict
 from autorl.judge.evidence import Evidence, runs_of
+from autorl.metrics import value_range
 from autorl.recipe import recipe_from_text
 
 POWER = 0.8
@@ -123,6 +129,51 @@ def detectable(ci_low: float, ci_high: float, level: float, min_effect: float = 
         return None
     half = (ci_high - ci_low) / 2
     return min_effect + half * (1 + NormalDist().inv_cdf(power) / _z(level))
+
+
+class Sensitivity(NamedTuple):
+    """What a judged trial's test could see: the smallest gain it would call improved 4 times in 5 (None: its
+    interval is not finite) and the largest gain the objective's range leaves over the parent (None: a metric
+    without a known range)."""
+
+    detectable: float | None
+    possible: float | None
+
+    @property
+    def blind(self) -> bool:
+        """It would take more than any possible gain: the test could detect none."""
+        return self.detectable is not None and self.possible is not None and self.detectable > self.possible
+
+    @property
+    def seen(self) -> float | None:
+        """The detectable gain when some possible gain reaches it, else None."""
+        return None if self.blind else self.detectable
+
+
+def sensitivity(row: dict, objective: Any | None, level: float, min_effect: float = 0.0) -> Sensitivity:
+    """A judged trial's ``Sensitivity`` from its ledger row (its interval, objective and gain over its parent) and
+    the study's ``objective`` (None: unknown, no range)."""
+    low, high = row.get("ci_low"), row.get("ci_high")
+    found = detectable(low, high, level, min_effect) if low is not None and high is not None else None
+    if objective is None:
+        return Sensitivity(found, None)
+    value, delta = row.get("objective"), row.get("delta")
+    sign = 1.0 if objective.direction == "maximize" else -1.0
+    parent = value - sign * delta if value is not None and delta is not None else None
+    return Sensitivity(found, possible_gain(objective.metric, objective.direction, parent))
+
+
+def possible_gain(metric: str, direction: str, parent: float | None) -> float | None:
+    """The largest true gain (better-is-positive) the metric's range leaves over a parent at ``parent``; the whole
+    range when the parent's value is unknown; None for a metric without a known range."""
+    bounds = value_range(metric)
+    if bounds is None:
+        return None
+    lo, hi = bounds
+    if parent is None or not math.isfinite(parent):
+        return hi - lo
+    parent = min(max(parent, lo), hi)
+    return hi - parent if direction == "maximize" else parent - lo
 
 
 def _half(v: verdict.Verdict) -> float:

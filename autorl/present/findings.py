@@ -99,6 +99,7 @@ def ruled_out(trials: list[dict], by_number: dict[int, dict], base_train: dict, 
     have detected."""
     level = recipe.verdict.level if recipe is not None else 0.95
     floor = recipe.verdict.min_effect if recipe is not None else 0.0
+    objective = recipe.objective if recipe is not None else None
     groups: dict[str, list[dict]] = {}
     for t in trials:
         outcome = _outcome(t)
@@ -109,7 +110,7 @@ def ruled_out(trials: list[dict], by_number: dict[int, dict], base_train: dict, 
         groups.setdefault(t.get("hypothesis") or t["proposer"], []).append({
             "number": t["number"], "changes": changes(t.get("params"), before) or changes(t.get("changed"), before),
             "outcome": outcome, "delta": t.get("delta"), "ci_low": t.get("ci_low"), "ci_high": t.get("ci_high"),
-            "detectable": _detectable(t, outcome, level, floor)})
+            **_sensitivity(t, outcome, objective, level, floor)})
     return [{"group": k, "trials": v} for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
 
 
@@ -122,10 +123,13 @@ def _outcome(t: dict) -> str | None:
     return t.get("verdict") if t.get("verdict") in RULED_OUT else None
 
 
-def _detectable(t: dict, outcome: str, level: float, floor: float) -> float | None:
-    if outcome not in ("flat", "not confirmed") or t.get("ci_low") is None or t.get("ci_high") is None:
-        return None
-    return gains.detectable(t["ci_low"], t["ci_high"], level, floor)
+def _sensitivity(t: dict, outcome: str, objective, level: float, floor: float) -> dict[str, Any]:
+    """A flat (or not confirmed) test's ``detectable`` gain, never more than the objective's range allows over the
+    parent (``possible_gain``); a test that would need more is ``blind``: it could detect no gain."""
+    if outcome not in ("flat", "not confirmed"):
+        return {"detectable": None, "possible_gain": None, "blind": False}
+    sens = gains.sensitivity(t, objective, level, floor)
+    return {"detectable": sens.seen, "possible_gain": sens.possible, "blind": sens.blind}
 
 
 def _crashes(trials: list[dict]) -> dict[str, Any]:
@@ -231,23 +235,40 @@ def _ruled_out_lines(d: dict[str, Any]) -> list[str]:
     n = sum(len(g["trials"]) for g in groups)
     lines = [f"Ruled out ({n} trials with no gain over the recipe they modified):"]
     for g in groups[:GROUPS_SHOWN]:
-        lines.append(f"  {g['group']}: " + _group_text(g["trials"]))
+        lines.append(f"  {g['group']}: " + _group_text(g["trials"], d["objective"]["metric"]))
     rest = groups[GROUPS_SHOWN:]
     if rest:
         lines.append(f"  and {sum(len(g['trials']) for g in rest)} more in {len(rest)} other groups (autorl ledger)")
     return lines
 
 
-def _group_text(trials: list[dict]) -> str:
+def _group_text(trials: list[dict], metric: str) -> str:
     named = "; ".join(f"{change_text(t['changes'], arrow=False) or 'no change'} {t['outcome']}"
                       for t in trials[:VALUES_SHOWN])
     more = f"; +{len(trials) - VALUES_SHOWN} more" if len(trials) > VALUES_SHOWN else ""
     seen = sorted(t["detectable"] for t in trials if t["detectable"] is not None)
-    if not seen:
-        return named + more
-    could = f"+{seen[0]:.3f}" if len(seen) == 1 or seen[-1] - seen[0] < 0.0005 else f"+{seen[0]:.3f} to +{seen[-1]:.3f}"
-    tests = "its flat test" if len(seen) == 1 else f"its {len(seen)} flat tests"
-    return f"{named}{more} ({tests} could detect a gain of {could})"
+    blind = [t for t in trials if t.get("blind")]
+    said = []
+    if seen:
+        could = f"+{seen[0]:.3f}" if len(seen) == 1 or seen[-1] - seen[0] < 0.0005 else f"+{seen[0]:.3f} to +{seen[-1]:.3f}"
+        said.append(f"{_tests(len(seen))} could detect a gain of {could}")
+    if blind:
+        said.append(_blind_text(blind, metric, more=bool(seen)))
+    return f"{named}{more} ({'; '.join(said)})" if said else named + more
+
+
+def _tests(n: int) -> str:
+    return "its flat test" if n == 1 else f"its {n} flat tests"
+
+
+def _blind_text(blind: list[dict], metric: str, more: bool) -> str:
+    """Flat tests whose detectable gain is beyond what the metric allows over the parent: they saw nothing."""
+    who = f"{len(blind)} more" if more else _tests(len(blind))
+    if len(blind) == 1 and not more:
+        t = blind[0]
+        return (f"{who} could detect no gain: {metric} allows at most +{t['possible_gain']:.3f} over the parent "
+                "and its interval is wider than that")
+    return f"{who} could detect no gain {metric} allows over the parent (intervals wider than its range)"
 
 
 def _crash_line(c: dict[str, Any]) -> str:

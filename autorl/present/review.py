@@ -287,10 +287,11 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
     dirs = [hypotheses.SHIPPED_DIR] + [d for d in [ws.root / "hypotheses"] if d.is_dir()]
     trials = ledger.trials() if ledger else []
     found = ledger.hypothesis_counts() if ledger else {}
-    settings = _verdict_settings(ledger)
+    recipe = _study_recipe(ledger)
+    settings, objective = (recipe.verdict, recipe.objective) if recipe is not None else (None, None)
     rows = []
     for h in hypotheses.load_library(dirs):
-        st = hypotheses.status(h, trials, settings)
+        st = hypotheses.status(h, trials, settings, objective)
         gains = [confirmed_gain(t, trials) for t in trials if t.get("hypothesis") == h.id
                  and t.get("confirmation") == "confirmed"]
         gains = [g for g in gains if g is not None]
@@ -303,16 +304,15 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
     return rows
 
 
-def _verdict_settings(ledger):
-    """The latest study's verdict settings (None: the defaults)."""
+def _study_recipe(ledger):
+    """The latest study's recipe (None: no study, or one that no longer validates: the defaults apply)."""
     from autorl.errors import NotFoundError
     from autorl.judge.gains import study_recipe
 
     try:
-        recipe = study_recipe(ledger.study()) if ledger else None
+        return study_recipe(ledger.study()) if ledger else None
     except NotFoundError:
         return None
-    return recipe.verdict if recipe is not None else None
 
 
 def confirmed_gain(candidate: dict, trials: list[dict]) -> float | None:

@@ -457,27 +457,29 @@ log it as crash and move on".
 """
 
 
-def status(h: Hypothesis, trials: list[dict], settings: VerdictSettings | None = None) -> HypothesisStatus:
+def status(h: Hypothesis, trials: list[dict], settings: VerdictSettings | None = None,
+           objective: Any | None = None) -> HypothesisStatus:
     """The standing of ``h`` from the trials whose ``hypothesis`` is ``h.id``, judged with the study's verdict
-    ``settings`` (the recipe's ``verdict:`` block; its defaults when None)."""
+    ``settings`` (the recipe's ``verdict:`` block; its defaults when None). With the study's ``objective``, a flat
+    trial's detectable gain is held against what the metric's range allows over its parent (``gains.sensitivity``):
+    one beyond it is a test that could detect no gain at all, never a gain to state."""
     s = settings or VerdictSettings()
-    seen = {id(t): _detectable(t, s) for t in trials if t.get("hypothesis") == h.id and t.get("verdict") == "flat"}
-    c = _counts(h, trials, lambda t: (seen.get(id(t)) or math.inf) <= s.meaningful_effect)
+    seen = {id(t): gains.sensitivity(t, objective, s.level, s.min_effect) for t in trials
+            if t.get("hypothesis") == h.id and t.get("verdict") == "flat"}
+    c = _counts(h, trials, lambda t: ((seen[id(t)].seen if id(t) in seen else None) or math.inf)
+                <= s.meaningful_effect)  # a test that could see no possible gain is no evidence against it
     state, confidence = next((st, conf) for st, conf, rule in STATUS_RULES if rule(c))
     demoted = c["improved"] == 0 and c["tried"] >= DEMOTE_AFTER
-    detectable = min((v for v in seen.values() if v is not None), default=None)
+    detectable = min((v.seen for v in seen.values() if v.seen is not None), default=None)
     note = ""
     if state == "inconclusive" and c["flat"] and c["improved"] == 0:
-        could = f"a gain of +{detectable:.3f} or more" if detectable is not None else "no gain it could state"
+        blind = any(v.blind for v in seen.values())
+        could = (f"a gain of +{detectable:.3f} or more" if detectable is not None else
+                 f"no gain {objective.metric} allows over the parent" if blind else "no gain it could state")
         note = (f"{c['flat']} flat trial(s) could detect {could}, not the {s.meaningful_effect:g} worth finding "
                 "(verdict.meaningful_effect)")
     return HypothesisStatus(status=state, confidence=confidence, counts=c, demoted=demoted,
                             exploit=state == "validated" and not _stale(h, trials), detectable=detectable, note=note)
-
-
-def _detectable(t: dict, s: VerdictSettings) -> float | None:
-    low, high = t.get("ci_low"), t.get("ci_high")
-    return gains.detectable(low, high, s.level, s.min_effect) if low is not None and high is not None else None
 
 
 def _stale(h: Hypothesis, trials: list[dict]) -> bool:

@@ -46,11 +46,7 @@ class StudyView:
 
     def tried(self, values: dict[str, Any], patch: str | None = None, hypothesis: str | None = None) -> dict | None:
         """The earlier trial of this study that ran the base recipe with ``values`` (and the same patch), if any."""
-        want = {**self.base.train, **values}
-        for row in self.records.trials(kind="trial"):
-            if row.get("params") == want and (not patch or row.get("hypothesis") == hypothesis):
-                return row
-        return None
+        return self.records.ran({**self.base.train, **values}, hypothesis, same_hypothesis=bool(patch))
 
     # ---- Optuna --------------------------------------------------------------------------------------------
     def search(self, name: str | None = None, sampler: str | None = None) -> Search:

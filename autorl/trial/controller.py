@@ -175,10 +175,10 @@ class Controller:
         return self._estimate(p).seconds
 
     def _estimate(self, p: Proposal | None) -> plan.Estimate:
-        keys = self.s.backend.work_keys
-        took = plan.history(self.s.records.trials(kind="trial"), keys)
+        keys, rules = self.s.backend.work_keys, plan.rules()  # the plan reads no more than the last window
+        took = plan.history(self.s.records.finished(last=rules.window), keys, first_end=self.s.records.first_end())
         values = {**self.s.base.train, **(p.values if p is not None else {})}
-        return plan.expected(took, plan.work(values, keys), self.s.base.timeout_s, self.opts.budget_s)
+        return plan.expected(took, plan.work(values, keys), self.s.base.timeout_s, self.opts.budget_s, rules)
 
     def _why_ended(self) -> str:
         """Why the loop stopped starting trials, for the run's last line (a study ending early says why)."""

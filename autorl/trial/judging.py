@@ -88,11 +88,9 @@ def compare(s: StudyState, p: Proposal, m: RunMetrics, recipe: Recipe, value: fl
 
 def gap_to_best(s: StudyState, value: float, recipe: Recipe) -> float | None:
     """The objective against the best earlier trial of the study (positive = better)."""
-    done = [t["objective"] for t in s.records.scored()]
-    if not done:
-        return None
     sign = 1 if recipe.objective.direction == "maximize" else -1
-    return sign * (value - (max(done) if sign > 0 else min(done)))
+    best = s.records.best_objective(maximize=sign > 0)
+    return None if best is None else sign * (value - best)
 
 
 def confirmation_note(s: StudyState, candidate: int, number: int, status: str) -> str | None:

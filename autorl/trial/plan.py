@@ -84,12 +84,15 @@ class Estimate:
                 f"x margin {self.margin:.2f} + overhead)")
 
 
-def history(rows: list[dict[str, Any]], keys: Iterable[str]) -> list[Took]:
+def history(rows: list[dict[str, Any]], keys: Iterable[str], first_end: float | None = None) -> list[Took]:
     """The finished trials of ledger ``rows`` in start order, as ``Took``; every trial that started before the
-    study's first one ended ran cold (``--parallel`` starts several at once: each paid the one-time start-up)."""
+    study's first one ended ran cold (``--parallel`` starts several at once: each paid the one-time start-up).
+    ``first_end`` is when the study's first trial ended, where ``rows`` are not all its trials (the controller
+    passes only the last ``window`` finished ones); by default, the earliest end among ``rows``."""
     rows = sorted((r for r in rows if r.get("started") is not None), key=lambda r: r["started"])
     done = [r for r in rows if r.get("status") == "complete" and r.get("finished") is not None]
-    first_end = min((r["finished"] for r in rows if r.get("finished") is not None), default=math.inf)
+    if first_end is None:
+        first_end = min((r["finished"] for r in rows if r.get("finished") is not None), default=math.inf)
     return [Took(work(r.get("params") or {}, keys), r["finished"] - r["started"], r["started"] < first_end,
                  r["first_step"] - r["started"] if r.get("first_step") else None) for r in done]
 

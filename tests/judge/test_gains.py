@@ -65,3 +65,31 @@ def test_detectable_gain_of_an_interval():
     assert gains.detectable(-0.05, 0.05, 0.95, min_effect=0.01) == pytest.approx(0.01 + 0.05 * 1.4294, abs=1e-4)
     assert gains.detectable(-0.02, 0.02, 0.95) < gains.detectable(-0.05, 0.05, 0.95)  # a tighter test sees more
     assert gains.detectable(-math.inf, math.inf, 0.95) is None
+
+
+def test_a_test_that_would_need_more_than_the_metric_allows_could_detect_no_gain():
+    """The soak's flat trials: two baseline runs (one replicate df, t at 12.7) gave a pass@1 interval of
+    [-1.666, +1.901] around a gain of +0.117 over a parent at 0.508; 'could detect a gain of +2.550' named a gain
+    no pass@1 can make. A gain over that parent is at most +0.492: the test is blind, and says so."""
+    from autorl.recipe import Objective
+
+    row = {"objective": 0.625, "delta": 0.1171875, "ci_low": -1.666497249599213, "ci_high": 1.900872249599213}
+    pass1 = Objective(metric="eval/id/greedy_pass@1")
+    blind = gains.sensitivity(row, pass1, 0.95)
+    assert blind.detectable == pytest.approx(2.550, abs=1e-3) and blind.possible == pytest.approx(1 - 0.5078125)
+    assert blind.blind and blind.seen is None
+    narrow = gains.sensitivity({**row, "ci_low": 0.05, "ci_high": 0.18}, pass1, 0.95)
+    assert not narrow.blind and narrow.seen == pytest.approx(0.065 * 1.4294, abs=1e-4)
+    reward = gains.sensitivity(row, Objective(metric="reward_mean"), 0.95)  # no known range: stated as it is
+    assert reward.possible is None and reward.seen == pytest.approx(2.550, abs=1e-3)
+    low_is_better = Objective(metric="eval/id/truncated_rate", direction="minimize")  # a share, to be lowered
+    assert gains.sensitivity({**row, "objective": 0.1, "delta": 0.05}, low_is_better, 0.95).possible == pytest.approx(0.15)
+    assert gains.sensitivity({"ci_low": -0.1, "ci_high": 0.1}, pass1, 0.95).possible == 1.0  # parent unknown
+
+
+def test_the_range_of_a_metric_comes_from_the_schema():
+    from autorl.metrics import value_range
+
+    assert value_range("eval/ood/greedy_pass@1") == value_range("eval/id/sampling_pass@16") == (0.0, 1.0)
+    assert value_range("correctness") == value_range("eval/id/empty_rate") == (0.0, 1.0)
+    assert value_range("reward_mean") is value_range("eval/id/length_mean") is value_range("loss") is None

@@ -116,3 +116,31 @@ def test_promote_with_no_number_takes_the_headlines_recipe(ws):
     assert "{" not in r.stdout and "None" not in r.stdout
     d = json.loads(run_cli("-C", str(ws), "promote", "--dry-run", "--json").stdout)
     assert d["attempt"] == "attempt-08-move" and d["full_values"]["steps"] == 300
+
+
+def test_a_flat_test_never_names_a_gain_beyond_what_the_metric_allows():
+    """The soak's flat pass@1 trials read "could detect a gain of +2.550": a pass@1 over a parent at 0.508 gains
+    at most +0.492. Such a test is told as one that could detect no gain; one that can see a possible gain keeps
+    its number."""
+    from autorl.recipe import validate_recipe
+
+    recipe = validate_recipe({"backend": "command", "train": {"argv": ["true"], "lr": 1e-3}, "timeout_s": 60})
+    wide = {"ci_low": -1.666, "ci_high": 1.901, "objective": 0.625, "delta": 0.117}
+    rows = [{"number": n, "kind": "trial", "proposer": "optuna", "verdict": "flat", "params": {"lr": n * 1e-3},
+             **wide} for n in (3, 4)]
+    narrow = {**rows[0], "number": 5, "ci_low": -0.04, "ci_high": 0.06, "params": {"lr": 5e-3}}
+    d = {"best": None, "baseline": 0.508, "counts": {"trials": 5}, "objective": {"metric": "eval/id/greedy_pass@1"},
+         "crashes": {"count": 0}, "full_runs": [], "next": {"command": "c", "why": "w"}}
+    for trials, want in (
+            (rows[:1], "(its flat test could detect no gain: eval/id/greedy_pass@1 allows at most +0.492 over the "
+                       "parent and its interval is wider than that)"),
+            (rows, "(its 2 flat tests could detect no gain eval/id/greedy_pass@1 allows over the parent (intervals "
+                   "wider than its range))"),
+            (rows + [narrow], "(its flat test could detect a gain of +0.071; 2 more could detect no gain "
+                              "eval/id/greedy_pass@1 allows over the parent (intervals wider than its range))")):
+        d["ruled_out"] = findings.ruled_out(trials, {}, {"lr": 1e-3}, recipe)
+        text = " ".join(x.strip() for x in findings.headline(d, width=400))
+        assert want in text and "+2.5" not in text, text
+    json_row = d["ruled_out"][0]["trials"][0]
+    assert (json_row["detectable"], json_row["blind"]) == (None, True)
+    assert json_row["possible_gain"] == pytest.approx(0.492)

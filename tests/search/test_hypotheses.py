@@ -452,3 +452,19 @@ def test_resume_fails_running_trials_of_every_per_hypothesis_study(tmp_path):
     assert sorted(names) == ["study-a", "study-a/h01-x/ffff0000", "study-a/h13-flat-learning/0123abcd"]
     assert sum(Search(db, n).fail_running() for n in names) == 3
     assert Search(db, "study-b").fail_running() == 1
+
+
+def test_a_flat_test_blind_to_every_possible_gain_says_so(library):
+    """A pass@1 gain is at most 1 minus the parent's value; a test whose detectable gain is beyond that could see
+    nothing, and the note says so instead of naming an impossible gain."""
+    from autorl.recipe import Objective
+
+    h = by_id(library, "h13-flat-learning")
+    wide = [{**t, "objective": 0.6, "delta": 0.0} for t in trials_for(h.id, [("flat", 1.8), ("flat", 1.7)])]
+    st = status(h, wide, objective=Objective(metric="eval/id/greedy_pass@1"))
+    assert st.status == "inconclusive" and st.detectable is None
+    assert st.note == ("2 flat trial(s) could detect no gain eval/id/greedy_pass@1 allows over the parent, not the "
+                       "0.03 worth finding (verdict.meaningful_effect)")
+    mixed = status(h, wide + [{**wide[0], "ci_low": -0.05, "ci_high": 0.05}],
+                   objective=Objective(metric="eval/id/greedy_pass@1"))
+    assert mixed.detectable == pytest.approx(0.05 * 1.4294, abs=1e-4) and "+0.071 or more" in mixed.note
