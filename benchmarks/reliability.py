@@ -320,21 +320,22 @@ def ledger_removed(root: Path) -> Result:
     return res
 
 
+def move_db(src: Path, dst: Path) -> None:
+    """Rename an SQLite file with its -wal and -shm companions."""
+    for suffix in ("", "-wal", "-shm"):
+        if Path(str(src) + suffix).exists():
+            os.rename(Path(str(src) + suffix), Path(str(dst) + suffix))
+
+
 def ledger_moved(root: Path) -> Result:
     """The ledger moved away mid-study, then put back: the controller stopped; --resume recovers everything."""
     ws, proc, row = _mid_study(root)
     ledger = ws / "ledger.sqlite"
     aside = root / "aside.sqlite"
     t0 = time.time()
-    for suffix in ("", "-wal", "-shm"):
-        src = Path(str(ledger) + suffix)
-        if src.exists():
-            os.rename(src, Path(str(aside) + suffix))
+    move_db(ledger, aside)
     res = record(Result("ledger moved away mid-study, put back, resumed"), wait(proc, t0))
-    for suffix in ("", "-wal", "-shm"):
-        src = Path(str(aside) + suffix)
-        if src.exists():
-            os.rename(src, Path(str(ledger) + suffix))
+    move_db(aside, ledger)
     _resume(ws, res)
     res.lost, res.dup = lost_and_dup(ws)
     res.orphans = orphans(ws)
