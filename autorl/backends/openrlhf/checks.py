@@ -62,7 +62,18 @@ def _model(params: OpenRLHFParams, root: Path) -> str | None:
     if path is not None and not (path / "config.json").is_file():
         return (f"train.pretrain: no model directory at {path} (no config.json): make it (for the small recipe: "
                 f"python -m autorl.backends.openrlhf.small DIR) or fix the path")
+    if path is not None and params.apply_chat_template and not has_chat_template(path):
+        return (f"train.apply_chat_template: the tokenizer at {path} has no chat template, so every rollout and "
+                "the per-item eval would fail: turn apply_chat_template off or use a model that has one")
     return None
+
+
+def has_chat_template(model_dir: Path) -> bool:
+    """Whether the Hugging Face tokenizer in ``model_dir`` has a chat template (in tokenizer_config.json, or the
+    chat_template.jinja / chat_template.json files newer versions write)."""
+    if (model_dir / "chat_template.jinja").is_file() or (model_dir / "chat_template.json").is_file():
+        return True
+    return bool(_json(model_dir / "tokenizer_config.json").get("chat_template"))
 
 
 def _files(params: OpenRLHFParams, root: Path) -> str | None:

@@ -194,3 +194,14 @@ def test_a_tokenizer_that_prepends_bos_is_warned_once_unless_a_chat_template_is_
     assert "<bos>" in line and "apply_chat_template" in line
     assert backend.warnings(_recipe(inputs, apply_chat_template=True), inputs) == []
     assert OpenRLHFBackend(ray_address="http://127.0.0.1:1").warnings(_recipe(inputs), inputs) == []
+
+
+def test_a_chat_template_the_tokenizer_lacks_is_one_line_before_any_job(inputs):
+    pytest.importorskip("transformers")
+    from autorl.backends.openrlhf.tiny import tokenizer
+
+    tokenizer().save_pretrained(inputs / "model")  # no chat template
+    found = problem(_recipe(inputs, apply_chat_template=True), inputs)
+    assert found.startswith("train.apply_chat_template:") and "no chat template" in found
+    _bos_tokenizer(inputs / "model", chat_template="{{ messages[0]['content'] }}")
+    assert problem(_recipe(inputs, apply_chat_template=True), inputs) is None
