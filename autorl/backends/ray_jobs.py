@@ -41,6 +41,10 @@ HEAD_GRACE_S = 30.0  # a head that does not answer for this long has lost the jo
 # has just started answers its job list before its job agent listens, and then refuses a submission with a 500
 # (aiohttp "Cannot connect to host" inside; seen 17 s after two heads started at once on one 2-GPU host).
 SUBMIT_RETRY_S = (2.0, 5.0, 10.0, 20.0, 30.0)
+# How long one call to the dashboard (the client's version check, a submission with its upload, a job lookup) may
+# take before it counts as dropped: the SDK's requests carry no timeout, and a head that had just started once took
+# two submissions (the upload begun) and never answered, leaving both studies waiting for ever.
+CALL_TIMEOUT_S = 60.0
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 QUIET_LOGGERS = ("ray", "ray.dashboard", "ray._private", "ray.dashboard.modules.dashboard_sdk")  # the SDK sets INFO
 
@@ -54,7 +58,7 @@ def client(address: str):
     for name in QUIET_LOGGERS:  # the SDK's upload notes are not autorl's output
         logging.getLogger(name).setLevel(logging.WARNING)
     try:
-        return JobSubmissionClient(address)
+        return within(CALL_TIMEOUT_S, JobSubmissionClient, address)
     except Exception as exc:  # the SDK raises ConnectionError, RuntimeError, ValueError
         raise BackendError(f"cannot reach the Ray dashboard at {address}: {exc}; start a cluster or drop --ray-address") from None
 
@@ -127,7 +131,7 @@ def submit_once(job_client: Any, submission_id: str, address: str, **job: Any) -
     """
     for attempt, wait in enumerate(SUBMIT_RETRY_S + (None,)):
         try:
-            return job_client.submit_job(submission_id=submission_id, **job)
+            return within(CALL_TIMEOUT_S, job_client.submit_job, submission_id=submission_id, **job)
         except Exception as exc:  # the SDK raises aiohttp, requests and RuntimeError errors alike
             if _job_exists(job_client, submission_id):
                 return submission_id
@@ -138,10 +142,36 @@ def submit_once(job_client: Any, submission_id: str, address: str, **job: Any) -
     raise AssertionError("unreachable")
 
 
+def within(seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, or TimeoutError once ``seconds`` pass without an answer.
+
+    The call runs in a daemon thread that is left behind if it never returns: a submission it completes late
+    carries the same submission id, so Ray refuses it as a duplicate and the job is still started at most once.
+    """
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=call, name="autorl-ray-call", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TimeoutError(f"no answer in {seconds:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _job_exists(job_client: Any, submission_id: str) -> bool:
     try:
-        job_client.get_job_info(submission_id)
-    except Exception:  # not found, or the dashboard is still away
+        within(CALL_TIMEOUT_S, job_client.get_job_info, submission_id)
+    except Exception:  # not found, or the dashboard is still away (or does not answer)
         return False
     return True
 

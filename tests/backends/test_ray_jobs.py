@@ -66,15 +66,17 @@ class DroppingProxy:
     """A real TCP proxy in front of the head's dashboard that drops the first job submission's connection.
 
     ``after=False`` closes it before the request reaches the dashboard (no job is made); ``after=True`` lets the
-    dashboard take the request and closes the connection before the answer comes back (the job exists).
+    dashboard take the request and closes the connection before the answer comes back (the job exists);
+    ``hold=True`` keeps the connection open and never forwards the request: no answer ever comes (the head that
+    took two studies' submissions and never replied).
     """
 
-    def __init__(self, target: str, after: bool, limit: int = 1):
+    def __init__(self, target: str, after: bool, limit: int = 1, hold: bool = False):
         import socket
         import threading
 
         host, port = target.removeprefix("http://").split(":")
-        self.target, self.after, self.limit, self.dropped = (host, int(port)), after, limit, 0
+        self.target, self.after, self.limit, self.dropped, self.hold = (host, int(port)), after, limit, 0, hold
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.address = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -96,6 +98,12 @@ class DroppingProxy:
     def _pipe(self, src, dst, state, from_client):
         try:
             while data := src.recv(65536):
+                if from_client and state.get("held"):
+                    continue  # the rest of a held request: swallowed, never answered
+                if self.hold and from_client and b"POST /api/jobs/" in data and self.dropped < self.limit:
+                    self.dropped += 1
+                    state["held"] = True
+                    continue
                 if from_client and b"POST /api/jobs/" in data and self.dropped < self.limit:
                     self.dropped += 1
                     state["drop"] = True
@@ -135,6 +143,36 @@ def test_a_dropped_submission_is_retried_and_runs_once(head, tmp_path, after):
         assert len(jobs) == 1
     finally:
         proxy.close()
+
+
+def test_a_submission_never_answered_is_retried_and_runs_once(head, tmp_path, monkeypatch):
+    from autorl.backends import ray_jobs
+
+    monkeypatch.setattr(ray_jobs, "CALL_TIMEOUT_S", 2.0)
+    proxy = DroppingProxy(head.address, after=False, hold=True)
+    try:
+        marker = tmp_path / "runs.txt"
+        script = f"with open({str(marker)!r}, 'a') as fh:\n    fh.write('ran\\n')\n"
+        started = time.time()
+        handle = submit(proxy.address, [sys.executable, "-c", script], working_dir=tmp_path, log_path=tmp_path / "h.log")
+        assert proxy.dropped == 1 and time.time() - started < 30  # waited for the deadline, not for ever
+        assert _wait(handle) == 0
+        time.sleep(1.0)
+        assert marker.read_text() == "ran\n"
+    finally:
+        proxy.close()
+
+
+def test_within_returns_raises_or_gives_up():
+    from autorl.backends.ray_jobs import within
+
+    assert within(5.0, lambda a, b=0: a + b, 2, b=3) == 5
+    with pytest.raises(KeyError):
+        within(5.0, {}.__getitem__, "missing")
+    started = time.time()
+    with pytest.raises(TimeoutError):
+        within(0.5, time.sleep, 30)
+    assert time.time() - started < 5
 
 
 def test_a_dashboard_that_never_takes_the_job_is_one_line(head, tmp_path, monkeypatch):
