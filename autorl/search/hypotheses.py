@@ -367,6 +367,22 @@ def _within_choices(space: SearchParam, choices: list) -> SearchParam:
     return SearchParam(choices=inside)
 
 
+def can_change(h: Hypothesis, incumbent: dict, recipe_search: dict[str, SearchParam]) -> bool:
+    """Whether a trial under ``h`` can differ from ``incumbent`` at all: it carries a patch, an override that the
+    incumbent does not already hold, or a search key with a value other than the incumbent's. Otherwise every
+    trial under it would repeat the incumbent and tell nothing (h06's ``lora_rank: 0`` on a recipe that trains
+    all parameters)."""
+    if h.patch_path() is not None or any(incumbent.get(k) != v for k, v in h.overrides.items()):
+        return True
+    return any(_varies(p, incumbent.get(k)) for k, p in resolve_search(h, incumbent, recipe_search).items())
+
+
+def _varies(p: SearchParam, value: Any) -> bool:
+    if p.choices is not None:
+        return any(c != value for c in p.choices)
+    return p.low != p.high or p.low != value
+
+
 def fixed_values(h: Hypothesis, incumbent: dict) -> dict[str, Any]:
     """Train values every trial under ``h`` starts from: the incumbent with ``h.overrides`` applied."""
     return {**incumbent, **h.overrides}

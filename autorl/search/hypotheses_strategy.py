@@ -76,14 +76,28 @@ class HypothesisStrategy:
         follow = continuation(trials, self.library, inert)
         if follow is not None:
             return follow[0], {**self.s.base.train, **follow[1]}, follow[2], False
+        inc = self.working_point(trials)
         ranked = [r for r in hypotheses.rank(self.library, diag, trials, self.s.base.backend)
-                  if r.hypothesis.id not in inert]
+                  if r.hypothesis.id not in inert and self._applies(r.hypothesis, inc)]
         if not ranked:
             return None
-        h, inc, reason = ranked[0].hypothesis, self.working_point(trials), ranked[0].why
+        h, reason = ranked[0].hypothesis, ranked[0].why
         if ranked[0].status.status == "validated":  # never its one-sided first ranges again: both sides of the value
             return self._exploited(h, inc), inc, reason + "; TPE around the incumbent", True
         return h, inc, reason, False
+
+    def _applies(self, h, inc: dict[str, Any]) -> bool:
+        """``hypotheses.can_change`` at the working point; a hypothesis that cannot is logged once and passed over."""
+        try:
+            if hypotheses.can_change(h, inc, self.s.base.search):
+                return True
+        except hypotheses.HypothesisError:  # a range it cannot resolve here: said in one line if it is ever picked
+            return True
+        if (h.id, -1) not in self._noted:
+            self._noted.add((h.id, -1))
+            self.s.note(None, "not-applicable", f"{h.id} passed over: its overrides already hold here and its "
+                        f"space has nothing else to try, so a trial under it would repeat the working point")
+        return False
 
     def _exploited(self, h, inc: dict[str, Any]):
         """``h`` with its relative ranges re-centred on the incumbent (moves.yaml's exploit ratio)."""

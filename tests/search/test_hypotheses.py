@@ -468,3 +468,17 @@ def test_a_flat_test_blind_to_every_possible_gain_says_so(library):
     mixed = status(h, wide + [{**wide[0], "ci_low": -0.05, "ci_high": 0.05}],
                    objective=Objective(metric="eval/id/greedy_pass@1"))
     assert mixed.detectable == pytest.approx(0.05 * 1.4294, abs=1e-4) and "+0.071 or more" in mixed.note
+
+
+def test_a_hypothesis_that_cannot_change_the_working_point_is_passed_over(library):
+    """h06 sets lora_rank 0: on a recipe that already trains every parameter each of its trials repeated the
+    baseline (two GPU studies spent half their budget so); with LoRA on it is a real test."""
+    from autorl.search.hypotheses import can_change
+
+    by_id = {h.id: h for h in library}
+    h06, h03 = by_id["h06-lora-sync"], by_id["h03-kl-divergence"]
+    assert not can_change(h06, {"lora_rank": 0, "lr": 1e-6}, {})
+    assert can_change(h06, {"lora_rank": 16, "lr": 1e-6}, {})
+    assert can_change(h03, {"kl_coef": 0.0, "kl_estimator": "k1"}, {})
+    only = {"kl_coef": SearchParam(choices=[0.0]), "kl_estimator": SearchParam(choices=["k1"])}
+    assert not can_change(h03.model_copy(update={"overrides": {}}), {"kl_coef": 0.0, "kl_estimator": "k1"}, only)
