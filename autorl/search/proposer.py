@@ -30,6 +30,7 @@ class Proposer:
 
     def __init__(self, ws, ledger, study: dict, base: Recipe, opts, backend: Backend | None = None):
         self.ws, self.study, self.opts = ws, study, opts
+        self.parallel = max(1, int(getattr(opts, "parallel", 1) or 1))
         self.records = ledger.records(study["id"])
         self.backend = backend or get_backend(base.backend)  # its oom_retry reduces an out-of-memory retry
         self.view = StudyView(ws, self.records, study, base, sampler="random" if opts.strategy == "random" else "tpe",
@@ -102,17 +103,24 @@ class Proposer:
         seed = max(seeds + [0]) + 1
         why = (f"deliberate repeat of {twin['attempt']}'s values with a fresh seed {seed}: the search proposed only "
                f"configurations already tried in {REPEAT_TRIES} asks; {p.why}")
+        slug = f"repeat-{twin['number']:02d}-seed{seed}"
+        if twin["number"] in self.baseline_numbers() and p.parent is None and not p.patch:
+            # the recipe as written once more: a baseline run (its seed noise, its reference), not a test of p's idea
+            return replace(p, proposer="baseline", hypothesis=None, values={**p.values, "seed": seed}, slug=slug,
+                           why=why.split("; ")[0] + "; counted as one more baseline run")
         # every other field (the parent above all: the recipe it is judged against) stays the proposal's own
-        return replace(p, values={**p.values, "seed": seed}, why=why, slug=f"repeat-{twin['number']:02d}-seed{seed}")
+        return replace(p, values={**p.values, "seed": seed}, why=why, slug=slug)
 
     def _baseline_need(self) -> tuple[bool, Proposal | None]:
         """(True, proposal) to run a baseline now, (True, None) to wait for one in flight."""
         rows = self._baselines()
         done = sum(r["status"] == "complete" for r in rows)
         active = sum(r["status"] == "running" for r in rows)
-        if done >= self.base.verdict.baseline_repeats or self.baseline_failed():
+        repeats = self.base.verdict.baseline_repeats
+        if done >= repeats or self.baseline_failed():
             return False, None
-        if done + active >= self.base.verdict.baseline_repeats:
+        # with --parallel N, slots that would idle until the baseline is known run more baseline repeats (seed noise)
+        if done + active >= max(repeats, self.parallel):
             return True, None
         return True, self._baseline(done + active, first=not rows)
 
@@ -153,7 +161,12 @@ class Proposer:
         return self.records.baselines()
 
     def baseline_failed(self) -> bool:
-        return any(r["status"] in ("crash", "config-error", "hang", "timeout") for r in self._baselines())
+        """A baseline run crashed before the baseline's repeats were complete (a later extra run that crashes, a
+        slot's first-wave repeat or a deliberate repeat, leaves the baseline known)."""
+        rows = self._baselines()
+        done = sum(r["status"] == "complete" for r in rows)
+        failed = any(r["status"] in ("crash", "config-error", "hang", "timeout") for r in rows)
+        return failed and done < self.base.verdict.baseline_repeats
 
     def baseline_numbers(self) -> set[int]:
         """Attempt numbers of the study's baseline runs as proposed (a retry of one stands in for it)."""

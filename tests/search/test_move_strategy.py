@@ -88,3 +88,51 @@ def test_a_deliberate_repeat_keeps_the_recipe_it_is_judged_against(study):
     again = proposer._deliberate_repeat(p, twin)
     assert (again.parent, again.hypothesis, again.optuna_number) == (3, "h09-sequence-precision", 4)
     assert again.values["lr"] == 5e-5 and again.values["seed"] >= 1 and again.slug.startswith("repeat-01-seed")
+
+
+def test_a_deliberate_repeat_of_the_baseline_is_one_more_baseline_run(study):
+    """Two GPU studies spent their last trials on seed-only repeats of the baseline filed under a hypothesis: each
+    was judged as a candidate against the 2 baseline runs (1 df, intervals +-0.22) while adding nothing to them."""
+    from autorl.search.proposal import Proposal
+
+    make, ledger = study
+    proposer, sid = make({}, "flat-lr5e-7")
+    twin = ledger.trials(sid)[0]
+    p = Proposal("hypothesis", {}, "tests h08", "h08", hypothesis="h08-batching", optuna_study="s-h08",
+                 optuna_number=2, patch=None, parent=None)
+    again = proposer._deliberate_repeat(p, twin)
+    assert (again.proposer, again.hypothesis, again.optuna_number) == ("baseline", None, 2)
+    assert again.values == {"seed": 1} and "one more baseline run" in again.why  # the fixture's runs all had seed 0
+    assert proposer.is_baseline(again)  # so it gets no verdict of its own and the ledger counts it a baseline run
+    ledger.add_trial(study_id=sid, number=4, attempt="attempt-04", proposer=again.proposer,
+                     params={**proposer.base.train, **again.values}, status="complete", objective=0.47)
+    assert [r["number"] for r in ledger.baselines(sid)] == [1, 2, 3, 4]
+
+
+def test_parallel_slots_run_baseline_repeats_until_the_baseline_is_known(study, tmp_path):
+    _, ledger = study
+    base = validate_recipe({"backend": "embedded", "train": TRAIN, "search": SEARCH, "verdict": {"baseline_repeats": 2}})
+    sid = ledger.create_study(name="p", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses",
+                              budget_s=1.0, optuna_study="p")
+    proposer = Proposer(Workspace.open(tmp_path / "ws"), ledger, ledger.study(study_id=sid), base, RunOptions(strategy="hypotheses", parallel=4))
+    seeds = []
+    for n in range(1, 6):
+        p = proposer.next()
+        if p is None:
+            break
+        assert p.proposer == "baseline"
+        seeds.append(p.values.get("seed", 0))
+        ledger.add_trial(study_id=sid, number=n, attempt=f"attempt-{n:02d}", proposer="baseline",
+                         params={**base.train, **p.values}, status="running")
+    assert seeds == [0, 1, 2, 3]  # four slots, four seeds of the recipe as written; the fifth waits
+
+
+def test_an_extra_baseline_run_that_crashes_leaves_the_baseline_known(study):
+    make, ledger = study
+    proposer, sid = make({}, "flat-lr5e-7")  # three complete baseline runs: the recipe's repeats
+    assert not proposer.baseline_failed()
+    ledger.add_trial(study_id=sid, number=4, attempt="attempt-04", proposer="baseline",
+                     params={**proposer.base.train, "seed": 4}, status="crash", verdict="crash")
+    assert not proposer.baseline_failed()  # the study goes on: its baseline is measured
+    proposer.base.verdict.baseline_repeats = 5
+    assert proposer.baseline_failed()  # a crash before the repeats are done stops it, as before
