@@ -5,7 +5,9 @@
 # phases: make (the model and probe sets), one (one trial alone, timed; ONE_SET=key=value), oneb (the same in
 # the background, in its own session), sweep (LRS="1e-6 1e-5 1e-4 1e-3", one trial each, at once on the one GPU),
 # study (SEEDS="0 1" studies of BUDGET, at once, in the background; `wait` collects them; GPUS="0 1" gives each
-# study its own card, in turn), wait (WAIT_S).
+# study its own card, in turn), par (one study of BUDGET at --parallel PAR on the cards PAR_GPUS, in the background,
+# beside any others), wait (WAIT_S). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
+# with PAR=2 PAR_GPUS=0: two trials packed on one card).
 set -uo pipefail
 OUT=${1:-/tmp/openrlhf-small}; mkdir -p "$OUT"; SMALL=${SMALL:-/tmp/autorl-openrlhf-small}
 cd "$(dirname "$0")/.." || exit 1  # the package root: a checkout beside it must not shadow it
@@ -61,23 +63,31 @@ phase_oneb() {
     < /dev/null > /dev/null 2>&1 &
 }
 wait_for_trains() { while pgrep -f "autorl.cli -C /tmp/ws-" >/dev/null; do sleep 2; done; }
+sets() { for kv in ${SETS:-}; do printf -- '--set\n%s\n' "$kv"; done; }
 phase_study() {
-  t study
+  t study; mapfile -t extra < <(sets)
   local gpus=(${GPUS:-}) i=0
   for seed in ${SEEDS:-0 1}; do
     workspace "/tmp/ws-study$seed"
     if [ ${#gpus[@]} -gt 0 ]; then export CUDA_VISIBLE_DEVICES=${gpus[$(( i % ${#gpus[@]} ))]}; fi; i=$(( i + 1 ))
     setsid python3 -m autorl.cli -C "/tmp/ws-study$seed" run recipes/small.yaml --budget "${BUDGET:-20m}" \
-      --seed "$seed" --study "small-seed$seed" > "$OUT/study$seed.log" 2>&1 < /dev/null &
+      --seed "$seed" --study "small-seed$seed" "${extra[@]}" > "$OUT/study$seed.log" 2>&1 < /dev/null &
   done
   unset CUDA_VISIBLE_DEVICES
   setsid bash -c "nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 1 \
     > /tmp/gpu-study.csv 2>/dev/null" < /dev/null > /dev/null 2>&1 &
-  sleep 5; tail -2 "$OUT"/study*.log
+  sleep 5; tail -n 2 "$OUT"/study*.log
+}
+phase_par() {
+  t par; workspace /tmp/ws-par; mapfile -t extra < <(sets)
+  CUDA_VISIBLE_DEVICES=${PAR_GPUS:-0,1} setsid python3 -m autorl.cli -C /tmp/ws-par run recipes/small.yaml \
+    --budget "${BUDGET:-20m}" --parallel "${PAR:-2}" --seed "${PAR_SEED:-3}" --study "par${PAR:-2}" "${extra[@]}" \
+    > "$OUT/par.log" 2>&1 < /dev/null &
+  sleep 5; tail -n 2 "$OUT/par.log"
 }
 phase_wait() {  # collect studies started by an earlier call (they run in their own sessions)
-  t wait; while pgrep -f "autorl.cli -C /tmp/ws-study" >/dev/null && [ $(( SECONDS )) -lt "${WAIT_S:-540}" ]; do sleep 5; done
-  for d in /tmp/ws-study*; do
+  t wait; while pgrep -f "autorl.cli -C /tmp/ws-(study|par)" >/dev/null && [ $(( SECONDS )) -lt "${WAIT_S:-540}" ]; do sleep 5; done
+  for d in /tmp/ws-study* /tmp/ws-par; do
     [ -d "$d" ] || continue; n=$(basename "$d")
     python3 -m autorl.cli -C "$d" ledger > "$OUT/$n-ledger.txt" 2>&1; tail -25 "$OUT/$n-ledger.txt"
     cp "$d/ledger.sqlite" "$OUT/$n-ledger.sqlite" 2>/dev/null
@@ -88,7 +98,7 @@ phase_wait() {  # collect studies started by an earlier call (they run in their 
     tail -c 700 "$OUT/oneb.json"; cp /tmp/ws-oneb/.autorl/train/*/train.log "$OUT/oneb-train.log" 2>/dev/null
     cp /tmp/ws-oneb/.autorl/train/*/train.log.times "$OUT/oneb-train.log.times" 2>/dev/null
   fi
-  for d in /tmp/ws-study*; do  # one trial's real logs, TensorBoard file and eval, for replay tests
+  for d in /tmp/ws-study* /tmp/ws-par; do  # one trial's real logs, TensorBoard file and eval, for replay tests
     r=$(ls -d "$d"/.autorl/runs/attempt-03-* 2>/dev/null | head -1); [ -n "$r" ] || continue
     tar -czf "$OUT/$(basename "$d")-attempt03.tgz" -C "$r" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' . 2>/dev/null
   done
