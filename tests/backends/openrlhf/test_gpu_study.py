@@ -68,15 +68,18 @@ def test_one_real_openrlhf_trial_is_judged_on_per_item_evals(tmp_path, small):
 
 
 def test_a_study_reaches_a_verdict_on_a_trial_that_learns(tmp_path, small):
-    """Two baseline runs (the seed noise), then the search's first move: a trial that trains with a learning rate
-    that moves the policy, judged per item against the baseline."""
+    """The recipe's baseline runs (the seed noise), then the search's first move: a trial that trains with a
+    learning rate that moves the policy, judged per item against the baseline."""
+    from autorl.recipe import load_recipe
+
     ws = _workspace(tmp_path, small)
-    run = _autorl("-C", str(ws), "run", "recipes/small.yaml", "--max-trials", "3", "--budget", "20m", "--study", "learn",
-                  timeout=1800)
+    repeats = load_recipe(ws / "recipes" / "small.yaml").verdict.baseline_repeats
+    run = _autorl("-C", str(ws), "run", "recipes/small.yaml", "--max-trials", str(repeats + 1), "--budget", "25m",
+                  "--study", "learn", timeout=2400)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     trials = Ledger(ws / "ledger.sqlite").trials()
-    assert [t["proposer"] for t in trials[:2]] == ["baseline", "baseline"]
-    moved = trials[2]
+    assert [t["proposer"] for t in trials[:repeats]] == ["baseline"] * repeats
+    moved = trials[repeats]
     assert moved["status"] == "complete" and moved["verdict"] in ("improved", "regressed", "flat"), moved
-    assert json.loads(moved["changed"]), "the third trial changed nothing"
+    assert json.loads(moved["changed"]), "the first trial after the baseline changed nothing"
     assert moved["ci_low"] is not None and moved["ci_high"] is not None and moved["n_items"] == 500
