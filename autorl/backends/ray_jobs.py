@@ -402,13 +402,34 @@ class LocalRayNode:
 
 
 def _start_ray(argv: list[str], log_path: Path, visible_gpus: list[str] | None) -> subprocess.Popen:
-    """``ray start ... --block`` in its own process group, its output in ``log_path``."""
+    """``ray start ... --block`` in its own process group, its output in ``log_path``; on Linux it is sent SIGTERM
+    when the process that started it dies (``kill -9`` of a controller left its private head, the head's GCS,
+    raylet and dashboard, running for good; ``ray start --block`` stops them all on SIGTERM)."""
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     if visible_gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_gpus)
     with open(log_path, "ab") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent())
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks Linux for SIGTERM when the parent dies (``prctl(PR_SET_DEATHSIG)``), made ready
+    in the parent so the child only calls into libc; None where that is not available.
+
+    Linux sends it when the *thread* that started the child ends: every head is started from the controller's
+    main thread, which lives as long as the controller."""
+    import ctypes
+    import ctypes.util
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig, sigterm = 1, int(signal.SIGTERM)
+    return lambda: prctl(pr_set_pdeathsig, sigterm, 0, 0, 0)
 
 
 def _ray_cli() -> str:

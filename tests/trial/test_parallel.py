@@ -199,3 +199,51 @@ def test_the_studys_private_head_killed_mid_trial_is_triaged_restarted_and_the_s
     assert len({t["number"] for t in trials}) == len(trials) and not any(t["status"] == "running" for t in trials)
     left = [p for p in psutil.process_iter(["cmdline"]) if victim["attempt"] in " ".join(p.info["cmdline"] or [])]
     assert not left, [p.info["cmdline"] for p in left]
+
+
+def test_a_controller_killed_with_9_takes_its_private_head_with_it(workspace):
+    """`kill -9` of a controller left its private Ray head (GCS, raylet, dashboard, the job's driver) running for
+    good: nothing was left to stop it. The head now gets SIGTERM when the controller dies, and a resume on a new head
+    finds the trial interrupted."""
+    import psutil
+
+    proc = _start_run(workspace, "--budget", "5m", "--ray-address", "local", *FAST, "--set", "steps=400")
+    try:
+        deadline, running = time.time() + 300, None
+        while time.time() < deadline and running is None:
+            running = next((t for t in _safe_trials(workspace) if t["status"] == "running" and t["job_id"]), None)
+            time.sleep(0.3)
+        assert running is not None, "no Ray trial started"
+        time.sleep(2)
+        heads = [p for p in psutil.Process(proc.pid).children() if "--head" in p.cmdline() and "start" in p.cmdline()]
+        assert len(heads) == 1, [p.cmdline() for p in heads]
+        group = [p for p in psutil.process_iter() if _pgid(p) == heads[0].pid]
+        assert len(group) > 3  # ray start, GCS, raylet, dashboard, ...
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, alive = psutil.wait_procs(group, timeout=60)
+    assert not alive, [_name(p) for p in alive]
+    r = run_cli("-C", str(workspace), "run", "--resume", "--budget", "3m", "--max-trials", "1", "--ray-address",
+                "local", timeout=300)
+    assert r.returncode == 0, r.stderr
+    lost = next(t for t in _trials(workspace) if t["number"] == running["number"])
+    assert lost["status"] == "interrupted"
+
+
+def _name(p) -> str:
+    try:
+        return " ".join(p.cmdline())[:120]
+    except Exception:  # gone meanwhile
+        return str(p.pid)
+
+
+def _pgid(p) -> int | None:
+    import os
+
+    try:
+        return os.getpgid(p.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
