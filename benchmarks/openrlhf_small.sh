@@ -6,7 +6,9 @@
 # the background, in its own session), sweep (LRS="1e-6 1e-5 1e-4 1e-3", one trial each, at once on the one GPU),
 # study (SEEDS="0 1" studies of BUDGET, at once, in the background; `wait` collects them; GPUS="0 1" gives each
 # study its own card, in turn), par (one study of BUDGET at --parallel PAR on the cards PAR_GPUS, in the background,
-# beside any others), wait (WAIT_S). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
+# beside any others), wait (WAIT_S), split (one trial with the actor and the vLLM engine on separate cards,
+# SPLIT_GPUS), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel 2
+# controller while two jobs run, then --resume, K9_GPUS; what is left on the GPUs is listed after each). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
 # with PAR=2 PAR_GPUS=0: two trials packed on one card).
 set -uo pipefail
 OUT=${1:-/tmp/openrlhf-small}; mkdir -p "$OUT"; SMALL=${SMALL:-/tmp/autorl-openrlhf-small}
@@ -84,6 +86,52 @@ phase_par() {
     --budget "${BUDGET:-20m}" --parallel "${PAR:-2}" --seed "${PAR_SEED:-3}" --study "par${PAR:-2}" "${extra[@]}" \
     > "$OUT/par.log" 2>&1 < /dev/null &
   sleep 5; tail -n 2 "$OUT/par.log"
+}
+running_jobs() {  # how many of a workspace's trials are running with a Ray job
+  python3 - "$1" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}/ledger.sqlite?mode=ro", uri=True)
+try:
+    print(db.execute("SELECT count(*) FROM autorl_trials WHERE status = 'running' AND job_id IS NOT NULL").fetchone()[0])
+except sqlite3.Error:
+    print(0)
+PY
+}
+gpu_apps() { echo "GPU processes: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | wc -l)"; }
+phase_split() {
+  t split; workspace /tmp/ws-split
+  CUDA_VISIBLE_DEVICES=${SPLIT_GPUS:-0,1} python3 -m autorl.cli -C /tmp/ws-split train recipes/small.yaml \
+    --set colocate_all=false --set 'extra_args=["--vllm.enforce_eager"]' --dry-run > "$OUT/split-plan.txt" 2>&1
+  s=$(date +%s)
+  CUDA_VISIBLE_DEVICES=${SPLIT_GPUS:-0,1} python3 -m autorl.cli -C /tmp/ws-split train recipes/small.yaml \
+    --set colocate_all=false --set 'extra_args=["--vllm.enforce_eager"]' --json > "$OUT/split.json" 2> "$OUT/split.err"
+  echo "split trial exit $? in $(( $(date +%s) - s )) s"; tail -c 400 "$OUT/split.json"
+  cp /tmp/ws-split/.autorl/train/*/train.log "$OUT/split-train.log" 2>/dev/null
+  cp /tmp/ws-split/.autorl/train/*/train.log.times "$OUT/split-train.log.times" 2>/dev/null
+}
+phase_oom() {
+  t oom; workspace /tmp/ws-oom
+  CUDA_VISIBLE_DEVICES=${OOM_GPU:-0} python3 -c "import time, torch
+free, _ = torch.cuda.mem_get_info(); x = torch.empty(int(free * 0.97), dtype=torch.uint8, device='cuda')
+print('holding', round(x.numel() / 2**30, 1), 'GiB', flush=True); time.sleep(1200)" > "$OUT/oom-hog.log" 2>&1 &
+  hog=$!; sleep 20; cat "$OUT/oom-hog.log"; gpu_apps
+  CUDA_VISIBLE_DEVICES=${OOM_GPU:-0} python3 -m autorl.cli -C /tmp/ws-oom run recipes/small.yaml --budget 8m \
+    --max-trials 2 --study oom > "$OUT/oom.log" 2>&1
+  echo "oom study exit $?"; kill "$hog"; tail -n 12 "$OUT/oom.log"
+  python3 -m autorl.cli -C /tmp/ws-oom triage > "$OUT/oom-triage.txt" 2>&1; head -20 "$OUT/oom-triage.txt"
+}
+phase_kill9() {
+  t kill9; workspace /tmp/ws-kill9
+  CUDA_VISIBLE_DEVICES=${K9_GPUS:-0,1} setsid python3 -m autorl.cli -C /tmp/ws-kill9 run recipes/small.yaml \
+    --budget 20m --parallel 2 --seed 5 --study kill9 > "$OUT/kill9.log" 2>&1 < /dev/null &
+  pid=$!; s=$SECONDS
+  while [ "$(running_jobs /tmp/ws-kill9)" -lt 2 ] && [ $(( SECONDS - s )) -lt 400 ]; do sleep 2; done
+  sleep 20; echo "jobs running: $(running_jobs /tmp/ws-kill9)"; gpu_apps; kill -9 "$pid"; sleep 15
+  echo "after kill -9:"; gpu_apps; pgrep -fc "ray start --head" | sed 's/^/ray heads: /'
+  CUDA_VISIBLE_DEVICES=${K9_GPUS:-0,1} python3 -m autorl.cli -C /tmp/ws-kill9 run --resume --budget 6m \
+    --max-trials 4 > "$OUT/kill9-resume.log" 2>&1
+  echo "resume exit $?"; sleep 5; gpu_apps; pgrep -fc "ray start --head" | sed 's/^/ray heads: /'
+  python3 -m autorl.cli -C /tmp/ws-kill9 ledger > "$OUT/kill9-ledger.txt" 2>&1; tail -n 16 "$OUT/kill9-ledger.txt"
 }
 phase_wait() {  # collect studies started by an earlier call (they run in their own sessions)
   t wait; while pgrep -f "autorl.cli -C /tmp/ws-(study|par)" >/dev/null && [ $(( SECONDS )) -lt "${WAIT_S:-540}" ]; do sleep 5; done
