@@ -124,4 +124,6 @@ def _sampler(kind: str, seed: int, parallel: bool):
     optuna = _optuna()
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, constant_liar=parallel, multivariate=True)
+    from autorl.search.window import WindowedTPE
+
+    return WindowedTPE(seed=seed, n_startup_trials=4, constant_liar=parallel, multivariate=True)
