@@ -37,6 +37,7 @@ class HypothesisStrategy:
         self.s = view
         self.library = library_for(view.ws, view.base.backend)
         self._noted: set[tuple[str, int]] = set()
+        self._passed: set[str] = set()  # hypotheses logged as not applicable here
         self.last_diagnosis: diagnose.Diagnosis | None = None
         self.fallback = OptunaStrategy(view)
         self.table = moves.load_table()
@@ -93,8 +94,8 @@ class HypothesisStrategy:
                 return True
         except hypotheses.HypothesisError:  # a range it cannot resolve here: said in one line if it is ever picked
             return True
-        if (h.id, -1) not in self._noted:
-            self._noted.add((h.id, -1))
+        if h.id not in self._passed:
+            self._passed.add(h.id)
             self.s.note(None, "not-applicable", f"{h.id} passed over: its overrides already hold here and its "
                         f"space has nothing else to try, so a trial under it would repeat the working point")
         return False

@@ -30,11 +30,11 @@ class Proposer:
 
     def __init__(self, ws, ledger, study: dict, base: Recipe, opts, backend: Backend | None = None):
         self.ws, self.study, self.opts = ws, study, opts
-        self.parallel = max(1, int(getattr(opts, "parallel", 1) or 1))
+        self.parallel = opts.parallel  # the CLI keeps it >= 1
         self.records = ledger.records(study["id"])
         self.backend = backend or get_backend(base.backend)  # its oom_retry reduces an out-of-memory retry
         self.view = StudyView(ws, self.records, study, base, sampler="random" if opts.strategy == "random" else "tpe",
-                              seed=opts.seed, parallel=getattr(opts, "parallel", 1) > 1)
+                              seed=opts.seed, parallel=self.parallel > 1)
         self.strategy: Strategy = make_strategy(opts.strategy, self.view)
         self.queue = RunQueue(self.records, self.view, self.backend, self.strategy)
 
@@ -101,23 +101,22 @@ class Proposer:
         """After REPEAT_TRIES repeats in a row: run the values once more with a fresh seed, and say so."""
         seeds = [int(r.get("seed") or 0) for r in self.records.trials(kind="trial")]
         seed = max(seeds + [0]) + 1
-        why = (f"deliberate repeat of {twin['attempt']}'s values with a fresh seed {seed}: the search proposed only "
-               f"configurations already tried in {REPEAT_TRIES} asks; {p.why}")
-        slug = f"repeat-{twin['number']:02d}-seed{seed}"
+        what = (f"deliberate repeat of {twin['attempt']}'s values with a fresh seed {seed}: the search proposed only "
+                f"configurations already tried in {REPEAT_TRIES} asks")
+        values, slug = {**p.values, "seed": seed}, f"repeat-{twin['number']:02d}-seed{seed}"
         if twin["number"] in self.baseline_numbers() and p.parent is None and not p.patch:
             # the recipe as written once more: a baseline run (its seed noise, its reference), not a test of p's idea
-            return replace(p, proposer="baseline", hypothesis=None, values={**p.values, "seed": seed}, slug=slug,
-                           why=why.split("; ")[0] + "; counted as one more baseline run")
+            return replace(p, proposer="baseline", hypothesis=None, values=values, slug=slug,
+                           why=f"{what}; counted as one more baseline run")
         # every other field (the parent above all: the recipe it is judged against) stays the proposal's own
-        return replace(p, values={**p.values, "seed": seed}, why=why, slug=slug)
+        return replace(p, values=values, why=f"{what}; {p.why}", slug=slug)
 
     def _baseline_need(self) -> tuple[bool, Proposal | None]:
         """(True, proposal) to run a baseline now, (True, None) to wait for one in flight."""
         rows = self._baselines()
-        done = sum(r["status"] == "complete" for r in rows)
-        active = sum(r["status"] == "running" for r in rows)
+        done, active, failed = _tally(rows)
         repeats = self.base.verdict.baseline_repeats
-        if done >= repeats or self.baseline_failed():
+        if done >= repeats or failed:
             return False, None
         # with --parallel N, slots that would idle until the baseline is known run more baseline repeats (seed noise)
         if done + active >= max(repeats, self.parallel):
@@ -163,9 +162,7 @@ class Proposer:
     def baseline_failed(self) -> bool:
         """A baseline run crashed before the baseline's repeats were complete (a later extra run that crashes, a
         slot's first-wave repeat or a deliberate repeat, leaves the baseline known)."""
-        rows = self._baselines()
-        done = sum(r["status"] == "complete" for r in rows)
-        failed = any(r["status"] in ("crash", "config-error", "hang", "timeout") for r in rows)
+        done, _, failed = _tally(self._baselines())
         return failed and done < self.base.verdict.baseline_repeats
 
     def baseline_numbers(self) -> set[int]:
@@ -188,3 +185,10 @@ REPEAT_TRIES = 8  # asks for something new before a tried configuration is run a
 def make_strategy(name: str, view: StudyView) -> Strategy:
     """The strategy ``--strategy name`` names, over the study's view."""
     return HypothesisStrategy(view) if name == "hypotheses" else OptunaStrategy(view, label=name)
+
+
+def _tally(rows: list[dict]) -> tuple[int, int, bool]:
+    """Baseline runs complete, running, and whether any failed (crash, config error, hang or timeout)."""
+    done = sum(r["status"] == "complete" for r in rows)
+    active = sum(r["status"] == "running" for r in rows)
+    return done, active, any(r["status"] in ("crash", "config-error", "hang", "timeout") for r in rows)

@@ -32,6 +32,7 @@ MARKS: list[tuple[str, re.Pattern[str]]] = [
     ("save", re.compile(r"Prompt dataloader is exhausted")),
 ]
 ORDER = ["submit", *(name for name, _ in MARKS), "eval"]
+START_UP = ("submit", "driver", "vllm", "actor")  # the phases before the first training step
 
 
 def read_times(path: str | Path) -> list[tuple[int, float]]:
@@ -78,6 +79,11 @@ def phases(text: str, times: list[tuple[int, float]], started: float, ended: flo
     return out
 
 
+def start_up(row: dict[str, float]) -> float:
+    """A trial's start-up from ``phases``: submission to its first training step."""
+    return sum(row[p] for p in START_UP)
+
+
 def table(rows: dict[str, dict[str, float]]) -> str:
     """A Markdown table: one column per trial, one row per phase, and the start-up and training shares."""
     names = list(rows)
@@ -86,7 +92,7 @@ def table(rows: dict[str, dict[str, float]]) -> str:
         lines.append(f"| {phase} | " + " | ".join(f"{rows[n][phase]:.0f} s" for n in names) + " |")
     total = {n: sum(rows[n].values()) for n in names}
     lines.append("| **total** | " + " | ".join(f"{total[n]:.0f} s" for n in names) + " |")
-    start = {n: sum(rows[n][p] for p in ("submit", "driver", "vllm", "actor")) for n in names}
+    start = {n: start_up(rows[n]) for n in names}
     lines.append("| start-up (submit to first step) | " + " | ".join(f"{start[n]:.0f} s" for n in names) + " |")
     share = {n: (rows[n]["training"] + rows[n]["eval"]) / total[n] if total[n] else 0.0 for n in names}
     lines.append("| training + eval share | " + " | ".join(f"{share[n]:.0%}" for n in names) + " |")
