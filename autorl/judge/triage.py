@@ -47,7 +47,8 @@ MAX_LINES = 50_000  # only the log's tail is read: the cause of a crash is near 
 Category = Literal[
     "cuda_oom", "host_oom", "nan_divergence", "distributed_timeout", "backend_incompat",
     "config_error", "user_code_error", "disk_full", "hang_timeout", "illegal_memory_access",
-    "network_unavailable", "killed_external", "unknown", "output_collapse", "no_training", "reward_constant",
+    "network_unavailable", "killed_external", "shared_gpu", "unknown", "output_collapse", "no_training",
+    "reward_constant",
 ]
 # Decided from a completed run's metrics by judge/silent.py, never from a log line.
 SILENT_CATEGORIES = ("output_collapse", "no_training", "reward_constant")
@@ -119,6 +120,8 @@ class ActionRule(_Model):
     kind: ActionKind = Field(description="retry_reduced, retry_once, record or stop.")
     retries: int = Field(0, ge=0, description="Retries of one trial before the crash is only recorded.")
     on_baseline: ActionKind | None = Field(None, description="The kind instead when the baseline crashed this way.")
+    avoid: bool = Field(True, description="Repeats put the region off limits; false when the trial's values "
+                                          "cannot cause the crash (another process on its GPU).")
 
 
 class CrashRules(_Model):
@@ -603,6 +606,12 @@ def repeat_limit() -> int:
     return load_rules().repeat_limit
 
 
+def avoids(category: str | None) -> bool:
+    """Whether repeats of this category put their region off limits (not for what the values cannot cause)."""
+    rule = load_rules().actions.get(category or "")
+    return rule is None or rule.avoid
+
+
 class Action(_Model):
     """What the controller does about one crashed trial, and why (one line)."""
 
@@ -621,7 +630,7 @@ def decide_action(diagnosis: Diagnosis, *, is_baseline: bool, retries_so_far: in
     ('Saving model checkpoint to /ckpt/...'), else ``run_dir``. Pure apart from one disk_usage call."""
     rules = load_rules()
     rule = rules.actions.get(diagnosis.category, ActionRule(kind="record"))
-    avoid = signature_count >= rules.repeat_limit
+    avoid = rule.avoid and signature_count >= rules.repeat_limit
     if rule.kind == "stop" or (is_baseline and rule.on_baseline == "stop"):
         return _stop(diagnosis, is_baseline, _full_volume_path(diagnosis, log_text, Path(run_dir)), avoid)
     kind = rule.on_baseline if is_baseline and rule.on_baseline else rule.kind
@@ -711,7 +720,7 @@ def group_crashes(rows: list[dict]) -> list[dict]:
             group["trials"].append(trial)
     out = sorted(groups.values(), key=lambda g: -g["count"])
     for group in out:
-        group["repeated"] = group["count"] >= limit
+        group["repeated"] = group["count"] >= limit and avoids(group.get("category"))
     return out
 
 

@@ -71,7 +71,7 @@ class StudyView:
         return number, params
 
     def _near_repeated_crash(self, space: dict, params: dict[str, Any]) -> str | None:
-        rows = self.records.crash_signatures()
+        rows = [r for r in self.records.crash_signatures() if triage.avoids(r.get("crash_category"))]
         counts: dict[str, int] = {}
         for r in rows:
             counts[r["crash_signature"]] = counts.get(r["crash_signature"], 0) + 1

@@ -42,6 +42,7 @@ CASES = [
     ("segfault.log", -11, None, None, "illegal_memory_access", "Fatal Python error: Segmentation fault"),
     ("network_unavailable.log", 1, None, None, "network_unavailable", "huggingface.co"),
     ("killed_external.log", -15, None, None, "killed_external", "CANCELLED AT"),
+    ("shared_gpu_vllm_profiling.log", 1, None, None, "shared_gpu", "Error in memory profiling"),  # a real OpenRLHF log
     ("unknown_wrapped.log", 1, None, None, "unknown", "RuntimeError: replay buffer got experiences"),
     ("ray_worker_died.log", 1, None, None, "unknown", "A worker died or was killed"),
 ]

@@ -22,7 +22,7 @@ def _decide(category: str, tmp_path: Path, *, baseline: bool = False, retries: i
 @pytest.mark.parametrize("category,kind", [
     ("cuda_oom", "retry_reduced"), ("host_oom", "retry_reduced"),
     ("hang_timeout", "retry_once"), ("distributed_timeout", "retry_once"),
-    ("network_unavailable", "retry_once"), ("killed_external", "retry_once"),
+    ("network_unavailable", "retry_once"), ("killed_external", "retry_once"), ("shared_gpu", "retry_once"),
     ("nan_divergence", "record"), ("unknown", "record"), ("user_code_error", "record"), ("config_error", "record"),
     ("backend_incompat", "stop"), ("disk_full", "stop"),
 ])

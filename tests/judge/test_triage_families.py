@@ -16,6 +16,9 @@ CASES: dict[str, tuple[str, int | None]] = {
     "device_oom": ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total "
                    "capacity of 63.98 GiB of which 201.00 MiB is free.", 1),
     "nccl_device_oom": ("node7:2211:2290 [3] NCCL WARN Cuda failure 2 'out of memory'", 1),
+    "shared_gpu_profiling": ("AssertionError: Error in memory profiling. Initial free memory 133.71 GiB, current free "
+                             "memory 135.95 GiB. This happens when other processes sharing the same container release "
+                             "GPU memory while vLLM is profiling during initialization.", 1),
     "host_oom": ("RuntimeError: [enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: not enough "
                  "memory: you tried to allocate 8589934592 bytes.", 1),
     "sigkill_no_error": ("train.sh: line 14: 90211 Killed                  python -m grpo.train", 137),
