@@ -118,8 +118,9 @@ class Proposer:
         repeats = self.base.verdict.baseline_repeats
         if done >= repeats or failed:
             return False, None
-        # with --parallel N, slots that would idle until the baseline is known run more baseline repeats (seed noise)
-        if done + active >= max(repeats, self.parallel):
+        # with --parallel N, slots that would idle until the baseline is known run more baseline repeats (seed
+        # noise): every wave of baseline runs is full, the repeats rounded up to a multiple of N
+        if done + active >= -(-repeats // self.parallel) * self.parallel:
             return True, None
         return True, self._baseline(done + active, first=not rows)
 

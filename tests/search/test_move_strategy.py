@@ -127,6 +127,29 @@ def test_parallel_slots_run_baseline_repeats_until_the_baseline_is_known(study, 
     assert seeds == [0, 1, 2, 3]  # four slots, four seeds of the recipe as written; the fifth waits
 
 
+def test_a_second_wave_of_baseline_runs_fills_every_slot(study, tmp_path):
+    """Three repeats on two slots: the third baseline run gets a fourth beside it, not an idle slot (a real packed
+    study on one H200 left one of its two slots empty for a whole trial there)."""
+    _, ledger = study
+    base = validate_recipe({"backend": "embedded", "train": TRAIN, "search": SEARCH, "verdict": {"baseline_repeats": 3}})
+    sid = ledger.create_study(name="w", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses",
+                              budget_s=1.0, optuna_study="w")
+    proposer = Proposer(Workspace.open(tmp_path / "ws"), ledger, ledger.study(study_id=sid), base,
+                        RunOptions(strategy="hypotheses", parallel=2))
+    for n in (1, 2):
+        p = proposer.next()
+        ledger.add_trial(study_id=sid, number=n, attempt=f"attempt-{n:02d}", proposer="baseline",
+                         params={**base.train, **p.values}, status="complete", objective=0.1 * n)
+    seeds = []
+    for n in (3, 4):
+        p = proposer.next()
+        assert p is not None and p.proposer == "baseline"
+        seeds.append(p.values["seed"])
+        ledger.add_trial(study_id=sid, number=n, attempt=f"attempt-{n:02d}", proposer="baseline",
+                         params={**base.train, **p.values}, status="running")
+    assert seeds == [2, 3] and proposer.next() is None  # both slots busy with the baseline; nothing else yet
+
+
 def test_an_extra_baseline_run_that_crashes_leaves_the_baseline_known(study):
     make, ledger = study
     proposer, sid = make({}, "flat-lr5e-7")  # three complete baseline runs: the recipe's repeats
