@@ -6,7 +6,7 @@
 # the background, in its own session), sweep (LRS="1e-6 1e-5 1e-4 1e-3", one trial each, at once on the one GPU),
 # study (SEEDS="0 1" studies of BUDGET, at once, in the background; `wait` collects them; GPUS="0 1" gives each
 # study its own card, in turn), par (one study of BUDGET at --parallel PAR on the cards PAR_GPUS, in the background,
-# beside any others), wait (WAIT_S), split (one trial with the actor and the vLLM engine on separate cards,
+# beside any others; PAR_NAME names its workspace /tmp/ws-NAME, default par), wait (WAIT_S), split (one trial with the actor and the vLLM engine on separate cards,
 # SPLIT_GPUS), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel 2
 # controller while two jobs run, then --resume, K9_GPUS; what is left on the GPUs is listed after each). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
 # with PAR=2 PAR_GPUS=0: two trials packed on one card).
@@ -81,11 +81,11 @@ phase_study() {
   sleep 5; tail -n 2 "$OUT"/study*.log
 }
 phase_par() {
-  t par; workspace /tmp/ws-par; mapfile -t extra < <(sets)
-  CUDA_VISIBLE_DEVICES=${PAR_GPUS:-0,1} setsid python3 -m autorl.cli -C /tmp/ws-par run recipes/small.yaml \
-    --budget "${BUDGET:-20m}" --parallel "${PAR:-2}" --seed "${PAR_SEED:-3}" --study "par${PAR:-2}" "${extra[@]}" \
-    > "$OUT/par.log" 2>&1 < /dev/null &
-  sleep 5; tail -n 2 "$OUT/par.log"
+  local n=${PAR_NAME:-par}; t "par $n"; workspace "/tmp/ws-$n"; mapfile -t extra < <(sets)
+  CUDA_VISIBLE_DEVICES=${PAR_GPUS:-0,1} setsid python3 -m autorl.cli -C "/tmp/ws-$n" run recipes/small.yaml \
+    --budget "${BUDGET:-20m}" --parallel "${PAR:-2}" --seed "${PAR_SEED:-3}" --study "$n${PAR:-2}" "${extra[@]}" \
+    > "$OUT/$n.log" 2>&1 < /dev/null &
+  sleep 5; tail -n 2 "$OUT/$n.log"
 }
 running_jobs() {  # how many of a workspace's trials are running with a Ray job
   python3 - "$1" <<'PY'
@@ -121,9 +121,9 @@ print('holding', round(x.numel() / 2**30, 1), 'GiB', flush=True); time.sleep(120
   python3 -m autorl.cli -C /tmp/ws-oom triage > "$OUT/oom-triage.txt" 2>&1; head -20 "$OUT/oom-triage.txt"
 }
 phase_kill9() {
-  t kill9; workspace /tmp/ws-kill9
+  t kill9; workspace /tmp/ws-kill9; mapfile -t extra < <(sets)
   CUDA_VISIBLE_DEVICES=${K9_GPUS:-0,1} setsid python3 -m autorl.cli -C /tmp/ws-kill9 run recipes/small.yaml \
-    --budget 20m --parallel 2 --seed 5 --study kill9 > "$OUT/kill9.log" 2>&1 < /dev/null &
+    --budget 20m --parallel 2 --seed 5 --study kill9 "${extra[@]}" > "$OUT/kill9.log" 2>&1 < /dev/null &
   pid=$!; s=$SECONDS
   while [ "$(running_jobs /tmp/ws-kill9)" -lt 2 ] && [ $(( SECONDS - s )) -lt 400 ]; do sleep 2; done
   sleep 20; echo "jobs running: $(running_jobs /tmp/ws-kill9)"; gpu_apps; kill -9 "$pid"; sleep 15
@@ -135,7 +135,7 @@ phase_kill9() {
 }
 phase_wait() {  # collect studies started by an earlier call (they run in their own sessions)
   t wait; while pgrep -f "autorl.cli -C /tmp/ws-(study|par)" >/dev/null && [ $(( SECONDS )) -lt "${WAIT_S:-540}" ]; do sleep 5; done
-  for d in /tmp/ws-study* /tmp/ws-par; do
+  for d in /tmp/ws-study* /tmp/ws-par*; do
     [ -d "$d" ] || continue; n=$(basename "$d")
     python3 -m autorl.cli -C "$d" ledger > "$OUT/$n-ledger.txt" 2>&1; tail -25 "$OUT/$n-ledger.txt"
     cp "$d/ledger.sqlite" "$OUT/$n-ledger.sqlite" 2>/dev/null
@@ -146,7 +146,7 @@ phase_wait() {  # collect studies started by an earlier call (they run in their 
     tail -c 700 "$OUT/oneb.json"; cp /tmp/ws-oneb/.autorl/train/*/train.log "$OUT/oneb-train.log" 2>/dev/null
     cp /tmp/ws-oneb/.autorl/train/*/train.log.times "$OUT/oneb-train.log.times" 2>/dev/null
   fi
-  for d in /tmp/ws-study* /tmp/ws-par; do  # one trial's real logs, TensorBoard file and eval, for replay tests
+  for d in /tmp/ws-study* /tmp/ws-par*; do  # one trial's real logs, TensorBoard file and eval, for replay tests
     r=$(ls -d "$d"/.autorl/runs/attempt-03-* 2>/dev/null | head -1); [ -n "$r" ] || continue
     tar -czf "$OUT/$(basename "$d")-attempt03.tgz" -C "$r" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' . 2>/dev/null
   done
