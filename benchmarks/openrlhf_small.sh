@@ -6,7 +6,8 @@
 # the background, in its own session), sweep (LRS="1e-6 1e-5 1e-4 1e-3", one trial each, at once on the one GPU),
 # study (SEEDS="0 1" studies of BUDGET, at once, in the background; `wait` collects them; GPUS="0 1" gives each
 # study its own card, in turn), par (one study of BUDGET at --parallel PAR on the cards PAR_GPUS, in the background,
-# beside any others; PAR_NAME names its workspace /tmp/ws-NAME, default par), wait (WAIT_S), split (one trial with the actor and the vLLM engine on separate cards,
+# beside any others; PAR_NAME names its workspace /tmp/ws-NAME, default par), wait (WAIT_S: until no study
+# of any /tmp/ws-* workspace runs, then each one's ledger, phases and a trial's logs), split (one trial with the actor and the vLLM engine on separate cards,
 # SPLIT_GPUS), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel 2
 # controller while two jobs run, then --resume, K9_GPUS; what is left on the GPUs is listed after each). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
 # with PAR=2 PAR_GPUS=0: two trials packed on one card).
@@ -134,9 +135,9 @@ phase_kill9() {
   python3 -m autorl.cli -C /tmp/ws-kill9 ledger > "$OUT/kill9-ledger.txt" 2>&1; tail -n 16 "$OUT/kill9-ledger.txt"
 }
 phase_wait() {  # collect studies started by an earlier call (they run in their own sessions)
-  t wait; while pgrep -f "autorl.cli -C /tmp/ws-(study|par)" >/dev/null && [ $(( SECONDS )) -lt "${WAIT_S:-540}" ]; do sleep 5; done
-  for d in /tmp/ws-study* /tmp/ws-par*; do
-    [ -d "$d" ] || continue; n=$(basename "$d")
+  t wait; while pgrep -f "autorl.cli -C /tmp/ws-[^ ]* run" >/dev/null && [ $(( SECONDS )) -lt "${WAIT_S:-540}" ]; do sleep 5; done
+  for d in /tmp/ws-*; do
+    [ -f "$d/ledger.sqlite" ] || continue; n=$(basename "$d")
     python3 -m autorl.cli -C "$d" ledger > "$OUT/$n-ledger.txt" 2>&1; tail -25 "$OUT/$n-ledger.txt"
     cp "$d/ledger.sqlite" "$OUT/$n-ledger.sqlite" 2>/dev/null
     python3 benchmarks/openrlhf_phases.py "$d" > "$OUT/$n-phases.md" 2>&1; cat "$OUT/$n-phases.md"
@@ -146,7 +147,7 @@ phase_wait() {  # collect studies started by an earlier call (they run in their 
     tail -c 700 "$OUT/oneb.json"; cp /tmp/ws-oneb/.autorl/train/*/train.log "$OUT/oneb-train.log" 2>/dev/null
     cp /tmp/ws-oneb/.autorl/train/*/train.log.times "$OUT/oneb-train.log.times" 2>/dev/null
   fi
-  for d in /tmp/ws-study* /tmp/ws-par*; do  # one trial's real logs, TensorBoard file and eval, for replay tests
+  for d in /tmp/ws-*; do  # one trial's real logs, TensorBoard file and eval, for replay tests
     r=$(ls -d "$d"/.autorl/runs/attempt-03-* 2>/dev/null | head -1); [ -n "$r" ] || continue
     tar -czf "$OUT/$(basename "$d")-attempt03.tgz" -C "$r" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' . 2>/dev/null
   done
