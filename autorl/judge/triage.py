@@ -583,14 +583,21 @@ def signature(category: str, line: str) -> str:
 
 
 def excerpt(log_text: str, root_cause_line: str, context: int = 8) -> str:
-    """``context`` lines either side of the root line's last occurrence, the root marked '>> '."""
+    """``context`` lines either side of the root line's last occurrence, the root marked '>> ' (colours shown as
+    plain text)."""
     lines = log_text.splitlines()
     target = root_cause_line.rstrip()
     idx = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].rstrip() == target), None)
     if idx is None:
-        return "\n".join("   " + ln for ln in lines[-(2 * context + 1):])
+        return "\n".join("   " + shown(ln) for ln in lines[-(2 * context + 1):])
     lo, hi = max(0, idx - context), min(len(lines), idx + context + 1)
-    return "\n".join((">> " if i == idx else "   ") + lines[i] for i in range(lo, hi))
+    return "\n".join((">> " if i == idx else "   ") + shown(lines[i]) for i in range(lo, hi))
+
+
+def shown(line: str | None) -> str | None:
+    """A log line as a person reads it, without terminal colour codes (a root cause is stored as its log has it,
+    so that it can be found there again); None stays None."""
+    return None if line is None else _ANSI.sub("", line)
 
 
 # ---------------------------------------------------------------------------- policy

@@ -185,7 +185,9 @@ def print_show(d: dict) -> None:
     for e in d["evals"][-3:]:
         say("eval @%s: %s" % (e.get("step"), dump_values({k: v for k, v in e.items() if k.startswith("eval/")})))
     if t.get("crash_category"):
-        c.print(Text.assemble((f"crash {t['crash_category']}", "red"), f": {t.get('root_cause')}"), highlight=False)
+        from autorl.judge.triage import shown
+
+        c.print(Text.assemble((f"crash {t['crash_category']}", "red"), f": {shown(t.get('root_cause'))}"), highlight=False)
         say(f"remedy: {t.get('remedy')}")
     if d["log_tail"]:
         c.print("[bold]log tail[/]")
@@ -214,13 +216,16 @@ def sparkline(values: list[float], width: int = 40) -> str:
 
 def crash_groups(ledger) -> list[dict]:
     """Crashed trials grouped by signature, most frequent first."""
+    from autorl.judge.triage import shown
+
     rows = ledger.crashed()
     decided = crash_actions(ledger)
     groups: dict[str, dict] = {}
     for r in rows:
         g = groups.setdefault(r.get("crash_signature") or "unknown", {
             "signature": r.get("crash_signature"), "category": r.get("crash_category"), "count": 0,
-            "root_cause_line": r.get("root_cause"), "remedy": r.get("remedy"), "attempts": [], "actions": []})
+            "root_cause_line": shown(r.get("root_cause")), "remedy": r.get("remedy"), "attempts": [],
+            "actions": []})
         g["count"] += 1
         g["attempts"].append(r["number"])
         retries = ledger.trials(retry_of=r["number"])
@@ -265,7 +270,8 @@ def trial_triage(ledger, number: int) -> dict[str, Any]:
         return {"attempt": row["attempt"], "status": row["status"], "verdict": row.get("verdict"),
                 "category": None, "message": "this trial did not crash", "reason": row.get("reason")}
     return {"attempt": row["attempt"], "status": row["status"], "category": row.get("crash_category"),
-            "root_cause_line": row.get("root_cause"), "remedy": row.get("remedy"), "signature": row.get("crash_signature"),
+            "root_cause_line": triage.shown(row.get("root_cause")), "remedy": row.get("remedy"),
+            "signature": row.get("crash_signature"),
             "actions": crash_actions(ledger).get(row["id"], []),
             "excerpt": triage.excerpt(log, row.get("root_cause") or "") if log else ""}
 

@@ -99,3 +99,17 @@ def test_both_search_seeds_confirmed_a_gain_on_one_card_each():
     assert len(base) == 4 and len(runs) == 3
     gain = sum(runs) / 3 - sum(base) / 4  # the confirmation's gain is the mean of the fresh runs over the baseline's
     assert abs(gain - _confirmed((RUN / "q0-study.log").read_text())[0][0]) < 1e-3
+
+
+def test_the_crash_groups_show_the_line_without_its_colour_codes(tmp_path):
+    """Ray colours its actor prefixes; the ledger keeps the line as the log has it (to find it again there), and
+    what a person reads, `autorl triage` and the report's crash table, has the codes taken out."""
+    from autorl.present.review import crash_groups
+
+    db = tmp_path / "ledger.sqlite"
+    shutil.copy(RUN / "seed0-ledger.sqlite", db)
+    stored = {r["root_cause"] for r in _rows(db) if r["verdict"] == "crash"}
+    assert all("\x1b[36m" in line for line in stored)
+    (group,) = crash_groups(Ledger(db))
+    assert group["count"] == 4 and "\x1b" not in group["root_cause_line"]
+    assert group["root_cause_line"].startswith("(RolloutRayActor pid=")
