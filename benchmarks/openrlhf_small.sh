@@ -65,6 +65,23 @@ phase_oneb() {
     --json > $OUT/oneb.json 2> $OUT/oneb.err; echo \"exit \$? in \$(( \$(date +%s) - s )) s\" >> $OUT/oneb.json" \
     < /dev/null > /dev/null 2>&1 &
 }
+sample_studies() {  # every card once a second into /tmp/gpu-study.csv, in its own session (it outlives the call)
+  pgrep -f "query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 1$" >/dev/null && return
+  setsid bash -c "exec nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 1" \
+    < /dev/null >> /tmp/gpu-study.csv 2>/dev/null &
+}
+gpu_busy() {  # per card: the share of samples with the GPU busy (utilisation above 0) and the mean utilisation
+  python3 - "$1" <<'PY'
+import collections, sys
+cards = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) == 4 and parts[2].endswith("%"):
+        cards[parts[1]].append(float(parts[2].rstrip(" %")))
+for card, u in sorted(cards.items()):
+    print(f"card {card}: busy {100 * sum(x > 0 for x in u) / len(u):.1f} % of {len(u)} samples, mean {sum(u) / len(u):.1f} %")
+PY
+}
 wait_for_trains() { while pgrep -f "autorl.cli -C /tmp/ws-" >/dev/null; do sleep 2; done; }
 sets() { for kv in ${SETS:-}; do printf -- '--set\n%s\n' "$kv"; done; }
 phase_study() {
@@ -77,8 +94,7 @@ phase_study() {
       --seed "$seed" --study "small-seed$seed" "${extra[@]}" > "$OUT/study$seed.log" 2>&1 < /dev/null &
   done
   unset CUDA_VISIBLE_DEVICES
-  setsid bash -c "nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 1 \
-    > /tmp/gpu-study.csv 2>/dev/null" < /dev/null > /dev/null 2>&1 &
+  sample_studies
   sleep 5; tail -n 2 "$OUT"/study*.log
 }
 phase_par() {
@@ -86,7 +102,7 @@ phase_par() {
   CUDA_VISIBLE_DEVICES=${PAR_GPUS:-0,1} setsid python3 -m autorl.cli -C "/tmp/ws-$n" run recipes/small.yaml \
     --budget "${BUDGET:-20m}" --parallel "${PAR:-2}" --seed "${PAR_SEED:-3}" --study "$n${PAR:-2}" "${extra[@]}" \
     > "$OUT/$n.log" 2>&1 < /dev/null &
-  sleep 5; tail -n 2 "$OUT/$n.log"
+  sample_studies; sleep 5; tail -n 2 "$OUT/$n.log"
 }
 running_jobs() {  # how many of a workspace's trials are running with a Ray job
   python3 - "$1" <<'PY'
@@ -142,7 +158,7 @@ phase_wait() {  # collect studies started by an earlier call (they run in their 
     cp "$d/ledger.sqlite" "$OUT/$n-ledger.sqlite" 2>/dev/null
     python3 benchmarks/openrlhf_phases.py "$d" > "$OUT/$n-phases.md" 2>&1; cat "$OUT/$n-phases.md"
   done
-  cp /tmp/gpu-study.csv "$OUT/" 2>/dev/null
+  cp /tmp/gpu-study.csv "$OUT/" 2>/dev/null && gpu_busy /tmp/gpu-study.csv | tee "$OUT/gpu-busy.txt"
   if [ -d /tmp/ws-oneb ]; then
     tail -c 700 "$OUT/oneb.json"; cp /tmp/ws-oneb/.autorl/train/*/train.log "$OUT/oneb-train.log" 2>/dev/null
     cp /tmp/ws-oneb/.autorl/train/*/train.log.times "$OUT/oneb-train.log.times" 2>/dev/null
