@@ -10,7 +10,8 @@ trials can submit any entrypoint.
 
 ``LocalRayHead`` starts a private head node (``ray start --head --block`` in
 its own process group, on free ports, in its own temp dir) when no cluster
-address is given, and stops exactly the processes it started.
+address is given, counts it ready once it takes a probe job, and stops exactly
+the processes it started.
 
 Ray is imported inside the functions that need it.
 """
@@ -45,6 +46,14 @@ SUBMIT_RETRY_S = (2.0, 5.0, 10.0, 20.0, 30.0)
 # take before it counts as dropped: the SDK's requests carry no timeout, and a head that had just started once took
 # two submissions (the upload begun) and never answered, leaving both studies waiting for ever.
 CALL_TIMEOUT_S = 60.0
+# A fresh head's dashboard can answer its job list yet never learn the head node's id (on a 4-GPU host with four
+# heads starting at once): every submission then fails, for good. A head counts as ready once it takes a probe job
+# (0.01-2.5 s on 2 idle cores); one that takes none within PROBE_TIMEOUT_S is started again, HEAD_TRIES times in all.
+PROBE_TIMEOUT_S = 30.0
+HEAD_TRIES = 3
+# Ray's job monitor writes a job deleted before it saw the job's supervisor exit back as FAILED ("Entrypoint not
+# found.", ray-project/ray#65251): within two of its 1 s rounds of the job's end (measured: 0.05-2.0 s).
+PROBE_SETTLE_S = 5.0
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 QUIET_LOGGERS = ("ray", "ray.dashboard", "ray._private", "ray.dashboard.modules.dashboard_sdk")  # the SDK sets INFO
 
@@ -168,9 +177,9 @@ def within(seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
     return box["value"]
 
 
-def _job_exists(job_client: Any, submission_id: str) -> bool:
+def _job_exists(job_client: Any, submission_id: str, timeout_s: float = CALL_TIMEOUT_S) -> bool:
     try:
-        within(CALL_TIMEOUT_S, job_client.get_job_info, submission_id)
+        within(timeout_s, job_client.get_job_info, submission_id)
     except Exception:  # not found, or the dashboard is still away (or does not answer)
         return False
     return True
@@ -296,7 +305,8 @@ class LocalRayHead:
 
     def __init__(self, num_cpus: int | None = None, num_gpus: int | None = None,
                  object_store_bytes: int | None = None, temp_dir: str | Path | None = None,
-                 ready_timeout_s: float = 90.0, visible_gpus: list[str] | None = None):
+                 ready_timeout_s: float = 90.0, visible_gpus: list[str] | None = None,
+                 probe_timeout_s: float = PROBE_TIMEOUT_S, tries: int = HEAD_TRIES):
         self.num_cpus, self.num_gpus = num_cpus, num_gpus
         self.visible_gpus = visible_gpus  # the head's CUDA_VISIBLE_DEVICES (one GPU per entry; repeats share a card)
         if visible_gpus is not None and num_gpus is None:
@@ -305,6 +315,7 @@ class LocalRayHead:
         self._own_temp = temp_dir is None
         self.temp_dir = Path(temp_dir or tempfile.mkdtemp(prefix="ray"))
         self.ready_timeout_s = ready_timeout_s
+        self.probe_timeout_s, self.tries = probe_timeout_s, tries
         self.proc: subprocess.Popen | None = None
         self.address = ""
         self.gcs_address = ""  # host:port that another node joins (LocalRayNode)
@@ -321,15 +332,48 @@ class LocalRayHead:
         return argv + [f"{k}={v}" for k, v in optional.items() if v is not None]
 
     def start(self) -> str:
-        """Start the head and wait until its job API answers; return the dashboard address."""
+        """Start the head and wait until it takes a job; return the dashboard address.
+
+        A head that answers but takes no probe job within ``probe_timeout_s`` is stopped and started again on new
+        ports, ``tries`` times in all; then BackendError, the failed heads' logs kept in ``temp_dir``.
+        """
         if self.proc is not None:
             return self.address
+        problem = ""
+        for _ in range(self.tries):
+            self._launch()
+            self._wait_ready()
+            problem = self._probe()
+            if not problem:
+                return self.address
+            self._halt()
+        raise BackendError(f"the local Ray head took no job in {self.tries} starts ({self.probe_timeout_s:.0f} s "
+                           f"each; last: {problem}); its logs: {self.temp_dir}/session_*/logs "
+                           "(dashboard_JobHead.log); run again, or start a cluster and pass --ray-address")
+
+    def _launch(self) -> None:
+        """``ray start --head`` on fresh ports, not waited for."""
         dashboard_port, gcs_port = free_port(), free_port()
         self.proc = _start_ray(self.command(gcs_port, dashboard_port), self.temp_dir / "ray-start.log", self.visible_gpus)
         self.address = f"http://127.0.0.1:{dashboard_port}"
         self.gcs_address = f"127.0.0.1:{gcs_port}"
-        self._wait_ready()
-        return self.address
+
+    def _probe(self) -> str:
+        """Submit a tiny job (``true``, nothing uploaded) until the head takes it or ``probe_timeout_s`` passes;
+        "" once taken (the probe is then waited for and deleted), else the last refusal in one line."""
+        probe_id, problem = f"autorl-probe-{uuid.uuid4().hex[:12]}", "no answer"
+        deadline = time.time() + self.probe_timeout_s
+        while (left := deadline - time.time()) > 0 and self.alive():
+            try:
+                job_client = within(left, client, self.address)
+                _submit_probe(job_client, probe_id, left)
+            except Exception as exc:  # a 500 after Ray's 10 s wait for the job agent, a timeout, a dropped call
+                problem = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+                time.sleep(min(1.0, max(deadline - time.time(), 0.0)))
+                continue
+            _drop_probe(job_client, probe_id, self.probe_timeout_s)
+            return ""
+        return problem if self.alive() else "the head exited"
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -343,6 +387,7 @@ class LocalRayHead:
         return self.start()
 
     def _wait_ready(self) -> None:
+        """Wait until the head's job list answers; stop it and raise BackendError if it does not in time."""
         deadline = time.time() + self.ready_timeout_s
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -363,11 +408,15 @@ class LocalRayHead:
         """Stop the head's process group (SIGTERM, then SIGKILL) and remove its temp dir if autorl made it."""
         if self.proc is None:
             return
+        self._halt()
+        if self._own_temp:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def _halt(self) -> None:
+        """Stop the head's process group, keeping its temp dir (its logs)."""
         kill_group(self.proc.pid, 10.0, self.proc.poll)
         self.proc.wait()
         self.proc = None
-        if self._own_temp:
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> "LocalRayHead":
         self.start()
@@ -375,6 +424,35 @@ class LocalRayHead:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _submit_probe(job_client: Any, probe_id: str, timeout_s: float) -> None:
+    """Submit the probe job; a submission that failed after the head made the job counts as taken."""
+    try:
+        within(timeout_s, job_client.submit_job, entrypoint="true", submission_id=probe_id)
+    except Exception:
+        if not _job_exists(job_client, probe_id, 5.0):
+            raise
+
+
+def _drop_probe(job_client: Any, probe_id: str, timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` for the probe job to end, then delete it, so the head's job list holds only real
+    jobs; a probe Ray's job monitor writes back within ``PROBE_SETTLE_S`` is deleted again. Best effort."""
+    try:
+        deadline = time.time() + timeout_s
+        while not within(CALL_TIMEOUT_S, job_client.get_job_status, probe_id).is_terminal():
+            if time.time() > deadline:
+                return  # left to end on its own
+            time.sleep(0.1)
+        within(CALL_TIMEOUT_S, job_client.delete_job, probe_id)
+        settle = time.time() + PROBE_SETTLE_S
+        while time.time() < settle:
+            if _job_exists(job_client, probe_id, 5.0):
+                within(CALL_TIMEOUT_S, job_client.delete_job, probe_id)
+                return
+            time.sleep(0.1)
+    except Exception:  # the head took the probe: what is left of it does not make the head less ready
+        return
 
 
 class LocalRayNode:

@@ -1,9 +1,11 @@
-"""A real local Ray head on CPU: submit, read logs and exit codes, cancel."""
+"""A real local Ray head on CPU: submit, read logs and exit codes, cancel; a head that takes no job is replaced."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +189,115 @@ def test_a_dashboard_that_never_takes_the_job_is_one_line(head, tmp_path, monkey
     finally:
         proxy.close()
     assert proxy.dropped == 3 and "after 3 tries" in str(err.value) and "\n" not in str(err.value)
+
+
+def _forget_head_node_id(gcs_address: str) -> None:
+    """Delete the head node id from the head's GCS once its dashboard has written it. The dashboard writes it only
+    when it first sees the head node ALIVE, so it stays gone and the head takes no job, for good."""
+    from ray._raylet import GcsClient
+
+    gcs = GcsClient(address=gcs_address)
+    deadline = time.time() + 30
+    while gcs.internal_kv_get(b"head_node_id", namespace=b"job") is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert gcs.internal_kv_del(b"head_node_id", False, namespace=b"job") == 1
+
+
+class ForgetfulHead(LocalRayHead):
+    """A real head whose first ``faulty`` starts (every start for -1) lose their head node id right after their job
+    list answers, as on a 4-GPU host with four heads starting at once: each submission then fails with a 500 after
+    Ray's 10 s wait for the job agent. ``halted`` holds the processes of each head stopped."""
+
+    def __init__(self, faulty: int, **kwargs):
+        super().__init__(num_cpus=2, num_gpus=0, object_store_bytes=80 * 1024 * 1024, **kwargs)
+        self.faulty, self.starts, self.halted, self.addresses = faulty, 0, [], []
+
+    def _wait_ready(self):
+        super()._wait_ready()
+        self.starts += 1
+        self.addresses.append(self.address)
+        if self.faulty < 0 or self.starts <= self.faulty:
+            _forget_head_node_id(self.gcs_address)
+
+    def _halt(self):
+        import psutil
+
+        top = psutil.Process(self.proc.pid)
+        group = [p for p in psutil.process_iter() if _pgid(p) == self.proc.pid]
+        self.halted.append({top, *top.children(recursive=True), *group})
+        super()._halt()
+
+
+def _pgid(p) -> int | None:
+    import os
+
+    try:
+        return os.getpgid(p.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def _job_head_logs(head: LocalRayHead) -> str:
+    return "".join(p.read_text(errors="replace") for p in head.temp_dir.glob("session_2*/logs/dashboard_JobHead.log"))
+
+
+def _left_running(halted: list[set]) -> list[str]:
+    """The processes of the stopped heads still alive 15 s after the last was stopped."""
+    import psutil
+
+    _, alive = psutil.wait_procs([p for procs in halted for p in procs], timeout=15)
+    return [str(p.pid) for p in alive]
+
+
+def _naming(folder: Path) -> list[str]:
+    """Processes whose command line names ``folder`` (Ray's GCS, raylet, dashboard, log monitor name its temp dir)."""
+    import psutil
+
+    return [" ".join(p.info["cmdline"])[:120] for p in psutil.process_iter(["cmdline"])
+            if str(folder) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_a_head_that_takes_no_job_is_stopped_and_started_again(tmp_path):
+    """The first head answers its job list but takes no job: it is stopped, a second one starts on new ports, and
+    a real job runs there; the probe is not left in the head's job list."""
+    from autorl.backends.ray_jobs import client
+
+    head = ForgetfulHead(faulty=1, probe_timeout_s=8.0)
+    try:
+        started = time.time()
+        address = head.start()
+        assert head.starts == 2 and len(head.halted) == 1 and time.time() - started < 60
+        assert head.addresses == [head.addresses[0], address] and address != head.addresses[0]  # new ports
+        assert "Head node id has not yet been persisted in GCS" in _job_head_logs(head)  # the fault was the real one
+        assert len(head.halted[0]) > 3 and not _left_running(head.halted)  # ray start, GCS, raylet, dashboard, ...
+        handle = submit(address, [sys.executable, "-c", "print('ran')"], working_dir=tmp_path,
+                        log_path=tmp_path / "r.log")
+        assert _wait(handle) == 0 and handle.status() == "SUCCEEDED"
+        assert "ran" in (tmp_path / "r.log").read_text()
+        time.sleep(3)  # past Ray's job monitor rounds: a deleted probe it wrote back would show now
+        assert [j.submission_id for j in client(address).list_jobs()] == [handle.job_id]
+    finally:
+        head.stop()
+
+
+def test_a_head_that_never_takes_a_job_is_one_line_and_leaves_no_ray_process():
+    """Every start takes no job: after ``tries`` starts, one BackendError line naming the kept logs, in bounded
+    time, and no process of any of the heads left."""
+    from autorl.errors import BackendError
+
+    head = ForgetfulHead(faulty=-1, probe_timeout_s=5.0, tries=2)
+    try:
+        started = time.time()
+        with pytest.raises(BackendError) as err:
+            head.start()
+        took = time.time() - started
+        message = str(err.value)
+        assert head.starts == 2 and len(head.halted) == 2 and head.proc is None
+        assert took < 60, took
+        assert "\n" not in message and "took no job in 2 starts" in message and str(head.temp_dir) in message
+        assert "--ray-address" in message
+        assert not _left_running(head.halted) and not _naming(head.temp_dir)
+        assert "Head node id has not yet been persisted in GCS" in _job_head_logs(head)  # the logs named are kept
+    finally:
+        head.stop()
+        shutil.rmtree(head.temp_dir, ignore_errors=True)
