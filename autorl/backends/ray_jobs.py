@@ -51,9 +51,7 @@ CALL_TIMEOUT_S = 60.0
 # (0.01-2.5 s on 2 idle cores); one that takes none within PROBE_TIMEOUT_S is started again, HEAD_TRIES times in all.
 PROBE_TIMEOUT_S = 30.0
 HEAD_TRIES = 3
-# Ray's job monitor writes a job deleted before it saw the job's supervisor exit back as FAILED ("Entrypoint not
-# found.", ray-project/ray#65251): within two of its 1 s rounds of the job's end (measured: 0.05-2.0 s).
-PROBE_SETTLE_S = 5.0
+PROBE_PREFIX = "autorl-probe-"  # the probe stays in the head's job list (it ends at once): a job, not a trial
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 QUIET_LOGGERS = ("ray", "ray.dashboard", "ray._private", "ray.dashboard.modules.dashboard_sdk")  # the SDK sets INFO
 
@@ -360,8 +358,8 @@ class LocalRayHead:
 
     def _probe(self) -> str:
         """Submit a tiny job (``true``, nothing uploaded) until the head takes it or ``probe_timeout_s`` passes;
-        "" once taken (the probe is then waited for and deleted), else the last refusal in one line."""
-        probe_id, problem = f"autorl-probe-{uuid.uuid4().hex[:12]}", "no answer"
+        "" once taken (it ends by itself a second later and stays listed), else the last refusal in one line."""
+        probe_id, problem = f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}", "no answer"
         deadline = time.time() + self.probe_timeout_s
         while (left := deadline - time.time()) > 0 and self.alive():
             try:
@@ -371,7 +369,6 @@ class LocalRayHead:
                 problem = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
                 time.sleep(min(1.0, max(deadline - time.time(), 0.0)))
                 continue
-            _drop_probe(job_client, probe_id, self.probe_timeout_s)
             return ""
         return problem if self.alive() else "the head exited"
 
@@ -433,26 +430,6 @@ def _submit_probe(job_client: Any, probe_id: str, timeout_s: float) -> None:
     except Exception:
         if not _job_exists(job_client, probe_id, 5.0):
             raise
-
-
-def _drop_probe(job_client: Any, probe_id: str, timeout_s: float) -> None:
-    """Wait up to ``timeout_s`` for the probe job to end, then delete it, so the head's job list holds only real
-    jobs; a probe Ray's job monitor writes back within ``PROBE_SETTLE_S`` is deleted again. Best effort."""
-    try:
-        deadline = time.time() + timeout_s
-        while not within(CALL_TIMEOUT_S, job_client.get_job_status, probe_id).is_terminal():
-            if time.time() > deadline:
-                return  # left to end on its own
-            time.sleep(0.1)
-        within(CALL_TIMEOUT_S, job_client.delete_job, probe_id)
-        settle = time.time() + PROBE_SETTLE_S
-        while time.time() < settle:
-            if _job_exists(job_client, probe_id, 5.0):
-                within(CALL_TIMEOUT_S, job_client.delete_job, probe_id)
-                return
-            time.sleep(0.1)
-    except Exception:  # the head took the probe: what is left of it does not make the head less ready
-        return
 
 
 class LocalRayNode:

@@ -49,9 +49,9 @@ def ray_head():
 
 
 def _jobs(address: str) -> list:
-    from autorl.backends.ray_jobs import client
+    from autorl.backends.ray_jobs import PROBE_PREFIX, client
 
-    return client(address).list_jobs()
+    return [j for j in client(address).list_jobs() if not j.submission_id.startswith(PROBE_PREFIX)]
 
 
 def test_ray_jobs_run_concurrently_and_resume_leaves_none_running(workspace, ray_head):

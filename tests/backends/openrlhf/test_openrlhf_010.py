@@ -96,7 +96,7 @@ def test_prepare_starts_the_study_head_and_evaluator_outside_any_trial(tmp_path,
     """The Ray head and the evaluator's imports are the study's, not the first trial's: prepare starts both, the
     trials' jobs share the study's compile caches, and close stops the head."""
     from autorl.backends import forked
-    from autorl.backends.ray_jobs import client
+    from autorl.backends.ray_jobs import PROBE_PREFIX, client
 
     monkeypatch.setattr(forked, "_SERVERS", {})
     for var in ("TORCH_EXTENSIONS_DIR", "VLLM_CACHE_ROOT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
@@ -108,7 +108,8 @@ def test_prepare_starts_the_study_head_and_evaluator_outside_any_trial(tmp_path,
     try:
         assert backend.prepare(recipe, tmp_path / "cache", tmp_path / "prepare") is None
         address = backend.address(None)
-        assert client(address).list_jobs() == []
+        listed = [j.submission_id for j in client(address).list_jobs()]
+        assert len(listed) == 1 and listed[0].startswith(PROBE_PREFIX)  # only the probe the fresh head took
         assert [k[1] for k in forked._SERVERS] == [forked.EVALUATE]
         spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run",
                          cache_dir=tmp_path / "cache")
