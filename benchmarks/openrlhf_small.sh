@@ -9,7 +9,8 @@
 # beside any others; PAR_NAME names its workspace /tmp/ws-NAME, default par), wait (WAIT_S: until no study
 # of any /tmp/ws-* workspace runs, then each one's ledger, phases and a trial's logs), split (one trial with the actor and the vLLM engine on separate cards,
 # SPLIT_GPUS), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel 2
-# controller while two jobs run, then --resume, K9_GPUS; what is left on the GPUs is listed after each). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
+# controller while two jobs run, then --resume, K9_GPUS; what is left on the GPUs is listed after each), promote
+# (`autorl promote` of a finished study, PROMOTE_WS, its status once a minute, the full run's weights on disk). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
 # with PAR=2 PAR_GPUS=0: two trials packed on one card).
 set -uo pipefail
 OUT=${1:-/tmp/openrlhf-small}; mkdir -p "$OUT"; SMALL=${SMALL:-/tmp/autorl-openrlhf-small}
@@ -149,6 +150,16 @@ phase_kill9() {
     --max-trials 4 > "$OUT/kill9-resume.log" 2>&1
   echo "resume exit $?"; sleep 5; gpu_apps; pgrep -fc "ray start --head" | sed 's/^/ray heads: /'
   python3 -m autorl.cli -C /tmp/ws-kill9 ledger > "$OUT/kill9-ledger.txt" 2>&1; tail -n 16 "$OUT/kill9-ledger.txt"
+}
+phase_promote() {  # `autorl promote` of a finished study's best confirmed trial (PROMOTE_WS, e.g. /tmp/ws-q0), in
+  # its own session: fresh-seed re-runs, then the detached full run (PROMOTE_EPISODES); `status` once a minute
+  local ws=${PROMOTE_WS:-/tmp/ws-q0}; t "promote $ws"
+  CUDA_VISIBLE_DEVICES=${PROMOTE_GPU:-0} setsid python3 -m autorl.cli -C "$ws" promote --repeats 2 \
+    --episodes "${PROMOTE_EPISODES:-2}" > "$OUT/promote.log" 2>&1 < /dev/null &
+  sample_studies
+  for _ in $(seq "${PROMOTE_POLLS:-8}"); do sleep 60; python3 -m autorl.cli -C "$ws" status >> "$OUT/promote-status.txt" 2>&1; done
+  tail -n 20 "$OUT/promote.log"; tail -n 20 "$OUT/promote-status.txt"
+  find "$ws/.autorl" -path '*full*' \( -name '*.safetensors' -o -name '*.bin' \) -printf '%p %s\n' 2>/dev/null | head
 }
 phase_wait() {  # collect studies started by an earlier call (they run in their own sessions)
   t wait; while pgrep -f "autorl.cli -C /tmp/ws-[^ ]* run" >/dev/null && [ $(( SECONDS )) -lt "${WAIT_S:-540}" ]; do sleep 5; done
