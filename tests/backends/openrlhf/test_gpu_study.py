@@ -22,6 +22,12 @@ def _ready() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
+def _gpus() -> int:
+    from autorl.backends.base import gpu_count
+
+    return gpu_count()
+
+
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
               pytest.mark.skipif(not _ready(), reason="needs openrlhf, vllm, ray, deepspeed and a CUDA GPU")]
 
@@ -83,3 +89,66 @@ def test_a_study_reaches_a_verdict_on_a_trial_that_learns(tmp_path, small):
     assert moved["status"] == "complete" and moved["verdict"] in ("improved", "regressed", "flat"), moved
     assert json.loads(moved["changed"]), "the first trial after the baseline changed nothing"
     assert moved["ci_low"] is not None and moved["ci_high"] is not None and moved["n_items"] == 500
+
+
+class _GpuSampler:
+    """Memory in use on every card, every 2 s, while a study runs: which cards its trials were placed on."""
+
+    def __init__(self):
+        import threading
+
+        self.samples: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(2.0):
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=30).stdout
+            self.samples.append({i.strip(): float(m) for i, m in (ln.split(",") for ln in out.splitlines() if "," in ln)})
+
+    def __enter__(self) -> "_GpuSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def busy_together(self, cards: list[str], mib: float = 1024) -> bool:
+        """Whether every card in ``cards`` held more than ``mib`` at one moment."""
+        return any(all(s.get(c, 0.0) > mib for c in cards) for s in self.samples)
+
+    def ever_used(self, mib: float = 1024) -> set[str]:
+        return {c for s in self.samples for c, m in s.items() if m > mib}
+
+
+def _two_at_once(ws: Path, env: dict[str, str], *sets: str) -> list[dict]:
+    import os
+
+    run = subprocess.run([sys.executable, "-m", "autorl.cli", "-C", str(ws), "run", "recipes/small.yaml", "--parallel",
+                          "2", "--max-trials", "2", "--budget", "15m", "--study", "placed", *sets],
+                         capture_output=True, text=True, timeout=1500, env={**os.environ, **env})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    trials = [t for t in Ledger(ws / "ledger.sqlite").trials() if t["status"] == "complete"]
+    assert len(trials) >= 2, [(t["attempt"], t["status"], t.get("crash_category")) for t in trials]
+    a, b = trials[:2]
+    assert a["started"] < b["finished"] and b["started"] < a["finished"], "the two trials did not run at once"
+    return trials
+
+
+def test_two_packed_trials_share_one_card(tmp_path, small):
+    """`gpus_per_trial: 0.5` with `--parallel 2`: two trials at once, both on the one card the study was given."""
+    ws = _workspace(tmp_path, small)
+    with _GpuSampler() as gpus:
+        _two_at_once(ws, {"CUDA_VISIBLE_DEVICES": "0"}, "--set", "gpus_per_trial=0.5")
+    assert gpus.ever_used() == {"0"}
+
+
+@pytest.mark.skipif(not _ready() or _gpus() < 2, reason="needs two GPUs")
+def test_parallel_trials_get_a_card_each(tmp_path, small):
+    """`--parallel 2` on two cards, one trial a card: both cards busy at the same moment."""
+    ws = _workspace(tmp_path, small)
+    with _GpuSampler() as gpus:
+        _two_at_once(ws, {"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert gpus.busy_together(["0", "1"])
