@@ -105,7 +105,12 @@ class _GpuSampler:
         while not self._stop.wait(2.0):
             out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True, timeout=30).stdout
-            self.samples.append({i.strip(): float(m) for i, m in (ln.split(",") for ln in out.splitlines() if "," in ln)})
+            sample = {}
+            for line in out.splitlines():
+                index, _, used = line.partition(",")
+                if used.strip().replace(".", "", 1).isdigit():
+                    sample[index.strip()] = float(used)
+            self.samples.append(sample)
 
     def __enter__(self) -> "_GpuSampler":
         self._thread.start()
