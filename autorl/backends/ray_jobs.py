@@ -128,19 +128,23 @@ def run_job(address: str, argv: list[str], working_dir: str | Path, timeout_s: f
     return status, job_client.get_job_logs(job_id)
 
 
-def submit_once(job_client: Any, submission_id: str, address: str, **job: Any) -> str:
+def submit_once(job_client: Any, submission_id: str, address: str, *, waits: tuple[float, ...] | None = None,
+                timeout_s: float | None = None, **job: Any) -> str:
     """Submit a job under ``submission_id``, retrying a dropped connection without ever starting it twice.
 
     A busy dashboard can drop the connection while it takes the upload (seen on one host with four heads
     starting at once: ``ServerDisconnectedError``), and a fresh head refuses jobs until its job agent listens (a
-    500); the job may or may not have been created. Before each retry
-    the id is looked up, so a job the dashboard did take is used, not submitted again.
+    500); the job may or may not have been created. Before each retry (after each of ``waits``)
+    the id is looked up, so a job the dashboard did take is used, not submitted again. Each call to the dashboard
+    has ``timeout_s``. Defaults: ``SUBMIT_RETRY_S`` and ``CALL_TIMEOUT_S``.
     """
-    for attempt, wait in enumerate(SUBMIT_RETRY_S + (None,)):
+    waits = SUBMIT_RETRY_S if waits is None else waits
+    timeout_s = CALL_TIMEOUT_S if timeout_s is None else timeout_s
+    for attempt, wait in enumerate(waits + (None,)):
         try:
-            return within(CALL_TIMEOUT_S, job_client.submit_job, submission_id=submission_id, **job)
+            return within(timeout_s, job_client.submit_job, submission_id=submission_id, **job)
         except Exception as exc:  # the SDK raises aiohttp, requests and RuntimeError errors alike
-            if _job_exists(job_client, submission_id):
+            if _job_exists(job_client, submission_id, timeout_s):
                 return submission_id
             if wait is None:
                 raise BackendError(f"the Ray dashboard at {address} did not take the job after {attempt + 1} tries "
@@ -175,7 +179,7 @@ def within(seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
     return box["value"]
 
 
-def _job_exists(job_client: Any, submission_id: str, timeout_s: float = CALL_TIMEOUT_S) -> bool:
+def _job_exists(job_client: Any, submission_id: str, timeout_s: float) -> bool:
     try:
         within(timeout_s, job_client.get_job_info, submission_id)
     except Exception:  # not found, or the dashboard is still away (or does not answer)
@@ -362,11 +366,11 @@ class LocalRayHead:
         probe_id, problem = f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}", "no answer"
         deadline = time.time() + self.probe_timeout_s
         while (left := deadline - time.time()) > 0 and self.alive():
-            try:
-                job_client = within(left, client, self.address)
-                _submit_probe(job_client, probe_id, left)
-            except Exception as exc:  # a 500 after Ray's 10 s wait for the job agent, a timeout, a dropped call
-                problem = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+            try:  # one try at a time, each bounded by what is left: a 500 after Ray's 10 s wait, a timeout, ...
+                submit_once(within(left, client, self.address), probe_id, self.address, waits=(), timeout_s=left,
+                            entrypoint="true")
+            except Exception as exc:
+                problem = " ".join(str(exc).split())[:300]
                 time.sleep(min(1.0, max(deadline - time.time(), 0.0)))
                 continue
             return ""
@@ -421,15 +425,6 @@ class LocalRayHead:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-def _submit_probe(job_client: Any, probe_id: str, timeout_s: float) -> None:
-    """Submit the probe job; a submission that failed after the head made the job counts as taken."""
-    try:
-        within(timeout_s, job_client.submit_job, entrypoint="true", submission_id=probe_id)
-    except Exception:
-        if not _job_exists(job_client, probe_id, 5.0):
-            raise
 
 
 class LocalRayNode:
