@@ -84,6 +84,8 @@ class Family(_Model):
     patterns: list[str] = Field(default_factory=list, description="Bare regexes (no recorded source).")
     in_warnings: bool = Field(False, description="Also match lines that look like warnings.")
     echo: bool = Field(False, description="Its lines usually report another process's failure: a rank's own error wins.")
+    engines: list[str] = Field(default_factory=list, description="Only in logs of these engines (the engines table's "
+                               "names); empty: any. For a message whose cause depends on the engine that printed it.")
 
     def all_messages(self) -> list[Message]:
         """The messages, bare patterns included (as messages without a source)."""
@@ -189,10 +191,14 @@ def load_rules(path: str | Path | None = None) -> CrashRules:
 
 
 def _bad_pattern(rules: CrashRules) -> str | None:
-    """A family without messages, or the first pattern that is not a valid regex, said in one line."""
+    """A family without messages or naming an engine the engines table lacks, or the first pattern that is not a
+    valid regex, said in one line."""
     for family in rules.families:
         if not family.all_messages():
             return f"family '{family.id}' has no messages: give it at least one"
+        unknown = sorted(set(family.engines) - set(rules.engines))
+        if unknown:
+            return f"family '{family.id}' names engine(s) {', '.join(unknown)} that the engines table lacks: add or fix them"
     named = [(f.id, m.re) for f in rules.families for m in f.all_messages()]
     named += [("crash rules", p) for p in [*rules.silence.progress, *rules.wrapper_messages, rules.config_raisers]]
     for rule_id, pattern in named:
@@ -415,11 +421,11 @@ def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
             nonfinite: str | None) -> tuple[Diagnosis, list[str]]:
     rules = load_rules()
     lines = log_text.splitlines()[-MAX_LINES:]
-    hits = _hits(lines, rules)
+    engine = detect_engine(lines, rules)
+    hits = [h for h in _hits(lines, rules) if not h.family.engines or engine in h.family.engines]
     best, echo = _best(hits)
     own = _own_error(lines, hits, rules) if best and best.family.echo else None
     trace = _trace_hits(lines, hits, best, rules) + ([echo] if echo else [])
-    engine = detect_engine(lines, rules)
     if nonfinite:
         d, why = _nonfinite(lines, hits, nonfinite, rules)
     elif watchdog and watchdog in rules.watchdog and not (best and best.family.priority >= rules.watchdog_yields_to):

@@ -43,6 +43,7 @@ CASES = [
     ("network_unavailable.log", 1, None, None, "network_unavailable", "huggingface.co"),
     ("killed_external.log", -15, None, None, "killed_external", "CANCELLED AT"),
     ("shared_gpu_vllm_profiling.log", 1, None, None, "shared_gpu", "Error in memory profiling"),  # a real OpenRLHF log
+    ("gpu_occupied_vllm_start.log", 1, None, None, "shared_gpu", "on startup is less than desired GPU memory"),  # real
     ("unknown_wrapped.log", 1, None, None, "unknown", "RuntimeError: replay buffer got experiences"),
     ("ray_worker_died.log", 1, None, None, "unknown", "A worker died or was killed"),
 ]
@@ -208,6 +209,27 @@ def test_bad_rules_file_is_a_user_error(tmp_path):
     bad.write_text("families_from: [missing.yaml]\nnonfinite_remedy: n\nunknown_remedy: u\n")
     with pytest.raises(RulesError, match="missing.yaml"):
         load_rules(bad)
+    bad.write_text("families:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    remedy: r\n    engines: [openrlfh]\n"
+                   "    messages: [{re: 'OOM'}]\nengines: {openrlhf: [openrlhf]}\nnonfinite_remedy: n\nunknown_remedy: u\n")
+    with pytest.raises(RulesError, match="family 'x' names engine\\(s\\) openrlfh that the engines table lacks"):
+        load_rules(bad)
+
+
+VLLM_FULL_CARD = ("(EngineCore pid=20972) ERROR 11-27 21:32:28 [core.py:1165] ValueError: Free memory on device cuda:0 "
+                  "(3.67/139.8 GiB) on startup is less than desired GPU memory utilization (0.15, 20.97 GiB). Decrease "
+                  "GPU memory utilization or reduce GPU memory used by other processes.")
+
+
+def test_a_full_card_at_vllm_start_is_the_neighbours_in_openrlhf_and_the_settings_elsewhere():
+    """OpenRLHF starts its vLLM engines before it loads the actor, so memory in use then is another process's: a
+    shared GPU, retried unchanged, never a region off limits. In a log where a trainer loaded first on the same card
+    the same line is the run's own settings: an OOM."""
+    openrlhf = classify("Running entrypoint for job autorl-1: python -m openrlhf.cli.train_ppo_ray\n" + VLLM_FULL_CARD,
+                        exit_code=1)
+    alone = classify("INFO grpo.py:88: colocate mode: policy trainer and vLLM share cuda:0\n" + VLLM_FULL_CARD, exit_code=1)
+    assert (openrlhf.engine, openrlhf.category) == ("openrlhf", "shared_gpu") and "nvidia-smi" in openrlhf.remedy
+    assert alone.category == "cuda_oom"
+    assert crash_action("shared_gpu") == "retry_once" and crash_action("cuda_oom") == "retry_reduced"
 
 
 def test_triage_does_not_import_heavy_frameworks():

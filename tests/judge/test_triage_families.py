@@ -19,6 +19,9 @@ CASES: dict[str, tuple[str, int | None]] = {
     "shared_gpu_profiling": ("AssertionError: Error in memory profiling. Initial free memory 133.71 GiB, current free "
                              "memory 135.95 GiB. This happens when other processes sharing the same container release "
                              "GPU memory while vLLM is profiling during initialization.", 1),
+    "card_occupied_at_vllm_start": ("ValueError: Free memory on device cuda:0 (3.67/139.8 GiB) on startup is less than "
+                                    "desired GPU memory utilization (0.15, 20.97 GiB). Decrease GPU memory utilization "
+                                    "or reduce GPU memory used by other processes.", 1),
     "host_oom": ("RuntimeError: [enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: not enough "
                  "memory: you tried to allocate 8589934592 bytes.", 1),
     "sigkill_no_error": ("train.sh: line 14: 90211 Killed                  python -m grpo.train", 137),
@@ -75,6 +78,10 @@ CONTEXT = [
 ]
 
 
+# a line that names the engine, for a family that holds only in one engine's logs
+ENGINE_LINES = {"openrlhf": "Running entrypoint for job autorl-1: python3 -m openrlhf.cli.train_ppo_ray"}
+
+
 def _family(family_id: str):
     return next(f for f in load_rules().families if f.id == family_id)
 
@@ -92,7 +99,8 @@ def test_every_message_names_its_source():
 @pytest.mark.parametrize("family_id", sorted(CASES))
 def test_family_matches_its_real_message(family_id):
     line, code = CASES[family_id]
-    log = "\n".join([*CONTEXT, line, "[launcher] child exited"]) + "\n"
+    engine = [ENGINE_LINES[e] for e in _family(family_id).engines[:1]]
+    log = "\n".join([*engine, *CONTEXT, line, "[launcher] child exited"]) + "\n"
     d = classify(log, exit_code=code)
     assert d.category == _family(family_id).category, (family_id, d)
     assert d.root_cause_line == line
