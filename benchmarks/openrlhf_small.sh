@@ -9,7 +9,7 @@
 # beside any others; PAR_NAME names its workspace /tmp/ws-NAME, default par), wait (WAIT_S: until no study
 # of any /tmp/ws-* workspace runs, then each one's ledger, phases and a trial's logs), split (one trial with the actor and the vLLM engine on separate cards,
 # SPLIT_GPUS), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel 2
-# controller while two jobs run, then --resume, K9_GPUS; what is left on the GPUs is listed after each), promote
+# controller while two jobs run, then --resume of K9_RESUME, K9_GPUS; what is left on the GPUs is listed after each), promote
 # (`autorl promote` of a finished study, PROMOTE_WS, its status once a minute, the full run's weights on disk). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
 # with PAR=2 PAR_GPUS=0: two trials packed on one card).
 set -uo pipefail
@@ -108,8 +108,8 @@ phase_par() {
 running_jobs() {  # how many of a workspace's trials are running with a Ray job
   python3 - "$1" <<'PY'
 import sqlite3, sys
-db = sqlite3.connect(f"file:{sys.argv[1]}/ledger.sqlite?mode=ro", uri=True)
-try:
+try:  # the ledger may not exist yet: the study is still preparing
+    db = sqlite3.connect(f"file:{sys.argv[1]}/ledger.sqlite?mode=ro", uri=True)
     print(db.execute("SELECT count(*) FROM autorl_trials WHERE status = 'running' AND job_id IS NOT NULL").fetchone()[0])
 except sqlite3.Error:
     print(0)
@@ -146,7 +146,7 @@ phase_kill9() {
   while [ "$(running_jobs /tmp/ws-kill9)" -lt 2 ] && [ $(( SECONDS - s )) -lt 400 ]; do sleep 2; done
   sleep 20; echo "jobs running: $(running_jobs /tmp/ws-kill9)"; gpu_apps; kill -9 "$pid"; sleep 15
   echo "after kill -9:"; gpu_apps; pgrep -fc "ray start --head" | sed 's/^/ray heads: /'
-  CUDA_VISIBLE_DEVICES=${K9_GPUS:-0,1} python3 -m autorl.cli -C /tmp/ws-kill9 run --resume --budget 6m \
+  CUDA_VISIBLE_DEVICES=${K9_GPUS:-0,1} python3 -m autorl.cli -C /tmp/ws-kill9 run --resume --budget "${K9_RESUME:-6m}" \
     --max-trials 4 > "$OUT/kill9-resume.log" 2>&1
   echo "resume exit $?"; sleep 5; gpu_apps; pgrep -fc "ray start --head" | sed 's/^/ray heads: /'
   python3 -m autorl.cli -C /tmp/ws-kill9 ledger > "$OUT/kill9-ledger.txt" 2>&1; tail -n 16 "$OUT/kill9-ledger.txt"
