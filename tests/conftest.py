@@ -19,6 +19,14 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True, env=env).stdout.strip()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory) -> Path:
+    """OpenRLHF jobs' compile caches (autorl/backends/openrlhf/caches.py) in the session's temp folder, not the
+    user's home, unless the caller named one."""
+    os.environ.setdefault("AUTORL_COMPILE_CACHE", str(tmp_path_factory.mktemp("compile-cache")))
+    return Path(os.environ["AUTORL_COMPILE_CACHE"])
+
+
 @pytest.fixture(scope="session")
 def engine_cache(tmp_path_factory) -> Path:
     """One engine cache for the whole session, holding the warmed-up builtin:tiny base model.

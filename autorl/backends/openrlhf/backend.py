@@ -18,6 +18,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
+from autorl.backends.openrlhf import caches
 from autorl.backends.openrlhf.flags import FLAG_BY_FIELD, to_args
 from autorl.backends.openrlhf.params import OpenRLHFParams
 from autorl.errors import RecipeError
@@ -29,7 +30,6 @@ NOT_FLAGS = {"openrlhf_version", "extra_args", "eval_split_names", "entrypoint_n
              *ProbeSettings.model_fields}
 REWARD_WRAPPER = Path(__file__).with_name("reward_func.py")
 BUILTIN_REWARD = "builtin:exact_match"
-CACHES = {"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton", "VLLM_CACHE_ROOT": "vllm"}
 FINAL_MODEL = "model"  # <run_dir>/model: the final weights (or LoRA adapter) when the recipe names no save_path
 
 
@@ -77,7 +77,7 @@ class OpenRLHFBackend(Backend):
         super().__init__(ray_address, extra_env)
         self.python = python or ("python" if ray_address else sys.executable)
         self._head = None
-        self._cache: Path | None = None  # the study's cache folder for the jobs' compile caches (set by prepare)
+        self._cache: Path | None = None  # the jobs' compile caches on a local head (set by prepare: caches.py)
         self._per_gpu = 1  # trials packed on one GPU (recipe gpus_per_trial = 1 / this; set by prepare)
 
     def check(self, recipe, root: Path) -> None:
@@ -150,26 +150,28 @@ class OpenRLHFBackend(Backend):
         return recipe.gpus_per_trial or float(recipe.params.gpus_needed())
 
     def _cache_env(self) -> dict[str, str]:
-        """DeepSpeed's op builds, Triton's kernels and vLLM's compile cache in the study's cache folder, shared by
-        every trial, on the local head only (a cluster's nodes do not see this machine's folders); a variable the
-        user set is kept."""
+        """DeepSpeed's op builds, Triton's kernels and vLLM's compile cache in this machine's shared folder
+        (``caches.py``), on the local head only (a cluster's nodes do not see this machine's folders); a variable
+        the user set is kept."""
         if self._cache is None or self.ray_address:
             return {}
         import os
 
-        return {var: str(self._cache / sub) for var, sub in CACHES.items() if var not in os.environ}
+        return {var: str(self._cache / sub) for var, sub in caches.CACHES.items() if var not in os.environ}
 
     def _eval_env(self) -> dict[str, str]:
         return {**self.extra_env, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
 
     def prepare(self, recipe, cache_dir: Path, run_dir: Path) -> int | None:
         """Once per study, outside every trial: the local Ray head (no ``ray_address``) and the evaluator's fork
-        server start now, so no trial pays for them; the caches every trial's job shares live in ``cache_dir``."""
+        server start now, so no trial pays for them; the jobs' compile caches are this machine's (``caches.py``),
+        else in ``cache_dir``."""
         import os
 
         from autorl.backends import forked
 
-        self._cache = Path(cache_dir).resolve() / "openrlhf"
+        if not self.ray_address:
+            self._cache = caches.for_python(self.python, Path(cache_dir).resolve() / "openrlhf")
         self._per_gpu = round(1 / recipe.gpus_per_trial) if 0 < recipe.gpus_per_trial < 1 else 1
         if recipe.params.probe_splits():  # its imports overlap the head's start
             forked.server_for(sys.executable, forked.EVALUATE, {**os.environ, "PYTHONUNBUFFERED": "1", **self._eval_env()})

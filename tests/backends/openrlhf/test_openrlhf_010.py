@@ -94,7 +94,7 @@ def test_planned_steps_of_a_capped_pool():
 @pytest.mark.slow
 def test_prepare_starts_the_study_head_and_evaluator_outside_any_trial(tmp_path, monkeypatch):
     """The Ray head and the evaluator's imports are the study's, not the first trial's: prepare starts both, the
-    trials' jobs share the study's compile caches, and close stops the head."""
+    trials' jobs share the machine's compile caches, and close stops the head."""
     from autorl.backends import forked
     from autorl.backends.ray_jobs import PROBE_PREFIX, client
 
@@ -102,6 +102,7 @@ def test_prepare_starts_the_study_head_and_evaluator_outside_any_trial(tmp_path,
     for var in ("TORCH_EXTENSIONS_DIR", "VLLM_CACHE_ROOT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))  # a variable the user set is kept
+    monkeypatch.setenv("AUTORL_COMPILE_CACHE", str(tmp_path / "machine"))
     recipe = load_recipe(Path("autorl/data/recipes/openrlhf-small.yaml")).with_train(openrlhf_version="0.10.4",
                                                                                     vllm_in_process=True)
     backend = OpenRLHFBackend()
@@ -114,8 +115,9 @@ def test_prepare_starts_the_study_head_and_evaluator_outside_any_trial(tmp_path,
         spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run",
                          cache_dir=tmp_path / "cache")
         env = backend.plan(spec).env
-        assert env["TORCH_EXTENSIONS_DIR"] == str((tmp_path / "cache" / "openrlhf" / "torch_extensions").resolve())
-        assert env["VLLM_CACHE_ROOT"].endswith("openrlhf/vllm") and "TRITON_CACHE_DIR" not in env
+        shared = Path(env["TORCH_EXTENSIONS_DIR"])  # this machine's, not the workspace's: the next study finds it warm
+        assert shared.name == "torch_extensions" and shared.parent.parent == tmp_path / "machine"
+        assert env["VLLM_CACHE_ROOT"] == str(shared.parent / "vllm") and "TRITON_CACHE_DIR" not in env
         assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
         ev = backend.eval_plan(spec)
         server = forked.server_for(ev.argv[0], forked.EVALUATE, {**os.environ, "PYTHONUNBUFFERED": "1", **ev.env})
