@@ -228,6 +228,8 @@ def test_a_full_card_at_vllm_start_is_the_neighbours_in_openrlhf_and_the_setting
                         exit_code=1)
     alone = classify("INFO grpo.py:88: colocate mode: policy trainer and vLLM share cuda:0\n" + VLLM_FULL_CARD, exit_code=1)
     assert (openrlhf.engine, openrlhf.category) == ("openrlhf", "shared_gpu") and "nvidia-smi" in openrlhf.remedy
+    tail_only = classify("(RolloutRayActor pid=19248) " + VLLM_FULL_CARD, exit_code=1)  # a log cut to its last lines
+    assert (tail_only.engine, tail_only.category) == ("openrlhf", "shared_gpu")
     assert alone.category == "cuda_oom"
     assert crash_action("shared_gpu") == "retry_once" and crash_action("cuda_oom") == "retry_reduced"
 
