@@ -5,7 +5,7 @@ Triton compiles vLLM's kernels (``TRITON_CACHE_DIR``) and vLLM inspects the mode
 (``VLLM_CACHE_ROOT``). On an H200 with the small recipe that first run started 78 s slower than the next
 (204 s against 124-128 s to the first step): about 40 s in DeepSpeed's optimizer set-up, 30 s in vLLM's model
 inspection and 9 s in its warm-up's kernel compiles. Kept in the workspace, every new study paid it again in each
-trial of its first wave; kept here, only the machine's first study does.
+trial of its first wave; kept here, only the machine's first study should (not yet measured on a GPU).
 
 ``AUTORL_COMPILE_CACHE`` names the folder; else ``$XDG_CACHE_HOME/autorl/openrlhf``, else
 ``~/.cache/autorl/openrlhf``. Inside it, one folder per job Python (a hash of its path), so two environments

@@ -10,11 +10,11 @@ DeepSpeed, colocated or not, in the order a run passes them:
 | ``driver`` | Ray's ``Runtime env is setting up`` | the job's runtime env and the driver's imports |
 | ``vllm`` | ``Connected to Ray cluster`` | vLLM engine actors: imports, engine start, weights, KV cache |
 | ``actor`` | vLLM's first ``seconds to fall asleep`` (colocated) or the first ``Generate samples`` | the DeepSpeed actor (and reference), the trainer, the NCCL group |
+| ``training`` | vLLM's first ``wake up tags ['weights']`` or the first ``Starting experience making`` | every GRPO step |
+| ``save`` | ``Prompt dataloader is exhausted`` | the final model written, the job's end |
 
 In the split layout (not colocated) nothing sleeps and the vLLM engines and the actor start side by side on their
 own cards: ``vllm`` then holds both starts and ``actor`` is the second or so before the first generation.
-| ``training`` | vLLM's first ``wake up tags ['weights']`` or the first ``Starting experience making`` | every GRPO step |
-| ``save`` | ``Prompt dataloader is exhausted`` | the final model written, the job's end |
 
 ``phases`` also takes the trial's own start and end (the controller's clock): the time before the job's first
 line is ``submit`` (Ray head, packaging the working directory) and after its last copied chunk ``eval`` (the
