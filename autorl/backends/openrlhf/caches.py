@@ -3,7 +3,7 @@
 A trial's job fills three caches the first time it runs: DeepSpeed builds its ops (``TORCH_EXTENSIONS_DIR``),
 Triton compiles vLLM's kernels (``TRITON_CACHE_DIR``) and vLLM inspects the model's architecture in a subprocess
 (``VLLM_CACHE_ROOT``). On an H200 with the small recipe that first run started 78 s slower than the next
-(204 s against 124-128 s to the first step): about 40 s in DeepSpeed's optimizer set-up, 30 s in vLLM's model
+(204 s against 124-128 s to the first step): about 40 s in the actor's DeepSpeed set-up, 30 s in vLLM's model
 inspection and 9 s in its warm-up's kernel compiles. Kept in the workspace, every new study paid it again in each
 trial of its first wave; kept here, only the machine's first study should (not yet measured on a GPU).
 
