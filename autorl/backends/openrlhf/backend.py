@@ -153,7 +153,7 @@ class OpenRLHFBackend(Backend):
         """DeepSpeed's op builds, Triton's kernels and vLLM's compile cache in this machine's shared folder
         (``caches.py``), on the local head only (a cluster's nodes do not see this machine's folders); a variable
         the user set is kept."""
-        if self._cache is None or self.ray_address:
+        if self._cache is None:  # a cluster's jobs: prepare sets no folder
             return {}
         import os
 

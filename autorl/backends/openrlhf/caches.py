@@ -46,15 +46,12 @@ def for_python(python: str, fallback: Path) -> Path:
     return folder
 
 
-def clear_stale_locks(extensions: Path, older_than_s: float = STALE_LOCK_S) -> list[Path]:
+def clear_stale_locks(extensions: Path, older_than_s: float = STALE_LOCK_S) -> None:
     """Remove the ``lock`` files torch leaves in an op's build folder when its build is killed: every later job
     would wait on them for ever. A lock younger than ``older_than_s`` may be a build in progress and stays."""
-    removed = []
-    for lock in extensions.glob("*/lock") if extensions.is_dir() else []:
+    for lock in extensions.glob("*/lock"):
         try:
             if time.time() - lock.stat().st_mtime > older_than_s:
                 lock.unlink()
-                removed.append(lock)
         except OSError:
             continue
-    return removed

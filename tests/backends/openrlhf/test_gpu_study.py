@@ -128,9 +128,13 @@ class _GpuSampler:
         self._stop.set()
         self._thread.join()
 
+    def moments_together(self, cards: list[str], mib: float = 1024) -> int:
+        """How many samples had every card in ``cards`` holding more than ``mib``."""
+        return sum(all(s.get(c, 0.0) > mib for c in cards) for s in self.samples)
+
     def busy_together(self, cards: list[str], mib: float = 1024) -> bool:
         """Whether every card in ``cards`` held more than ``mib`` at one moment."""
-        return any(all(s.get(c, 0.0) > mib for c in cards) for s in self.samples)
+        return self.moments_together(cards, mib) > 0
 
     def ever_used(self, mib: float = 1024) -> set[str]:
         return {c for s in self.samples for c, m in s.items() if m > mib}

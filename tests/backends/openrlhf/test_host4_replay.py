@@ -17,6 +17,7 @@ import pytest
 from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
 from autorl.backends.openrlhf.phases import marks, read_times
 from autorl.judge.triage import classify, decide_action
+from tests.backends.openrlhf.test_gpu_study import _GpuSampler
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "small" / "host4"
 LOGS = Path(__file__).resolve().parents[2] / "data" / "logs"
@@ -28,15 +29,18 @@ def _rows(name: str) -> list[dict]:
     return [dict(r) for r in conn.execute("SELECT * FROM autorl_trials ORDER BY number")]
 
 
-def _samples(start: str, end: str) -> dict[str, dict[str, float]]:
-    """time -> card -> MiB in use, for the samples between two wall-clock times (HH:MM:SS)."""
-    out: dict[str, dict[str, float]] = defaultdict(dict)
+def _samples(start: str, end: str) -> _GpuSampler:
+    """The recorded nvidia-smi samples between two wall-clock times (HH:MM:SS), read into the placement tests'
+    sampler (one {card: MiB in use} per second)."""
+    by_time: dict[str, dict[str, float]] = defaultdict(dict)
     with gzip.open(RUN / "gpu-samples.csv.gz", "rt") as f:
         for line in f:
             stamp, card, _, used = (p.strip() for p in line.split(","))
             if start <= stamp[11:19] <= end:
-                out[stamp[11:19]][card] = float(used.split()[0])
-    return out
+                by_time[stamp[11:19]][card] = float(used.split()[0])
+    sampler = _GpuSampler()
+    sampler.samples = list(by_time.values())
+    return sampler
 
 
 # ---- the split layout ---------------------------------------------------------------------------------------------
@@ -56,9 +60,8 @@ def test_the_actor_and_the_vllm_engine_held_two_cards_at_once():
     """The trial's head was given cards 1 and 2: both held memory at the same moments, vLLM's card its 0.15 share
     of the 139.8 GiB (about 21 GiB) and the actor's a few GiB."""
     samples = _samples("21:29:35", "21:33:19")
-    together = [t for t, cards in samples.items() if cards.get("1", 0) > 1024 and cards.get("2", 0) > 1024]
-    assert len(together) >= 30
-    peak = {c: max(cards.get(c, 0.0) for cards in samples.values()) for c in ("1", "2")}
+    assert samples.moments_together(["1", "2"]) >= 30
+    peak = {c: max(s.get(c, 0.0) for s in samples.samples) for c in ("1", "2")}
     assert peak["1"] > 20_000 and 1024 < peak["2"] < 10_000
 
 
@@ -89,9 +92,7 @@ def test_a_wave_on_three_cards_takes_as_long_as_one_trial_alone():
 def test_four_trials_held_the_four_cards_together():
     rows = _rows("p4-ledger.sqlite")
     assert len(rows) == 4 and max(r["started"] for r in rows) - min(r["started"] for r in rows) < 2
-    samples = _samples("21:47:38", "21:53:00")
-    together = [t for t, cards in samples.items() if len(cards) == 4 and all(m > 1024 for m in cards.values())]
-    assert len(together) >= 100
+    assert _samples("21:47:38", "21:53:00").moments_together(["0", "1", "2", "3"]) >= 100
     log = (RUN / "p4-study.log").read_text()
     assert re.search(r"attempt-03-baseline-seed2 step 16/16 .* eval 0\.478 \(budget used 5m01s", log)
     assert all(r["status"] == "budget-cut" for r in rows)  # a 5-minute budget holds no more than the cold wave
