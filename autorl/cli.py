@@ -279,19 +279,21 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
 @click.option("--steps", type=click.IntRange(min=1), help="Full-run length in steps (overrides the recipe's full block).")
 @click.option("--episodes", type=click.IntRange(min=1), help="Full-run episodes (OpenRLHF).")
 @click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True, help="Fresh seeds for re-validation.")
+@click.option("--parallel", type=click.IntRange(min=1, max=1024), default=1, show_default=True,
+              help="Re-validation runs at once (each on GPUs of its own, as `run --parallel`).")
 @click.option("--dry-run", is_flag=True, help="Show what would be promoted and with which values; run nothing.")
 @click.option("--force", is_flag=True, help="Promote even if re-validation does not confirm the gain (recorded).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
-def promote(c: _Ctx, number: int | None, steps: int | None, episodes: int | None, repeats: int, dry_run: bool,
-            force: bool, as_json: bool) -> None:
+def promote(c: _Ctx, number: int | None, steps: int | None, episodes: int | None, repeats: int, parallel: int,
+            dry_run: bool, force: bool, as_json: bool) -> None:
     """Promote trial NN (default: the best by verdicts) to a detached full run, after re-validating it."""
     from autorl.present import findings
     from autorl.trial.promote import promote as do_promote
 
     say = (lambda _msg: None) if as_json else click.echo
     result = do_promote(c.workspace(), c.open_ledger(write=True), number, steps=steps, episodes=episodes, repeats=repeats,
-                        dry_run=dry_run, force=force, view=say)
+                        parallel=parallel, dry_run=dry_run, force=force, view=say)
     _emit(result, as_json, lambda d: "\n".join(findings.promoted_lines(d)))
 
 

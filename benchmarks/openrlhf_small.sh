@@ -10,7 +10,8 @@
 # of any /tmp/ws-* workspace runs, then each one's ledger, phases and a trial's logs), split (one trial with the actor and the vLLM engine on separate cards,
 # SPLIT_GPUS), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel 2
 # controller while two jobs run, then --resume of K9_RESUME, K9_GPUS; what is left on the GPUs is listed after each), promote
-# (`autorl promote` of a finished study, PROMOTE_WS, its status once a minute, the full run's weights on disk). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
+# (`autorl promote` of a finished study, PROMOTE_WS, on PROMOTE_GPU; PROMOTE_REPEATS fresh seeds a side,
+# PROMOTE_PARALLEL of those runs at once, PROMOTE_ARGS more of its arguments; its status once a minute, the full run's weights on disk). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
 # with PAR=2 PAR_GPUS=0: two trials packed on one card).
 set -uo pipefail
 OUT=${1:-/tmp/openrlhf-small}; mkdir -p "$OUT"; SMALL=${SMALL:-/tmp/autorl-openrlhf-small}
@@ -115,7 +116,12 @@ except sqlite3.Error:
     print(0)
 PY
 }
-gpu_apps() { echo "GPU processes: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | wc -l)"; }
+gpu_apps() {  # GPU processes on the cards $1 (default: all), and the Ray heads on the host with the cards each was given
+  echo "GPU processes${1:+ on cards $1}: $(nvidia-smi ${1:+-i "$1"} --query-compute-apps=pid,used_memory --format=csv,noheader | wc -l)"
+  local heads=""; for p in $(pgrep -f "ray start --head"); do
+    heads+="$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^CUDA_VISIBLE_DEVICES=//p' | head -1)|"; done
+  echo "Ray heads on the host, by their cards: ${heads:-none}"
+}
 phase_split() {
   t split; workspace /tmp/ws-split
   CUDA_VISIBLE_DEVICES=${SPLIT_GPUS:-0,1} python3 -m autorl.cli -C /tmp/ws-split train recipes/small.yaml \
@@ -144,18 +150,18 @@ phase_kill9() {
     --budget 20m --parallel 2 --seed 5 --study kill9 "${extra[@]}" > "$OUT/kill9.log" 2>&1 < /dev/null &
   pid=$!; s=$SECONDS
   while [ "$(running_jobs /tmp/ws-kill9)" -lt 2 ] && [ $(( SECONDS - s )) -lt 400 ]; do sleep 2; done
-  sleep 20; echo "jobs running: $(running_jobs /tmp/ws-kill9)"; gpu_apps; kill -9 "$pid"; sleep 15
-  echo "after kill -9:"; gpu_apps; pgrep -fc "ray start --head" | sed 's/^/ray heads: /'
+  sleep 20; echo "jobs running: $(running_jobs /tmp/ws-kill9)"; gpu_apps "${K9_GPUS:-0,1}"; kill -9 "$pid"; sleep 15
+  echo "after kill -9:"; gpu_apps "${K9_GPUS:-0,1}"
   CUDA_VISIBLE_DEVICES=${K9_GPUS:-0,1} python3 -m autorl.cli -C /tmp/ws-kill9 run --resume --budget "${K9_RESUME:-6m}" \
     --max-trials 4 > "$OUT/kill9-resume.log" 2>&1
-  echo "resume exit $?"; sleep 5; gpu_apps; pgrep -fc "ray start --head" | sed 's/^/ray heads: /'
+  echo "resume exit $?"; sleep 5; gpu_apps "${K9_GPUS:-0,1}"
   python3 -m autorl.cli -C /tmp/ws-kill9 ledger > "$OUT/kill9-ledger.txt" 2>&1; tail -n 16 "$OUT/kill9-ledger.txt"
 }
 phase_promote() {  # `autorl promote` of a finished study's best confirmed trial (PROMOTE_WS, e.g. /tmp/ws-q0), in
   # its own session: fresh-seed re-runs, then the detached full run (PROMOTE_EPISODES); `status` once a minute
   local ws=${PROMOTE_WS:-/tmp/ws-q0}; t "promote $ws"
-  CUDA_VISIBLE_DEVICES=${PROMOTE_GPU:-0} setsid python3 -m autorl.cli -C "$ws" promote --repeats 2 \
-    --episodes "${PROMOTE_EPISODES:-2}" > "$OUT/promote.log" 2>&1 < /dev/null &
+  CUDA_VISIBLE_DEVICES=${PROMOTE_GPU:-0} setsid python3 -m autorl.cli -C "$ws" promote --repeats "${PROMOTE_REPEATS:-2}" \
+    --parallel "${PROMOTE_PARALLEL:-1}" --episodes "${PROMOTE_EPISODES:-2}" ${PROMOTE_ARGS:-} > "$OUT/promote.log" 2>&1 < /dev/null &
   sample_studies
   for _ in $(seq "${PROMOTE_POLLS:-8}"); do sleep 60; python3 -m autorl.cli -C "$ws" status >> "$OUT/promote-status.txt" 2>&1; done
   tail -n 20 "$OUT/promote.log"; tail -n 20 "$OUT/promote-status.txt"

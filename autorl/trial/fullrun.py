@@ -50,14 +50,19 @@ def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
     a = Attempt(number, row["attempt"], ws.worktrees / row["attempt"], ws.runs / row["attempt"], row["start_sha"], row["id"])
     recipe = load_recipe(a.worktree / study["recipe_path"])
     spec = TrialSpec(attempt=a.name, recipe=recipe, worktree=a.worktree, run_dir=a.run_dir, cache_dir=ws.cache)
-    handle = launch(get_backend(recipe.backend), spec)
-    ledger.update_trial(a.row_id, pid=handle.pid)
+    backend = get_backend(recipe.backend)
 
     def on_records(records: list[dict], m: RunMetrics) -> Stop | None:
         ledger.add_metrics(a.row_id, records)
         return ood_drop_stop(m.evals) if any(r.get("type") == "eval" for r in records) else None
 
-    out = follow(watch_run(handle, recipe, timeout_s=float("inf"), on_records=on_records))
+    backend.prepare(recipe, ws.cache, a.run_dir / "prepare")  # as a study's: its Ray head, the shared caches
+    try:
+        handle = launch(backend, spec)
+        ledger.update_trial(a.row_id, pid=handle.pid)
+        out = follow(watch_run(handle, recipe, timeout_s=float("inf"), on_records=on_records))
+    finally:
+        backend.close()
     return _record(ws, ledger, a, recipe, out)
 
 

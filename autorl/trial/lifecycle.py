@@ -13,7 +13,8 @@ open → commit → launch → watch → judge → close, one function each:
 5. ``close_attempt``: the results file and the research-log entry committed on the branch, tag ``attempt-NN-end``,
    the ledger row updated, the worktree removed.
 
-``run_detached`` strings 2-3 together for a run that needs no branch of its own (promote's re-validation).
+``run_detached`` strings 2-3 together for runs that need no branch of their own (promote's re-validation), up to
+``--parallel`` at once on one prepared backend.
 """
 
 from __future__ import annotations
@@ -142,16 +143,75 @@ def follow(w: Watch, poll_s: float = 0.1) -> Outcome:
     return out
 
 
-def run_detached(ws, recipe: Recipe, rev: str, name: str, seed: int | None = None) -> Outcome:
-    """One run of ``recipe`` at commit ``rev`` in a throwaway detached worktree (no branch, no ledger row)."""
-    wt = ws.worktrees / name
-    gitops.remove_worktree(ws.root, wt)
-    gitops.add_detached_worktree(ws.root, wt, rev)
+@dataclass
+class DetachedRun:
+    """One run that needs no branch of its own: ``recipe`` at commit ``rev`` with ``seed``, named ``name``."""
+
+    recipe: Recipe
+    rev: str
+    name: str
+    seed: int | None = None
+
+
+def run_detached(ws, runs: list[DetachedRun], parallel: int = 1,
+                 on_end: Callable[[DetachedRun, Outcome], None] = lambda run, out: None) -> list[Outcome]:
+    """Runs in throwaway detached worktrees (no branch, no ledger row), up to ``parallel`` at once, on one backend
+    prepared as a study's is (its local Ray head, shared compile caches, evaluator): a run starts only while the
+    GPUs it occupies are free (``Slots``). The outcomes, in the order of ``runs``."""
+    from autorl.trial.slots import Slots
+
+    backend = get_backend(runs[0].recipe.backend)
+    backend.prepare(runs[0].recipe, ws.cache, ws.runs / "prepare")
+    slots = Slots(parallel, None)
     try:
-        spec = TrialSpec(attempt=name, recipe=recipe, worktree=wt, run_dir=ws.runs / name, cache_dir=ws.cache, seed=seed)
-        return follow(watch_run(launch(get_backend(recipe.backend), spec), recipe))
+        return _pool(ws, backend, slots, runs, on_end)
     finally:
+        backend.close()
+        slots.close()
+
+
+def _pool(ws, backend: Backend, slots, runs: list[DetachedRun], on_end) -> list[Outcome]:
+    outcomes: list[Outcome | None] = [None] * len(runs)
+    waiting, active = list(range(len(runs))), {}  # slot -> (index, Watch, worktree)
+    try:
+        while waiting or active:
+            for slot, (i, w, _wt) in list(active.items()):
+                if (out := w.step()) is not None:
+                    outcomes[i] = out
+                    _end_detached(ws, slots, slot, active)
+                    on_end(runs[i], out)
+            free = [k for k in range(slots.n) if k not in active]
+            while waiting and free and slots.fits(need := backend.gpus_per_run(runs[waiting[0]].recipe)):
+                slot, i = free.pop(0), waiting.pop(0)
+                active[slot] = (i, *_start_detached(ws, backend, slots, slot, runs[i]))
+                slots.hold(slot, need)
+            time.sleep(0.1)
+    finally:
+        for slot, (_i, w, _wt) in list(active.items()):  # interrupted: nothing left running
+            w.handle.cancel()
+            _end_detached(ws, slots, slot, active)
+    return outcomes
+
+
+def _start_detached(ws, backend: Backend, slots, slot: int, run: DetachedRun) -> tuple[Watch, Path]:
+    wt = ws.worktrees / run.name
+    gitops.remove_worktree(ws.root, wt)
+    gitops.add_detached_worktree(ws.root, wt, run.rev)
+    spec = TrialSpec(attempt=run.name, recipe=run.recipe, worktree=wt, run_dir=ws.runs / run.name,
+                     cache_dir=ws.cache, seed=run.seed)
+    try:
+        handle = launch(backend, spec, start=lambda plan: slots.start(backend, plan),
+                        assign=lambda plan: slots.assign(plan, slot, run.recipe, backend.runs_on_ray))
+    except BaseException:
         gitops.remove_worktree(ws.root, wt)
+        raise
+    return watch_run(handle, run.recipe), wt
+
+
+def _end_detached(ws, slots, slot: int, active: dict) -> None:
+    _i, _w, wt = active.pop(slot)
+    slots.release(slot)
+    gitops.remove_worktree(ws.root, wt)
 
 
 # ---- 5. close ----------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@
    recipe it builds on already gained), and say why; an unconfirmed candidate only
    with ``--force``;
 2. re-validate: the trial's recipe and the baseline's, each run with R fresh
-   seeds on the full eval set; continue only if the paired test still says
+   seeds on the full eval set (``--parallel N`` of those runs at once, on the GPUs
+   they fit, one backend prepared for them all as a study's is); continue only if the paired test still says
    *improved* (``--force`` overrides, and the ledger says so). Short trials
    favour fast learners; this guards against that. A trial the hack gate made
    ``suspect`` at confirmation is refused before anything runs, and the gate runs
@@ -36,9 +37,8 @@ from autorl.backends.base import get_backend
 from autorl.errors import AutorlError, NotFoundError, UserError
 from autorl.judge import gains, hackgate, verdict
 from autorl.judge.evidence import objective_value, runs_of
-from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe, load_recipe, set_train_values
-from autorl.trial.lifecycle import open_attempt, run_detached
+from autorl.trial.lifecycle import DetachedRun, open_attempt, run_detached
 
 
 class PromotionRefused(AutorlError):
@@ -84,16 +84,20 @@ def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
         return load_recipe(path), text, rel
 
 
-def revalidate(ws, ledger, row: dict, repeats: int, view=print
+def revalidate(ws, ledger, row: dict, repeats: int, view=print, parallel: int = 1
                ) -> tuple[verdict.Verdict, hackgate.GateResult | None]:
-    """Re-run the trial and the baseline with ``repeats`` fresh seeds each; the paired verdict, and the hack gate
-    on those runs (None when the recipe turns it off)."""
+    """Re-run the trial and the baseline with ``repeats`` fresh seeds each, up to ``parallel`` runs at once (a trial's
+    run beside the baseline's of the same seed); the paired verdict, and the hack gate on those runs (None when the
+    recipe turns it off)."""
     base_row = ledger.baselines(row["study_id"])[0]
     trial, _, _ = trial_recipe(ws, ledger, row)
     base, _, _ = trial_recipe(ws, ledger, base_row)
-    seeds = [10_000 + 7 * i for i in range(repeats)]
-    t_runs = [_run_once(ws, trial, row["start_tag"], s, f"revalidate-{row['number']:02d}-trial-s{s}", view) for s in seeds]
-    b_runs = [_run_once(ws, base, base_row["start_tag"], s, f"revalidate-{row['number']:02d}-base-s{s}", view) for s in seeds]
+    runs = []
+    for s in (10_000 + 7 * i for i in range(repeats)):
+        runs.append(DetachedRun(trial, row["start_tag"], f"revalidate-{row['number']:02d}-trial-s{s}", s))
+        runs.append(DetachedRun(base, base_row["start_tag"], f"revalidate-{row['number']:02d}-base-s{s}", s))
+    outs = run_detached(ws, runs, parallel, on_end=lambda run, out: view(_ended(run, out)))
+    t_runs, b_runs = [o.metrics for o in outs[0::2]], [o.metrics for o in outs[1::2]]
     fresh, parent = runs_of(t_runs, trial), runs_of(b_runs, trial)  # one objective on both sides: the trial's
     if fresh is None or parent is None:
         side = "the trial's" if fresh is None else "the baseline's"
@@ -103,12 +107,9 @@ def revalidate(ws, ledger, row: dict, repeats: int, view=print
     return verdict.judge(fresh, parent, trial.verdict, trial.objective.direction), gate
 
 
-def _run_once(ws, recipe: Recipe, rev: str, seed: int, name: str, view) -> RunMetrics:
-    """One run of ``recipe`` at commit ``rev`` with ``seed`` (the trials' own timeout applies)."""
-    out = run_detached(ws, recipe, rev, name, seed)
-    value = objective_value(out.metrics, recipe)
-    view(f"  {name}: {out.status}" + (f", objective {value:.4f}" if value is not None else ", no objective"))
-    return out.metrics
+def _ended(run: DetachedRun, out) -> str:
+    value = objective_value(out.metrics, run.recipe)
+    return f"  {run.name}: {out.status}" + (f", objective {value:.4f}" if value is not None else ", no objective")
 
 
 def full_values(recipe: Recipe, steps: int | None, episodes: int | None) -> dict[str, Any]:
@@ -118,7 +119,8 @@ def full_values(recipe: Recipe, steps: int | None, episodes: int | None) -> dict
 
 
 def promote(ws, ledger, number: int | None, *, steps: int | None = None, episodes: int | None = None,
-            repeats: int = 2, dry_run: bool = False, force: bool = False, view=print) -> dict[str, Any]:
+            repeats: int = 2, parallel: int = 1, dry_run: bool = False, force: bool = False, view=print
+            ) -> dict[str, Any]:
     """Re-validate trial NN (or the best), then commit and launch its full run detached."""
     row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger, force=force)
     if row.get("kind") != "trial" or row.get("status") != "complete":
@@ -131,7 +133,7 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
     full = recipe.with_train(**values)
     if dry_run:
         return {"attempt": row["attempt"], "why": why, "full_values": values, "train": full.train}
-    check, gate = revalidate(ws, ledger, row, repeats, view)
+    check, gate = revalidate(ws, ledger, row, repeats, view, parallel)
     view(f"re-validation against the baseline: {check.verdict}, {check.delta:+.3f} "
          f"({verdict.pct(check.level)} interval [{check.ci_low:+.3f}, {check.ci_high:+.3f}])")
     if gate is not None:
