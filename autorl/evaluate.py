@@ -248,6 +248,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     special=args.special)
     task_judge = None if args.reward == "builtin:exact_match" else make_judge("builtin:exact_match")
     record = evaluate(generate, splits, make_judge(args.reward), args.k, args.temperature, args.step, task_judge)
+    record["checkpoint"] = str(model_dir.resolve())  # what was read: a full run keeps it as its best weights
     write_records([record], args.metrics_out)
     return {**record, "engine": engine}
 

@@ -51,6 +51,7 @@ def test_cli_on_a_real_checkpoint(tmp_path):
     assert rc == 0 and rec["type"] == "eval" and rec["step"] == 4
     assert len(rec["eval/id/items"]) == 32 and len(rec["eval/ood/items"]) == 32
     assert "eval/ood/sampling_pass@2" in rec
+    assert rec["checkpoint"] == str((root / "model").resolve())  # what a full run keeps as its weights
 
 
 def test_probe_prompts_are_encoded_as_the_rollouts_encode_them(tmp_path):

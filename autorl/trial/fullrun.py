@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from autorl.judge import verdict
@@ -59,7 +60,8 @@ def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
     backend.prepare(recipe, ws.cache, a.run_dir / "prepare")  # as a study's: its Ray head, the shared caches
     try:
         handle = launch(backend, spec)
-        ledger.update_trial(a.row_id, pid=handle.pid)
+        if handle.pid is not None:  # a Ray job has none: the row keeps the monitor's, which `status` checks
+            ledger.update_trial(a.row_id, pid=handle.pid)
         out = follow(watch_run(handle, recipe, timeout_s=float("inf"), on_records=on_records))
     finally:
         backend.close()
@@ -85,9 +87,13 @@ def _record(ws, ledger, a: Attempt, recipe, out) -> dict[str, Any]:
 
 
 def _checkpoint(m: RunMetrics, step, value, metric: str) -> dict[str, Any]:
-    """The best eval, with the path of its saved weights when the backend saved them for that step."""
+    """The best eval, with the path of its saved weights: the ones the backend kept for that step, else the checkpoint
+    that eval read (``autorl.evaluate`` names it in its record: a full run's saved model), when it is still there."""
     saved = (m.summary or {}).get("best_checkpoint") or {}
     path = saved.get("path") if saved.get("step") == step and saved.get("metric") == metric else None
+    if path is None:
+        read = next((e.get("checkpoint") for e in m.evals if e.get("step") == step and e.get(metric) == value), None)
+        path = read if read and Path(read).exists() else None
     return {"step": step, "value": value, "metric": metric, "weights": path}
 
 
