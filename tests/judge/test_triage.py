@@ -22,7 +22,10 @@ CASES = [
     ("cuda_oom_trl.log", 1, None, None, "cuda_oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB"),
     ("cuda_oom_nccl_wrapped.log", 1, None, None, "cuda_oom", "Cuda failure 'out of memory'"),
     ("ray_nested_cuda_oom.log", 1, None, None, "cuda_oom", "Tried to allocate 9.27 GiB"),
-    ("vllm_kv_cache.log", 1, None, None, "cuda_oom", "No available memory for the cache blocks"),
+    # OpenRLHF starts vLLM before the actor: no KV room then is the model and its share, or neighbours, never the
+    # trial's batch sizes (halving them cannot help): retried unchanged, the remedy naming both
+    ("vllm_kv_cache.log", 1, None, None, "shared_gpu", "No available memory for the cache blocks"),
+    ("kv_cache_no_room_packed.log", 1, None, None, "shared_gpu", "No available memory for the cache blocks"),  # real
     ("ray_host_oom.log", 1, None, None, "host_oom", "ray.exceptions.OutOfMemoryError: Task was killed"),
     ("host_oom_killed.log", 137, None, None, "host_oom", "Killed"),
     ("nan_deepspeed_fp16.log", 1, None, None, "nan_divergence", "Current loss scale already at minimum"),
@@ -232,6 +235,21 @@ def test_a_full_card_at_vllm_start_is_the_neighbours_in_openrlhf_and_the_setting
     assert (tail_only.engine, tail_only.category) == ("openrlhf", "shared_gpu")
     assert alone.category == "cuda_oom"
     assert crash_action("shared_gpu") == "retry_once" and crash_action("cuda_oom") == "retry_reduced"
+
+
+KV_NO_ROOM = ("(EngineCore pid=10355) ERROR 11-28 00:28:17 [core.py:1165] ValueError: No available memory for the cache "
+              "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.")
+
+
+def test_no_kv_cache_room_at_vllm_start_is_not_the_trials_batch_in_openrlhf_and_an_oom_elsewhere():
+    """Four packed trials starting on one H200 left a 34 M model no KV room: in OpenRLHF (vLLM first) retried
+    unchanged with a remedy naming the vLLM share; where a trainer shares vLLM's process or card, an OOM."""
+    openrlhf = classify("(RolloutRayActor pid=8478) " + KV_NO_ROOM, exit_code=1)
+    assert (openrlhf.engine, openrlhf.category) == ("openrlhf", "shared_gpu")
+    assert "vllm_gpu_memory_utilization" in openrlhf.remedy
+    trl = classify("INFO grpo_trainer.py:88: colocate mode: policy trainer and vLLM share cuda:0\n" + KV_NO_ROOM,
+                   exit_code=1)
+    assert trl.category == "cuda_oom"
 
 
 def test_triage_does_not_import_heavy_frameworks():
