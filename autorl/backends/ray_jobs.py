@@ -452,15 +452,19 @@ class LocalRayNode:
 
 
 def _start_ray(argv: list[str], log_path: Path, visible_gpus: list[str] | None) -> subprocess.Popen:
-    """``ray start ... --block`` in its own process group, its output in ``log_path``; on Linux it is sent SIGTERM
-    when the process that started it dies (``kill -9`` of a controller left its private head, the head's GCS,
-    raylet and dashboard, running for good; ``ray start --block`` stops them all on SIGTERM)."""
+    """``ray start ... --block`` in its own process group, its output in ``log_path``. On Linux it runs under
+    ``autorl.backends.groupguard``, which is sent SIGTERM when the process that started it dies and then takes the
+    whole group down, SIGKILL after a grace period (``kill -9`` of a controller left its private head, the head's
+    GCS, raylet and dashboard, running for good; on SIGTERM alone, Ray 2.55's ``ray start`` and GCS stayed)."""
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     if visible_gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_gpus)
+    guard = _die_with_parent()
+    if guard is not None:
+        argv = [sys.executable, "-I", str(Path(__file__).with_name("groupguard.py")), "--", *argv]  # stdlib only
     with open(log_path, "ab") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=_die_with_parent())
+                                start_new_session=True, preexec_fn=guard)
 
 
 def _die_with_parent() -> Callable[[], None] | None:
