@@ -23,10 +23,15 @@ RUN = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "small"
 LOGS = Path(__file__).resolve().parents[2] / "data" / "logs"
 
 
-def _rows(name: str) -> list[dict]:
-    conn = sqlite3.connect(f"file:{RUN / name}?mode=ro", uri=True)
+def ledger_rows(path: Path) -> list[dict]:
+    """A ledger's trials in order, read-only (the files in tests/data stay as the GPU host wrote them)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     conn.row_factory = sqlite3.Row
     return [dict(r) for r in conn.execute("SELECT * FROM autorl_trials ORDER BY number")]
+
+
+def _rows(name: str) -> list[dict]:
+    return ledger_rows(RUN / name)
 
 
 def _samples(start: str, end: str) -> _GpuSampler:
