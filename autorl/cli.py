@@ -280,7 +280,7 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
 @click.option("--episodes", type=click.IntRange(min=1), help="Full-run episodes (OpenRLHF).")
 @click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True, help="Fresh seeds for re-validation.")
 @click.option("--parallel", type=click.IntRange(min=1, max=1024), default=1, show_default=True,
-              help="Re-validation runs at once (each on GPUs of its own, as `run --parallel`).")
+              help="Re-validation runs at once, placed on the GPUs as `run --parallel` places trials.")
 @click.option("--dry-run", is_flag=True, help="Show what would be promoted and with which values; run nothing.")
 @click.option("--force", is_flag=True, help="Promote even if re-validation does not confirm the gain (recorded).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

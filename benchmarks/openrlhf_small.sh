@@ -118,7 +118,7 @@ PY
 }
 gpu_apps() {  # GPU processes on the cards $1 (default: all), and the Ray heads on the host with the cards each was given
   echo "GPU processes${1:+ on cards $1}: $(nvidia-smi ${1:+-i "$1"} --query-compute-apps=pid,used_memory --format=csv,noheader | wc -l)"
-  local heads=""; for p in $(pgrep -f "ray start --head"); do
+  local heads=""; for p in $(pgrep -f "^[^ ]+ [^ ]*/ray start --head"); do  # `ray start` itself: not its guard, not a shell
     heads+="$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^CUDA_VISIBLE_DEVICES=//p' | head -1)|"; done
   echo "Ray heads on the host, by their cards: ${heads:-none}"
 }
