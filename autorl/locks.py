@@ -11,7 +11,8 @@ mounts) taking a lock is one line that says so.
   done, then ``release()`` it;
 - ``waiting(path, timeout_s)``: a context manager that waits for the lock (the short steps: creating a ledger
   and Optuna's tables, numbering an attempt);
-- ``holder(path)``: who holds the lock now (None when nobody does), without taking it.
+- ``holder(path)``: who holds the lock now (None when nobody does), without taking it; ``Lock.say(what)`` updates
+  what the holder says it is doing (promote's progress, read by ``autorl status``).
 """
 
 from __future__ import annotations
@@ -40,8 +41,13 @@ class Busy(Exception):
 class Lock:
     """A held lock; ``release()`` it (or let the process end)."""
 
-    def __init__(self, path: Path, fd: int):
-        self.path, self.fd = path, fd
+    def __init__(self, path: Path, fd: int, since: float | None = None):
+        self.path, self.fd, self.since = path, fd, since
+
+    def say(self, what: str) -> None:
+        """Rewrite what the holder is doing (``holder`` reads it), keeping since when it holds the lock."""
+        if self.fd >= 0:
+            _write_holder(self.fd, what, self.since)
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -55,8 +61,9 @@ def hold(path: Path, what: str, tries: int = 5) -> Lock:
     fd = _open(path)
     for attempt in range(tries):
         if _try(fd, path):
-            _write_holder(fd, what)
-            return Lock(path, fd)
+            since = time.time()
+            _write_holder(fd, what, since)
+            return Lock(path, fd, since)
         time.sleep(0.1 if attempt < tries - 1 else 0)
     who = _read_holder(path)
     os.close(fd)
@@ -128,8 +135,8 @@ def _try(fd: int, path: Path) -> bool:
     return True
 
 
-def _write_holder(fd: int, what: str) -> None:
-    text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "what": what})
+def _write_holder(fd: int, what: str, since: float | None = None) -> None:
+    text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since or time.time(), "what": what})
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, text.encode(), 0)

@@ -98,14 +98,17 @@ class Workspace:
         key = hashlib.sha1(f"{self.ledger_path.resolve()}\0{name}".encode()).hexdigest()[:12]
         return self.locks / f"study-{gitops.slugify(name, 40)}-{key}.lock"
 
-    def lock_study(self, name: str) -> locks.Lock:
-        """Hold study ``name``'s lock for the controller's life; another live controller of it is one line."""
+    def _lock_dir(self) -> None:
         self.check_run_dir()
         try:
             self.locks.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise WorkspaceError(f"cannot make {short(self.locks, 200)} ({exc.strerror}): check that the workspace is "
                                  "writable") from None
+
+    def lock_study(self, name: str) -> locks.Lock:
+        """Hold study ``name``'s lock for the controller's life; another live controller of it is one line."""
+        self._lock_dir()
         try:
             return locks.hold(self.study_lock_path(name), f"study {name}")
         except locks.Busy as exc:
@@ -116,6 +119,24 @@ class Workspace:
     def study_holder(self, name: str) -> dict | None:
         """Who runs study ``name`` now ({pid, host, since}), or None when no controller does."""
         return locks.holder(self.study_lock_path(name))
+
+    @property
+    def promote_lock_path(self) -> Path:
+        return self.locks / "promote.lock"
+
+    def lock_promote(self, what: str) -> locks.Lock:
+        """Hold the workspace's promote lock while re-validating: two at once would share run names and worktrees."""
+        self._lock_dir()
+        try:
+            return locks.hold(self.promote_lock_path, what)
+        except locks.Busy as exc:
+            raise StudyBusyError(f"another `autorl promote` runs in this workspace ({locks.describe(exc.holder)}: "
+                                 f"{short(str((exc.holder or {}).get('what', '')), 120)}); wait for it to end "
+                                 "(`autorl status` shows it)") from None
+
+    def promote_holder(self) -> dict | None:
+        """The promote re-validating now ({pid, host, since, what}), or None."""
+        return locks.holder(self.promote_lock_path)
 
     def rel(self, path: Path) -> str:
         return str(path.resolve().relative_to(self.root))

@@ -450,7 +450,10 @@ def status_rows(ledger, ws=None) -> dict[str, Any]:
     studies = ledger.studies(limit=5)
     full = [{k: r.get(k) for k in ("attempt", "status", "objective", "reason", "promoted_from", "end_tag")}
             for r in ledger.trials(kind="full")]
-    return {"studies": [_study_status(s, ws) for s in studies], "running": running, "full_runs": full}
+    out = {"studies": [_study_status(s, ws) for s in studies], "running": running, "full_runs": full}
+    if ws is not None and (promoting := ws.promote_holder()) is not None:
+        out["promote"] = promoting  # {pid, host, since, what}: a promote re-validating now
+    return out
 
 
 def _study_status(s: dict, ws) -> dict[str, Any]:
@@ -488,9 +491,13 @@ def format_status(d: dict, width: int = 88) -> str:
         ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items()
                        if k.startswith("eval/") and isinstance(v, (int, float)))
         lines.append(f"running {r['attempt']} ({r['kind']}): step {r['step']} {ev} {'alive' if r['alive'] else 'NOT RUNNING'}")
+    if d.get("promote"):
+        from autorl.locks import describe
+
+        lines.append(f"{d['promote'].get('what') or 'promote'} ({describe(d['promote'])})")
     for x in ([] if f else d["full_runs"]):
         lines.append(f"full run {x['attempt']} from {x['promoted_from']:02d}: {x['status']} {x.get('reason') or ''}")
-    if not d["running"]:
+    if not d["running"] and not d.get("promote"):
         lines.append("nothing running")
     return "\n".join(lines).strip()
 

@@ -84,19 +84,27 @@ def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
         return load_recipe(path), text, rel
 
 
-def revalidate(ws, ledger, row: dict, repeats: int, view=print, parallel: int = 1
+def revalidate(ws, ledger, row: dict, repeats: int, view=print, parallel: int = 1, say=lambda _what: None
                ) -> tuple[verdict.Verdict, hackgate.GateResult | None]:
     """Re-run the trial and the baseline with ``repeats`` fresh seeds each, up to ``parallel`` runs at once (a trial's
     run beside the baseline's of the same seed); the paired verdict, and the hack gate on those runs (None when the
-    recipe turns it off)."""
+    recipe turns it off). Each run's end is shown, put in the ledger as an event and ``say``-d (the promote lock's
+    note, which `autorl status` reads)."""
     base_row = ledger.baselines(row["study_id"])[0]
     trial, _, _ = trial_recipe(ws, ledger, row)
     base, _, _ = trial_recipe(ws, ledger, base_row)
-    runs = []
-    for s in (10_000 + 7 * i for i in range(repeats)):
-        runs.append(DetachedRun(trial, row["start_tag"], f"revalidate-{row['number']:02d}-trial-s{s}", s))
-        runs.append(DetachedRun(base, base_row["start_tag"], f"revalidate-{row['number']:02d}-base-s{s}", s))
-    outs = run_detached(ws, runs, parallel, on_end=lambda run, out: view(_ended(run, out)))
+    runs = [DetachedRun(recipe, rev, f"revalidate-{row['number']:02d}-{side}-s{s}", s)
+            for s in (10_000 + 7 * i for i in range(repeats))
+            for side, recipe, rev in (("trial", trial, row["start_tag"]), ("base", base, base_row["start_tag"]))]
+    ended: list[str] = []
+
+    def on_end(run: DetachedRun, out) -> None:
+        ended.append(_ended(run, out))
+        view(ended[-1])
+        ledger.event(row["study_id"], row["id"], "revalidation-run", ended[-1].strip())
+        say(f"promote of {row['attempt']}: re-validating, {len(ended)} of {len(runs)} runs ended")
+
+    outs = run_detached(ws, runs, parallel, on_end=on_end)
     t_runs, b_runs = [o.metrics for o in outs[0::2]], [o.metrics for o in outs[1::2]]
     fresh, parent = runs_of(t_runs, trial), runs_of(b_runs, trial)  # one objective on both sides: the trial's
     if fresh is None or parent is None:
@@ -133,16 +141,21 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
     full = recipe.with_train(**values)
     if dry_run:
         return {"attempt": row["attempt"], "why": why, "full_values": values, "train": full.train}
-    check, gate = revalidate(ws, ledger, row, repeats, view, parallel)
-    view(f"re-validation against the baseline: {check.verdict}, {check.delta:+.3f} "
-         f"({verdict.pct(check.level)} interval [{check.ci_low:+.3f}, {check.ci_high:+.3f}])")
-    if gate is not None:
-        view(f"re-validation {gate.line()}")
-    refuse_suspect(ledger, row, gate, force, "on the re-validation runs")
-    if check.verdict != "improved" and not force:
-        ledger.event(row["study_id"], row["id"], "promote-refused", check.explanation)
-        raise PromotionRefused(f"{row['attempt']} no longer beats the baseline ({check.explanation}); use --force to promote anyway")
-    return _launch_full(ws, ledger, row, text, rel, values, why, check, force, evidence(_recorded_gate(row), gate))
+    lock = ws.lock_promote(f"promote of {row['attempt']}: re-validating, {2 * repeats} runs, {parallel} at once")
+    try:
+        check, gate = revalidate(ws, ledger, row, repeats, view, parallel, say=lock.say)
+        view(f"re-validation against the baseline: {check.verdict}, {check.delta:+.3f} "
+             f"({verdict.pct(check.level)} interval [{check.ci_low:+.3f}, {check.ci_high:+.3f}])")
+        if gate is not None:
+            view(f"re-validation {gate.line()}")
+        refuse_suspect(ledger, row, gate, force, "on the re-validation runs")
+        if check.verdict != "improved" and not force:
+            ledger.event(row["study_id"], row["id"], "promote-refused", check.explanation)
+            raise PromotionRefused(f"{row['attempt']} no longer beats the baseline ({check.explanation}); use --force "
+                                   "to promote anyway")
+        return _launch_full(ws, ledger, row, text, rel, values, why, check, force, evidence(_recorded_gate(row), gate))
+    finally:
+        lock.release()
 
 
 def evidence(recorded: hackgate.GateResult | None, fresh: hackgate.GateResult | None) -> hackgate.GateResult | None:
