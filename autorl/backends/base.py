@@ -207,6 +207,12 @@ class Backend:
         """The per-item evaluation run after training; the default: the training run evaluates itself."""
         return None
 
+    def checkpoint_glob(self, spec: TrialSpec) -> str | None:
+        """A glob of the checkpoint folders the run saves as it trains (a folder's step: the last number in its
+        name), which a promoted full run evaluates with ``eval_plan``'s evaluator as they appear, so its OOD early
+        stop has evals to watch and its best checkpoint is kept; the default: none (the run evaluates itself)."""
+        return None
+
     def close(self) -> None:
         """Release what the backend holds across trials; the default holds nothing."""
 

@@ -46,7 +46,7 @@ from autorl.evaluate import ProbeSettings, eval_argv
 PROVIDED_KEYS = ("run_dir", "seed", "cache_dir", "attempt", "worktree")
 
 _STRUCTURAL = ("argv", "shell", "env", "cwd", "metrics", "metrics_format", "metric_map", "checkpoint",
-               "checkpoint_base", *ProbeSettings.model_fields)
+               "checkpoint_base", "checkpoints", *ProbeSettings.model_fields)
 
 
 class CommandParams(ProbeSettings):
@@ -73,6 +73,10 @@ class CommandParams(ProbeSettings):
     checkpoint_base: str | None = Field(None, description=(
         "Base model of a LoRA adapter checkpoint, a path relative to cwd or a hub name (template); default: "
         "the adapter's own record of it."))
+    checkpoints: str | None = Field(None, description=(
+        "A glob of the Hugging Face checkpoint folders the script saves as it trains, relative to cwd (template; "
+        "e.g. '{run_dir}/out/checkpoint-*', the step being the last number of a folder's name). With probe sets, "
+        "a promoted full run evaluates each as it appears: its OOD early stop watches them and the best is kept."))
 
     @model_validator(mode="after")
     def _check(self) -> "CommandParams":
@@ -99,7 +103,7 @@ class CommandParams(ProbeSettings):
     def templates(self) -> list[str]:
         """Every string that is filled in: argv, env values, the metrics path and the checkpoint paths."""
         argv = [self.argv] if isinstance(self.argv, str) else list(self.argv)
-        paths = [t for t in (self.checkpoint, self.checkpoint_base) if t]
+        paths = [t for t in (self.checkpoint, self.checkpoint_base, self.checkpoints) if t]
         return argv + list(self.env.values()) + [self.metrics] + paths
 
 
@@ -196,6 +200,14 @@ class CommandBackend(Backend):
             problem = _probe_problem(Path(root), path)
             if problem:
                 raise RecipeError(f"train.probe_{name}: {path} {problem}")
+
+    def checkpoint_glob(self, spec: TrialSpec) -> str | None:
+        """The recipe's ``checkpoints`` glob, filled in and absolute; None without it or without probe sets."""
+        params = spec.recipe.params
+        if not (params.checkpoints and params.probe_splits()):
+            return None
+        values = {**params.values(), **_provided(spec, params, Path(spec.run_dir).resolve())}
+        return str((Path(spec.worktree) / params.cwd).resolve() / render(params.checkpoints, values))
 
     def eval_plan(self, spec: TrialSpec) -> LaunchPlan | None:
         """``python -m autorl.evaluate`` on ``checkpoint`` after the command exits 0; None without checkpoint

@@ -4,9 +4,12 @@ Launched by ``autorl promote`` in its own session so the user can log out. It
 runs the full-run recipe on its backend, follows the eval protocol of seed 004
 §7/§9 — greedy pass@1 on the ID and OOD probes at every eval, early stop when
 the OOD value stays below its best beyond the eval's noise (autorl.judge.earlystop),
-the best eval (step, value, and the weights the embedded engine saved) recorded as
-the checkpoint to keep, train/eval divergence flagged — and records
-everything in the ledger, the results commit and tag ``attempt-MM-end``.
+the best eval (step, value, and the weights the embedded engine saved, or the
+checkpoint folder that eval read) recorded as the checkpoint to keep, train/eval
+divergence flagged — and records everything in the ledger, the results commit and
+tag ``attempt-MM-end``. A backend that saves checkpoints as it trains
+(``Backend.checkpoint_glob``) has each evaluated as it appears
+(``autorl.trial.ckpt_evals``), so the early stop has evals to watch.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from autorl.backends.base import TrialSpec, get_backend, planned_steps
 from autorl.ledger import Ledger
 from autorl.metrics import RunMetrics
 from autorl.recipe import load_recipe
+from autorl.trial.ckpt_evals import CheckpointEvals
 from autorl.trial.lifecycle import Attempt, close_attempt, follow, launch, watch_run
 from autorl.trial.watch import Stop
 from autorl.workspace import Workspace
@@ -52,6 +56,7 @@ def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
     recipe = load_recipe(a.worktree / study["recipe_path"])
     spec = TrialSpec(attempt=a.name, recipe=recipe, worktree=a.worktree, run_dir=a.run_dir, cache_dir=ws.cache)
     backend = get_backend(recipe.backend)
+    evals = checkpoint_evals(backend, spec)
 
     def on_records(records: list[dict], m: RunMetrics) -> Stop | None:
         ledger.add_metrics(a.row_id, records)
@@ -62,10 +67,44 @@ def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
         handle = launch(backend, spec)
         if handle.pid is not None:  # a Ray job has none: the row keeps the monitor's, which `status` checks
             ledger.update_trial(a.row_id, pid=handle.pid)
-        out = follow(watch_run(handle, recipe, timeout_s=float("inf"), on_records=on_records))
+        watch = watch_run(handle, recipe, timeout_s=float("inf"), on_records=on_records)
+        if evals is not None:  # the checkpoints' evals reach the OOD stop as the run's own records do
+            watch.external = lambda: _feed(watch, evals.poll(), on_records)
+        out = follow(watch)
+        if evals is not None and out.status == "complete":
+            _drain(evals, out, lambda records: ledger.add_metrics(a.row_id, records))
     finally:
+        if evals is not None:
+            evals.cancel()
         backend.close()
     return _record(ws, ledger, a, recipe, out)
+
+
+def checkpoint_evals(backend, spec: TrialSpec) -> CheckpointEvals | None:
+    """The evaluator of the checkpoints the run saves as it trains (``autorl.trial.ckpt_evals``); None when the
+    backend saves none or evaluates the run itself."""
+    pattern, plan = backend.checkpoint_glob(spec), backend.eval_plan(spec)
+    if not pattern or plan is None:
+        return None
+    return CheckpointEvals(pattern, plan, planned_steps(spec.recipe), Path(spec.run_dir) / "ckpt-evals")
+
+
+def _feed(watch, records: list[dict], on_records) -> Stop | None:
+    if not records:
+        return None
+    watch.metrics.extend(records)
+    return on_records(records, watch.metrics)
+
+
+def _drain(evals: CheckpointEvals, out, add, limit_s: float = 1800.0) -> None:
+    """Evaluate the checkpoints left when the run ended (its final model has had its own eval)."""
+    deadline = time.time() + limit_s
+    while evals.busy(run_ended=True) and time.time() < deadline:
+        records = evals.poll(run_ended=True)
+        if records:
+            add(records)
+            out.metrics.extend(records)
+        time.sleep(0.2)
 
 
 def _record(ws, ledger, a: Attempt, recipe, out) -> dict[str, Any]:

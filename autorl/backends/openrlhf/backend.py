@@ -17,6 +17,7 @@ import atexit
 import sys
 from importlib import metadata
 from pathlib import Path
+
 from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
 from autorl.backends.openrlhf import caches
 from autorl.backends.openrlhf.flags import FLAG_BY_FIELD, to_args
@@ -144,6 +145,15 @@ class OpenRLHFBackend(Backend):
                           log_path=str(run_dir / "train.log"),  # appended: triage reads one log
                           metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)
 
+    def checkpoint_glob(self, spec: TrialSpec) -> str | None:
+        """OpenRLHF 0.10's Hugging Face checkpoints (``<ckpt.path>/global_step<N>_hf``, written every
+        ``save_steps`` with ``save_hf_ckpt``: a recipe's ``full`` block turns them on); None without them or without
+        probe sets. Their evaluator runs beside the training job on its GPUs (its vLLM share 0.3, else HF)."""
+        params = trial_params(spec)
+        if not (params.save_hf_ckpt and (params.save_steps or 0) > 0 and params.probe_splits()):
+            return None
+        return str(Path(spec.worktree, params.ckpt_path).resolve() / "global_step*_hf")
+
     def gpus_per_run(self, recipe) -> float:
         """The recipe's ``gpus_per_trial`` when it packs trials on shared GPUs, else its layout's GPUs (actor,
         reference and vLLM engines; the largest of them when colocated)."""
@@ -241,6 +251,8 @@ def trial_params(spec: TrialSpec) -> OpenRLHFParams:
     update = {"seed": spec.seed} if spec.seed is not None else {}
     if params.save_path is None:
         update["save_path"] = str(Path(spec.run_dir).resolve() / FINAL_MODEL)
+    if params.save_hf_ckpt and params.ckpt_path is None:  # the job runs in an upload: a relative path is lost there
+        update["ckpt_path"] = str(Path(spec.run_dir).resolve() / "ckpt")
     return params.model_copy(update=update)
 
 

@@ -127,3 +127,30 @@ def test_prepare_starts_the_study_head_and_evaluator_outside_any_trial(tmp_path,
         for server in forked._SERVERS.values():
             server.close()
     assert backend._head is None
+
+
+def test_hf_checkpoints_a_full_run_evaluates_land_in_the_run_folder(tmp_path):
+    """With `save_hf_ckpt` (a recipe's full block) OpenRLHF 0.10 writes `<ckpt.path>/global_step<N>_hf` every
+    save_steps; the path is the run folder's (the job runs in an upload, where a relative one would be lost), and
+    the full run's checkpoint evaluator retargets the trial's own eval plan at each one."""
+    from autorl.trial.ckpt_evals import retarget, saved
+
+    recipe = load_recipe(Path("autorl/data/recipes/openrlhf-tiny.yaml")).with_train(openrlhf_version="0.10.4")
+    spec = TrialSpec(attempt="attempt-05-full-x", recipe=recipe.with_train(save_steps=2, save_hf_ckpt=True,
+                                                                            disable_ds_ckpt=True),
+                     worktree=tmp_path, run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
+    backend = OpenRLHFBackend()
+    argv = backend.plan(spec).argv
+    ckpt = str((tmp_path / "run" / "ckpt").resolve())
+    assert argv[argv.index("--ckpt.path") + 1] == ckpt and argv[argv.index("--ckpt.save_steps") + 1] == "2"
+    assert "--ckpt.save_hf" in argv and "--ckpt.disable_ds" in argv
+    assert backend.checkpoint_glob(spec) == ckpt + "/global_step*_hf"
+    for step in (4, 2):
+        (Path(ckpt) / f"global_step{step}_hf").mkdir(parents=True)
+    (Path(ckpt) / "_actor").mkdir()  # DeepSpeed's own folder is no HF checkpoint
+    found = saved(backend.checkpoint_glob(spec))
+    assert [(s, p.name) for s, p in found] == [(2, "global_step2_hf"), (4, "global_step4_hf")]
+    ev = retarget(backend.eval_plan(spec), found[0][1], 2, tmp_path / "e.jsonl", tmp_path / "e.log")
+    assert ev.argv[ev.argv.index("--model") + 1] == str(found[0][1]) and ev.argv[ev.argv.index("--step") + 1] == "2"
+    assert ev.metrics_path == str(tmp_path / "e.jsonl")
+    assert OpenRLHFBackend().checkpoint_glob(spec.model_copy(update={"recipe": recipe})) is None  # none saved
