@@ -105,6 +105,7 @@ def _drain(evals: CheckpointEvals, out, add, limit_s: float = 1800.0) -> None:
             add(records)
             out.metrics.extend(records)
         time.sleep(0.2)
+    out.metrics.evals.sort(key=lambda e: e.get("step") or 0)  # by step again, for the flags that read a trend
 
 
 def _record(ws, ledger, a: Attempt, recipe, out) -> dict[str, Any]:
