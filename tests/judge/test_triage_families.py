@@ -19,6 +19,8 @@ CASES: dict[str, tuple[str, int | None]] = {
     "shared_gpu_profiling": ("AssertionError: Error in memory profiling. Initial free memory 133.71 GiB, current free "
                              "memory 135.95 GiB. This happens when other processes sharing the same container release "
                              "GPU memory while vLLM is profiling during initialization.", 1),
+    "kv_cache_no_room_at_vllm_start": ("ValueError: No available memory for the cache blocks. Try increasing "
+                                       "`gpu_memory_utilization` when initializing the engine.", 1),
     "card_occupied_at_vllm_start": ("ValueError: Free memory on device cuda:0 (3.67/139.8 GiB) on startup is less than "
                                     "desired GPU memory utilization (0.15, 20.97 GiB). Decrease GPU memory utilization "
                                     "or reduce GPU memory used by other processes.", 1),
