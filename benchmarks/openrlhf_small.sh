@@ -9,7 +9,8 @@
 # beside any others; PAR_NAME names its workspace /tmp/ws-NAME, default par), wait (WAIT_S: until no study
 # of any /tmp/ws-* workspace runs, then each one's ledger, phases and a trial's logs), split (one trial with the actor and the vLLM engine on separate cards,
 # SPLIT_GPUS), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel 2
-# controller while two jobs run, then --resume of K9_RESUME, K9_GPUS; what is left on the GPUs is listed after each), promote
+# controller K9_AFTER s after two jobs run, then --resume of K9_RESUME (none: no resume), K9_GPUS; the GPU processes and the
+# heads' process groups are listed before and after), promote
 # (`autorl promote` of a finished study, PROMOTE_WS, on PROMOTE_GPU; PROMOTE_REPEATS fresh seeds a side,
 # PROMOTE_PARALLEL of those runs at once, PROMOTE_ARGS more of its arguments; its status once a minute, the full run's weights on disk). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
 # with PAR=2 PAR_GPUS=0: two trials packed on one card).
@@ -116,6 +117,9 @@ except sqlite3.Error:
     print(0)
 PY
 }
+head_group() {  # the processes of every private Ray head's group: its guard, `ray start`, GCS, raylet, dashboard
+  ps -eo pid,pgid,etimes,args | grep -E "groupguard|/ray start --head|gcs_server|raylet|dashboard" | grep -v grep | cut -c1-140
+}
 gpu_apps() {  # GPU processes on the cards $1 (default: all), and the Ray heads on the host with the cards each was given
   echo "GPU processes${1:+ on cards $1}: $(nvidia-smi ${1:+-i "$1"} --query-compute-apps=pid,used_memory --format=csv,noheader | wc -l)"
   local heads=""; for p in $(pgrep -f "^[^ ]+ [^ ]*/ray start --head"); do  # `ray start` itself: not its guard, not a shell
@@ -150,8 +154,10 @@ phase_kill9() {
     --budget 20m --parallel 2 --seed 5 --study kill9 "${extra[@]}" > "$OUT/kill9.log" 2>&1 < /dev/null &
   pid=$!; s=$SECONDS
   while [ "$(running_jobs /tmp/ws-kill9)" -lt 2 ] && [ $(( SECONDS - s )) -lt 400 ]; do sleep 2; done
-  sleep 20; echo "jobs running: $(running_jobs /tmp/ws-kill9)"; gpu_apps "${K9_GPUS:-0,1}"; kill -9 "$pid"; sleep 15
-  echo "after kill -9:"; gpu_apps "${K9_GPUS:-0,1}"
+  sleep "${K9_AFTER:-20}"; echo "jobs running: $(running_jobs /tmp/ws-kill9)"; gpu_apps "${K9_GPUS:-0,1}"; head_group
+  kill -9 "$pid"; sleep 20
+  echo "after kill -9:"; gpu_apps "${K9_GPUS:-0,1}"; head_group
+  [ "${K9_RESUME:-6m}" = none ] && return
   CUDA_VISIBLE_DEVICES=${K9_GPUS:-0,1} python3 -m autorl.cli -C /tmp/ws-kill9 run --resume --budget "${K9_RESUME:-6m}" \
     --max-trials 4 > "$OUT/kill9-resume.log" 2>&1
   echo "resume exit $?"; sleep 5; gpu_apps "${K9_GPUS:-0,1}"

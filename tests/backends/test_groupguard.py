@@ -101,3 +101,20 @@ def test_sigterm_to_the_guard_takes_the_group_down(tmp_path):
     assert not _wait_gone(guard.pid, 5)
     assert not _alive(grandchild)
     assert time.time() - t0 >= groupguard.GRACE_S - 1  # SIGTERM ignored: the SIGKILL came after the grace period
+
+
+def test_on_a_gpu_host_the_heads_whole_group_was_gone_20_s_after_the_kill():
+    """The real run (one H100, Ray 2.55): before the kill, the guard led a group of `ray start`, the GCS and the
+    raylet; 20 s after `kill -9` of the controller nothing of it was left and no process held the GPU (without
+    the guard, on a 2 x H200 host, `ray start` and the GCS were still up 20 minutes later)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "data" / "openrlhf-0.10.4" / "small" / "h100" /
+            "kill9-guard.out").read_text()
+    before, after = text.split("left 20 s after the kill:")
+    rows = [line.split(None, 2) for line in before.splitlines() if line[:1] == " "]
+    guard = next(int(pid) for pid, _pgid, cmd in rows if "groupguard.py" in cmd)
+    assert {int(pgid) for _pid, pgid, _cmd in rows} == {guard}
+    assert [name for name in ("ray start --head", "gcs_server", "raylet") if any(name in r[2] for r in rows)] == [
+        "ray start --head", "gcs_server", "raylet"]
+    assert [line for line in after.splitlines() if line.strip()] == ["GPU processes: 0"]
