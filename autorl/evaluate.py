@@ -209,6 +209,14 @@ def eval_argv(python: str, model: str | Path, metrics_out: str | Path, probe: Pr
             + ([] if special else ["--no-special-tokens"]))
 
 
+def retarget_argv(argv: list[str], model: str | Path, step: int, metrics_out: str | Path) -> list[str]:
+    """An ``eval_argv`` for another checkpoint of the same run: its ``--model``, ``--step`` and ``--metrics-out``."""
+    out = list(argv)
+    for flag, value in (("--model", model), ("--step", step), ("--metrics-out", metrics_out)):
+        out[out.index(flag) + 1] = str(value)
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m autorl.evaluate", description="Per-item evaluation of a checkpoint.")
     p.add_argument("--model", required=True, help="Hugging Face model directory or LoRA adapter directory.")

@@ -108,11 +108,15 @@ class CommandParams(ProbeSettings):
 
 
 def _check_eval(params: CommandParams) -> None:
-    """Probe sets need a checkpoint to evaluate and their own completion limit (one eval protocol per study)."""
+    """Probe sets need a checkpoint to evaluate and their own completion limit (one eval protocol per study); the
+    checkpoints a run saves as it trains need a probe set to be evaluated on."""
     splits = params.probe_splits()
     if splits and not params.checkpoint:
         raise ValueError(f"probe_{next(iter(splits))} needs checkpoint: name where the script saves its final model "
                          "(the evaluator runs on it)")
+    if params.checkpoints and not splits:
+        raise ValueError("checkpoints needs a probe set (probe_id or probe_ood): a full run evaluates each checkpoint "
+                         "on it")
     if splits and params.probe_max_new_tokens is None:
         raise ValueError("probe sets need probe_max_new_tokens: the evaluation's completion limit, fixed for the "
                          "study whatever the command's own limit is")
@@ -206,8 +210,8 @@ class CommandBackend(Backend):
         params = spec.recipe.params
         if not (params.checkpoints and params.probe_splits()):
             return None
-        values = {**params.values(), **_provided(spec, params, Path(spec.run_dir).resolve())}
-        return str((Path(spec.worktree) / params.cwd).resolve() / render(params.checkpoints, values))
+        values, cwd = _filled(spec)
+        return str(cwd / render(params.checkpoints, values))
 
     def eval_plan(self, spec: TrialSpec) -> LaunchPlan | None:
         """``python -m autorl.evaluate`` on ``checkpoint`` after the command exits 0; None without checkpoint
@@ -219,8 +223,7 @@ class CommandBackend(Backend):
         if not (params.checkpoint and params.probe_splits()):
             return None
         run_dir = Path(spec.run_dir).resolve()
-        values = {**params.values(), **_provided(spec, params, run_dir)}
-        cwd = (Path(spec.worktree) / params.cwd).resolve()
+        values, cwd = _filled(spec)
         base = render(params.checkpoint_base, values) if params.checkpoint_base else None
         argv = eval_argv(sys.executable, cwd / render(params.checkpoint, values), run_dir / "eval.jsonl",
                          _probe(params, Path(spec.worktree)), params.probe_max_new_tokens or 0, base,
@@ -229,6 +232,13 @@ class CommandBackend(Backend):
                **{k: render(v, values) for k, v in params.env.items()}}
         return LaunchPlan(argv=argv, env=env, cwd=str(cwd), log_path=str(run_dir / "train.log"),
                           metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)
+
+
+def _filled(spec: TrialSpec) -> tuple[dict[str, Any], Path]:
+    """The values the eval's templates are filled with, and the command's working directory (absolute)."""
+    params = spec.recipe.params
+    values = {**params.values(), **_provided(spec, params, Path(spec.run_dir).resolve())}
+    return values, (Path(spec.worktree) / params.cwd).resolve()
 
 
 def _probe_problem(root: Path, path: str) -> str:

@@ -17,16 +17,15 @@ from typing import Any
 
 from autorl.backends.base import LaunchPlan
 from autorl.backends.forked import ForkedProcess
+from autorl.evaluate import retarget_argv
 from autorl.metrics import iter_records
 
 LAST_NUMBER = re.compile(r"(\d+)\D*$")
 
 
 def retarget(plan: LaunchPlan, model: Path, step: int, out: Path, log: Path) -> LaunchPlan:
-    """The evaluator's plan for another checkpoint: its ``--model``, ``--step`` and ``--metrics-out`` replaced."""
-    argv = list(plan.argv)
-    for flag, value in (("--model", model), ("--step", step), ("--metrics-out", out)):
-        argv[argv.index(flag) + 1] = str(value)
+    """The evaluator's plan for another checkpoint (``autorl.evaluate.retarget_argv``), its own output and log."""
+    argv = retarget_argv(plan.argv, model, step, out)
     return plan.model_copy(update={"argv": argv, "metrics_path": str(out), "log_path": str(log)})
 
 

@@ -83,6 +83,8 @@ def test_no_eval_without_both_a_checkpoint_and_a_probe_set(tmp_path, drop):
     ({"probe_max_new_tokens": None}, "probe_max_new_tokens"),
     ({"probe_k": 4, "probe_temperature": 0.0}, "probe_temperature > 0"),
     ({"checkpoint": "{out_dir}/final"}, "'{out_dir}'"),
+    ({"probe_id": None, "checkpoints": "{run_dir}/out/checkpoint-*"}, "checkpoints needs a probe set"),
+    ({"checkpoints": "{out_dir}/checkpoint-*"}, "'{out_dir}'"),
 ])
 def test_bad_eval_settings_are_one_line_recipe_errors(change, needle):
     train = {k: v for k, v in {**train_block(), **change}.items() if v is not None}

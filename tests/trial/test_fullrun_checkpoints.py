@@ -9,12 +9,12 @@ import json
 import shutil
 import sqlite3
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import git, run_cli
+from test_promote import _wait_full_run
 
 pytestmark = pytest.mark.slow
 
@@ -56,18 +56,6 @@ def _metrics(ws: Path, number: int) -> list[dict]:
     trial_id = conn.execute("SELECT id FROM autorl_trials WHERE number = ?", [number]).fetchone()[0]
     return [json.loads(r[0]) for r in conn.execute("SELECT data FROM autorl_metrics WHERE trial_id = ? ORDER BY rowid",
                                                    [trial_id])]
-
-
-def _wait_full_run(ws: Path, number: int, timeout_s: float = 300) -> dict:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        conn = sqlite3.connect(ws / "ledger.sqlite")
-        conn.row_factory = sqlite3.Row
-        row = dict(conn.execute("SELECT * FROM autorl_trials WHERE number = ?", [number]).fetchone())
-        if row["status"] != "running":
-            return row
-        time.sleep(1)
-    raise AssertionError(f"full run {number} still running after {timeout_s} s")
 
 
 def test_a_full_run_evaluates_its_checkpoints_as_they_appear_and_keeps_the_best(command_ws, tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 from autorl.backends.openrlhf import caches
 
