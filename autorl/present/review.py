@@ -439,14 +439,15 @@ def _evidence(e: dict) -> str:
 def status_rows(ledger, ws=None) -> dict[str, Any]:
     """Studies, running trials and full runs with their latest step and eval. With the workspace, a study marked
     running that no controller holds (killed, or stopped by a lost ledger or a full disk) shows as interrupted."""
-    running = []
+    running, watchers = [], _Watchers(ledger, ws)
     for r in ledger.unfinished():
         metrics = ledger.metrics(r["id"])
         steps = [m for m in metrics if m.get("type", "step") == "step"]
         evals = [{k: v for k, v in m.items() if not k.endswith("items")} for m in metrics if m.get("type") == "eval"]
         running.append({"attempt": r["attempt"], "kind": r["kind"], "status": r["status"], "pid": r.get("pid"),
                         "step": steps[-1].get("step") if steps else 0, "last_eval": evals[-1] if evals else None,
-                        "promoted_from": r.get("promoted_from"), "alive": _alive(r.get("pid"))})
+                        "promoted_from": r.get("promoted_from"), "job_id": r.get("job_id"),
+                        **watchers.liveness(r)})
     studies = ledger.studies(limit=5)
     full = [{k: r.get(k) for k in ("attempt", "status", "objective", "reason", "promoted_from", "end_tag")}
             for r in ledger.trials(kind="full")]
@@ -465,6 +466,41 @@ def _study_status(s: dict, ws) -> dict[str, Any]:
             row["status"] = "interrupted (no controller runs it: `autorl run --resume --study NAME` goes on)".replace(
                 "NAME", s["name"])
     return row
+
+
+class _Watchers:
+    """Whether a running row's work is alive, and what says so: its own process (a local trial, a full run's
+    monitor) or, for a trial that is a Ray job (no process on this machine), the controller that watches the job,
+    which holds its study's lock."""
+
+    def __init__(self, ledger, ws) -> None:
+        self.ledger, self.ws, self.holders = ledger, ws, {}
+
+    def liveness(self, r: dict) -> dict[str, Any]:
+        if r.get("pid") or not r.get("job_id"):
+            return {"alive": _alive(r.get("pid")), "watched_by": None}
+        holder = self._holder(r.get("study_id"))
+        return {"alive": bool(holder and holder.get("pid")), "watched_by": (holder or {}).get("pid")}
+
+    def _holder(self, study_id: int | None) -> dict | None:
+        if self.ws is None or study_id is None:
+            return None
+        if study_id not in self.holders:
+            self.holders[study_id] = self.ws.study_holder(self.ledger.study(study_id=study_id)["name"])
+        return self.holders[study_id]
+
+
+def _running_line(r: dict) -> str:
+    """'running attempt-05-… (trial): step 3 eval/id/…=0.5 alive (Ray job …, watched by controller pid 12)'."""
+    ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items()
+                   if k.startswith("eval/") and isinstance(v, (int, float)))
+    head = f"running {r['attempt']} ({r['kind']}): step {r['step']}{f' {ev}' if ev else ''}"
+    if not r.get("job_id") or r.get("pid"):
+        return f"{head} {'alive' if r['alive'] else 'NOT RUNNING'}"
+    if r["alive"]:
+        return f"{head} alive (Ray job {r['job_id']}, watched by controller pid {r['watched_by']})"
+    return (f"{head} NOT WATCHED (Ray job {r['job_id']}: no controller runs its study; "
+            "`autorl run --resume` stops the job and goes on)")
 
 
 def _alive(pid: int | None) -> bool:
@@ -487,10 +523,7 @@ def format_status(d: dict, width: int = 88) -> str:
     lines = [f"study {s['name']}: {s['status']} ({s['strategy']})" for s in d["studies"][:1]]
     if f:
         lines += findings.headline(f, width) + [""]
-    for r in d["running"]:
-        ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items()
-                       if k.startswith("eval/") and isinstance(v, (int, float)))
-        lines.append(f"running {r['attempt']} ({r['kind']}): step {r['step']} {ev} {'alive' if r['alive'] else 'NOT RUNNING'}")
+    lines += [_running_line(r) for r in d["running"]]
     if d.get("promote"):
         from autorl.locks import describe
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import time
@@ -72,8 +73,14 @@ def test_ray_jobs_run_concurrently_and_resume_leaves_none_running(workspace, ray
         time.sleep(0.3)
     assert running, "no Ray trial started"
     time.sleep(2)
+    watched = _status_running(workspace)  # a Ray job has no process here: its controller says it is alive
+    assert watched and all(r["alive"] and r["job_id"] and r["watched_by"] == proc.pid for r in watched), watched
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    orphans = _status_running(workspace)
+    assert orphans and not any(r["alive"] or r["watched_by"] for r in orphans), orphans
+    text = run_cli("-C", str(workspace), "status").stdout
+    assert "NOT WATCHED (Ray job" in text and "--resume" in text, text
     live = [j for j in _jobs(ray_head) if str(j.status) in ("RUNNING", "PENDING", "JobStatus.RUNNING", "JobStatus.PENDING")]
     assert live, "the killed controller's Ray job should still be running before --resume"
     r = run_cli("-C", str(workspace), "run", "--resume", "--budget", "3m", "--max-trials", "1",
@@ -85,6 +92,12 @@ def test_ray_jobs_run_concurrently_and_resume_leaves_none_running(workspace, ray
     trials = _trials(workspace)
     assert not any(t["status"] == "running" for t in trials)
     assert any(t["status"] == "interrupted" for t in trials)
+
+
+def _status_running(ws: Path) -> list[dict]:
+    r = run_cli("-C", str(ws), "status", "--json")
+    assert r.returncode == 0, r.stderr
+    return [x for x in json.loads(r.stdout)["running"] if x["kind"] == "trial"]
 
 
 def _safe_trials(ws: Path) -> list[dict]:
