@@ -13,7 +13,9 @@
 # heads' process groups are listed before and after), promote
 # (`autorl promote` of a finished study, PROMOTE_WS, on PROMOTE_GPU; PROMOTE_REPEATS fresh seeds a side,
 # PROMOTE_PARALLEL of those runs at once, PROMOTE_ARGS more of its arguments; its status once a minute, the full run's weights on disk). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
-# with PAR=2 PAR_GPUS=0: two trials packed on one card).
+# with PAR=2 PAR_GPUS=0: two trials packed on one card); FULL="k: v, ..." gives every new workspace's recipe a full
+# block (e.g. FULL="save_steps: 8, save_hf_ckpt: true, disable_ds_ckpt: true": a promoted full run saves and evaluates
+# checkpoints as it trains).
 set -uo pipefail
 OUT=${1:-/tmp/openrlhf-small}; mkdir -p "$OUT"; SMALL=${SMALL:-/tmp/autorl-openrlhf-small}
 cd "$(dirname "$0")/.." || exit 1  # the package root: a checkout beside it must not shadow it
@@ -28,6 +30,7 @@ workspace() {  # a fresh workspace at $1 with the recipe's paths pointing at $SM
   rm -rf "$1"; python3 -m autorl.cli init "$1" >/dev/null || exit 1
   git -C "$1" config user.email bench@example.invalid; git -C "$1" config user.name bench
   sed "s#/tmp/autorl-openrlhf-small#$SMALL#g" "$REC" > "$1/recipes/small.yaml"
+  if [ -n "${FULL:-}" ]; then echo "full: {$FULL}" >> "$1/recipes/small.yaml"; fi
 }
 phase_make() {
   t make; s=$(date +%s)

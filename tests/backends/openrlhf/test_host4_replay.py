@@ -35,10 +35,14 @@ def _rows(name: str) -> list[dict]:
 
 
 def _samples(start: str, end: str) -> _GpuSampler:
-    """The recorded nvidia-smi samples between two wall-clock times (HH:MM:SS), read into the placement tests'
-    sampler (one {card: MiB in use} per second)."""
+    return gpu_samples(RUN / "gpu-samples.csv.gz", start, end)
+
+
+def gpu_samples(path: Path, start: str, end: str) -> _GpuSampler:
+    """The recorded nvidia-smi samples (a gzipped CSV) between two wall-clock times (HH:MM:SS), read into the
+    placement tests' sampler (one {card: MiB in use} per second)."""
     by_time: dict[str, dict[str, float]] = defaultdict(dict)
-    with gzip.open(RUN / "gpu-samples.csv.gz", "rt") as f:
+    with gzip.open(path, "rt") as f:
         for line in f:
             stamp, card, _, used = (p.strip() for p in line.split(","))
             if start <= stamp[11:19] <= end:
