@@ -47,9 +47,12 @@ class RunQueue:
                                      hypothesis=p.hypothesis, retry_of=number, patch=p.patch, parent=p.parent))
 
     def confirmation_runs(self, p: Proposal, number: int, runs: int) -> None:
-        """Re-run candidate ``number`` with ``runs`` fresh seeds, before anything else."""
-        for k in range(runs):
-            self.pending.insert(k, self._confirmation(p, number, k, runs))
+        """Re-run candidate ``number`` with ``runs`` fresh seeds, before anything but the confirmation runs already
+        waiting. With trials in parallel, candidates are judged while others' confirmations run: a newer
+        candidate's runs put in front would take every slot that frees, and a study whose budget ends then leaves
+        each candidate a run short of confirmed (seen on a 4-GPU host: three candidates, one run each)."""
+        at = next((i for i, q in enumerate(self.pending) if q.proposer != "confirm"), len(self.pending))
+        self.pending[at:at] = [self._confirmation(p, number, k, runs) for k in range(runs)]
 
     def _confirmation(self, p: Proposal, number: int, k: int, runs: int) -> Proposal:
         """Confirmation run ``k`` of candidate ``number``: its values with fresh seed ``confirm_seed``."""
