@@ -25,20 +25,24 @@ def _rows(name: str) -> list[dict]:
     return ledger_rows(RUN / name)
 
 
-def _runs(side: str) -> list[RunMetrics]:
-    return [RunMetrics(iter_records(RUN / f"revalidate-06-{side}-s{s}-eval.jsonl")) for s in (10000, 10007)]
+def revalidation(run: Path, number: int) -> tuple[list[float], list[float], str]:
+    """Promote's fresh-seed runs of trial ``number`` and of the baseline (seeds 10000 and 10007, paired over the
+    500 ID items) judged again: their values, and whether the verdict and interval are the ones promote printed
+    (``promote.log``)."""
+    recipe = load_recipe(shipped("recipes/openrlhf-small.yaml"))
+    side = lambda name: runs_of([RunMetrics(iter_records(run / f"revalidate-{number:02d}-{name}-s{s}-eval.jsonl"))  # noqa: E731
+                                 for s in (10000, 10007)], recipe)
+    fresh, parent = side("trial"), side("base")
+    v = verdict.judge(fresh, parent, recipe.verdict, recipe.objective.direction)
+    printed = f"{v.verdict}, {v.delta:+.3f} (95% interval [{v.ci_low:+.3f}, {v.ci_high:+.3f}])"
+    return fresh.values, parent.values, printed if printed in (run / "promote.log").read_text() else f"not {printed}"
 
 
 def test_the_four_revalidation_runs_judge_as_promote_printed():
-    """The two fresh-seed runs of trial 06 against two of the baseline, paired over the 500 ID items: improved,
-    as `autorl promote` said on the GPU (promote.log)."""
-    recipe = load_recipe(shipped("recipes/openrlhf-small.yaml"))
-    fresh, parent = runs_of(_runs("trial"), recipe), runs_of(_runs("base"), recipe)
-    assert fresh.values == [0.542, 0.552] and parent.values == [0.474, 0.476]
-    v = verdict.judge(fresh, parent, recipe.verdict, recipe.objective.direction)
-    assert v.verdict == "improved"
-    printed = (RUN / "promote.log").read_text()
-    assert f"improved, {v.delta:+.3f} (95% interval [{v.ci_low:+.3f}, {v.ci_high:+.3f}])" in printed
+    """The two fresh-seed runs of trial 06 against two of the baseline: improved, as `autorl promote` said on the
+    GPU."""
+    fresh, parent, printed = revalidation(RUN, 6)
+    assert (fresh, parent) == ([0.542, 0.552], [0.474, 0.476]) and printed.startswith("improved, +0.072")
 
 
 def test_the_full_run_is_in_the_ledger_with_its_branch_and_its_weights_were_on_disk():

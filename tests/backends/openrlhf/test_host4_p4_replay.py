@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 
-from autorl.data import shipped
-from autorl.judge import verdict
-from autorl.judge.evidence import runs_of
-from autorl.metrics import RunMetrics, iter_records
-from autorl.recipe import load_recipe
 from autorl.trial.fullrun import best_eval, ood_drop_stop
+from tests.backends.openrlhf.test_host2_replay import revalidation
 from tests.backends.openrlhf.test_host4_replay import gpu_samples, ledger_rows
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "small" / "host4-p4"
@@ -60,25 +57,14 @@ def test_each_card_held_one_trial_and_all_four_were_in_use_together():
     assert all(20_000 < peak < 30_000 for peak in peaks.values()), peaks
 
 
-def _runs(side: str) -> list[RunMetrics]:
-    return [RunMetrics(iter_records(RUN / f"revalidate-08-{side}-s{s}-eval.jsonl")) for s in (10000, 10007)]
-
-
 def test_the_revalidation_judges_as_promote_printed():
-    recipe = load_recipe(shipped("recipes/openrlhf-small.yaml"))
-    fresh, parent = runs_of(_runs("trial"), recipe), runs_of(_runs("base"), recipe)
-    assert fresh.values == [0.532, 0.532] and parent.values == [0.476, 0.476]
-    v = verdict.judge(fresh, parent, recipe.verdict, recipe.objective.direction)
-    assert v.verdict == "improved"
-    printed = (RUN / "promote.log").read_text()
-    assert f"improved, {v.delta:+.3f} (95% interval [{v.ci_low:+.3f}, {v.ci_high:+.3f}])" in printed
+    fresh, parent, printed = revalidation(RUN, 8)
+    assert (fresh, parent) == ([0.532, 0.532], [0.476, 0.476]) and printed.startswith("improved, +0.056")
     assert "4 runs, 3 at once" in (RUN / "promote-status.txt").read_text()
 
 
 def _evals() -> list[dict]:
     full = next(r for r in ledger_rows(RUN / "p4-ledger.sqlite") if r["kind"] == "full")
-    import sqlite3
-
     conn = sqlite3.connect(f"file:{RUN / 'p4-ledger.sqlite'}?mode=ro", uri=True)
     rows = conn.execute("SELECT data FROM autorl_metrics WHERE trial_id = ? AND type = 'eval' ORDER BY step",
                         [full["id"]]).fetchall()
