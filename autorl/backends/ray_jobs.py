@@ -451,6 +451,28 @@ class LocalRayNode:
             self.proc = None
 
 
+def cluster_gpus(address: str, timeout_s: float = 5.0) -> float:
+    """The GPUs a cluster's live nodes offer, from its dashboard's node summary (0 while it cannot say)."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{address}/nodes?view=summary", timeout=timeout_s) as resp:
+            nodes = json.loads(resp.read())["data"]["summary"]
+    except (OSError, KeyError, TypeError, ValueError):
+        return 0.0
+    return float(sum(n.get("raylet", {}).get("resourcesTotal", {}).get("GPU", 0) for n in nodes
+                     if n.get("raylet", {}).get("state", "ALIVE") == "ALIVE"))
+
+
+def wait_for_gpus(address: str, want: float, timeout_s: float = 120.0) -> float:
+    """Until the cluster offers ``want`` GPUs (a node has joined) or ``timeout_s`` passed; the GPUs it offers."""
+    deadline = time.time() + timeout_s
+    while (seen := cluster_gpus(address)) < want and time.time() < deadline:
+        time.sleep(1.0)
+    return seen
+
+
 def _start_ray(argv: list[str], log_path: Path, visible_gpus: list[str] | None) -> subprocess.Popen:
     """``ray start ... --block`` in its own process group, its output in ``log_path``. On Linux it runs under
     ``autorl.backends.groupguard``, which is sent SIGTERM when the process that started it dies and then takes the

@@ -124,7 +124,7 @@ def test_a_two_node_cluster_on_one_host_places_one_trial_on_each_nodes_gpu(tmp_p
     only books the GPUs here; the placement is what a real cluster does with the same code."""
     import sys
 
-    from autorl.backends.ray_jobs import LocalRayHead, LocalRayNode
+    from autorl.backends.ray_jobs import LocalRayHead, LocalRayNode, wait_for_gpus
 
     ws = tmp_path / "ws"
     assert run_cli("init", str(ws)).returncode == 0
@@ -146,7 +146,7 @@ timeout_s: 120
     with LocalRayHead(num_cpus=2, visible_gpus=["0"]) as head:
         node = LocalRayNode(head.gcs_address, visible_gpus=["1"], num_cpus=2, log_path=tmp_path / "node.log").start()
         try:
-            _wait_for_gpus(head.address, 2)
+            assert wait_for_gpus(head.address, 2, timeout_s=60) >= 2, "the second node never joined"
             r = run_cli("-C", str(ws), "run", "recipes/gpu.yaml", "--max-trials", "2", "--parallel", "2",
                         "--ray-address", head.address, "--budget", "5m", timeout=300)
         finally:
@@ -156,24 +156,6 @@ timeout_s: 120
     assert len(trials) == 2 and _overlap(trials[0], trials[1])
     devices = sorted((ws / ".autorl" / "runs" / t["attempt"] / "device.txt").read_text() for t in trials)
     assert devices == ["0", "1"]
-
-
-def _wait_for_gpus(address: str, want: int, timeout_s: float = 60) -> None:
-    """Until the cluster books ``want`` GPUs (the second node has joined)."""
-    import json
-    import urllib.request
-
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{address}/nodes?view=summary", timeout=5) as resp:
-                nodes = json.loads(resp.read())["data"]["summary"]
-            if sum(n.get("raylet", {}).get("resourcesTotal", {}).get("GPU", 0) for n in nodes) >= want:
-                return
-        except (OSError, KeyError, ValueError):
-            pass
-        time.sleep(1)
-    raise AssertionError(f"the cluster never had {want} GPUs")
 
 
 def test_the_studys_private_head_killed_mid_trial_is_triaged_restarted_and_the_study_goes_on(workspace):
