@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl.backends.ray_jobs import PROBE_PREFIX, LocalRayHead, submit
+from autorl.backends.ray_jobs import PROBE_PREFIX, LocalRayHead, cluster_gpus, free_port, submit, wait_for_gpus
 
 pytestmark = pytest.mark.slow
 
@@ -302,3 +302,10 @@ def test_a_head_that_never_takes_a_job_is_one_line_and_leaves_no_ray_process():
     finally:
         head.stop()
         shutil.rmtree(head.temp_dir, ignore_errors=True)
+
+
+def test_a_cluster_that_does_not_answer_offers_no_gpus():
+    """`wait_for_gpus` gives up after its timeout with what it saw, never an exception."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert cluster_gpus(dead, timeout_s=1) == 0.0
+    assert wait_for_gpus(dead, 1, timeout_s=1.5) == 0.0
