@@ -32,7 +32,9 @@ JSON_SHAPES = {
     "diagnose": "object: `attempt`, `number`, `which` (why this trial, when none was named), `bottleneck`, "
                 "`bottleneck_description`, `areas`, `symptoms` (each with its evidence and `look_at`), `steps`, `evals`, "
                 "`unavailable`",
-    "status": "object: `studies`, `running` (attempt, kind, status, pid, step, last_eval, alive), `full_runs`, "
+    "status": "object: `studies`, `running` (attempt, kind, status, pid, step, last_eval, alive, job_id, watched_by: "
+              "a trial that is a Ray job has no pid here and is alive while the controller `watched_by` (its pid) "
+              "holds the study's lock), `full_runs`, "
               "`promote` (pid, host, since, what) while a promote re-validates, and once "
               "the latest study has stopped `findings` (what `autorl run` ends with: `best` and `confirmed` recipes "
               "with their gain over the baseline, `chain`, `changes` and `revalidation`; `ruled_out` by group with "
