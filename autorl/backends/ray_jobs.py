@@ -53,6 +53,7 @@ PROBE_TIMEOUT_S = 30.0
 HEAD_TRIES = 3
 PROBE_PREFIX = "autorl-probe-"  # the probe stays in the head's job list (it ends at once): a job, not a trial
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
+WORKING_DIR_LOGGER = "ray._private.runtime_env.working_dir"
 QUIET_LOGGERS = ("ray", "ray.dashboard", "ray._private", "ray.dashboard.modules.dashboard_sdk")  # the SDK sets INFO
 
 
@@ -64,6 +65,9 @@ def client(address: str):
 
     for name in QUIET_LOGGERS:  # the SDK's upload notes are not autorl's output
         logging.getLogger(name).setLevel(logging.WARNING)
+    # Ray >= 2.5x warns once that it now leaves .git out of a working_dir: autorl's excludes always did
+    # (RUNTIME_EXCLUDES), so in a study's console it only alarmed
+    logging.getLogger(WORKING_DIR_LOGGER).setLevel(logging.ERROR)
     try:
         return within(CALL_TIMEOUT_S, JobSubmissionClient, address)
     except Exception as exc:  # the SDK raises ConnectionError, RuntimeError, ValueError

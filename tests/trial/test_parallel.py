@@ -59,6 +59,7 @@ def test_ray_jobs_run_concurrently_and_resume_leaves_none_running(workspace, ray
     r = run_cli("-C", str(workspace), "run", "--budget", "5m", "--max-trials", "2", "--parallel", "2",
                 "--ray-address", ray_head, *FAST, timeout=400)
     assert r.returncode == 0, r.stderr
+    assert "ignored by default" not in r.stdout + r.stderr  # Ray's notice about .git, which autorl always left out
     trials = _trials(workspace)
     assert len(trials) == 2 and all(t["job_id"] for t in trials) and _overlap(trials[0], trials[1])
     _check_landed(workspace, trials)
