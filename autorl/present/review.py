@@ -479,8 +479,8 @@ class _Watchers:
     def liveness(self, r: dict) -> dict[str, Any]:
         if r.get("pid") or not r.get("job_id"):
             return {"alive": _alive(r.get("pid")), "watched_by": None}
-        holder = self._holder(r.get("study_id"))
-        return {"alive": bool(holder and holder.get("pid")), "watched_by": (holder or {}).get("pid")}
+        holder = self._holder(r.get("study_id"))  # {} while held by a controller whose record cannot be read
+        return {"alive": holder is not None, "watched_by": (holder or {}).get("pid")}
 
     def _holder(self, study_id: int | None) -> dict | None:
         if self.ws is None or study_id is None:
@@ -498,7 +498,8 @@ def _running_line(r: dict) -> str:
     if not r.get("job_id") or r.get("pid"):
         return f"{head} {'alive' if r['alive'] else 'NOT RUNNING'}"
     if r["alive"]:
-        return f"{head} alive (Ray job {r['job_id']}, watched by controller pid {r['watched_by']})"
+        by = f"controller pid {r['watched_by']}" if r.get("watched_by") else "its study's controller"
+        return f"{head} alive (Ray job {r['job_id']}, watched by {by})"
     return (f"{head} NOT WATCHED (Ray job {r['job_id']}: no controller runs its study; "
             "`autorl run --resume` stops the job and goes on)")
 
