@@ -64,8 +64,11 @@ def pick_best(ledger, study: str | None = None, force: bool = False) -> tuple[di
         pool, kind = ledger.trials(st["id"], verdict="improved", kind="trial"), "improved (unconfirmed, --force)"
     if not pool:
         open_ = ledger.trials(st["id"], confirmation="candidate", kind="trial")
-        hint = f" ({len(open_)} candidates await confirmation)" if open_ else ""
-        raise NotFoundError(f"no confirmed improvement{hint}: nothing to promote (pick one with `autorl promote NN --force`)")
+        if open_:  # a study whose budget ended before their fresh-seed runs: resuming it runs those first
+            raise NotFoundError(f"no confirmed improvement ({len(open_)} candidates await confirmation): "
+                                f"`autorl run --resume --study {st['name']}` runs their fresh-seed runs first, "
+                                "or pick one with `autorl promote NN --force`")
+        raise NotFoundError("no confirmed improvement: nothing to promote (pick one with `autorl promote NN --force`)")
     row = max(pool, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
     return row, (f"{row['attempt']} has the highest lower bound of the gain over its parent among {len(pool)} {kind} "
                  f"trials: {row['delta']:+.4f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]")

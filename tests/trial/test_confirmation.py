@@ -44,7 +44,7 @@ def test_promote_offers_only_confirmed_without_force(ledger):
     best, why = pick_best(ledger)
     assert best["number"] == 2 and "confirmed" in why
     ledger.set_confirmation(2, "rejected", "re-check")
-    with pytest.raises(NotFoundError, match="1 candidates await confirmation"):
+    with pytest.raises(NotFoundError, match=r"1 candidates await confirmation\): `autorl run --resume --study "):
         pick_best(ledger)
     forced, why = pick_best(ledger, force=True)
     assert forced["number"] == 3 and "--force" in why
