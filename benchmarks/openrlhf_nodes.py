@@ -17,6 +17,10 @@ from autorl.backends.ray_jobs import LocalRayHead, LocalRayNode, wait_for_gpus
 
 
 def main(argv: list[str]) -> int:
+    if "--" not in argv or argv.index("--") != 4:
+        print("usage: python benchmarks/openrlhf_nodes.py OUTDIR WORKSPACE HEAD_GPU NODE_GPU -- AUTORL-RUN-ARGS...",
+              file=sys.stderr)
+        return 2
     out, ws, head_gpu, node_gpu = Path(argv[0]), argv[1], argv[2], argv[3]
     run_args = argv[argv.index("--") + 1:]
     with LocalRayHead(visible_gpus=[head_gpu]) as head:

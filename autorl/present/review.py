@@ -477,7 +477,7 @@ class _Watchers:
         self.ledger, self.ws, self.holders = ledger, ws, {}
 
     def liveness(self, r: dict) -> dict[str, Any]:
-        if r.get("pid") or not r.get("job_id"):
+        if not _ray_job_only(r):
             return {"alive": _alive(r.get("pid")), "watched_by": None}
         holder = self._holder(r.get("study_id"))  # {} while held by a controller whose record cannot be read
         return {"alive": holder is not None, "watched_by": (holder or {}).get("pid")}
@@ -490,12 +490,17 @@ class _Watchers:
         return self.holders[study_id]
 
 
+def _ray_job_only(r: dict) -> bool:
+    """A running row whose work is a Ray job with no process of its own on this machine."""
+    return bool(r.get("job_id")) and not r.get("pid")
+
+
 def _running_line(r: dict) -> str:
     """'running attempt-05-… (trial): step 3 eval/id/…=0.5 alive (Ray job …, watched by controller pid 12)'."""
     ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items()
                    if k.startswith("eval/") and isinstance(v, (int, float)))
     head = f"running {r['attempt']} ({r['kind']}): step {r['step']}{f' {ev}' if ev else ''}"
-    if not r.get("job_id") or r.get("pid"):
+    if not _ray_job_only(r):
         return f"{head} {'alive' if r['alive'] else 'NOT RUNNING'}"
     if r["alive"]:
         by = f"controller pid {r['watched_by']}" if r.get("watched_by") else "its study's controller"

@@ -7,13 +7,19 @@ evaluated while it trained. autorl reads them as they are."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import sqlite3
 from pathlib import Path
 
+from autorl.ledger import Ledger
+from autorl.present.review import format_status, status_rows
 from autorl.trial.fullrun import best_eval, ood_drop_stop
+from autorl.workspace import Workspace
 from tests.backends.openrlhf.test_host2_replay import revalidation
 from tests.backends.openrlhf.test_host4_replay import gpu_samples, ledger_rows
+from tests.conftest import run_cli
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "small" / "host4-p4"
 
@@ -106,3 +112,28 @@ def test_status_called_the_running_ray_trials_not_running():
     empty pid as dead (now the controller holding the study's lock vouches for it: tests/trial/test_parallel.py)."""
     text = (RUN / "status-during-studies.txt").read_text()
     assert text.count("NOT RUNNING") == 5 and "step 2  NOT RUNNING" in text
+
+
+def test_status_now_vouches_for_those_ray_jobs_by_their_controller(tmp_path):
+    """The study's real rows of trials 05-08 as they stood then (running, Ray jobs, no pid on this machine), read
+    by status now: alive while a controller holds the study's lock, naming the job and the controller; NOT WATCHED
+    with the way out when none does."""
+    assert run_cli("init", str(tmp_path / "ws")).returncode == 0
+    ws, db = Workspace.open(tmp_path / "ws"), tmp_path / "ledger.sqlite"
+    shutil.copy(RUN / "p4-ledger.sqlite", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE autorl_trials SET status = 'running' WHERE number BETWEEN 5 AND 8")
+    ledger = Ledger(db)
+    orphans = status_rows(ledger, ws)["running"]
+    assert [r["job_id"] for r in orphans] == ["autorl-6a674a42e3ef", "autorl-d41089d103da", "autorl-8f828a941b36",
+                                              "autorl-b912e875744a"]
+    assert not any(r["alive"] for r in orphans) and "NOT WATCHED (Ray job autorl-6a674a42e3ef" in format_status(
+        {"studies": [], "running": orphans, "full_runs": []})
+    lock = ws.lock_study(ledger.study(study_id=1)["name"])
+    try:
+        watched = status_rows(ledger, ws)["running"]
+    finally:
+        lock.release()
+    assert all(r["alive"] and r["watched_by"] == os.getpid() for r in watched)
+    assert f"alive (Ray job autorl-b912e875744a, watched by controller pid {os.getpid()})" in format_status(
+        {"studies": [], "running": watched, "full_runs": []})
