@@ -45,9 +45,11 @@ class Slots:
     def assign(self, plan: LaunchPlan, slot: int, recipe, on_ray: bool = False) -> LaunchPlan:
         """The plan with this slot's CPUs/GPU (local) or resources (Ray). A backend that submits Ray jobs itself
         (``on_ray``) is never pinned: Ray gives its actors their GPUs, and a job whose visible devices disagree
-        with Ray's assignment dies in Ray's accelerator mapping (an IndexError seen on a 2-GPU host)."""
+        with Ray's assignment dies in Ray's accelerator mapping (an IndexError seen on a 2-GPU host). Nor does its
+        driver take the trial's GPUs on a cluster: its actors ask for their own, and a driver holding
+        ``gpus_per_trial`` of a node's GPU left them none there (every trial of a two-node study hung)."""
         update: dict = {}
-        if self._requested:
+        if self._requested and not on_ray:
             update["resources"] = {"entrypoint_num_cpus": recipe.cpus_per_trial, "entrypoint_num_gpus": recipe.gpus_per_trial}
         elif self.n > 1 and not on_ray:
             update["cpus"] = self.cpu_sets[slot % len(self.cpu_sets)]

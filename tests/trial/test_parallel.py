@@ -243,3 +243,61 @@ def _pgid(p) -> int | None:
         return os.getpgid(p.pid)
     except (ProcessLookupError, PermissionError):
         return None
+
+
+# A driver that does what OpenRLHF's does on a cluster: it books one whole (logical) GPU for its colocated actors
+# in a placement group and waits for it; it fails if the group is never placed, and once placed
+# it holds the group longer than the other trial waits for its own, as a trial's actors hold their GPU for minutes.
+GANG_DRIVER = """import ray, sys, time
+from ray.util.placement_group import placement_group
+ray.init()
+group = placement_group([{"GPU": 1, "CPU": 0.1}])
+ready, _ = ray.wait([group.ready()], timeout=20)
+print("placed" if ready else "never placed", flush=True)
+time.sleep(25 if ready else 0)
+sys.exit(0 if ready else 1)
+"""
+
+
+def test_ray_run_trials_on_a_two_node_cluster_leave_the_gpus_to_their_actors(tmp_path):
+    """Two trials of ``gpus_per_trial`` 0.5 on two nodes of one GPU each: a Ray-run backend's driver books no GPU,
+    so each trial's actors get a whole GPU (one trial a node). On a two-H200 host the drivers once took their
+    trial's half GPU each, which left no node a whole GPU for the actors: every trial of the study hung until the
+    watchdog (tests/data/openrlhf-0.10.4/small/host2-nodes/). A driver that is the trial itself (any command)
+    still books the trial's share: its own process is the one on the GPU."""
+    import sys
+
+    from autorl.backends import ray_jobs
+    from autorl.backends.base import LaunchPlan
+    from autorl.data import shipped
+    from autorl.recipe import load_recipe
+    from autorl.trial.slots import Slots
+
+    recipe = load_recipe(shipped("recipes/openrlhf-small.yaml")).model_copy(update={"gpus_per_trial": 0.5})
+    with ray_jobs.LocalRayHead(num_cpus=2, visible_gpus=["0"]) as head:
+        node = ray_jobs.LocalRayNode(head.gcs_address, visible_gpus=["1"], num_cpus=2,
+                                     log_path=tmp_path / "node.log").start()
+        try:
+            assert ray_jobs.wait_for_gpus(head.address, 2, timeout_s=60) >= 2, "the second node never joined"
+            slots = Slots(2, head.address)
+            plans = []
+            for slot in range(2):  # each job its own upload, as each trial's worktree is
+                job = tmp_path / f"job{slot}"
+                job.mkdir()
+                (job / "driver.py").write_text(f"# trial {slot}\n{GANG_DRIVER}")
+                plan = LaunchPlan(argv=[sys.executable, "driver.py"], cwd=str(job),
+                                  log_path=str(tmp_path / f"job{slot}.log"), metrics_path=str(tmp_path / "m.jsonl"))
+                plans.append(slots.assign(plan, slot, recipe, on_ray=True))
+            handles = [ray_jobs.submit(head.address, p.argv, working_dir=p.cwd, log_path=p.log_path,
+                                       entrypoint_num_gpus=p.resources.get("entrypoint_num_gpus", 0)) for p in plans]
+            deadline = time.time() + 150
+            while any(h.poll() is None for h in handles) and time.time() < deadline:
+                time.sleep(1)
+            codes = [h.poll() for h in handles]
+        finally:
+            node.stop()
+    logs = [Path(p.log_path).read_text() for p in plans]
+    assert codes == [0, 0], "\n---\n".join(logs)
+    assert all("placed" in log and "never placed" not in log for log in logs)
+    command = Slots(2, "http://127.0.0.1:8265").assign(plans[0].model_copy(update={"resources": {}}), 0, recipe)
+    assert command.resources["entrypoint_num_gpus"] == 0.5
