@@ -9,7 +9,8 @@
 # beside any others; PAR_NAME names its workspace /tmp/ws-NAME, default par), wait (WAIT_S: until no study
 # of any /tmp/ws-* workspace runs, then each one's ledger, phases and a trial's logs), split (one trial with the actor and the vLLM engine on separate cards,
 # SPLIT_GPUS), nodes (a two-node Ray cluster on one host, NODES_GPUS="0 1": a head and a second node a card each,
-# and a --parallel 2 study of BUDGET through --ray-address, in the background), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel 2
+# and a --parallel NODES_PAR (default 2) study of BUDGET through --ray-address, in the background; where each job ran
+# goes to OUTDIR/nodes-placement.jsonl; NODES_PACK=k counts each card as k GPUs, for trials of gpus_per_trial 1/k), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel 2
 # controller K9_AFTER s after two jobs run, then --resume of K9_RESUME (none: no resume), K9_GPUS; the GPU processes and the
 # heads' process groups are listed before and after), promote
 # (`autorl promote` of a finished study, PROMOTE_WS, on PROMOTE_GPU; PROMOTE_REPEATS fresh seeds a side,
@@ -112,10 +113,10 @@ phase_par() {
   sample_studies; sleep 5; tail -n 2 "$OUT/$n.log"
 }
 phase_nodes() {  # a two-node Ray cluster on one host (a head given card NODES_GPUS[0], a second node card
-  # NODES_GPUS[1]), and a --parallel 2 study of BUDGET through --ray-address, in the background
+  # NODES_GPUS[1]), and a --parallel NODES_PAR study of BUDGET through --ray-address, in the background
   t nodes; workspace /tmp/ws-nodes; mapfile -t extra < <(sets); local g=(${NODES_GPUS:-0 1})
   setsid python3 benchmarks/openrlhf_nodes.py "$OUT" /tmp/ws-nodes "${g[0]}" "${g[1]}" -- recipes/small.yaml \
-    --budget "${BUDGET:-12m}" --parallel 2 --seed "${PAR_SEED:-0}" --study nodes "${extra[@]}" \
+    --budget "${BUDGET:-12m}" --parallel "${NODES_PAR:-2}" --seed "${PAR_SEED:-0}" --study nodes "${extra[@]}" \
     > "$OUT/nodes.log" 2>&1 < /dev/null &
   sample_studies; sleep 30; tail -n 3 "$OUT/nodes.log"
 }
