@@ -280,6 +280,18 @@ class RayJobHandle:
             pass
         return self._activity
 
+    def waiting(self):
+        """What the silent job waits for on its cluster (``ray_demand.Waiting``), or None; a new answer is one line
+        in the trial's log."""
+        from autorl.backends.ray_demand import waiting
+
+        found = waiting(self.address, self.client, self.job_id) if self.address else None
+        if found is not None and found.line != getattr(self, "_waiting_line", None):
+            self._waiting_line = found.line
+            with self.log_path.open("a") as fh:
+                fh.write(f"\nautorl: {found.line}\n")
+        return found
+
     def logs(self) -> str:
         """The job's whole log so far."""
         return self.client.get_job_logs(self.job_id)

@@ -23,7 +23,7 @@ from autorl.trial import crash
 from autorl.trial.state import StudyState, TrialContext
 from autorl.trial.watch import Outcome
 
-CONFIG_ERROR_REMEDY = "fix the recipe or the environment named in the reason; nothing was launched"
+CONFIG_ERROR_REMEDY = "fix the recipe or the environment named in the reason; the trial never trained"
 
 
 def result_row(s: StudyState, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:

@@ -122,6 +122,9 @@ class TrainThenEval:
     def last_activity(self) -> float:
         return self.current.last_activity()
 
+    def waiting(self):
+        return getattr(self.current, "waiting", lambda: None)()
+
     def cancel(self, grace_s: float = 5.0) -> None:
         self.current.cancel(grace_s)
 

@@ -3,7 +3,7 @@
 ``Watch`` follows one run, one ``step()`` at a time, so the controller can follow
 several at once (``--parallel``) in a single thread. Stop conditions, in order of
 precedence: an external stop (Ctrl-C, budget end), the per-trial timeout, the
-hang watchdog, then the rules the callback applies to new metric records (early
+hang watchdog (which spares a Ray job waiting for its cluster's GPUs), then the rules the callback applies to new metric records (early
 abort, pruning).
 """
 
@@ -47,6 +47,7 @@ class Watch:
         self.on_records, self.external = on_records, external
         self.start = time.time()
         self.metrics = RunMetrics()
+        self._excused = 0.0  # the last time a silent run was found waiting for its cluster's resources
 
     def step(self) -> Outcome | None:
         code = self.handle.poll()
@@ -76,6 +77,17 @@ class Watch:
             return Stop("budget-cut", "the study's budget ran out during this trial")
         if now - self.start >= self.timeout_s:
             return Stop("timeout", f"ran past its {self.timeout_s:.0f} s timeout")
-        if now - self.handle.last_activity() >= self.silence_s:
+        if now - max(self.handle.last_activity(), self._excused) >= self.silence_s:
+            return self._silent(now)
+        return None
+
+    def _silent(self, now: float) -> Stop | None:
+        """A hang, unless the run is a Ray job waiting for resources its cluster has but others hold (then the
+        watchdog waits another ``silence_s``; the trial's timeout still holds), or that no node could ever hold."""
+        waiting = getattr(self.handle, "waiting", lambda: None)()
+        if waiting is None:
             return Stop("hang", f"no output or metrics for {self.silence_s:.0f} s (watchdog)")
+        if not waiting.feasible:
+            return Stop("config-error", waiting.line)
+        self._excused = now
         return None
