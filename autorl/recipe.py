@@ -128,7 +128,8 @@ class AbortRules(_Model):
                                                         "as a collapse (a sparse reward's zero batches do not).")
     pruner: bool = Field(True, description="Stop a trial whose intermediate eval is clearly worse than its parent's, "
                                          "or the confirmed incumbent's, at the same step.")
-    silence_s: float = Field(120.0, gt=0, description="No new output or metric for this long = hang (watchdog); a Ray job waiting for GPUs other jobs hold is not one.")
+    silence_s: float = Field(120.0, gt=0, description="No new output or metric for this long = hang (watchdog); a "
+                                                        "Ray job waiting for GPUs other jobs hold is not one.")
 
 
 class Recipe(_Model):

@@ -3,8 +3,8 @@
 ``Watch`` follows one run, one ``step()`` at a time, so the controller can follow
 several at once (``--parallel``) in a single thread. Stop conditions, in order of
 precedence: an external stop (Ctrl-C, budget end), the per-trial timeout, the
-hang watchdog (which spares a Ray job waiting for its cluster's GPUs), then the rules the callback applies to new metric records (early
-abort, pruning).
+hang watchdog (which spares a Ray job waiting for its cluster's GPUs), then the
+rules the callback applies to new metric records (early abort, pruning).
 """
 
 from __future__ import annotations
