@@ -34,7 +34,8 @@ JSON_SHAPES = {
                 "`unavailable`",
     "status": "object: `studies`, `running` (attempt, kind, status, pid, step, last_eval, alive, job_id, watched_by: "
               "a trial that is a Ray job has no pid here and is alive while the controller `watched_by` (its pid) "
-              "holds the study's lock), `full_runs`, "
+              "holds the study's lock; waiting: before its first step, what such a job waits for on its cluster, "
+              "else null), `full_runs`, "
               "`promote` (pid, host, since, what) while a promote re-validates, and once "
               "the latest study has stopped `findings` (what `autorl run` ends with: `best` and `confirmed` recipes "
               "with their gain over the baseline, `chain`, `changes` and `revalidation`; `ruled_out` by group with "

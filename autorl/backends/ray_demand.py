@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+WAITING = "waiting for the cluster: "  # how the line of a job that waits begins (``autorl status`` reads it)
 KEYS = ("GPU", "CPU")  # the resources a trial's demand is shown and weighed in (others: only when asked for)
 STATE_TIMEOUT_S = 5  # each state API call: the controller follows its other trials meanwhile
 
@@ -51,7 +52,7 @@ def assess(bundles: list[dict[str, float]], nodes: list[dict[str, float]], what:
     largest = max(nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0)))
     fits_a_node = all(any(_fits(b, n) for n in nodes) for b in bundles)
     if fits_a_node and _fits(demand, cluster):
-        return Waiting(demand, True, f"waiting for the cluster: {what} needs {_show(demand)}, which other jobs hold "
+        return Waiting(demand, True, f"{WAITING}{what} needs {_show(demand)}, which other jobs hold "
                                      f"(the live nodes have {_show(cluster, demand)} in all)")
     return Waiting(demand, False, f"the cluster can never place this trial: {what} needs {_show(demand)}, but its "
                                   f"live nodes have {_show(cluster, demand)} in all, the largest "

@@ -447,6 +447,7 @@ def status_rows(ledger, ws=None) -> dict[str, Any]:
         running.append({"attempt": r["attempt"], "kind": r["kind"], "status": r["status"], "pid": r.get("pid"),
                         "step": steps[-1].get("step") if steps else 0, "last_eval": evals[-1] if evals else None,
                         "promoted_from": r.get("promoted_from"), "job_id": r.get("job_id"),
+                        "waiting": _waiting(r) if _ray_job_only(r) and not steps else None,
                         **watchers.liveness(r)})
     studies = ledger.studies(limit=5)
     full = [{k: r.get(k) for k in ("attempt", "status", "objective", "reason", "promoted_from", "end_tag")}
@@ -466,6 +467,28 @@ def _study_status(s: dict, ws) -> dict[str, Any]:
             row["status"] = "interrupted (no controller runs it: `autorl run --resume --study NAME` goes on)".replace(
                 "NAME", s["name"])
     return row
+
+
+LOG_TAIL_BYTES = 4096
+
+
+def _waiting(r: dict) -> str | None:
+    """What a Ray job's trial still waits for on its cluster: its log's last line, when that is the controller's
+    note that the job waits for resources other jobs hold (nothing came from the job since)."""
+    from pathlib import Path
+
+    from autorl.backends.ray_demand import WAITING
+
+    prefix = f"autorl: {WAITING}"  # as RayJobHandle.waiting writes it
+    try:
+        with Path(r.get("log_path") or "").open("rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - LOG_TAIL_BYTES))
+            lines = fh.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return None
+    last = lines[-1] if lines else ""
+    return last[len(prefix):] if last.startswith(prefix) else None
 
 
 class _Watchers:
@@ -504,7 +527,8 @@ def _running_line(r: dict) -> str:
         return f"{head} {'alive' if r['alive'] else 'NOT RUNNING'}"
     if r["alive"]:
         by = f"controller pid {r['watched_by']}" if r.get("watched_by") else "its study's controller"
-        return f"{head} alive (Ray job {r['job_id']}, watched by {by})"
+        waits = f"; waiting for the cluster: {r['waiting']}" if r.get("waiting") else ""
+        return f"{head} alive (Ray job {r['job_id']}, watched by {by}{waits})"
     return (f"{head} NOT WATCHED (Ray job {r['job_id']}: no controller runs its study; "
             "`autorl run --resume` stops the job and goes on)")
 

@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import shutil
+import sqlite3
 from pathlib import Path
 
 from autorl.backends.base import LaunchPlan
 from autorl.data import shipped
+from autorl.ledger import Ledger
+from autorl.present.review import format_status, status_rows
 from autorl.recipe import load_recipe
 from autorl.trial.slots import Slots
+from autorl.workspace import Workspace
 from tests.backends.openrlhf.test_host4_replay import ledger_rows
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 RUN = ROOT / "tests" / "data" / "openrlhf-0.10.4" / "small" / "host2-nodes"
@@ -104,3 +111,35 @@ def test_the_second_wave_started_warm_and_ran_four_trials_at_once():
     assert max(r["started"] for r in wave) < min(r["finished"] for r in wave)  # all four running together
     took = [r["finished"] - r["started"] for r in wave]
     assert 170 < min(took) and max(took) < 200
+
+
+def test_status_says_what_a_ray_trial_still_waits_for_on_its_cluster(tmp_path):
+    """The resumed study's four confirmation runs, read back as running Ray jobs before their first step: the one
+    whose log ends with the controller's note that it waits for the cluster shows that in `autorl status`; one
+    whose job has printed since does not."""
+    assert run_cli("init", str(tmp_path / "ws")).returncode == 0
+    ws, db = Workspace.open(tmp_path / "ws"), tmp_path / "ledger.sqlite"
+    shutil.copy(RUN / "nodes-ledger.sqlite", db)
+    waits = "a placement group of its actors needs GPU 1, which other jobs hold (the live nodes have GPU 2 in all)"
+    logs = {9: f"Running entrypoint for job autorl-ce5058b25f04\n\nautorl: waiting for the cluster: {waits}\n",
+            10: f"\nautorl: waiting for the cluster: {waits}\n(PPOTrainer pid=1) started\n"}
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE autorl_trials SET status = 'running' WHERE number IN (9, 10)")
+        for number, text in logs.items():
+            (tmp_path / f"{number}.log").write_text(text)
+            conn.execute("UPDATE autorl_trials SET log_path = ? WHERE number = ?",
+                         (str(tmp_path / f"{number}.log"), number))
+            conn.execute("DELETE FROM autorl_metrics WHERE trial_id = (SELECT id FROM autorl_trials WHERE number = ?)",
+                         (number,))
+    ledger = Ledger(db)
+    lock = ws.lock_study(ledger.study(study_id=1)["name"])
+    try:
+        running = status_rows(ledger, ws)["running"]
+    finally:
+        lock.release()
+    assert [(r["job_id"], r["waiting"]) for r in running] == [("autorl-ce5058b25f04", waits),
+                                                              ("autorl-0b91e2945885", None)]
+    text = format_status({"studies": [], "running": running, "full_runs": []})
+    assert (f"alive (Ray job autorl-ce5058b25f04, watched by controller pid {os.getpid()}; waiting for the cluster: "
+            f"{waits})") in text
+    assert text.count("waiting for the cluster") == 1
