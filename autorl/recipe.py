@@ -146,7 +146,8 @@ class Recipe(_Model):
     abort: AbortRules = Field(default_factory=AbortRules, description="Early-abort thresholds and the hang watchdog.")
     gate: GateSettings = Field(default_factory=GateSettings, description="The hack gate's bounds (KL, entropy, "
                                                                          "truncation).")
-    timeout_s: float = Field(300.0, gt=0, description="Per-trial wall-clock limit.")
+    timeout_s: float = Field(300.0, gt=0, description="Per-trial wall-clock limit (the time a Ray job waits for "
+                                                       "GPUs other jobs hold is not counted).")
     cpus_per_trial: float = Field(1.0, gt=0, description="CPUs a trial asks Ray for (with --ray-address).")
     gpus_per_trial: float = Field(0.0, ge=0, description="GPUs a trial asks Ray for (with --ray-address).")
     full: dict[str, Any] = Field(default_factory=dict, description="train overrides for a promoted full run.")

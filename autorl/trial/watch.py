@@ -48,6 +48,7 @@ class Watch:
         self.start = time.time()
         self.metrics = RunMetrics()
         self._excused = 0.0  # the last time a silent run was found waiting for its cluster's resources
+        self.waited_s = 0.0  # silent time the run spent waiting for them: not counted against its timeout
 
     def step(self) -> Outcome | None:
         code = self.handle.poll()
@@ -75,19 +76,22 @@ class Watch:
         now = time.time()
         if self.deadline is not None and now >= self.deadline:
             return Stop("budget-cut", "the study's budget ran out during this trial")
-        if now - self.start >= self.timeout_s:
-            return Stop("timeout", f"ran past its {self.timeout_s:.0f} s timeout")
+        if now - self.start - self.waited_s >= self.timeout_s:
+            waited = f" (not counting {self.waited_s:.0f} s waiting for the cluster)" if self.waited_s else ""
+            return Stop("timeout", f"ran past its {self.timeout_s:.0f} s timeout{waited}")
         if now - max(self.handle.last_activity(), self._excused) >= self.silence_s:
             return self._silent(now)
         return None
 
     def _silent(self, now: float) -> Stop | None:
         """A hang, unless the run is a Ray job waiting for resources its cluster has but others hold (then the
-        watchdog waits another ``silence_s``; the trial's timeout still holds), or that no node could ever hold."""
+        watchdog waits another ``silence_s``, and the silent time is not counted against the trial's timeout: a
+        busy cluster's queue is not the trial's slowness), or that no node could ever hold."""
         waiting = getattr(self.handle, "waiting", lambda: None)()
         if waiting is None:
             return Stop("hang", f"no output or metrics for {self.silence_s:.0f} s (watchdog)")
         if not waiting.feasible:
             return Stop("config-error", waiting.line)
+        self.waited_s += now - max(self.handle.last_activity(), self._excused, self.start)
         self._excused = now
         return None

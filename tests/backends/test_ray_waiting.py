@@ -1,6 +1,6 @@
 """A Ray job that waits for its cluster's GPUs is not a hang: the silence watchdog asks the cluster what a silent
-trial's job waits for. Resources other jobs hold: it waits (the line goes into the trial's log); resources no node
-could ever hold: the run ends at once with that line. Real local Ray heads, each GPU only booked (no device)."""
+trial's job waits for. Resources other jobs hold: it waits (the line goes into the trial's log, the wait does not
+count against its timeout); resources no node could ever hold: the run ends at once with that line. Real local Ray heads, each GPU only booked (no device)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def _said(log: Path, text: str) -> bool:
     return log.exists() and text in log.read_text()
 
 
-def _watch(handle, silence_s: float) -> Watch:
-    return Watch(handle, timeout_s=150, deadline=None, silence_s=silence_s, on_records=lambda recs, m: None,
+def _watch(handle, silence_s: float, timeout_s: float = 150) -> Watch:
+    return Watch(handle, timeout_s=timeout_s, deadline=None, silence_s=silence_s, on_records=lambda recs, m: None,
                  external=lambda: None)
 
 
@@ -69,11 +69,13 @@ def test_a_trial_waiting_for_gpus_other_jobs_hold_waits_and_then_runs(tmp_path):
             hog.poll()  # copies the job's log so far
             time.sleep(0.5)
         trial = _job(tmp_path, "trial", head.address, gpus=1, hold=0)
-        outcome = _follow(_watch(trial, silence_s=6))
+        watch = _watch(trial, silence_s=6, timeout_s=20)  # the other job holds the GPU for longer than that
+        outcome = _follow(watch)
         hog.cancel()
     log = (tmp_path / "trial.log").read_text()
     assert outcome.status == "complete", (outcome.reason, log)
-    assert outcome.wall_s > 12  # silent for more than two watchdog periods, and not taken for a hang
+    assert outcome.wall_s > 20  # silent for more than three watchdog periods: not a hang, and not its timeout
+    assert watch.waited_s >= 12 and outcome.wall_s - watch.waited_s < 20
     assert "autorl: waiting for the cluster: a placement group of its actors needs GPU 1" in log
     assert log.index("waiting for the cluster") < log.index("placed")
 
