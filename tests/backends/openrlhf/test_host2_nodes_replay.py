@@ -61,6 +61,8 @@ def test_each_trials_gpu_actors_ran_together_on_one_node_and_both_nodes_were_in_
     assert len(full) >= 2 and full[-1]["t"] - full[0]["t"] > 200  # two on each card, in the first wave and the second
     summary = _nodes_script().summary(RUN / "nodes-placement.jsonl")
     assert "actors on both nodes at once in 15 of 30 snapshots" in summary
+    both = [s for s in snaps if {n for j in s["jobs"] for n in _gpu_node(j)} == {"head", "worker"}]
+    assert len(both) == 14  # the 15th: one trial, its PPOTrainer (no GPU) on the worker, its GPU actors on the head
 
 
 def test_the_hung_study_had_drivers_and_no_actor_and_the_driver_now_books_no_gpu():
