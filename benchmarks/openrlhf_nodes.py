@@ -71,7 +71,11 @@ def main(argv: list[str]) -> int:
         return 2
     out, ws, head_gpu, node_gpu = Path(argv[0]), argv[1], argv[2], argv[3]
     run_args = argv[argv.index("--") + 1:]
-    pack = int(os.environ.get("NODES_PACK", "1"))  # logical GPUs a card: trials of gpus_per_trial 1/pack share it
+    pack = os.environ.get("NODES_PACK", "1")  # logical GPUs a card: trials of gpus_per_trial 1/pack share it
+    if not pack.isdigit() or int(pack) < 1:
+        print(f"NODES_PACK={pack}: give a whole number of trials a card (1, 2 or 4)", file=sys.stderr)
+        return 2
+    pack = int(pack)
     with LocalRayHead(visible_gpus=[head_gpu] * pack) as head:
         node = LocalRayNode(head.gcs_address, visible_gpus=[node_gpu] * pack, log_path=out / "nodes-worker.log").start()
         stop = threading.Event()

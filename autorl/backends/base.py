@@ -77,6 +77,9 @@ class RunHandle(Protocol):
     def last_activity(self) -> float:
         """time.time() of the last output or metric (for the hang watchdog)."""
 
+    def waiting(self) -> Any:
+        """What a silent run waits for on its cluster (``ray_demand.Waiting``), or None: a local run waits for none."""
+
 
 @dataclass(frozen=True)
 class OomKnob:
@@ -296,6 +299,9 @@ class LocalProcess:
         if size != self._log_size:
             self._log_size, self._activity = size, time.time()
         return self._activity
+
+    def waiting(self) -> None:
+        return None
 
     def cancel(self, grace_s: float = 5.0) -> None:
         kill_group(self.pid, grace_s, self.proc.poll)

@@ -123,7 +123,7 @@ class TrainThenEval:
         return self.current.last_activity()
 
     def waiting(self):
-        return getattr(self.current, "waiting", lambda: None)()
+        return self.current.waiting()
 
     def cancel(self, grace_s: float = 5.0) -> None:
         self.current.cancel(grace_s)

@@ -87,7 +87,7 @@ class Watch:
         """A hang, unless the run is a Ray job waiting for resources its cluster has but others hold (then the
         watchdog waits another ``silence_s``, and the silent time is not counted against the trial's timeout: a
         busy cluster's queue is not the trial's slowness), or that no node could ever hold."""
-        waiting = getattr(self.handle, "waiting", lambda: None)()
+        waiting = self.handle.waiting()
         if waiting is None:
             return Stop("hang", f"no output or metrics for {self.silence_s:.0f} s (watchdog)")
         if not waiting.feasible:
