@@ -77,11 +77,13 @@ def main(argv: list[str]) -> int:
         return 2
     pack = int(pack)
     with LocalRayHead(visible_gpus=[head_gpu] * pack) as head:
-        node = LocalRayNode(head.gcs_address, visible_gpus=[node_gpu] * pack, log_path=out / "nodes-worker.log").start()
+        node = LocalRayNode(head.gcs_address, visible_gpus=[node_gpu] * pack,
+                            log_path=out / "nodes-worker.log").start()
         stop = threading.Event()
         try:
-            print(f"cluster at {head.address}: {wait_for_gpus(head.address, 2 * pack):g} GPUs on two nodes (head: card "
-                  f"{head_gpu}, worker: card {node_gpu})", flush=True)
+            gpus = wait_for_gpus(head.address, 2 * pack)
+            print(f"cluster at {head.address}: {gpus:g} GPUs on two nodes (head: card {head_gpu}, worker: card "
+                  f"{node_gpu})", flush=True)
             threading.Thread(target=watch, args=(head.address, out / "nodes-placement.jsonl", stop),
                              daemon=True).start()
             cmd = [sys.executable, "-m", "autorl.cli", "-C", ws, "run", *run_args, "--ray-address", head.address]

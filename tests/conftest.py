@@ -78,3 +78,24 @@ def tree_digest(root: Path) -> str:
     h.update(git(root, "symbolic-ref", "HEAD").encode())
     h.update(git(root, "rev-parse", "HEAD").encode())
     return h.hexdigest()
+
+
+# A Ray job's driver that does what OpenRLHF's does on a cluster: its actors' GPUs booked in one placement group
+# it waits for (up to `wait` s); once placed it holds them `hold` s, as a trial's actors hold their GPU for minutes.
+GANG_DRIVER = """import ray, sys, time
+from ray.util.placement_group import placement_group
+ray.init()
+group = placement_group([{"GPU": %(gpus)s, "CPU": 0.1}])
+ready, _ = ray.wait([group.ready()], timeout=%(wait)s)
+print("placed" if ready else "never placed", flush=True)
+time.sleep(%(hold)s if ready else 0)
+sys.exit(0 if ready else 1)
+"""
+
+
+def gang_job(folder: Path, gpus: int = 1, wait: float = 120, hold: float = 0) -> Path:
+    """A job folder with that driver as driver.py; each its own content (Ray deletes an upload shared by a job
+    that ends while another is still starting), as each trial's worktree is."""
+    folder.mkdir(parents=True)
+    (folder / "driver.py").write_text(f"# {folder.name}\n" + GANG_DRIVER % {"gpus": gpus, "wait": wait, "hold": hold})
+    return folder

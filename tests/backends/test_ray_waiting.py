@@ -1,6 +1,7 @@
 """A Ray job that waits for its cluster's GPUs is not a hang: the silence watchdog asks the cluster what a silent
 trial's job waits for. Resources other jobs hold: it waits (the line goes into the trial's log, the wait does not
-count against its timeout); resources no node could ever hold: the run ends at once with that line. Real local Ray heads, each GPU only booked (no device)."""
+count against its timeout); resources no node could ever hold: the run ends at once with that line. Real local
+Ray heads, each GPU only booked (no device)."""
 
 from __future__ import annotations
 
@@ -13,22 +14,10 @@ import pytest
 from autorl.backends import ray_jobs
 from autorl.backends.ray_demand import assess
 from autorl.trial.watch import Watch
-
-# A driver that does what OpenRLHF's does on a cluster: its actors' GPUs booked in a placement group it waits for.
-GANG = """import ray, sys, time
-from ray.util.placement_group import placement_group
-ray.init()
-group = placement_group([{"GPU": %(gpus)s, "CPU": 0.1}])
-ray.get(group.ready())
-print("placed", flush=True)
-time.sleep(%(hold)s)
-"""
-
+from tests.conftest import gang_job
 
 def _job(tmp_path: Path, name: str, address: str, gpus: int, hold: float) -> ray_jobs.RayJobHandle:
-    folder = tmp_path / name  # each job its own upload, as each trial's worktree is
-    folder.mkdir()
-    (folder / "driver.py").write_text(f"# {name}\n" + GANG % {"gpus": gpus, "hold": hold})
+    folder = gang_job(tmp_path / name, gpus=gpus, hold=hold)
     return ray_jobs.submit(address, [sys.executable, "driver.py"], working_dir=folder,
                            log_path=tmp_path / f"{name}.log")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, run_cli
+from conftest import gang_job, git, run_cli
 from test_loop import _start_run, _trials
 
 pytestmark = pytest.mark.slow
@@ -245,20 +245,6 @@ def _pgid(p) -> int | None:
         return None
 
 
-# A driver that does what OpenRLHF's does on a cluster: it books one whole (logical) GPU for its colocated actors
-# in a placement group and waits for it; it fails if the group is never placed, and once placed
-# it holds the group longer than the other trial waits for its own, as a trial's actors hold their GPU for minutes.
-GANG_DRIVER = """import ray, sys, time
-from ray.util.placement_group import placement_group
-ray.init()
-group = placement_group([{"GPU": 1, "CPU": 0.1}])
-ready, _ = ray.wait([group.ready()], timeout=20)
-print("placed" if ready else "never placed", flush=True)
-time.sleep(25 if ready else 0)
-sys.exit(0 if ready else 1)
-"""
-
-
 def test_ray_run_trials_on_a_two_node_cluster_leave_the_gpus_to_their_actors(tmp_path):
     """Two trials of ``gpus_per_trial`` 0.5 on two nodes of one GPU each: a Ray-run backend's driver books no GPU,
     so each trial's actors get a whole GPU (one trial a node). On a two-H200 host the drivers once took their
@@ -281,10 +267,8 @@ def test_ray_run_trials_on_a_two_node_cluster_leave_the_gpus_to_their_actors(tmp
             assert ray_jobs.wait_for_gpus(head.address, 2, timeout_s=60) >= 2, "the second node never joined"
             slots = Slots(2, head.address)
             plans = []
-            for slot in range(2):  # each job its own upload, as each trial's worktree is
-                job = tmp_path / f"job{slot}"
-                job.mkdir()
-                (job / "driver.py").write_text(f"# trial {slot}\n{GANG_DRIVER}")
+            for slot in range(2):  # each holds its group longer than the other waits for its own
+                job = gang_job(tmp_path / f"job{slot}", wait=20, hold=25)
                 plan = LaunchPlan(argv=[sys.executable, "driver.py"], cwd=str(job),
                                   log_path=str(tmp_path / f"job{slot}.log"), metrics_path=str(tmp_path / "m.jsonl"))
                 plans.append(slots.assign(plan, slot, recipe, on_ray=True))
