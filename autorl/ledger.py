@@ -821,13 +821,14 @@ class StudyRecords:
 
 
 def _migrate(db: sqlite_utils.Database, tx: Callable[[], Any]) -> None:
-    with tx():
-        db.execute("CREATE TABLE IF NOT EXISTS autorl_migrations (name TEXT PRIMARY KEY, applied REAL)")
-    done = {r[0] for r in db.execute("SELECT name FROM autorl_migrations").fetchall()}
+    """The migrations the ledger lacks, each one transaction with its own record. The record table is made in
+    the first one's transaction, so a reader never sees it without the tables it stands for."""
+    pending = set(_pending(db))
     for name, step in MIGRATIONS:
-        if name in done:
+        if name not in pending:
             continue
         with tx():
+            db.execute("CREATE TABLE IF NOT EXISTS autorl_migrations (name TEXT PRIMARY KEY, applied REAL)")
             step(db)
             db.execute("INSERT INTO autorl_migrations VALUES (?, ?)", [name, time.time()])
 
@@ -933,7 +934,7 @@ def _has_wal(path: Path) -> bool:
 
 def _check_is_ledger(conn: sqlite3.Connection, path: Path) -> None:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
-    if names and "autorl_trials" not in names:
+    if names and not names & {"autorl_trials", "autorl_migrations"}:  # migrations alone: a ledger still being made
         conn.close()
         raise LedgerError(f"{short(path, 200)} is a SQLite file but not an autorl ledger (no autorl_trials table): "
                           "pass your ledger with --ledger FILE")

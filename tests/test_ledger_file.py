@@ -115,6 +115,43 @@ def test_a_file_that_is_not_a_ledger_is_one_line_and_stays_as_it_is(tmp_path):
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
 
 
+def test_a_ledger_caught_between_its_record_table_and_its_tables_is_read_as_a_ledger(tmp_path):
+    """A ledger whose creation stopped (or, with an older autorl, is still going on) after its migration record
+    table and before its tables: a reader finishes the migrations instead of calling it someone else's file."""
+    path = tmp_path / "ledger.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE autorl_migrations (name TEXT PRIMARY KEY, applied REAL)")
+    conn.commit()
+    conn.close()
+    led = open_read(path)
+    assert led.trials() == []
+    led.close()
+    names = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"autorl_trials", "autorl_studies", "autorl_migrations"} <= names
+
+
+def test_a_new_ledger_never_shows_its_record_table_without_its_tables(tmp_path, monkeypatch):
+    """Creation commits the record table with the first migration: a reader at any commit sees nothing or both."""
+    path, connect = tmp_path / "ledger.sqlite", sqlite3.connect
+    seen: list[set[str]] = []
+
+    def look(statement: str) -> None:  # called as each statement starts: a COMMIT shows what the last one left
+        if statement.strip().upper() == "COMMIT":
+            peek = connect(path)
+            seen.append({r[0] for r in peek.execute("SELECT name FROM sqlite_master WHERE type = 'table'")})
+            peek.close()
+
+    def traced(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(look)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    Ledger(path).close()
+    assert len(seen) >= 2
+    assert all("autorl_trials" in names for names in seen if "autorl_migrations" in names), seen
+
+
 def test_the_review_side_reads_without_writing(tmp_path):
     path = tmp_path / "ledger.sqlite"
     _ledger_with_rows(path).close()
