@@ -36,9 +36,11 @@ from autorl.metrics import RunMetrics, reduce_series
 
 
 def objective_value(m: RunMetrics, recipe: Any) -> float | None:
-    """The recipe's objective reduced from a run's metrics (None when the run never logged it)."""
+    """The recipe's objective reduced from a run's metrics (None when the run never logged it, or logged it NaN or
+    infinite: such a value is nothing to compare)."""
     o = recipe.objective
-    return reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")
+    value = reduce_series(m.series(o.metric), o.reduction, o.k, o.direction == "maximize")
+    return value if value is not None and math.isfinite(value) else None
 
 
 def runs_of(metrics: list[RunMetrics], recipe: Any) -> verdict.Runs | None:

@@ -5,8 +5,8 @@ schema of ``autorl/metrics.py``) and its log, and returns the first failure that
 order (thresholds and remedies in ``autorl/data/rules/silent.yaml``):
 
 1. ``no_training``: not one training step ran, while the recipe asked for some;
-2. ``nonfinite``: a step's loss, grad norm, KL, reward (or any other key) is NaN/inf, which makes
-   the run ``nan_divergence`` however it exited;
+2. ``nonfinite``: a step's loss, grad norm, KL, reward (or any other key), or an eval's value, is
+   NaN/inf, which makes the run ``nan_divergence`` however it exited;
 3. ``output_collapse``: on each of the last steps the completions are empty or one token
    repeated (``degenerate_rate``, else an empty mean length, else near-zero entropy with every
    completion cut at the limit);
@@ -112,17 +112,20 @@ def _no_training(steps, summary, evals, lines, planned, rules) -> SilentFailure 
 
 
 def _nonfinite(steps, summary, evals, lines, planned, rules) -> SilentFailure | None:
-    """The first step with a NaN/inf value; its root line is the first log line that shows one of the
-    step's bad keys (the schema's main keys tried first), else the metric record itself."""
+    """The first step (then eval) record with a NaN/inf value; its root line is the first log line that shows one
+    of the record's bad keys (the schema's main keys tried first), else the metric record itself. A NaN eval is
+    as fatal as a NaN step: the verdict would compare it (a NaN baseline run makes every gain NaN, an infinite
+    trial value an infinite one)."""
     c = rules.nonfinite
-    for rec in steps:
+    for kind, rec in [("step", r) for r in steps] + [("eval", r) for r in evals]:
         bad = [k for k, v in rec.items() if _is_nonfinite(v)]
         if bad:
             bad.sort(key=lambda k: c.keys.index(k) if k in c.keys else len(c.keys))
             step = rec.get("step")
             line = next((hit for hit in (_log_line(lines, k) for k in bad) if hit), None)
+            where = f"step {step}" if kind == "step" else f"eval at step {step}"
             return SilentFailure(check="nonfinite", category=c.category, remedy=c.remedy,
-                                 root_cause_line=line or f"step {step}: {bad[0]} = {rec[bad[0]]} (metrics record)",
+                                 root_cause_line=line or f"{where}: {bad[0]} = {rec[bad[0]]} (metrics record)",
                                  step=step if isinstance(step, int) else None)
     return None
 

@@ -119,3 +119,25 @@ def test_every_silent_category_has_an_action():
     assert set(triage.SILENT_CATEGORIES) <= categories and categories <= set(rules.actions)
     assert rules.actions["output_collapse"].kind == "record"
     assert rules.actions["no_training"].on_baseline == "stop" and rules.actions["reward_constant"].on_baseline == "stop"
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "NaN"])
+def test_a_nan_or_infinite_eval_is_a_failure_though_every_step_is_finite(value):
+    """The verdict would compare it: one NaN baseline run makes every gain NaN (every verdict flat), an infinite
+    trial value an infinite gain (improved)."""
+    steps = [{"step": i, "loss": 0.1, "reward_mean": 0.4, "response_length_mean": 4.0} for i in (1, 2, 3)]
+    evals = [{"step": 3, "eval/id/greedy_pass@1": 0.5}, {"step": 3, "eval/id/sampling_pass@8": value}]
+    found = silent.check(steps, None, "", 3, evals=evals)
+    assert found is not None and found.check == "nonfinite" and found.category == "nan_divergence"
+    assert found.root_cause_line.startswith("eval at step 3: eval/id/sampling_pass@8 = ")
+    assert silent.check(steps, None, "", 3, evals=evals[:1]) is None
+
+
+def test_a_nan_or_infinite_objective_is_no_value_to_judge():
+    from autorl.judge.evidence import objective_value, runs_of
+    from autorl.recipe import validate_recipe
+
+    recipe = validate_recipe({"name": "r", "objective": {"metric": "eval/id/sampling_pass@8", "reduction": "last"}})
+    runs = [RunMetrics([{"type": "eval", "step": 3, "eval/id/sampling_pass@8": v}]) for v in (0.5, math.nan, math.inf)]
+    assert [objective_value(m, recipe) for m in runs] == [0.5, None, None]
+    assert runs_of(runs, recipe).values == [0.5]
