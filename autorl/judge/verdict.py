@@ -236,6 +236,10 @@ def _sources(own: list, study: list) -> list[list]:
 
 def _paired(t: np.ndarray, p: np.ndarray, parent_groups, own, study, sign: float, s: VerdictSettings,
             level: float, parent_runs: int) -> Verdict:
+    if _noise_unknown(sum(x.shape[0] - 1 for x in parent_groups + own + study), s):
+        delta = float(sign * (t.mean(axis=0) - p.mean(axis=0)).mean())
+        return _unknown(delta, t.shape[1], level, s, "one run each, no prior run sd: the items' flips alone would "
+                        "take the run-to-run noise for zero")
     g = gain(sign * t, sign * p, [sign * x for x in parent_groups], [[sign * x for x in src] for src in _sources(own, study)],
              s.run_sd_prior, s.run_sd_prior_df, level)
     arms = {**_arm_fields(g, own, study), **_design(t.shape[0], parent_runs, own, study),
@@ -283,16 +287,23 @@ def _from_values(trial: Runs, parent: Runs, arms, sign: float, s: VerdictSetting
                                  for groups in arms)
     t, b = sign * np.asarray(trial.values, float), sign * np.asarray(parent.values, float)
     delta, n = float(t.mean() - b.mean()), len(t) + len(b)
-    replicate_df = sum(len(x) - 1 for x in parent_groups + own + study)
-    if replicate_df + s.run_sd_prior_df <= 0 or (replicate_df == 0 and s.run_sd_prior == 0):
-        note = "noise unknown (one run each, no per-item results, no prior run sd)"
-        return _verdict(delta, -math.inf, math.inf, level, "unknown_noise", n, 0.0, s, {},
-                        "run-to-run noise unknown: no verdict other than flat is possible", note)
+    if _noise_unknown(sum(len(x) - 1 for x in parent_groups + own + study), s):
+        return _unknown(delta, n, level, s, "one run each, no per-item results, no prior run sd")
     g = value_gain(t, b, parent_groups, _sources(own, study), s.run_sd_prior, s.run_sd_prior_df, level)
     fields = {**_arm_fields(g, own, study), **_design(len(t), len(b), own, study)}
     note = "no per-item results; " + _noise_note(g, fields, s)
     return _verdict(delta, float(g["low"]), float(g["high"]), level, "run_values", n, float(g["df"]), s, fields,
                     _blind(len(b), fields["parent_df"], s), note)
+
+
+def _noise_unknown(replicate_df: int, s: VerdictSettings) -> bool:
+    """No replicate measures the run-to-run noise and no prior stands in for it (the recipe switched it off)."""
+    return replicate_df + s.run_sd_prior_df <= 0 or (replicate_df == 0 and s.run_sd_prior == 0)
+
+
+def _unknown(delta: float, n: int, level: float, s: VerdictSettings, why: str) -> Verdict:
+    return _verdict(delta, -math.inf, math.inf, level, "unknown_noise", n, 0.0, s, {},
+                    "run-to-run noise unknown: no verdict other than flat is possible", f"noise unknown ({why})")
 
 
 def _verdict(delta, low, high, level, method, n, df, s: VerdictSettings, arms: dict, blind, note) -> Verdict:

@@ -143,6 +143,25 @@ def test_unknown_noise_without_prior_is_flat():
     assert v.method == "unknown_noise" and v.verdict == "flat" and math.isinf(v.ci_high)
 
 
+@pytest.mark.parametrize("off", [{"run_sd_prior_df": 0}, {"run_sd_prior": 0}])
+def test_per_item_results_do_not_stand_in_for_unmeasured_run_noise(off):
+    """One run each and the prior switched off: the items' flips would take the run-to-run noise for zero (a
+    seed's shift of the whole eval would pass for a gain), so there is no verdict but flat; a second parent run
+    measures it and the items are judged again."""
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0.2, 0.8, 400)
+    trial = (rng.random(400) < np.clip(p + 0.08, 0, 1)).astype(int)
+    parent = [(rng.random(400) < p).astype(int) for _ in range(2)]
+    settings = VerdictSettings(**off)
+    one = judge(Runs(values=[trial.mean()], items=[trial.tolist()]), Runs(values=[parent[0].mean()],
+                items=[parent[0].tolist()]), settings, "maximize")
+    assert (one.method, one.verdict) == ("unknown_noise", "flat") and math.isinf(one.ci_low)
+    assert one.delta == pytest.approx(trial.mean() - parent[0].mean())
+    two = judge(Runs(values=[trial.mean()], items=[trial.tolist()]),
+                Runs(values=[x.mean() for x in parent], items=[x.tolist() for x in parent]), settings, "maximize")
+    assert two.method == "paired_items" and math.isfinite(two.ci_low)
+
+
 def test_mismatched_item_lists_fall_back_to_values():
     v = judge(Runs(values=[0.66], items=[[1, 0, 1]]), Runs(values=[0.5, 0.4], items=[[1, 0], [0, 0]]), S, "maximize")
     assert v.method == "run_values"
