@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from autorl.judge import calibrate, hackgate, verdict
+from autorl.judge import calibrate, hackgate, triage, verdict
 from autorl.judge.noise import arm
 from autorl.judge.prune import PruneDecision, should_prune
 from autorl.metrics import RunMetrics, reduce_series
@@ -90,7 +90,7 @@ class Evidence:
     def __init__(self, records: Any):
         self.records = records
         self._metrics: dict[int, RunMetrics] = {}
-        self._ending: tuple[int, str] | None = None
+        self._ending: tuple[int, str, str | None] | None = None
 
     def metrics(self, row: dict) -> RunMetrics:
         if row["id"] not in self._metrics:
@@ -107,6 +107,22 @@ class Evidence:
     def _status(self, row: dict) -> str:
         """A row's status, or the one it is ending with (``confirmation``'s ``ending``) while its row says running."""
         return self._ending[1] if self._ending and row["number"] == self._ending[0] else row["status"]
+
+    def _category(self, row: dict) -> str | None:
+        """A row's crash category, or the one it is ending with (``confirmation``'s ``ending``)."""
+        return self._ending[2] if self._ending and row["number"] == self._ending[0] else row.get("crash_category")
+
+    def _failed_on_fresh_seeds(self, rows: list[dict]) -> list[str]:
+        """How the candidate's confirmation runs that failed for a reason its recipe can cause ended (a hard
+        abort, a divergence, a collapse, an out-of-memory crash); a transient crash (a hang, a lost network, a
+        killed job, another process on the GPU) says nothing of the recipe and is left out, like a run the
+        controller stopped."""
+        out = []
+        for row in rows:
+            status, category = self._status(row), self._category(row)
+            if status == "pruned" or (status == "crash" and not triage.says_nothing_of_the_values(category)):
+                out.append(f"{row['attempt']} {status}" + (f" ({category})" if status == "crash" and category else ""))
+        return out
 
     def fresh_runs(self, number: int) -> list[RunMetrics]:
         """A candidate's completed fresh-seed confirmation runs (those the controller stopped early left out)."""
@@ -143,10 +159,12 @@ class Evidence:
         return verdict.credit(runs_of([trial], recipe), against, base, recipe.verdict, recipe.objective.direction,
                               noise, verdict.Noise(study=noise.study))
 
-    def confirmation(self, candidate: dict, recipe: Any, ending: tuple[int, str] | None = None
+    def confirmation(self, candidate: dict, recipe: Any, ending: tuple[int, str, str | None] | None = None
                      ) -> Confirmation | None:
         """The candidate judged on its fresh-seed runs once all of them have ended (None until then); ``ending``
-        (attempt number, status) is a confirmation run ending now, whose row still says running."""
+        (attempt number, status, crash category) is a confirmation run ending now, whose row still says running.
+        A candidate is judged on every fresh seed, not on those that survived: one that failed for a reason
+        its recipe can cause rejects it."""
         self._ending = ending
         try:
             return self._confirmation(candidate, recipe)
@@ -158,6 +176,10 @@ class Evidence:
         need = recipe.verdict.confirm_runs
         if not need or len(rows) < need or any(self._status(r) == "running" for r in rows):
             return None
+        failed = self._failed_on_fresh_seeds(rows)
+        if failed:
+            return Confirmation("rejected", f"{len(failed)} of its {len(rows)} fresh-seed runs failed ("
+                                f"{', '.join(failed)}): a recipe that fails on a fresh seed is not confirmed", None, 0)
         fresh = runs_of(self._complete(rows), recipe)
         base = runs_of(self.baseline_runs(), recipe)
         if fresh is None or base is None:

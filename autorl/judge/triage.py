@@ -619,6 +619,13 @@ def repeat_limit() -> int:
     return load_rules().repeat_limit
 
 
+def says_nothing_of_the_values(category: str | None) -> bool:
+    """Whether a crash of this category is one the trial's values cannot cause (``avoid: false``) or one that is
+    often transient (retried unchanged): a fresh-seed run that ends so is no evidence against its recipe."""
+    rule = load_rules().actions.get(category or "")
+    return rule is not None and (not rule.avoid or rule.kind == "retry_once")
+
+
 def avoids(category: str | None) -> bool:
     """Whether repeats of this category put their region off limits (not for what the values cannot cause)."""
     rule = load_rules().actions.get(category or "")

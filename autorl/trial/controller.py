@@ -215,7 +215,8 @@ class Controller:
             result = result.model_copy(update={"crash_action": action.kind if action else None,
                                                "reason": "; ".join(x for x in (result.reason, note) if x)})
         s.proposer.tell(p, result, action.kind if action else None)
-        settles = judging.confirmation_note(s, p.confirms, a.number, result.status) if p.confirms is not None else None
+        settles = judging.confirmation_note(s, p.confirms, a.number, result.status,
+                                              result.crash_category) if p.confirms is not None else None
         attempts.close(s, ctx, outcome, result, settles)
         if result.confirmation == "candidate" and s.base.verdict.confirm_runs > 0:
             s.proposer.queue.confirmation_runs(p, a.number, s.base.verdict.confirm_runs)

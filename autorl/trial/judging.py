@@ -93,12 +93,16 @@ def gap_to_best(s: StudyState, value: float, recipe: Recipe) -> float | None:
     return None if best is None else sign * (value - best)
 
 
-def confirmation_note(s: StudyState, candidate: int, number: int, status: str) -> str | None:
-    """What the candidate's confirmation will say once confirmation run ``number`` (ending now with ``status``) is
-    closed, with its error rate, for that run's end commit; None while other confirmation runs are pending."""
+def confirmation_note(s: StudyState, candidate: int, number: int, status: str, category: str | None) -> str | None:
+    """What the candidate's confirmation will say once confirmation run ``number`` (ending now with ``status`` and,
+    for a crash, ``category``) is closed, with its error rate, for that run's end commit; None while other
+    confirmation runs are pending."""
     row = s.records.trial(candidate)
-    c = s.evidence.confirmation(row, s.base, ending=(number, status))
-    if c is None or c.verdict is None:
+    c = s.evidence.confirmation(row, s.base, ending=(number, status, category))
+    if c is None:
+        return None
+    if c.verdict is None:
+        return f"{row['attempt']}: {c.state}: {c.reason}"
         return None
     rate = calibrate.describe(calibrate.columns(c.verdict, s.base.verdict))
     return f"{row['attempt']}: {c.state} by {c.reason}" + (f"\nconfirmation error rate: {rate}" if rate else "")

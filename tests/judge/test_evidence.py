@@ -101,6 +101,34 @@ def test_a_child_is_judged_against_its_parents_fresh_runs_not_the_run_that_made_
     assert [m.evals[-1]["eval/id/items"] for m in parent_ref.runs] == [st.items[6], st.items[7]]
 
 
+@pytest.mark.parametrize("ended, category, want", [
+    ("pruned", None, "rejected"),  # stopped by the hard abort rules on a fresh seed
+    ("crash", "nan_divergence", "rejected"),
+    ("crash", "cuda_oom", "rejected"),
+    ("crash", "hang_timeout", "confirmed"),  # transient: left out like a run the controller stopped
+    ("crash", "shared_gpu", "confirmed"),  # another process on the GPU: the values cannot cause it
+])
+def test_a_candidate_is_judged_on_every_fresh_seed_not_on_those_that_survived(tmp_path, ended, category, want):
+    """Three fresh seeds, two far ahead of the baseline: a third that failed in a way the recipe can cause
+    rejects the candidate (judging only the survivors confirmed recipes that collapse on a third of their
+    seeds); a transient crash does not. The same answer whether the failed run's row is written or ending now."""
+    st = Study(tmp_path, seed=4)
+    baseline(st)
+    st.run(5, "random", 0.15, verdict="improved", confirmation="candidate")
+    st.run(6, "confirm", 0.15, confirms=5)
+    st.run(7, "confirm", 0.15, confirms=5)
+    st.run(8, "confirm", 0.0, confirms=5, status=ended, crash_category=category)
+    c = st.evidence().confirmation(st.ledger.trial(5), RECIPE)
+    assert c.state == want, c.reason
+    if want == "rejected":
+        assert c.verdict is None and "1 of its 3 fresh-seed runs failed (attempt-08 " in c.reason
+    else:
+        assert c.verdict.verdict == "improved" and c.runs == 2
+    st.ledger.update_trial(st.ledger.trial(8)["id"], status="running", crash_category=None)
+    ending = st.evidence().confirmation(st.ledger.trial(5), RECIPE, ending=(8, ended, category))
+    assert (ending.state, ending.reason) == (c.state, c.reason)
+
+
 def test_confirmation_measures_the_candidates_own_run_noise(tmp_path):
     # the baseline does not move from seed to seed; the candidate's recipe swings by 8 points: its two fresh runs
     # are 10 points above the baseline on average, but with that spread two runs cannot show it at 97.5% (one run
