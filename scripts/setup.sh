@@ -29,8 +29,16 @@ VPY="$VENV/bin/python"
 $VPY -m pip install -q --upgrade pip >/dev/null
 
 if ! $VPY -c "import torch" 2>/dev/null; then
-  # The CPU build: a bare `torch` requirement would pull the multi-GB CUDA build.
-  $VPY -m pip install -q "torch==2.13.0"
+  # The CPU build: on PyPI a bare `torch` (or `torch==2.13.0`) for Linux is the multi-GB CUDA build, so PyTorch's
+  # CPU index is asked first (its `2.13.0+cpu` sorts above PyPI's `2.13.0`). Where that index cannot be reached
+  # (a machine that sees only a mirror), pip's own index decides, and the line below says which build came.
+  CPU_INDEX=https://download.pytorch.org/whl/cpu
+  if $VPY -c "import urllib.request as u; u.urlopen('$CPU_INDEX/torch/', timeout=5)" 2>/dev/null; then
+    $VPY -m pip install -q "torch==2.13.0" --extra-index-url "$CPU_INDEX"
+  else
+    $VPY -m pip install -q "torch==2.13.0"
+  fi
+  $VPY -W ignore -c "import torch; print('torch', torch.__version__, '(CUDA build)' if torch.version.cuda else '(CPU build)')"
 fi
 
 if [ $want_test = 1 ]; then
