@@ -283,32 +283,36 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
               help="Re-validation runs at once, placed on the GPUs as `run --parallel` places trials.")
 @click.option("--dry-run", is_flag=True, help="Show what would be promoted and with which values; run nothing.")
 @click.option("--force", is_flag=True, help="Promote even if re-validation does not confirm the gain (recorded).")
+@click.option("--study", "study_name", help="The study whose best trial is promoted (default: the latest).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def promote(c: _Ctx, number: int | None, steps: int | None, episodes: int | None, repeats: int, parallel: int,
-            dry_run: bool, force: bool, as_json: bool) -> None:
+            dry_run: bool, force: bool, study_name: str | None, as_json: bool) -> None:
     """Promote trial NN (default: the best by verdicts) to a detached full run, after re-validating it."""
     from autorl.present import findings
     from autorl.trial.promote import promote as do_promote
 
     say = (lambda _msg: None) if as_json else click.echo
     result = do_promote(c.workspace(), c.open_ledger(write=True), number, steps=steps, episodes=episodes, repeats=repeats,
-                        parallel=parallel, dry_run=dry_run, force=force, view=say)
+                        parallel=parallel, dry_run=dry_run, force=force, view=say, study=study_name)
     _emit(result, as_json, lambda d: "\n".join(findings.promoted_lines(d)))
 
 
 @cli.command()
+@click.option("--study", "study_name", help="The study whose findings are shown (default: the latest).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
-def status(c: _Ctx, as_json: bool) -> None:
-    """What the latest study found once it has stopped, and what is running now (trials, full runs)."""
+def status(c: _Ctx, study_name: str | None, as_json: bool) -> None:
+    """What the latest study (or --study NAME) found once it has stopped, and what is running now (trials, full
+    runs)."""
     from autorl.present import findings, review
 
     ledger = c.open_ledger()
     data = review.status_rows(ledger, c.workspace())
-    latest = data["studies"][0] if data["studies"] else None
-    if latest and not latest["status"].startswith(("running", "interrupted")):  # no headline before it ends
-        data["findings"] = findings.findings(c.workspace(), ledger, latest["name"])
+    shown = review.study_status(ledger, c.workspace(), study_name) if study_name else (
+        data["studies"][0] if data["studies"] else None)
+    if shown and not shown["status"].startswith(("running", "interrupted")):  # no headline before it ends
+        data["findings"] = findings.findings(c.workspace(), ledger, shown["name"])
     _emit(data, as_json, lambda d: review.format_status(d, _width()))
 
 

@@ -85,7 +85,8 @@ def repo_root(path: str | Path) -> Path:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         top = None
     if top is None:
-        raise WorkspaceError(f"{p.resolve()} is not a git repository: run `autorl init {p}` first")
+        raise WorkspaceError(f"{p.resolve()} is not a git repository: name your workspace with `autorl -C DIR ...`, "
+                             f"or make this one with `autorl init {p}`")
     return Path(top).resolve()
 
 

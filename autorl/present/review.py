@@ -458,6 +458,11 @@ def status_rows(ledger, ws=None) -> dict[str, Any]:
     return out
 
 
+def study_status(ledger, ws, name: str) -> dict[str, Any]:
+    """Study ``name``'s status row (``NotFoundError`` naming the studies there are when there is none)."""
+    return _study_status(ledger.study(name), ws)
+
+
 def _study_status(s: dict, ws) -> dict[str, Any]:
     row = {k: s[k] for k in ("name", "status", "strategy", "budget_s")}
     if ws is not None and s["status"] == "running":

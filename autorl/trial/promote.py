@@ -68,10 +68,18 @@ def pick_best(ledger, study: str | None = None, force: bool = False) -> tuple[di
             raise NotFoundError(f"no confirmed improvement ({len(open_)} candidates await confirmation): "
                                 f"`autorl run --resume --study {st['name']}` runs their fresh-seed runs first, "
                                 "or pick one with `autorl promote NN --force`")
-        raise NotFoundError("no confirmed improvement: nothing to promote (pick one with `autorl promote NN --force`)")
+        raise NotFoundError(f"no confirmed improvement in study {st['name']}: nothing to promote"
+                            f"{_elsewhere(ledger, st['name'])} (or pick a trial with `autorl promote NN --force`)")
     row = max(pool, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
     return row, (f"{row['attempt']} has the highest lower bound of the gain over its parent among {len(pool)} {kind} "
                  f"trials: {row['delta']:+.4f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]")
+
+
+def _elsewhere(ledger, name: str) -> str:
+    """The other studies of the ledger that have a confirmed improvement, as a hint ('' when none has)."""
+    others = [s["name"] for s in ledger.studies(limit=50) if s["name"] != name
+              and ledger.trials(s["id"], confirmation="confirmed", kind="trial")]
+    return f"; study {others[0]} has one: `autorl promote --study {others[0]}`" if others else ""
 
 
 def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
@@ -130,10 +138,11 @@ def full_values(recipe: Recipe, steps: int | None, episodes: int | None) -> dict
 
 
 def promote(ws, ledger, number: int | None, *, steps: int | None = None, episodes: int | None = None,
-            repeats: int = 2, parallel: int = 1, dry_run: bool = False, force: bool = False, view=print
-            ) -> dict[str, Any]:
-    """Re-validate trial NN (or the best), then commit and launch its full run detached."""
-    row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger, force=force)
+            repeats: int = 2, parallel: int = 1, dry_run: bool = False, force: bool = False, view=print,
+            study: str | None = None) -> dict[str, Any]:
+    """Re-validate trial NN (or the best of ``study``, default the latest), then commit and launch its full run
+    detached."""
+    row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger, study, force)
     if row.get("kind") != "trial" or row.get("status") != "complete":
         raise UserError(f"{row['attempt']} did not complete as a trial ({row['status']}): promote a completed trial")
     refuse_suspect(ledger, row, _recorded_gate(row), force, "at confirmation")

@@ -144,3 +144,27 @@ def test_a_flat_test_never_names_a_gain_beyond_what_the_metric_allows():
     json_row = d["ruled_out"][0]["trials"][0]
     assert (json_row["detectable"], json_row["blind"]) == (None, True)
     assert json_row["possible_gain"] == pytest.approx(0.492)
+
+
+def test_a_newer_study_does_not_hide_what_an_earlier_one_found(ws):
+    """Two studies in one workspace: status and promote take the latest, and --study reaches the other; a promote
+    of a latest study with nothing confirmed names the study that has something."""
+    led = Ledger(ws / "ledger.sqlite")
+    first = led.study()["name"]
+    sid = led.create_study(name="second", recipe_path="recipes/default.yaml", recipe="", base_sha="x",
+                           strategy="random", budget_s=60.0, optuna_study="second")
+    led.add_trial(study_id=sid, number=20, attempt="attempt-20-baseline", proposer="baseline", status="complete",
+                  objective=0.5)
+    led.update_study(sid, status="stopped")
+    led.close()
+    assert "Found: lr 5e-07 → 5e-05" not in _status(ws)
+    assert _status(ws, "--study", first).splitlines()[1] == "Found: lr 5e-07 → 5e-05  (attempt-08-move)"
+    refused = run_cli("-C", str(ws), "promote", "--dry-run")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "no confirmed improvement in study second" in refused.stderr
+    assert f"study {first} has one: `autorl promote --study {first}`" in refused.stderr
+    picked = run_cli("-C", str(ws), "promote", "--dry-run", "--study", first, "--json")
+    assert picked.returncode == 0, picked.stderr
+    assert json.loads(picked.stdout)["attempt"] == "attempt-08-move"
+    unknown = run_cli("-C", str(ws), "status", "--study", "nope")
+    assert unknown.returncode == 2 and "no study nope" in unknown.stderr
