@@ -57,12 +57,22 @@ class RunOptions:
     ray_address: str | None = None
 
 
+def budget_spent(prepared_s: float, budget_s: float, backend: str, launched: int) -> str:
+    """Why a study whose budget ran out ended: where the backend's first preparation (a fresh workspace's base
+    model) took most of it and no trial started, that is said, with what to do."""
+    if launched or prepared_s < 0.5 * budget_s:
+        return "the budget is spent"
+    return (f"the budget is spent: preparing backend {backend} took {prepared_s:.0f} s of {format_duration(budget_s)} "
+            "(what it built is kept: `autorl run --resume` starts trials at once)")
+
+
 class Controller:
     """Runs one study in one workspace: up to ``parallel`` trials in flight until the budget, a stop or the cap."""
 
     def __init__(self, ws: Workspace, opts: RunOptions, view: PlainView | None = None):
         self.ws, self.opts, self.view = ws, opts, view or PlainView()
         self.stop_reason: Stop | None = None
+        self.prepared_s = 0.0  # the backend's preparation, which the budget counts
         self.started = time.time()
         self.deadline = self.started + opts.budget_s
         self.slots: Slots | None = None
@@ -98,7 +108,7 @@ class Controller:
             recovery.recover(s)
             if self.opts.resume:
                 recovery.requeue(s)
-            opening.prepare_backend(s)
+            self.prepared_s = opening.prepare_backend(s)
             self.watch = recovery.LedgerWatch(s.ledger)
         except BaseException as exc:
             failure = recovery.stop_error(s, exc)
@@ -188,7 +198,7 @@ class Controller:
         if self.opts.max_trials is not None and self.done_before + self.launched >= self.opts.max_trials:
             return f"--max-trials {self.opts.max_trials} reached"
         if left <= 0:
-            return "the budget is spent"
+            return budget_spent(self.prepared_s, self.opts.budget_s, self.s.base.backend, self.launched)
         if self.s.proposer.baseline_failed():
             return "the baseline failed"
         if self._held is not None:

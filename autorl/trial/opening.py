@@ -186,9 +186,10 @@ def _free_name(ledger: Ledger, name: str) -> str:
     return out
 
 
-def prepare_backend(state: StudyState) -> None:
+def prepare_backend(state: StudyState) -> float:
     """Let the backend build what every trial shares (the embedded base model) outside any trial, saying so: a
-    fresh workspace's first build took four minutes on a busy two-core machine, with nothing on the screen."""
+    fresh workspace's first build took four minutes on a busy two-core machine, with nothing on the screen.
+    Returns the seconds it took (of the study's budget)."""
     t0 = time.time()
     log = state.ws.runs / "prepare"
     say = (lambda _text: None) if state.view.quiet else state.view.line
@@ -199,3 +200,4 @@ def prepare_backend(state: StudyState) -> None:
         state.records.event(None, "prepare", f"exit {code} in {took:.1f} s")
         if took >= 5 or code:
             say(f"backend {state.base.backend} ready in {took:.0f} s" + (f" (exit {code})" if code else ""))
+    return time.time() - t0

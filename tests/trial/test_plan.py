@@ -129,3 +129,15 @@ def test_history_marks_every_trial_started_before_the_first_end_as_cold():
     assert [t.first for t in took] == [True, True, False]
     assert [t.startup for t in took] == [150.0, None, 55.0] and [t.work for t in took] == [8, 8, 16]
     assert plan.history([], ["gens"]) == []
+
+
+def test_a_budget_spent_on_the_backends_first_preparation_says_so_and_what_to_do():
+    """A fresh workspace's base model took 212 s of a 2-minute budget: the study ended with 0 trials and only 'the
+    budget is spent'. Now the line names the preparation; a study that ran trials, or prepared quickly, does not."""
+    from autorl.trial.controller import budget_spent
+
+    line = budget_spent(212.4, 120.0, "embedded", 0)
+    assert line.startswith("the budget is spent: preparing backend embedded took 212 s of 2m")
+    assert "`autorl run --resume`" in line
+    assert budget_spent(212.4, 120.0, "embedded", 1) == "the budget is spent"
+    assert budget_spent(20.0, 600.0, "embedded", 0) == "the budget is spent"
