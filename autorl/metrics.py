@@ -197,6 +197,13 @@ class RunMetrics:
         return None
 
 
+def items_key(metric: str) -> str | None:
+    """The per-item key of a greedy pass@1 eval metric (``eval/<split>/items``), else None: only those have
+    per-item results."""
+    parts = metric.split("/")
+    return f"eval/{parts[1]}/items" if len(parts) == 3 and parts[0] == "eval" and parts[2] == "greedy_pass@1" else None
+
+
 def reduce_series(values: list[float], reduction: str, k: int = 3, maximize: bool = True) -> float | None:
     """One number from a metric series: last, best, or mean of the last k."""
     if not values:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from autorl.backends.registry import BACKENDS, BackendName
 from autorl import loading
 from autorl.errors import RecipeError, short, validation_line
+from autorl.metrics import items_key
 
 
 
@@ -68,8 +69,19 @@ class Objective(_Model):
 
     metric: str = Field("eval/id/greedy_pass@1", description="Metric key from the run's eval lines (or step lines).")
     direction: Literal["maximize", "minimize"] = Field("maximize", description="Whether larger is better.")
-    reduction: Literal["last", "best", "mean_last_k"] = Field("last", description="How the metric's series becomes one value.")
+    reduction: Literal["last", "best", "mean_last_k"] = Field("last", description="How the metric's series becomes one "
+                                                                   "value; best only for a greedy pass@1 eval metric "
+                                                                   "(its per-item results).")
     k: int = Field(3, ge=1, description="Window for mean_last_k.")
+
+    @model_validator(mode="after")
+    def _best_needs_items(self) -> "Objective":
+        if self.reduction == "best" and items_key(self.metric) is None:
+            raise ValueError(f"reduction 'best' needs per-item results, which only eval/<split>/greedy_pass@1 has, "
+                             f"not {self.metric}: the best of a noisy series favours the noisier recipe (a trial "
+                             "no better than its parent, with half its generations, was called improved 22% of the "
+                             "time); use last or mean_last_k")
+        return self
 
 
 class VerdictSettings(_Model):

@@ -238,3 +238,26 @@ def test_a_set_value_reaches_the_engine_config_as_a_number(tmp_path):
     path = plan.argv[plan.argv.index("--config") + 1]
     assert json.loads(Path(path).read_text())["lr"] == 3e-4
     assert load_config(path).lr == 3e-4 and load_config(path) == recipe.params
+
+
+def test_best_of_a_series_without_per_item_results_is_refused_in_one_line(tmp_path):
+    """The best of a noisy series of run values favours the noisier recipe; only greedy pass@1 evals have the
+    per-item results whose best is chosen without that bias (cross-fitted)."""
+    for metric in ("reward_mean", "eval/id/sampling_pass@8"):
+        with pytest.raises(RecipeError, match="reduction 'best' needs per-item results") as e:
+            load_recipe(DEFAULT, [f"objective.metric={metric}", "objective.reduction=best"])
+        assert "\n" not in str(e.value) and "use last or mean_last_k" in str(e.value)
+    assert load_recipe(DEFAULT, ["objective.metric=reward_mean", "objective.reduction=mean_last_k"])
+    assert load_recipe(DEFAULT, ["objective.metric=eval/ood/greedy_pass@1", "objective.reduction=best"])
+    r = run_cli_bad_recipe(tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def run_cli_bad_recipe(tmp_path):
+    from tests.conftest import run_cli
+
+    data = _data()
+    data["objective"] = {"metric": "reward_mean", "reduction": "best"}
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return run_cli("train", str(path), "--dry-run")

@@ -32,7 +32,7 @@ import numpy as np
 from autorl.judge import calibrate, hackgate, triage, verdict
 from autorl.judge.noise import arm
 from autorl.judge.prune import PruneDecision, should_prune
-from autorl.metrics import RunMetrics, reduce_series
+from autorl.metrics import RunMetrics, items_key, reduce_series
 
 
 def objective_value(m: RunMetrics, recipe: Any) -> float | None:
@@ -303,12 +303,6 @@ def _groups(groups: list[list[RunMetrics]], recipe: Any) -> list[verdict.Runs]:
     """Replicate groups as the verdict sees them (groups of fewer than two runs with the objective left out)."""
     out = [runs_of(g, recipe) for g in groups]
     return [r for r in out if r is not None and len(r.values) > 1]
-
-
-def items_key(metric: str) -> str | None:
-    """The per-item key of a greedy pass@1 eval metric (``eval/<split>/items``), else None."""
-    parts = metric.split("/")
-    return f"eval/{parts[1]}/items" if len(parts) == 3 and parts[0] == "eval" and parts[2] == "greedy_pass@1" else None
 
 
 def items_at_step(runs: list[RunMetrics], key: str, step: int) -> list[list[float]]:

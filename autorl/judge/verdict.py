@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from autorl.judge.noise import gain, value_gain
+from autorl.metrics import items_key
 from autorl.recipe import AbortRules, Objective, VerdictSettings
 
 FULL_SIGHT_REPEATS = 3  # with fewer parent runs the verdict says what it cannot see
@@ -118,10 +119,9 @@ def objective_items(evals: list[dict], objective: Objective) -> list[float] | No
     (``best_items``), ``mean_last_k`` the per-item mean over the last k evals. Any other metric
     (sampling pass@k, a train metric) has none: the verdict then judges the run values.
     """
-    parts = objective.metric.split("/")
-    if len(parts) != 3 or parts[0] != "eval" or parts[2] != "greedy_pass@1":
+    key = items_key(objective.metric)
+    if key is None:
         return None
-    key = f"eval/{parts[1]}/items"
     rows = [e for e in evals if isinstance(e.get(objective.metric), (int, float)) and e.get(key)]
     if not rows:
         return None
