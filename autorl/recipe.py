@@ -54,9 +54,20 @@ class SearchParam(_Model):
         if self.choices is not None:
             if not self.choices:
                 raise ValueError("choices is empty: list at least one value")
+            bad = [c for c in self.choices if isinstance(c, float) and not math.isfinite(c)]
+            if bad:
+                raise ValueError(f"choice {bad[0]} is not a finite number: list finite values")
             return self
         if self.low is None or self.high is None:
             raise ValueError("give low and high, or choices")
+        for name, value in (("low", self.low), ("high", self.high)):
+            if not math.isfinite(value):
+                raise ValueError(f"{name} {value} is not a finite number: give a finite bound")
+        if not math.isfinite(self.high - self.low):
+            raise ValueError(f"the range {self.low:g}..{self.high:g} is wider than a float holds: narrow it")
+        if self.int and not (self.low.is_integer() and self.high.is_integer()):
+            raise ValueError(f"an int range needs whole-number bounds (got {self.low:g}..{self.high:g}): drop "
+                             "int: true for a float key, or round the bounds")
         if self.low > self.high:
             raise ValueError(f"low {self.low} > high {self.high}: swap them")
         if self.log and self.low <= 0:

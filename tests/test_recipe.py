@@ -261,3 +261,19 @@ def run_cli_bad_recipe(tmp_path):
     path = tmp_path / "best.yaml"
     path.write_text(yaml.safe_dump(data))
     return run_cli("train", str(path), "--dry-run")
+
+
+@pytest.mark.parametrize("space, needle", [
+    ({"low": float("nan"), "high": float("inf")}, "low nan is not a finite number"),
+    ({"low": 1e-7, "high": float("inf"), "log": True}, "high inf is not a finite number"),
+    ({"low": -1e308, "high": 1e308}, "wider than a float holds"),
+    ({"low": 1e-7, "high": 1e-2, "int": True}, "an int range needs whole-number bounds"),
+    ({"choices": [float("nan"), 1e-5]}, "choice nan is not a finite number"),
+])
+def test_a_search_space_optuna_cannot_sample_is_refused_before_any_study(space, needle):
+    """Such a range passed validation, the baseline ran, and the first proposal died in Optuna with a traceback."""
+    data = _data()
+    data["search"] = {"lr": space}
+    with pytest.raises(RecipeError, match=re.escape(needle)) as e:
+        validate_recipe(data, source="r.yaml")
+    assert "search" in str(e.value) and "\n" not in str(e.value)

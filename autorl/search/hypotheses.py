@@ -64,6 +64,7 @@ import difflib
 import hashlib
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -125,6 +126,8 @@ class HypothesisParam(_Model):
             raise ValueError("give exactly one of {low, high}, {choices} or {scale: [a, b]}")
         if self.scale is not None:
             a, b = self.scale
+            if not (math.isfinite(a) and math.isfinite(b)):
+                raise ValueError(f"scale [{a}, {b}]: need finite factors")
             if a < 0 or a > b or (self.log and a <= 0):
                 raise ValueError(f"scale [{a}, {b}]: need 0 <= a <= b (a > 0 with log)")
         elif self.choices is None:
@@ -268,7 +271,13 @@ def _unknown_field(loc: tuple) -> str:
 
 def _check_patch(h: Hypothesis, path: Path) -> None:
     p = h.patch_path()
-    if p is not None and not p.is_file():
+    if p is None:
+        return
+    folder = Path(h.source).resolve().parent.parent if h.source else Path.cwd().resolve()
+    if Path(h.patch).is_absolute() or not Path(os.path.realpath(p)).is_relative_to(folder):
+        raise HypothesisError(f"{path}: field 'patch': {h.patch} is outside {folder}: give a path inside it, "
+                              "such as patches/NAME.patch")
+    if not p.is_file():
         raise HypothesisError(f"{path}: field 'patch': {p} not found: add the patch file or remove the field")
 
 

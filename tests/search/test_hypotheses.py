@@ -145,6 +145,11 @@ BAD = [
     ("id mismatch", lambda t: t.replace("id: x01-test", "id: x02-test"), "'id'"),
     ("missing patch", lambda t: t.replace("backends:", "patch: patches/nope.patch\nbackends:"), "'patch'"),
     ("reserved field", lambda t: t.replace("backends:", "body: hi\nbackends:"), "'body'"),
+    ("patch outside, absolute", lambda t: t.replace("backends:", "patch: /etc/passwd\nbackends:"), "is outside"),
+    ("patch outside, relative", lambda t: t.replace("backends:", "patch: ../../../../etc/passwd\nbackends:"),
+     "is outside"),
+    ("infinite scale", lambda t: t.replace("{scale: [1.0, 4.0], log: true}", "{scale: [1.0, .inf], log: true}"),
+     "search.lr"),
 ]
 
 
