@@ -92,7 +92,7 @@ def check(steps: list[dict], summary: dict | None = None, log_text: str = "", pl
           evals: list[dict] | None = None, rules: SilentRules | None = None) -> SilentFailure | None:
     """The first silent failure of a completed run, or None when it looks healthy."""
     rules = rules or load_rules()
-    lines = log_text.splitlines()[-triage.MAX_LINES:]
+    lines = triage.log_lines(log_text)
     for probe in (_no_training, _nonfinite, _collapse, _constant_reward):
         found = probe(steps, summary, evals or [], lines, planned_steps, rules)
         if found is not None:

@@ -26,6 +26,7 @@ Pure: no subprocess, no torch; ``autorl triage classify LOGFILE --json`` prints
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 from bisect import bisect_right
@@ -43,6 +44,23 @@ from autorl.errors import RulesError  # noqa: F401  (raised by load_rules; calle
 
 RULES_PATH = shipped("rules", "crash_rules.yaml")
 MAX_LINES = 50_000  # only the log's tail is read: the cause of a crash is near its end
+MAX_LINE_CHARS = 4_000  # of each line, the head: some patterns take time quadratic in a line's length
+TAIL_BYTES = 16 << 20  # of a log file, the tail read (a run printing without end fills a disk, not memory)
+
+
+def log_lines(log_text: str) -> list[str]:
+    """The lines triage reads: the last ``MAX_LINES``, each cut to its first ``MAX_LINE_CHARS`` characters (a
+    200 kB line of one letter took over a minute to classify)."""
+    return [line[:MAX_LINE_CHARS] for line in log_text.splitlines()[-MAX_LINES:]]
+
+
+def read_tail(path: Path) -> str:
+    """The last ``TAIL_BYTES`` of a log file as text (undecodable bytes replaced)."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - TAIL_BYTES))
+        return fh.read().decode("utf-8", errors="replace")
 
 Category = Literal[
     "cuda_oom", "host_oom", "nan_divergence", "distributed_timeout", "backend_incompat",
@@ -420,7 +438,7 @@ def explain(log_text: str, exit_code: int | None = None, watchdog: str | None = 
 def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
             nonfinite: str | None) -> tuple[Diagnosis, list[str]]:
     rules = load_rules()
-    lines = log_text.splitlines()[-MAX_LINES:]
+    lines = log_lines(log_text)
     engine = detect_engine(lines, rules)
     hits = [h for h in _hits(lines, rules) if not h.family.engines or engine in h.family.engines]
     best, echo = _best(hits)
@@ -591,7 +609,7 @@ def signature(category: str, line: str) -> str:
 def excerpt(log_text: str, root_cause_line: str, context: int = 8) -> str:
     """``context`` lines either side of the root line's last occurrence, the root marked '>> ' (colours shown as
     plain text)."""
-    lines = log_text.splitlines()
+    lines = log_lines(log_text)
     target = root_cause_line.rstrip()
     idx = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].rstrip() == target), None)
     if idx is None:
@@ -694,7 +712,7 @@ def _full_volume_path(d: Diagnosis, log_text: str, run_dir: Path) -> Path:
     """Where the failing write went: its volume is the full one, which need not be the run dir's."""
     if d.category != "disk_full":
         return run_dir
-    lines = log_text.splitlines()
+    lines = log_lines(log_text)
     idx = max((i for i, ln in enumerate(lines) if ln.rstrip() == d.root_cause_line.rstrip()), default=len(lines))
     for line in [d.root_cause_line, *reversed(lines[max(0, idx - PATH_LOOKBACK):idx])]:
         found = [] if _FRAME.match(_clean(line)) else _ABS_PATH.findall(line)  # code files are not the target

@@ -56,6 +56,6 @@ def baseline_note(s: StudyState, p: Proposal, action: triage.Action) -> str:
 def train_log(ctx: TrialContext) -> str:
     """The trial's log ('' when there is none)."""
     try:
-        return (ctx.attempt.run_dir / "train.log").read_text(errors="replace")
+        return triage.read_tail(ctx.attempt.run_dir / "train.log")
     except OSError:
         return ""

@@ -257,3 +257,20 @@ def test_triage_does_not_import_heavy_frameworks():
             "print([m for m in ('torch', 'transformers', 'trl', 'ray', 'openrlhf') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_log_of_one_endless_line_is_read_by_its_head_and_a_huge_log_by_its_tail(tmp_path, monkeypatch):
+    """A 200 kB line of one letter took over a minute to classify (some patterns are quadratic in a line's
+    length) and a 300 MB log was read whole; triage reads each line's head and the file's tail."""
+    from autorl.judge import triage as tr
+
+    line = "a" * 1_000_000
+    d = tr.classify(line + "\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
+    assert d.category == "illegal_memory_access"
+    assert tr.log_lines(line) == ["a" * tr.MAX_LINE_CHARS]
+    monkeypatch.setattr(tr, "TAIL_BYTES", 1000)
+    path = tmp_path / "train.log"
+    path.write_bytes(b"x" * 5000 + b"\ntorch.OutOfMemoryError: CUDA out of memory.\n")
+    text = tr.read_tail(path)
+    assert len(text.encode()) == 1000 and text.endswith("CUDA out of memory.\n")
+    assert tr.classify(text).category == "cuda_oom"
