@@ -842,6 +842,11 @@ def open_read(path: str | Path) -> Ledger:
     ledger = Ledger(path, readonly=True)
     with _translated_errors(path):
         pending = _pending(ledger.db)
+        made = ledger.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'autorl_migrations'").fetchone()
+    if not made:  # an empty file, or an empty database: a review command does not make it a ledger
+        ledger.close()
+        raise NotFoundError(f"{short(path, 200)} holds no autorl ledger (no tables): run a study first with "
+                            "`autorl run`, or pass your ledger with --ledger FILE")
     if pending:
         ledger.close()
         Ledger(path).close()

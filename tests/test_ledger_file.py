@@ -130,6 +130,19 @@ def test_a_ledger_caught_between_its_record_table_and_its_tables_is_read_as_a_le
     assert {"autorl_trials", "autorl_studies", "autorl_migrations"} <= names
 
 
+def test_the_review_side_does_not_make_an_empty_file_a_ledger(tmp_path):
+    """`autorl --ledger EMPTY status` turned an empty file into a 45 kB ledger with lock, WAL and shm files."""
+    for name, make in (("empty", lambda p: p.write_bytes(b"")),
+                       ("no-tables.sqlite", lambda p: sqlite3.connect(p).execute("VACUUM").connection.close())):
+        path = tmp_path / name
+        make(path)
+        before = path.read_bytes()
+        with pytest.raises(NotFoundError, match="holds no autorl ledger"):
+            open_read(path)
+        assert path.read_bytes() == before and sorted(x.name for x in tmp_path.iterdir() if x.name.startswith(name)) \
+            == [name]
+
+
 def test_a_new_ledger_never_shows_its_record_table_without_its_tables(tmp_path, monkeypatch):
     """Creation commits the record table with the first migration: a reader at any commit sees nothing or both."""
     path, connect = tmp_path / "ledger.sqlite", sqlite3.connect
