@@ -104,14 +104,14 @@ class VerdictSettings(_Model):
                                                              "units: flat trials invalidate a hypothesis only when "
                                                              "each could have detected a gain this large (4 times "
                                                              "in 5); otherwise it stays inconclusive.")
-    baseline_repeats: int = Field(5, ge=1, description="Times the baseline runs (different seeds) to measure seed "
+    baseline_repeats: int = Field(5, ge=1, le=100, description="Times the baseline runs (different seeds) to measure seed "
                                                        "noise; below 3 the verdict says what it cannot see.")
     level: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence level of a trial's interval.")
     run_sd_prior: float = Field(0.02, ge=0, description="Prior run-level sd (a whole run's shift from its seed) "
                                                         "before replicates are seen.")
     run_sd_prior_df: float = Field(1.0, ge=0, description="Pseudo degrees of freedom of that prior: how many "
                                                           "replicate df it weighs.")
-    confirm_runs: int = Field(3, ge=0, description="Fresh-seed re-runs of an 'improved' candidate; 0 = candidates "
+    confirm_runs: int = Field(3, ge=0, le=100, description="Fresh-seed re-runs of an 'improved' candidate; 0 = candidates "
                                                    "are never confirmed.")
     confirm_level: float = Field(0.975, gt=0.5, lt=1, description="Two-sided level of the confirmation test on the "
                                                                  "fresh runs alone.")
@@ -169,7 +169,7 @@ class Recipe(_Model):
     abort: AbortRules = Field(default_factory=AbortRules, description="Early-abort thresholds and the hang watchdog.")
     gate: GateSettings = Field(default_factory=GateSettings, description="The hack gate's bounds (KL, entropy, "
                                                                          "truncation).")
-    timeout_s: float = Field(300.0, gt=0, description="Per-trial wall-clock limit (the time a Ray job waits for "
+    timeout_s: float = Field(300.0, gt=0, le=30 * 86400, description="Per-trial wall-clock limit (the time a Ray job waits for "
                                                        "GPUs other jobs hold is not counted).")
     cpus_per_trial: float = Field(1.0, gt=0, description="CPUs a trial asks Ray for (with --ray-address).")
     gpus_per_trial: float = Field(0.0, ge=0, description="GPUs a trial asks Ray for (with --ray-address).")
@@ -181,6 +181,8 @@ class Recipe(_Model):
         model = params_model(self.backend)
         self._params = _typed_params(model, self.train, "train")
         self.train = self._params.model_dump(mode="json")
+        if self.full:  # a promoted run's values are checked with the recipe, not when its full run starts
+            _typed_params(model, {**self.train, **self.full}, "full")
         for key in self.search:
             if key not in self.train and key not in model.model_fields:
                 raise ValueError(f"search names '{key}', which train does not have: add it to train or remove it from search")

@@ -277,3 +277,21 @@ def test_a_search_space_optuna_cannot_sample_is_refused_before_any_study(space, 
     with pytest.raises(RecipeError, match=re.escape(needle)) as e:
         validate_recipe(data, source="r.yaml")
     assert "search" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("gens=100000000", "train.gens"),
+    ("max_new_tokens=100000000", "train.max_new_tokens"),
+    ("threads=100000", "train.threads"),
+    ("steps=1000000000000", "train.steps"),
+    ("timeout_s=1e308", "timeout_s"),
+    ("verdict.baseline_repeats=1000000000", "baseline_repeats"),
+    ("full.steps=-3", "full.steps"),
+    ("full.bogus=3", "full"),
+])
+def test_unbounded_sizes_and_a_full_block_the_backend_cannot_run_are_refused_with_the_recipe(override, needle):
+    """These passed validation: a study started with steps 1e12, and a full block's mistakes surfaced only when
+    its promoted run started."""
+    with pytest.raises(RecipeError) as e:
+        load_recipe(DEFAULT, [override])
+    assert needle in str(e.value) and "\n" not in str(e.value)

@@ -45,19 +45,19 @@ class GRPOParams(BaseModel):
     eps_clip_high: float | None = Field(None, gt=0, description="Upper clip (asymmetric clipping); defaults to eps_clip.")
     kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference. "
                                                   "0 builds no reference model.")
-    gens: int = Field(8, ge=2, description="Completions sampled per prompt (the GRPO group size).")
-    batch_prompts: int = Field(32, ge=1, description="Prompts per GRPO step.")
-    max_new_tokens: int = Field(5, ge=1, description="Generation length limit.")
+    gens: int = Field(8, ge=2, le=4096, description="Completions sampled per prompt (the GRPO group size).")
+    batch_prompts: int = Field(32, ge=1, le=65536, description="Prompts per GRPO step.")
+    max_new_tokens: int = Field(5, ge=1, le=65536, description="Generation length limit.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature for rollouts.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     warmup_steps: int = Field(0, ge=0, description="Linear LR warmup, in optimizer steps.")
     # --- evaluation -------------------------------------------------------
     eval_every: int = Field(10, ge=0, description="Evaluate at step 0, every N steps and at the end; "
                                                   "0 = only at 0 and the end.")
-    eval_size: int = Field(500, ge=1, description="Built-in task: items per eval split.")
+    eval_size: int = Field(500, ge=1, le=1_000_000, description="Built-in task: items per eval split.")
     # --- run --------------------------------------------------------------
     seed: int = Field(0, description="Seed for sampling and init; with fixed threads a CPU run is reproducible.")
-    threads: int = Field(2, ge=1, description="torch.set_num_threads on CPU (results depend on it).")
+    threads: int = Field(2, ge=1, le=1024, description="torch.set_num_threads on CPU (results depend on it).")
 
 
 class EngineConfig(GRPOParams):
@@ -67,7 +67,7 @@ class EngineConfig(GRPOParams):
 
     kl_estimator: Literal["k1", "k3"] = Field("k3", description="Per-token KL estimator: k1 = log(p/q), "
                                                                 "k3 = q/p - log(q/p) - 1.")
-    steps: int = Field(50, ge=0, description="GRPO steps (rollout + update).")
+    steps: int = Field(50, ge=0, le=10_000_000, description="GRPO steps (rollout + update).")
     ppo_epochs: int = Field(2, ge=1, description="Optimizer passes over each rollout batch (mu). With 1, the ratio "
                                                  "is always 1 and clipping is inert.")
     loss_type: Literal["grpo", "dr_grpo"] = Field("grpo", description="'grpo': mean over each sequence's tokens; "
