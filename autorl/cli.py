@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from autorl.errors import AutorlError, UserError, one_line
+from autorl.errors import AutorlError, UserError, one_line, short
 
 
 def _backend_names() -> list[str]:
@@ -43,6 +43,24 @@ class _Ctx:
 
 
 pass_ctx = click.make_pass_decorator(_Ctx)
+
+MAX_TRIAL = 10 ** 9  # bound of a trial number or count: a larger one is a typo, refused before it reaches SQLite
+
+
+class _TrialNumber(click.ParamType):
+    """A trial number NN: an integer from 1 to ``MAX_TRIAL``; anything else is one line naming what to pass."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        number = click.INT.convert(value, param, ctx)
+        if not 1 <= number <= MAX_TRIAL:
+            self.fail(f"there is no trial {short(str(value), 40)}: trial numbers start at 1; list them with "
+                      "`autorl ledger`", param, ctx)
+        return number
+
+
+TRIAL_NUMBER = _TrialNumber()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,8 +101,8 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
     from autorl.recipe import parse_overrides
     from autorl.trial.train import describe, plan_single, run_single
 
-    spec, plan = plan_single(Path(c.directory), Path(c.directory) / recipe, parse_overrides(overrides), metrics_out,
-                             dry_run, ray_address)
+    spec, plan = plan_single(Path(c.directory), _given(Path(c.directory) / recipe, "recipe file"),
+                             parse_overrides(overrides), metrics_out, dry_run, ray_address)
     if dry_run:
         from autorl.present import review
 
@@ -105,7 +123,7 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
 @cli.command()
 @click.argument("recipe", required=False, type=click.Path())
 @click.option("--budget", default="1h", show_default=True, help="Wall-clock budget, with its unit: 90m, 24h, 1h30m, 2d, 45s.")
-@click.option("--max-trials", type=click.IntRange(min=1), help="Stop after this many trials.")
+@click.option("--max-trials", type=click.IntRange(min=1, max=MAX_TRIAL), help="Stop after this many trials.")
 @click.option("--strategy", type=click.Choice(["hypotheses", "optuna", "random"]), default=None,
               help="How trials are proposed [default: hypotheses; on --resume, the study's own].")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
@@ -154,8 +172,18 @@ def _within_bounds(path: Path) -> None:
     from autorl import loading
     from autorl.errors import RecipeError
 
-    if path.is_file():
+    if _given(path, "recipe file").is_file():
         loading.parse(loading.read_text(path, RecipeError, "recipe file"), path, RecipeError)
+
+
+def _given(path: Path, what: str) -> Path:
+    """``path`` as named on the command line; a name the system refuses to look up (too long, ...) is one line."""
+    try:
+        path.is_file()
+    except OSError as exc:
+        raise UserError(f"{what} {short(str(path), 200)} cannot be used ({exc.strerror or exc}): pass another "
+                        "path") from None
+    return path
 
 
 def _study_end(c: _Ctx, summary: dict) -> None:
@@ -198,7 +226,7 @@ def ledger(c: _Ctx, as_json: bool, verdict: str | None, last: int | None, study_
 
 
 @cli.command()
-@click.argument("number", type=int)
+@click.argument("number", type=TRIAL_NUMBER)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def show(c: _Ctx, number: int, as_json: bool) -> None:
@@ -247,10 +275,10 @@ def triage_classify(logfile: str, exit_code: int | None, watchdog: str | None, e
     """Classify a run log: category, root-cause line, remedy, engine, confidence, signature."""
     from autorl.judge import triage as tr
 
-    p = Path(logfile)
+    p = _given(Path(logfile), "log file")
     if not p.is_file():
         raise UserError(f"log file {p} not found: pass the path of a run log")
-    text = p.read_text(errors="replace")
+    text = tr.read_tail(p)
     d = tr.classify(text, exit_code=exit_code, watchdog=watchdog).model_dump()
     if explain:
         d["explain"] = tr.explain(text, exit_code=exit_code, watchdog=watchdog)
@@ -263,7 +291,7 @@ def _format_classify(d: dict) -> str:
 
 
 @triage.command("trial")
-@click.argument("number", type=int)
+@click.argument("number", type=TRIAL_NUMBER)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
@@ -275,10 +303,10 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("number", type=int, required=False)
-@click.option("--steps", type=click.IntRange(min=1), help="Full-run length in steps (overrides the recipe's full block).")
-@click.option("--episodes", type=click.IntRange(min=1), help="Full-run episodes (OpenRLHF).")
-@click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True, help="Fresh seeds for re-validation.")
+@click.argument("number", type=TRIAL_NUMBER, required=False)
+@click.option("--steps", type=click.IntRange(min=1, max=MAX_TRIAL), help="Full-run length in steps (overrides the recipe's full block).")
+@click.option("--episodes", type=click.IntRange(min=1, max=MAX_TRIAL), help="Full-run episodes (OpenRLHF).")
+@click.option("--repeats", type=click.IntRange(min=1, max=1000), default=2, show_default=True, help="Fresh seeds for re-validation.")
 @click.option("--parallel", type=click.IntRange(min=1, max=1024), default=1, show_default=True,
               help="Re-validation runs at once, placed on the GPUs as `run --parallel` places trials.")
 @click.option("--dry-run", is_flag=True, help="Show what would be promoted and with which values; run nothing.")
@@ -347,7 +375,7 @@ def hypotheses_cmd(c: _Ctx, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("number", type=int, required=False)
+@click.argument("number", type=TRIAL_NUMBER, required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
@@ -453,7 +481,7 @@ def preflight(c: _Ctx, recipe: str, overrides: tuple[str, ...], as_json: bool) -
     from autorl.backends.openrlhf.preflight import preflight as run_checks
     from autorl.recipe import load_recipe, parse_overrides
 
-    r = load_recipe(Path(c.directory) / recipe, parse_overrides(overrides))
+    r = load_recipe(_given(Path(c.directory) / recipe, "recipe file"), parse_overrides(overrides))
     if r.backend != "openrlhf":
         raise UserError(f"preflight checks OpenRLHF recipes; {recipe} uses backend '{r.backend}'")
     checks = [ch.model_dump() for ch in run_checks(r, worktree=c.directory)]

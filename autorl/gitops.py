@@ -10,6 +10,7 @@ as one line in a :class:`GitError` (or :class:`WorkspaceError` for a bad workspa
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import git
 
-from autorl.errors import GitError, WorkspaceError
+from autorl.errors import GitError, WorkspaceError, short
 
 _SLUG_MAX = 40
 _AUTORL = {"NAME": "autorl", "EMAIL": "autorl@localhost"}
@@ -77,8 +78,12 @@ def _last_line(exc: git.GitCommandError) -> str:
 def repo_root(path: str | Path) -> Path:
     """The top level of the git repository (or worktree) containing ``path``."""
     p = Path(path)
+    problem = path_problem(p)
+    if problem:
+        raise WorkspaceError(f"{short(str(p), 200)} {problem}: pass an existing workspace with -C DIR")
     if not p.is_dir():
         raise WorkspaceError(f"{p} is not a directory: pass an existing workspace with -C DIR")
+    refuse_bare(p)
     try:
         with git.Repo(p, search_parent_directories=True) as repo:
             top = repo.working_tree_dir
@@ -90,9 +95,38 @@ def repo_root(path: str | Path) -> Path:
     return Path(top).resolve()
 
 
+def refuse_bare(path: Path) -> None:
+    """A folder in a bare repository (one with no working tree: a clone's origin) is one line: a study needs a
+    working tree, and a workspace made inside it would put a repository in the repository's own git folder."""
+    try:
+        with git.Repo(path, search_parent_directories=True) as repo:
+            bare = Path(repo.git_dir) if repo.bare else None
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return
+    if bare:
+        raise WorkspaceError(f"{bare} is a bare git repository (no working tree): clone it and run autorl in the "
+                             "clone")
+
+
+def path_problem(path: Path) -> str | None:
+    """What makes ``path`` unusable before it is even opened, as the end of a sentence naming it ('is a symbolic
+    link loop', 'cannot be used (File name too long)'); None when it exists or merely does not exist yet."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return "is a symbolic link loop" if exc.errno == errno.ELOOP else f"cannot be used ({exc.strerror or exc})"
+    return None
+
+
 def init_repo(root: Path) -> None:
     """``git init`` at ``root`` (an existing repository is left as it is)."""
-    git.Repo.init(root).close()
+    try:
+        git.Repo.init(root).close()
+    except git.GitCommandError as exc:
+        raise WorkspaceError(f"cannot make a git repository at {root}: {_last_line(exc)}; pass a folder you can "
+                             "write to") from None
 
 
 def common_dir(root: Path) -> Path:

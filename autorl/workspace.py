@@ -35,7 +35,7 @@ class Workspace:
     @classmethod
     def open(cls, path: str | Path = ".", ledger: str | Path | None = None) -> "Workspace":
         root = gitops.repo_root(path)
-        lp = Path(ledger).resolve() if ledger else root / LEDGER
+        lp = _ledger_path(Path(ledger)) if ledger else root / LEDGER
         ws = cls(root=root, ledger_path=lp)
         ws.check_run_dir()
         return ws
@@ -142,6 +142,14 @@ class Workspace:
         return str(path.resolve().relative_to(self.root))
 
 
+def _ledger_path(ledger: Path) -> Path:
+    """``--ledger`` made absolute; a symbolic link loop or a path the system refuses is one line."""
+    problem = gitops.path_problem(ledger)
+    if problem:
+        raise WorkspaceError(f"ledger path {short(ledger, 200)} {problem}: point --ledger at your ledger file")
+    return ledger.resolve()
+
+
 def default_recipe_source() -> Path:
     """The shipped default recipe (recipes/default.yaml of the installed package or checkout)."""
     path = shipped("recipes", "default.yaml")
@@ -151,8 +159,29 @@ def default_recipe_source() -> Path:
 
 
 def init_workspace(path: str | Path) -> Path:
-    """Make ``path`` a workspace: git init if needed, default recipe, ignores, first commit."""
+    """Make ``path`` a workspace: git init if needed, default recipe, ignores, first commit. A folder that cannot be
+    one (a file, a link loop, a bare repository, a name the system refuses) is one line, before anything is written."""
     root = Path(path)
+    _check_init_target(root)
+    try:
+        return _init(root)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot make a workspace at {short(root, 200)}: {exc.strerror or exc}; pass a "
+                             "folder you can write to") from None
+
+
+def _check_init_target(root: Path) -> None:
+    """``autorl init``'s folder is a folder, or nothing yet, outside any bare repository."""
+    problem = gitops.path_problem(root)
+    if problem:
+        raise WorkspaceError(f"{short(root, 200)} {problem}: pass another folder to `autorl init`")
+    if root.exists() and not root.is_dir():
+        raise WorkspaceError(f"{short(root, 200)} is a file, not a folder: pass a new or existing folder to "
+                             "`autorl init`")
+    gitops.refuse_bare(next(p for p in (root, *root.absolute().parents) if p.is_dir()))
+
+
+def _init(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     if not (root / ".git").exists():
         gitops.init_repo(root)

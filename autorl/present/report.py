@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from autorl import gitops, loading
 from autorl.budget import format_duration
-from autorl.errors import GitError, UserError
+from autorl.errors import GitError, UserError, short
 from autorl.recipe import Objective, SearchParam, dump_values
 from autorl.present import errors
 from autorl.present import findings
@@ -68,6 +68,9 @@ class Block(NamedTuple):
 def report(ws, ledger, out_dir: str | Path | None = None, study: str | None = None) -> Path:
     """Write the report of ``study`` (default: the latest) into ``out_dir``; returns index.html."""
     out = Path(out_dir) if out_dir else ws.run_dir / REPORT_DIR
+    problem = gitops.path_problem(out)
+    if problem:
+        raise UserError(f"report folder {short(out, 200)} {problem}: pass another --out DIR")
     if out.exists() and not out.is_dir():
         raise UserError(f"report folder {out} is a file: pass another --out DIR")
     data = collect(ws, ledger, study)  # everything that can fail on the user's input fails before a folder exists
@@ -75,10 +78,18 @@ def report(ws, ledger, out_dir: str | Path | None = None, study: str | None = No
     made = [p for p in (out, out / "plots", out / "logs") if not p.exists()]
     try:
         return _write(out, data)
-    except BaseException:
+    except BaseException as exc:
         for p in reversed(made):  # a failed report leaves no half-made folders behind
             shutil.rmtree(p, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise UserError(f"cannot write the report to {short(out, 200)}: {exc.strerror or exc}"
+                            f"{_where(out, exc)}; pass another --out") from None
         raise
+
+
+def _where(out: Path, exc: OSError) -> str:
+    """The file a write failed on, when it is not the report folder itself."""
+    return f" ({short(exc.filename, 200)})" if exc.filename and Path(exc.filename) != out else ""
 
 
 def _write(out: Path, data: dict) -> Path:

@@ -1,0 +1,107 @@
+"""Hostile arguments to the real command: a trial number past what SQLite holds, a path that is a symbolic link
+loop, a name the system refuses, a folder that cannot be written, a bare repository. Each is one line on stderr
+naming what is wrong and what to do, exit 2, no traceback, and nothing written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git, run_cli
+from tests.study_ledger import write_study
+
+HUGE = "99999999999999999999999"
+
+
+def _refused(r: subprocess.CompletedProcess, needle: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autorl: error: "), r.stderr
+    assert needle in lines[0], lines[0]
+
+
+def _loop(folder: Path) -> Path:
+    """Two links pointing at each other; returns one of them."""
+    folder.mkdir(exist_ok=True)
+    os.symlink(folder / "lb", folder / "la")
+    os.symlink(folder / "la", folder / "lb")
+    return folder / "la"
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("args", [
+    ["show", HUGE], ["diagnose", HUGE], ["triage", "trial", HUGE], ["triage", HUGE], ["promote", HUGE],
+    ["promote", "--dry-run", HUGE], ["promote", "0"], ["promote", "--dry-run", "0"], ["show", "0"],
+    ["show", "--", "-3"],
+])
+def test_a_trial_number_out_of_range_is_one_line(command_ws, args):
+    write_study(command_ws)
+    _refused(run_cli("-C", str(command_ws), *args), "trial numbers start at 1")
+
+
+def test_a_count_past_any_study_is_one_line(command_ws):
+    _refused(run_cli("-C", str(command_ws), "promote", "--dry-run", "--steps", HUGE), "--steps")
+    _refused(run_cli("-C", str(command_ws), "run", "--max-trials", HUGE, "--budget", "1s"), "--max-trials")
+
+
+@pytest.mark.parametrize("args", [["status"], ["ledger"], ["show", "1"], ["report"], ["run", "--budget", "1s"],
+                                  ["hypotheses"]])
+def test_a_ledger_that_is_a_symbolic_link_loop_is_one_line(command_ws, tmp_path, args):
+    loop = _loop(tmp_path / "L")
+    r = run_cli("-C", str(command_ws), "--ledger", str(loop), *args)
+    _refused(r, "is a symbolic link loop: point --ledger at your ledger file")
+    _refused(run_cli("-C", str(command_ws), "--ledger", str(loop / "ledger.sqlite"), *args), "symbolic link loop")
+
+
+def test_a_workspace_path_that_is_a_loop_or_too_long_is_one_line(command_ws, tmp_path):
+    _refused(run_cli("-C", str(_loop(tmp_path / "L")), "status"), "is a symbolic link loop: pass an existing")
+    _refused(run_cli("-C", "x" * 300, "status"), "File name too long")
+    _refused(run_cli("--ledger", "x" * 300, "status", cwd=command_ws), "File name too long")
+
+
+@pytest.mark.parametrize("args", [["run", "x" * 300, "--budget", "1s"], ["train", "x" * 300],
+                                  ["triage", "classify", "x" * 300], ["preflight", "x" * 300]])
+def test_a_file_name_the_system_refuses_is_one_line(command_ws, args):
+    _refused(run_cli("-C", str(command_ws), *args), "File name too long")
+
+
+def test_init_on_a_target_that_cannot_be_a_workspace_is_one_line(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("keep\n")
+    _refused(run_cli("init", str(afile)), "is a file, not a folder")
+    _refused(run_cli("init", str(afile / "sub")), "Not a directory")
+    _refused(run_cli("init", str(tmp_path / ("x" * 300))), "File name too long")
+    _refused(run_cli("init", str(_loop(tmp_path / "L"))), "is a symbolic link loop")
+    assert afile.read_text() == "keep\n" and _listing(tmp_path) == ["L", "L/la", "L/lb", "afile"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no folder can be made")
+def test_init_where_no_folder_can_be_made_is_one_line():
+    _refused(run_cli("init", "/proc/autorl-nope"), "cannot make a workspace at /proc/autorl-nope: No such file")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no folder can be made")
+def test_report_where_it_cannot_be_written_is_one_line(command_ws, tmp_path):
+    write_study(command_ws)
+    r = run_cli("-C", str(command_ws), "report", "--out", "/proc/autorl-nope")
+    _refused(r, "cannot write the report to /proc/autorl-nope: No such file or directory; pass another --out")
+    _refused(run_cli("-C", str(command_ws), "report", "--out", str(_loop(tmp_path / "L"))), "symbolic link loop")
+    assert not (command_ws / ".autorl" / "report").exists()
+
+
+def test_a_bare_repository_is_refused_and_left_as_it_is(tmp_path):
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    before = _listing(bare)
+    _refused(run_cli("-C", str(bare), "run", "--budget", "1s"), "is a bare git repository (no working tree): clone")
+    _refused(run_cli("init", str(bare)), "is a bare git repository (no working tree): clone it and run autorl")
+    _refused(run_cli("init", str(bare / "hooks" / "new")), "is a bare git repository")
+    assert _listing(bare) == before
+    assert git(bare, "rev-parse", "--is-bare-repository") == "true"
