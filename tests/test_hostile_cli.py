@@ -13,6 +13,8 @@ import pytest
 from tests.conftest import git, run_cli
 from tests.study_ledger import write_study
 
+ROOT = Path(__file__).resolve().parents[1]
+
 HUGE = "99999999999999999999999"
 
 
@@ -105,3 +107,13 @@ def test_a_bare_repository_is_refused_and_left_as_it_is(tmp_path):
     _refused(run_cli("init", str(bare / "hooks" / "new")), "is a bare git repository")
     assert _listing(bare) == before
     assert git(bare, "rev-parse", "--is-bare-repository") == "true"
+
+
+def test_a_metrics_out_that_cannot_be_written_is_refused_before_anything_trains(tmp_path):
+    """It trained first, then ended with a traceback's last line and exit 1."""
+    for target, needle in ((tmp_path, "is a folder"), (tmp_path / "none" / "m.jsonl", "cannot be written"),
+                           (Path("/proc/m.jsonl"), "cannot be written")):
+        r = run_cli("train", "recipes/default.yaml", "--metrics-out", str(target), "--set", "steps=1", cwd=ROOT)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert not (tmp_path / "none").exists()

@@ -10,7 +10,7 @@ from typing import Any
 
 from autorl import gitops
 from autorl.backends.base import LaunchPlan, TrialSpec, get_backend, planned_steps
-from autorl.errors import UserError, WorkspaceError
+from autorl.errors import UserError, WorkspaceError, short
 from autorl.metrics import RunMetrics
 from autorl.recipe import Overrides, load_recipe
 from autorl.trial.lifecycle import TrainThenEval, follow, watch_run
@@ -35,8 +35,32 @@ def plan_single(cwd: Path, recipe_path: Path, overrides: Overrides, metrics_out:
         backend.check(recipe, cwd.resolve())  # a missing file or bad flag: one line before anything starts
         plan = backend.plan(spec)
     if metrics_out:
-        plan = _redirect_metrics(plan, Path(metrics_out).resolve())
+        plan = _redirect_metrics(plan, _metrics_target(Path(metrics_out), dry_run))
     return spec, plan
+
+
+def _metrics_target(path: Path, dry_run: bool) -> Path:
+    """Where --metrics-out writes, checked before anything trains: a file it can write (a dry run, which writes
+    nothing, checks only that its folder exists)."""
+    target = path.resolve()
+    if target.is_dir():
+        raise UserError(f"--metrics-out {short(str(path), 200)} is a folder: name a file, such as "
+                        f"{short(str(path / 'metrics.jsonl'), 200)}")
+    if dry_run and not target.parent.is_dir():
+        raise UserError(f"--metrics-out {short(str(path), 200)}: folder {short(str(target.parent), 200)} does not "
+                        "exist: name a file in a folder you can write to")
+    existed = target.exists()
+    if dry_run:
+        return target
+    try:
+        with open(target, "a"):
+            pass
+    except OSError as exc:
+        raise UserError(f"--metrics-out {short(str(path), 200)} cannot be written ({exc.strerror or exc}): name a "
+                        "file in a folder you can write to") from None
+    if not existed:
+        target.unlink()
+    return target
 
 
 def single_backend(recipe, ray_address: str | None):
