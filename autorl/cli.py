@@ -443,7 +443,8 @@ def _format_keys(rows: list[dict]) -> str:
 # ---- OpenRLHF: patches and preflight ------------------------------------------------------
 @cli.command()
 @click.argument("action", type=click.Choice(["check", "apply"]))
-@click.option("--site-packages", type=click.Path(), help="Where openrlhf is installed (default: detected).")
+@click.option("--site-packages", type=click.Path(exists=True, file_okay=False),
+              help="Where openrlhf is installed (default: detected).")
 @click.option("--patches-dir", type=click.Path(), help="Folder of .patch files (default: <workspace>/patches).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx

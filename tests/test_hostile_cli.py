@@ -117,3 +117,8 @@ def test_a_metrics_out_that_cannot_be_written_is_refused_before_anything_trains(
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "none").exists()
+
+
+def test_patches_check_against_a_folder_that_does_not_exist_is_one_line_not_a_conflict(tmp_path):
+    r = run_cli("patches", "check", "--site-packages", str(tmp_path / "none"), cwd=ROOT)
+    assert r.returncode == 2 and "does not exist" in r.stderr and "conflict" not in r.stdout + r.stderr
