@@ -151,12 +151,21 @@ def baseline_value(study: dict, trials: list[dict]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+SESSION_GAP_S = 600.0  # this long with no trial running: the study was stopped and later resumed
+
+
 def budget_used(study: dict, trials: list[dict]) -> dict[str, float]:
-    """Wall time from the study's start to its last finished trial, against its budget."""
-    ends = [t["finished"] for t in trials if t.get("finished")]
-    wall = (max(ends) - study["created"]) if ends else 0.0
-    return {"wall_s": max(wall, 0.0), "budget_s": study.get("budget_s") or 0.0,
-            "trial_s": sum(t.get("duration_s") or 0.0 for t in trials)}
+    """The study's wall time against its budget (every session's, summed on resume): from its start to its last
+    trial's end, less the pauses between sessions (``SESSION_GAP_S`` or more with no trial running) and without
+    the full runs promote started (they have no budget)."""
+    spans = sorted((t["started"], t["finished"]) for t in trials
+                   if t.get("kind", "trial") == "trial" and t.get("started") and t.get("finished"))
+    wall, end = 0.0, study["created"]
+    for start, finish in spans:
+        wall += max(finish - max(start if start - end >= SESSION_GAP_S else end, end), 0.0)
+        end = max(end, finish)
+    return {"wall_s": wall, "budget_s": study.get("budget_s") or 0.0,
+            "trial_s": sum(t.get("duration_s") or 0.0 for t in trials if t.get("kind", "trial") == "trial")}
 
 
 # Below this many complete trials fANOVA hands seed noise a large importance (eps_clip 0.95 from a dozen

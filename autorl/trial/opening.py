@@ -162,8 +162,8 @@ def _study_row(ws: Workspace, ledger: Ledger, opts: Any, recipe: Recipe, text: s
     """The resumed study's row (its ``lock`` held already), marked running again, or a new study's row with its
     lock taken."""
     if opts.resume:
-        study = ledger.study(opts.study_name)
-        ledger.update_study(study["id"], status="running")
+        study = ledger.study(opts.study_name)  # its budget is every session's, summed (the report's "Budget used")
+        ledger.update_study(study["id"], status="running", budget_s=(study.get("budget_s") or 0.0) + opts.budget_s)
         return ledger.study(study_id=study["id"]), lock
     base_sha = gitops.head_sha(ws.root)
     with ledger.file.exclusive("name a new study"):

@@ -278,3 +278,21 @@ def test_a_failed_report_leaves_no_folders(tmp_path):
     r = run_cli("-C", str(ws), "report")
     assert r.returncode == 2 and "no study" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (ws / ".autorl" / "report").exists()
+
+
+def test_budget_used_leaves_out_the_pause_between_sessions_and_the_full_runs():
+    """A 6-minute study resumed later for 8 minutes, then promoted: the report said 'Budget used 20m06s of 6m00s
+    (335 %)', counting the pause and the full run against the first session's budget alone."""
+    from autorl.present.report import budget_used
+
+    t0 = 1_000_000.0
+    trials = [{"kind": "trial", "started": t0 + 50 + 60 * k, "finished": t0 + 100 + 60 * k, "duration_s": 50.0}
+              for k in range(5)]  # the first session: 5 trials, the last ending at t0 + 340
+    trials += [{"kind": "trial", "started": t0 + 3600 + 60 * k, "finished": t0 + 3650 + 60 * k, "duration_s": 50.0}
+               for k in range(3)]  # resumed an hour later: 3 trials, from t0 + 3600 to t0 + 3770
+    trials += [{"kind": "full", "started": t0 + 4000, "finished": t0 + 4500, "duration_s": 500.0}]
+    b = budget_used({"created": t0, "budget_s": 840.0}, trials)
+    assert b["wall_s"] == pytest.approx(340 + 170) and b["budget_s"] == 840.0 and b["trial_s"] == 400.0
+    overlapping = [{"kind": "trial", "started": t0 + 10, "finished": t0 + 110}, {"kind": "trial", "started": t0 + 20,
+                                                                                  "finished": t0 + 100}]
+    assert budget_used({"created": t0, "budget_s": 600.0}, overlapping)["wall_s"] == pytest.approx(110)

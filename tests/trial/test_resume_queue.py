@@ -68,6 +68,7 @@ def test_a_candidate_left_unconfirmed_by_a_stop_is_confirmed_first_on_resume(com
 
     out = _run(command_ws, "--resume", "--max-trials", "5")
     assert "resume: 2 queued run(s)" in out
+    assert Ledger(command_ws / "ledger.sqlite").study()["budget_s"] == 1200  # each session's 10m, summed
     rows = _rows(command_ws)
     first, second, later = rows[2:]
     for k, run in enumerate((first, second)):
