@@ -104,7 +104,7 @@ def confirmation_note(s: StudyState, candidate: int, number: int, status: str, c
     if c.verdict is None:
         return f"{row['attempt']}: {c.state}: {c.reason}"
         return None
-    rate = calibrate.describe(calibrate.columns(c.verdict, s.base.verdict))
+    rate = calibrate.describe(calibrate.columns(c.verdict, s.base.verdict, prefix="confirm_"), prefix="confirm_")
     return f"{row['attempt']}: {c.state} by {c.reason}" + (f"\nconfirmation error rate: {rate}" if rate else "")
 
 

@@ -58,3 +58,26 @@ def test_clopper_pearson_known_values():
     low, high = clopper_pearson(5, 100)
     assert (low, high) == pytest.approx((0.01643, 0.11283), abs=1e-4)
     assert clopper_pearson(10, 10)[1] == 1.0 and clopper_pearson(0, 0) == (0.0, 1.0)
+
+
+def test_a_confirmation_states_the_rate_of_a_null_candidate_being_confirmed_not_of_its_fresh_runs_alone():
+    """The screening and the confirmation share the baseline runs: an unlucky-low baseline passes a null candidate
+    through both. Given a screened null, the confirmation passed 4-6% of the time where the fresh runs' own test
+    stated 0.7-1.1%; a confirmed verdict now states the conditional rate."""
+    from autorl.judge.calibrate import columns, confirmation_rate
+    from autorl.judge.verdict import Noise, confirm
+
+    rng = np.random.default_rng(1)
+    p = np.asarray(P)
+
+    def run(shift: float) -> list[int]:
+        return (rng.random(len(p)) < np.clip(p + shift, 0, 1)).astype(int).tolist()
+
+    parent = [run(rng.normal(0, 0.04)) for _ in range(5)]
+    fresh = [run(0.15 + rng.normal(0, 0.04)) for _ in range(3)]
+    runs = lambda rs: Runs(values=[float(np.mean(r)) for r in rs], items=rs)  # noqa: E731
+    v = confirm(runs(fresh), runs(parent), S, "maximize", Noise(trial=[runs(fresh + [run(0.15)])]))
+    assert v.verdict == "improved"
+    stated = columns(v, S, prefix="confirm_")["confirm_fp_rate"]
+    assert stated == confirmation_rate(v, S) and stated > 2 * stated_rate(v, S)
+    assert columns(v, S)["fp_rate"] == stated_rate(v, S)  # a screening verdict keeps its own test's rate
