@@ -84,7 +84,9 @@ def test_every_decision_states_its_test_its_noise_and_its_error_rate(command_ws)
     decided = [t for t in rows if t["confirmation"] in ("confirmed", "rejected")]
     assert decided, [(t["attempt"], t["verdict"], t["confirmation"]) for t in rows]
     for t in decided:
-        assert "97.5% two-sided" in t["confirm_test"] and 0 <= t["confirm_fp_rate"] <= 0.05, t
+        # a confirmed one states the chance that a null *candidate* is confirmed (screened on the same baseline
+        # runs), a few percent with two fresh runs on 100 items; a rejected one its fresh runs' own test
+        assert "97.5% two-sided" in t["confirm_test"] and 0 <= t["confirm_fp_rate"] <= 0.15, t
         last = max((r for r in rows if r["confirms"] == t["number"]), key=lambda r: r["number"])
         message = git(command_ws, "log", "-1", "--format=%B", last["end_tag"])  # the run that settled it says so
         assert f"{t['attempt']}: {t['confirmation']} by 2 fresh-seed runs" in message, message
