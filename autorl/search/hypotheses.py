@@ -178,12 +178,13 @@ class Hypothesis(_Model):
         """Whether the controller can run it unattended (it changes a key or applies a patch)."""
         return bool(self.overrides or self.search or self.patch)
 
+    def root(self) -> Path:
+        """The library's parent folder, which its patch paths are relative to (and must stay inside)."""
+        return Path(self.source).resolve().parent.parent if self.source else Path.cwd().resolve()
+
     def patch_path(self) -> Path | None:
         """Absolute path of the patch file, if any."""
-        if not self.patch:
-            return None
-        base = Path(self.source).resolve().parent.parent if self.source else Path.cwd()
-        return base / self.patch
+        return self.root() / self.patch if self.patch else None
 
 
 class HypothesisStatus(_Model):
@@ -273,7 +274,7 @@ def _check_patch(h: Hypothesis, path: Path) -> None:
     p = h.patch_path()
     if p is None:
         return
-    folder = Path(h.source).resolve().parent.parent if h.source else Path.cwd().resolve()
+    folder = h.root()
     if Path(h.patch).is_absolute() or not Path(os.path.realpath(p)).is_relative_to(folder):
         raise HypothesisError(f"{path}: field 'patch': {h.patch} is outside {folder}: give a path inside it, "
                               "such as patches/NAME.patch")
