@@ -59,10 +59,11 @@ def test_name(v: Any) -> str:
     return f"{what}; Welch-Satterthwaite t ({v.df:.1f} df), {v.level * 100:g}% two-sided"
 
 
-def columns(v: Any, s: VerdictSettings, prefix: str = "") -> dict[str, Any]:
-    """A verdict's ledger columns for its error rate: ``test``, ``trial_sd``, ``parent_sd``, ``fp_rate`` (with
-    ``prefix`` ``confirm_``, a confirmation's: a confirmed one states ``confirmation_rate``)."""
-    rate = confirmation_rate(v, s) if prefix == "confirm_" and v.verdict == "improved" else stated_rate(v, s)
+def columns(v: Any, s: VerdictSettings, confirmation: bool = False) -> dict[str, Any]:
+    """A verdict's ledger columns for its error rate: ``test``, ``trial_sd``, ``parent_sd``, ``fp_rate``; for a
+    ``confirmation`` the same prefixed ``confirm_``, and a confirmed one states ``confirmation_rate``."""
+    prefix = "confirm_" if confirmation else ""
+    rate = confirmation_rate(v, s) if confirmation and v.verdict == "improved" else stated_rate(v, s)
     return {f"{prefix}test": test_name(v), f"{prefix}trial_sd": v.trial_sd, f"{prefix}parent_sd": v.parent_sd,
             f"{prefix}fp_rate": rate}
 

@@ -104,7 +104,7 @@ def confirmation_note(s: StudyState, candidate: int, number: int, status: str, c
     if c.verdict is None:
         return f"{row['attempt']}: {c.state}: {c.reason}"
         return None
-    rate = calibrate.describe(calibrate.columns(c.verdict, s.base.verdict, prefix="confirm_"), prefix="confirm_")
+    rate = calibrate.describe(calibrate.columns(c.verdict, s.base.verdict, confirmation=True), prefix="confirm_")
     return f"{row['attempt']}: {c.state} by {c.reason}" + (f"\nconfirmation error rate: {rate}" if rate else "")
 
 
@@ -127,7 +127,7 @@ def confirm(s: StudyState, candidate: int) -> None:
     c = s.evidence.confirmation(row, s.base)
     if c is None:
         return
-    stats = calibrate.columns(c.verdict, s.base.verdict, prefix="confirm_") if c.verdict is not None else {}
+    stats = calibrate.columns(c.verdict, s.base.verdict, confirmation=True) if c.verdict is not None else {}
     state, reason, gate = gated(s, row, c.state, c.reason)
     s.ledger.set_confirmation(candidate, state, reason, **stats, **gate)
     if c.verdict is not None:

@@ -78,6 +78,6 @@ def test_a_confirmation_states_the_rate_of_a_null_candidate_being_confirmed_not_
     runs = lambda rs: Runs(values=[float(np.mean(r)) for r in rs], items=rs)  # noqa: E731
     v = confirm(runs(fresh), runs(parent), S, "maximize", Noise(trial=[runs(fresh + [run(0.15)])]))
     assert v.verdict == "improved"
-    stated = columns(v, S, prefix="confirm_")["confirm_fp_rate"]
+    stated = columns(v, S, confirmation=True)["confirm_fp_rate"]
     assert stated == confirmation_rate(v, S) and stated > 2 * stated_rate(v, S)
     assert columns(v, S)["fp_rate"] == stated_rate(v, S)  # a screening verdict keeps its own test's rate
