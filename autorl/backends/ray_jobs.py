@@ -78,13 +78,15 @@ def submit(address: str, argv: list[str], *, working_dir: str | Path, log_path: 
            env: dict[str, str] | None = None, entrypoint_num_gpus: float = 0, entrypoint_num_cpus: float = 0,
            entrypoint_resources: dict[str, float] | None = None, submission_id: str | None = None,
            reader: Callable[[], list[dict]] | None = None,
-           on_exit: Callable[[], list[dict]] | None = None, py_modules: list[str] | None = None) -> "RayJobHandle":
+           on_exit: Callable[[], list[dict]] | None = None, py_modules: list[str] | None = None,
+           setup_hook: str | None = None) -> "RayJobHandle":
     """Submit ``argv`` as a Ray job running in ``working_dir``; return its handle at once.
 
     ``reader`` returns new metric records; ``on_exit`` returns the last ones, once, after the job ends.
-    ``py_modules``: local package folders uploaded with the job and importable by its driver and every actor.
+    ``py_modules``: local package folders uploaded with the job and importable by its driver and every actor;
+    ``setup_hook``: ``module.function`` every worker of the job runs before its first task.
     """
-    runtime_env = runtime_env_for(working_dir, env, py_modules)
+    runtime_env = runtime_env_for(working_dir, env, py_modules, setup_hook)
     job_client = client(address)
     job_id = submit_once(job_client, submission_id or f"autorl-{uuid.uuid4().hex[:12]}", address,
                          entrypoint=shlex.join(argv), runtime_env=runtime_env,
@@ -94,13 +96,15 @@ def submit(address: str, argv: list[str], *, working_dir: str | Path, log_path: 
 
 
 def runtime_env_for(working_dir: str | Path, env: dict[str, str] | None = None,
-                    py_modules: list[str] | None = None) -> dict[str, Any]:
+                    py_modules: list[str] | None = None, setup_hook: str | None = None) -> dict[str, Any]:
     """The runtime_env a job gets: ``working_dir`` uploaded (without .git and weights) as every worker's working
-    directory, the environment variables, and the packages in ``py_modules``."""
+    directory, the environment variables, the packages in ``py_modules`` and the workers' setup hook."""
     out: dict[str, Any] = {"working_dir": str(working_dir), "excludes": RUNTIME_EXCLUDES,
                            "env_vars": {"PYTHONUNBUFFERED": "1", **(env or {})}}
     if py_modules:
         out["py_modules"] = list(py_modules)
+    if setup_hook:
+        out["worker_process_setup_hook"] = setup_hook
     return out
 
 

@@ -117,8 +117,8 @@ class OpenRLHFBackend(Backend):
         wrapper = run_dir / REWARD_WRAPPER.name if self.ray_address else REWARD_WRAPPER  # copied there by start
         wrapped, reward_env = wrap_reward(absolute_files(params, Path(spec.worktree)), Path(spec.worktree), wrapper)
         argv = build_argv(wrapped, spec.attempt, tb_root, self.python)
-        env = {**self.extra_env, **run_env(run_dir), **reward_env, **self._cache_env(), **engine_env(params),
-               "AUTORL_TENSORBOARD_DIR": str(Path(tb_root) / spec.attempt)}
+        env = {**packed_env(spec.recipe.gpus_per_trial, params), **self.extra_env, **run_env(run_dir), **reward_env,
+               **self._cache_env(), **engine_env(params), "AUTORL_TENSORBOARD_DIR": str(Path(tb_root) / spec.attempt)}
         return LaunchPlan(argv=argv, env=env, cwd=str(spec.worktree), log_path=str(run_dir / "train.log"),
                           metrics_path=env["METRICS_LOG_DIR"] + "/training_metrics.jsonl", metrics_format=METRICS_FORMAT,
                           metric_map=eval_metric_map(params), backend=self.name, ray_address=self.ray_address,
@@ -194,16 +194,15 @@ class OpenRLHFBackend(Backend):
         from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
         from autorl.backends.ray_jobs import submit
 
-        reader = OpenRLHFMetricsReader.from_plan(plan)
-        shipped = None
-        if self.ray_address:  # on a cluster: autorl travels with the job, its reward wrapper sits in the run folder
-            from autorl.backends.openrlhf.cluster import autorl_package
+        from autorl.backends.openrlhf.cluster import shipped_with
 
-            shipped = [autorl_package()]
+        reader = OpenRLHFMetricsReader.from_plan(plan)
+        shipped, hook = shipped_with(self, plan.env)
+        if self.ray_address:  # on a cluster: its reward wrapper sits in the run folder
             copy_wrapper(Path(plan.log_path).parent)
         return submit(self.address(plan), plan.argv, working_dir=plan.cwd, log_path=plan.log_path, env=plan.env,
                       entrypoint_num_gpus=plan.resources.get("entrypoint_num_gpus", 0), reader=reader.poll,
-                      on_exit=reader.flush, py_modules=shipped)
+                      on_exit=reader.flush, py_modules=shipped, setup_hook=hook)
 
     def describe_job(self, spec: TrialSpec, plan: LaunchPlan) -> dict:
         """What the trial's job gets: its Python, entrypoint, runtime env, the files it reads, where it writes,
@@ -287,6 +286,18 @@ def absolute_files(params: OpenRLHFParams, worktree: Path) -> OpenRLHFParams:
 
     update = local_files(params, worktree, ("pretrain", "prompt_data"))
     return params.model_copy(update=update) if update else params
+
+
+def packed_env(gpus_per_trial: float, params: OpenRLHFParams) -> dict[str, str]:
+    """A trial packed on a shared GPU: its vLLM engine's fixed KV-cache share (``vllm_share``; a user's own value
+    in the backend's environment wins, 0 turns it off)."""
+    if not 0 < gpus_per_trial < 1:
+        return {}
+    from autorl.backends.openrlhf.checks import PACKED_MEMORY_MAX
+    from autorl.vllm_share import ENV, fraction_for
+
+    share = params.vllm_gpu_memory_utilization or PACKED_MEMORY_MAX * gpus_per_trial
+    return {ENV: fraction_for(share)}
 
 
 def engine_env(params: OpenRLHFParams) -> dict[str, str]:

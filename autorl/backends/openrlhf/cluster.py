@@ -36,6 +36,15 @@ def autorl_package() -> str:
     return str(Path(autorl.__file__).resolve().parent)
 
 
+def shipped_with(backend, env: dict[str, str]) -> tuple[list[str] | None, str | None]:
+    """The packages a trial's job ships and its workers' setup hook: autorl goes with every job on a cluster,
+    and with a packed trial's job, whose workers run ``vllm_share.setup`` (its fixed vLLM KV-cache share)."""
+    from autorl.vllm_share import ENV, HOOK, setup_fraction
+
+    hook = HOOK if setup_fraction(env.get(ENV)) is not None else None
+    return ([autorl_package()] if backend.ray_address or hook else None), hook
+
+
 def job_paths(params, worktree: Path) -> dict[str, str]:
     """The recipe's local files as the job is given them (absolute paths of this machine); hub names and URLs
     are the job's own business and left out."""
@@ -111,12 +120,12 @@ def view(backend, spec, plan, params) -> dict[str, Any]:
     --ray-address``."""
     from autorl.backends.ray_jobs import runtime_env_for
 
-    shipped = [autorl_package()] if backend.ray_address else None
+    shipped, hook = shipped_with(backend, plan.env)
     eval_plan = backend.eval_plan(spec)
     return {"ray_address": backend.ray_address or "a private Ray head on this machine, started by the study",
             "python": f"{backend.python} (the PATH of the Ray workers)" if backend.ray_address else backend.python,
             "entrypoint": shlex.join(plan.argv),
-            "runtime_env": runtime_env_for(plan.cwd, plan.env, shipped),
+            "runtime_env": runtime_env_for(plan.cwd, plan.env, shipped, hook),
             "resources": plan.resources,
             "reads": job_paths(params, Path(spec.worktree)),
             "writes": str(Path(spec.run_dir).resolve()),
