@@ -114,15 +114,15 @@ class Proposer:
     def _baseline_need(self) -> tuple[bool, Proposal | None]:
         """(True, proposal) to run a baseline now, (True, None) to wait for one in flight."""
         rows = self._baselines()
-        done, active, failed = _tally(rows)
+        done, active, failed, lost = _tally(rows)
         repeats = self.base.verdict.baseline_repeats
-        if done >= repeats or failed:
+        if done >= repeats or _given_up(done, active, failed, lost, repeats):
             return False, None
         # with --parallel N, slots that would idle until the baseline is known run more baseline repeats (seed
         # noise): every wave of baseline runs is full, the repeats rounded up to a multiple of N
         if done + active >= -(-repeats // self.parallel) * self.parallel:
             return True, None
-        return True, self._baseline(done + active, first=not rows)
+        return True, self._baseline(len(rows), first=not rows)  # a lost run's seed is not used again
 
     def _baseline(self, k: int, first: bool) -> Proposal:
         seed0 = int(self.base.train.get("seed", 0) or 0)
@@ -161,10 +161,17 @@ class Proposer:
         return self.records.baselines()
 
     def baseline_failed(self) -> bool:
-        """A baseline run crashed before the baseline's repeats were complete (a later extra run that crashes, a
-        slot's first-wave repeat or a deliberate repeat, leaves the baseline known)."""
-        done, _, failed = _tally(self._baselines())
-        return failed and done < self.base.verdict.baseline_repeats
+        """A baseline run failed in a way its values can cause before the baseline's repeats were complete (a later
+        extra run that crashes, a slot's first-wave repeat or a deliberate repeat, leaves the baseline known), or more
+        runs were lost to what they cannot cause than ran well (or than ``baseline_repeats``); until then each lost run
+        is replaced by a fresh seed."""
+        done, active, failed, lost = _tally(self._baselines())
+        repeats = self.base.verdict.baseline_repeats
+        return done < repeats and _given_up(done, active, failed, lost, repeats)
+
+    def baseline_runs_missing(self) -> int:
+        """Baseline runs still to complete before the baseline's repeats are in."""
+        return max(self.base.verdict.baseline_repeats - _tally(self._baselines())[0], 0)
 
     def baseline_numbers(self) -> set[int]:
         """Attempt numbers of the study's baseline runs as proposed (a retry of one stands in for it)."""
@@ -188,8 +195,19 @@ def make_strategy(name: str, view: StudyView) -> Strategy:
     return HypothesisStrategy(view) if name == "hypotheses" else OptunaStrategy(view, label=name)
 
 
-def _tally(rows: list[dict]) -> tuple[int, int, bool]:
-    """Baseline runs complete, running, and whether any failed (crash, config error, hang or timeout)."""
+def _given_up(done: int, active: int, failed: bool, lost: int, repeats: int) -> bool:
+    """No more baseline runs: one failed in a way its values can cause, or more were lost to what they cannot cause
+    than completed or may still complete (or than the repeats asked for)."""
+    return failed or lost > min(repeats, done + active)
+
+
+def _tally(rows: list[dict]) -> tuple[int, int, bool, int]:
+    """Baseline runs complete; running or waiting for their retry; whether one failed (crash, config error, hang or
+    timeout) in a way its values can cause; and how many were lost, after their retry, to what they cannot cause
+    (``triage.says_nothing_of_the_values``: another process on the GPU, a network error, an external kill)."""
     done = sum(r["status"] == "complete" for r in rows)
-    active = sum(r["status"] == "running" for r in rows)
-    return done, active, any(r["status"] in ("crash", "config-error", "hang", "timeout") for r in rows)
+    ended = [r for r in rows if r["status"] in ("crash", "config-error", "hang", "timeout")]
+    blameless = [r for r in ended if triage.says_nothing_of_the_values(r.get("crash_category"))]
+    awaiting = sum(str(r.get("crash_action") or "").startswith("retry") for r in blameless)
+    active = sum(r["status"] == "running" for r in rows) + awaiting
+    return done, active, len(ended) > len(blameless), len(blameless) - awaiting

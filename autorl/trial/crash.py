@@ -50,6 +50,9 @@ def baseline_note(s: StudyState, p: Proposal, action: triage.Action) -> str:
         return ""
     if action.kind.startswith("retry") and s.proposer.baseline_retry_queued():
         return "; the baseline is retried before the study goes on"
+    if not s.proposer.baseline_failed():  # lost to what its values cannot cause
+        return ("; not the recipe's doing: " + ("a baseline run with a fresh seed takes its place"
+                                                if s.proposer.baseline_runs_missing() else "the baseline is known"))
     return "; the baseline failed, so the study ends here"
 
 

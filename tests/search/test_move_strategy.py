@@ -159,3 +159,34 @@ def test_an_extra_baseline_run_that_crashes_leaves_the_baseline_known(study):
     assert not proposer.baseline_failed()  # the study goes on: its baseline is measured
     proposer.base.verdict.baseline_repeats = 5
     assert proposer.baseline_failed()  # a crash before the repeats are done stops it, as before
+
+
+def test_a_baseline_run_lost_to_the_machine_is_replaced_while_others_may_still_complete(study):
+    """Four repeats asked; three complete, one lost (after its retry) to a neighbour on the GPU: a fifth seed is
+    asked for, never the lost one's; a lost run still waiting for its retry counts as one that may complete."""
+    make, ledger = study
+    proposer, sid = make({}, "flat-lr5e-7")
+    proposer.base.verdict.baseline_repeats = 4
+    ledger.add_trial(study_id=sid, number=4, attempt="attempt-04", proposer="baseline", status="crash",
+                     params={**proposer.base.train, "seed": 3}, verdict="crash", crash_category="shared_gpu",
+                     crash_action="record")
+    assert not proposer.baseline_failed() and proposer.baseline_runs_missing() == 1
+    p = proposer.next()
+    assert p is not None and p.proposer == "baseline" and p.values == {"seed": 4}
+    ledger.add_trial(study_id=sid, number=5, attempt="attempt-05", proposer="baseline", status="crash",
+                     params={**proposer.base.train, "seed": 4}, verdict="crash", crash_category="cuda_oom",
+                     crash_action="record")
+    assert proposer.baseline_failed()  # a failure the values can cause still ends it, as before
+
+
+def test_lost_runs_that_outnumber_the_ones_that_may_complete_end_the_baseline(study):
+    make, ledger = study
+    proposer, sid = make({}, "flat-lr5e-7")
+    proposer.base.verdict.baseline_repeats = 8
+    for n in range(4, 8):
+        ledger.add_trial(study_id=sid, number=n, attempt=f"attempt-{n:02d}", proposer="baseline", status="crash",
+                         params={**proposer.base.train, "seed": n - 1}, verdict="crash",
+                         crash_category="killed_external", crash_action="record")
+    assert proposer.baseline_failed()  # 4 lost against 3 complete
+    ledger.update_trial(ledger.trial(7)["id"], crash_action="retry_once")
+    assert not proposer.baseline_failed()  # its retry is still to come: 3 lost, 3 complete, 1 that may

@@ -195,3 +195,37 @@ def test_exit_zero_with_a_nan_loss_is_nan_divergence(command_ws, base_lr, expect
     assert trial["objective"] is None
     state = {"crash": "FAIL", "pruned": "PRUNED"}[trial["status"]]
     assert _optuna_states(command_ws)[trial["optuna_number"]] == state
+
+
+def test_a_baseline_run_lost_to_a_shared_gpu_is_replaced_by_a_fresh_seed(command_ws):
+    """Seed 2's vLLM engine dies at start, twice (a neighbour on the card): not the recipe's doing, so the study
+    runs seed 3 in its place and goes on with three complete baseline runs instead of ending."""
+    argv = [sys.executable, str(SCRIPTS / "shared_gpu.py"), "--seed", "{seed}", "--lr", "{lr}", "--lose-seeds", "2",
+            "--out", "{run_dir}/metrics.jsonl"]
+    recipe = {"name": "lost-seed", "backend": "command", "train": {"argv": argv, "seed": 0, "lr": 1e-4},
+              "search": {"lr": {"low": 1e-4, "high": 1e-3, "log": True}}, "verdict": {"baseline_repeats": 3},
+              "timeout_s": 60}
+    r = _run(command_ws, _write_recipe(command_ws, "lost-seed", recipe), "--max-trials", "6")
+    rows = _trials(command_ws)
+    seeds = [(json.loads(t["params"]).get("seed"), t["proposer"], t["status"], t["crash_category"]) for t in rows]
+    assert seeds[:5] == [(0, "baseline", "complete", None), (1, "baseline", "complete", None),
+                         (2, "baseline", "crash", "shared_gpu"), (2, "retry", "crash", "shared_gpu"),
+                         (3, "baseline", "complete", None)], seeds
+    assert "a baseline run with a fresh seed takes its place" in r.stdout
+    assert "the baseline failed" not in r.stdout + r.stderr
+    trial = rows[5]
+    assert trial["proposer"] != "baseline" and trial["verdict"] in ("improved", "regressed", "flat"), trial
+
+
+def test_a_baseline_lost_more_often_than_it_runs_still_ends_the_study(command_ws):
+    """Every seed but 0 dies on the shared card: lost runs outnumber complete ones, so the study gives up."""
+    argv = [sys.executable, str(SCRIPTS / "shared_gpu.py"), "--seed", "{seed}", "--lr", "{lr}",
+            "--lose-seeds", "1,2,3,4,5,6,7,8", "--out", "{run_dir}/metrics.jsonl"]
+    recipe = {"name": "lost-all", "backend": "command", "train": {"argv": argv, "seed": 0, "lr": 1e-4},
+              "search": {"lr": {"low": 1e-4, "high": 1e-3, "log": True}}, "verdict": {"baseline_repeats": 3},
+              "timeout_s": 60}
+    r = _run(command_ws, _write_recipe(command_ws, "lost-all", recipe), "--max-trials", "12")
+    seeds = [(json.loads(t["params"]).get("seed"), t["proposer"], t["status"]) for t in _trials(command_ws)]
+    assert seeds == [(0, "baseline", "complete"), (1, "baseline", "crash"), (1, "retry", "crash"),
+                     (2, "baseline", "crash"), (2, "retry", "crash")], seeds  # seed 1 replaced once, then no more
+    assert "ended: the baseline failed" in r.stdout
