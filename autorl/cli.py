@@ -190,7 +190,7 @@ def _study_end(c: _Ctx, summary: dict) -> None:
     """What the study found (the headline), and how much git history it left."""
     from autorl.present import findings
 
-    head = (f"study {summary['study']}: {summary['trials']} trials in {summary['wall_s']:.0f} s; "
+    head = (f"study {summary['study']}: {findings.counted(summary['trials'], 'trial')} in {summary['wall_s']:.0f} s; "
             f"ended: {summary['ended_by'] or summary['stopped_by'] or 'done'}")
     click.echo("\n" + "\n".join(findings.wrap(head, _width())) + "\n")
     ws, ledger = c.workspace(), c.open_ledger()

@@ -200,11 +200,16 @@ def wrap(line: str, width: int) -> list[str]:
                          break_on_hyphens=False, break_long_words=False) if line.strip() else [line]
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 trial', '2 trials' (nouns whose plural adds an s)."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _found(d: dict[str, Any]) -> list[str]:
     best, metric = d["best"], d["objective"]["metric"]
     base = f"'s {_v(d['baseline'])}" if d["baseline"] is not None else ""
     if best is None:
-        return [f"Found: no confirmed improvement over the baseline{base} in {d['counts']['trials']} trials.",
+        return [f"Found: no confirmed improvement over the baseline{base} in {counted(d['counts']['trials'], 'trial')}.",
                 *_suspect_lines(d)]
     level = f"{round(best['level'] * 100, 1):g}%"
     lines = [f"Found: {change_text(best['changes']) or 'the recipe as written'}  ({best['attempt']})",
@@ -233,7 +238,7 @@ def _ruled_out_lines(d: dict[str, Any]) -> list[str]:
     if not groups:
         return ["Ruled out: nothing yet."]
     n = sum(len(g["trials"]) for g in groups)
-    lines = [f"Ruled out ({n} trials with no gain over the recipe they modified):"]
+    lines = [f"Ruled out ({counted(n, 'trial')} with no gain over the recipe they modified):"]
     for g in groups[:GROUPS_SHOWN]:
         lines.append(f"  {g['group']}: " + _group_text(g["trials"], d["objective"]["metric"]))
     rest = groups[GROUPS_SHOWN:]
@@ -341,10 +346,8 @@ def promoted_lines(d: dict[str, Any]) -> list[str]:
         return [f"full run values: {dump_values(d['full_values']) or 'none (the recipe as the trial ran it)'}",
                 f"dry run: nothing was run; without --dry-run, {d['attempt']} and the baseline are re-run with "
                 "fresh seeds, then its full run starts if the gain holds"]
-    r = d["revalidation"]
-    forced = "; promoted anyway (--force, recorded in the ledger)" if d["forced"] else ""
-    return [f"full run {d['attempt']} launched from {d['promoted_from']:02d} (monitor pid {d['monitor_pid']})",
-            f"re-validation: {r['verdict']}, {r['delta']:+.3f} ({round(r['level'] * 100, 1):g}% interval "
-            f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]) over the baseline{forced}",
-            *([d["gate"]] if d.get("gate") else []),
+    # the re-validation's verdict and hack gate were printed as they came (``promote``'s view): not again here
+    forced = (f"; promoted anyway (--force, recorded in the ledger): re-validation {d['revalidation']['verdict']}"
+              if d["forced"] else "")
+    return [f"full run {d['attempt']} launched from {d['promoted_from']:02d} (monitor pid {d['monitor_pid']}){forced}",
             f"follow it: autorl status, or autorl show {d['number']}"]

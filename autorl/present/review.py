@@ -49,10 +49,12 @@ def _baseline_gains(ledger, study_ids: set[int]) -> dict[int, Any]:
 def print_ledger(rows: list[dict]) -> None:
     from rich.table import Table
 
+    from autorl.present.findings import counted
+
     c = _console()
     if c.width < WIDE:
-        return _print_records(c, f"{len(rows)} trials", [_ledger_record(r) for r in rows])
-    table = Table(title=f"{len(rows)} trials", show_lines=False)
+        return _print_records(c, counted(len(rows), "trial"), [_ledger_record(r) for r in rows])
+    table = Table(title=counted(len(rows), "trial"), show_lines=False)
     for col in ("NN", "proposer / hypothesis", "changed", "verdict", "objective", "Δ vs parent [95% CI]",
                 "Δ vs baseline", "time"):
         table.add_column(col, overflow="fold")

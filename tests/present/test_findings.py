@@ -168,3 +168,25 @@ def test_a_newer_study_does_not_hide_what_an_earlier_one_found(ws):
     assert json.loads(picked.stdout)["attempt"] == "attempt-08-move"
     unknown = run_cli("-C", str(ws), "status", "--study", "nope")
     assert unknown.returncode == 2 and "no study nope" in unknown.stderr
+
+
+def test_promote_says_the_launch_once_and_leaves_the_revalidation_to_its_live_lines():
+    """The re-validation's verdict and hack gate are printed as they come; the summary does not repeat them."""
+    from autorl.present.findings import promoted_lines
+
+    launched = {"attempt": "attempt-13-full", "promoted_from": 5, "monitor_pid": 42, "number": 13, "forced": False,
+                "gate": "hack gate passed: task_id", "revalidation": {"verdict": "improved", "delta": 0.062, "level": 0.95,
+                                                                     "ci_low": 0.006, "ci_high": 0.118}}
+    lines = promoted_lines(launched)
+    assert lines == ["full run attempt-13-full launched from 05 (monitor pid 42)",
+                     "follow it: autorl status, or autorl show 13"]
+    forced = promoted_lines({**launched, "forced": True, "revalidation": {**launched["revalidation"], "verdict": "flat"}})
+    assert forced[0].endswith("; promoted anyway (--force, recorded in the ledger): re-validation flat")
+
+
+def test_one_trial_is_not_one_trials():
+    from autorl.present.findings import _found, counted
+
+    assert [counted(n, "trial") for n in (0, 1, 2)] == ["0 trials", "1 trial", "2 trials"]
+    d = {"best": None, "baseline": 0.5, "objective": {"metric": "m"}, "counts": {"trials": 1}}
+    assert _found(d)[0] == "Found: no confirmed improvement over the baseline's 0.500 in 1 trial."
