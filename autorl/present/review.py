@@ -142,7 +142,9 @@ def show_trial(ws, ledger, number: int) -> dict[str, Any]:
     except GitError:
         diff = f"(no diff: {row['start_tag']} or {base} is gone, e.g. removed by `autorl clean`; the ledger keeps " \
                "the trial's values: see `changed` above)"
+    names = [n for n in (row.get("branch"), row.get("start_tag"), row.get("end_tag")) if n]
     return {"trial": row, "diff_vs_baseline": diff, "baseline_tag": base, "steps": len(steps),
+            "refs_gone": [n for n in names if not gitops.ref_exists(ws.root, n)],
             "curve": {k: [s.get(k) for s in steps] for k in ("reward_mean", "kl", "grad_norm", "clip_ratio")},
             "evals": evals, "log_tail": _tail(row.get("log_path"), 15)}
 
@@ -158,6 +160,15 @@ def _tail(path: str | None, n: int) -> list[str]:
     return Path(path).read_text(errors="replace").splitlines()[-n:]
 
 
+def _refs_line(t: dict, gone: list[str], sha: str) -> str:
+    """The trial's branch and tags, and which of them are no longer in the repository."""
+    if not gone:
+        return f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({sha})"
+    kept = [n for n in (t.get("branch"), t.get("start_tag"), t.get("end_tag")) if n and n not in gone]
+    return (f"refs: {', '.join(kept) or 'none left'} ({sha}); gone from the repository: {', '.join(gone)} "
+            "(removed by `autorl clean` or by hand; the ledger keeps the values)")
+
+
 def print_show(d: dict) -> None:
     from rich.console import Console
 
@@ -169,7 +180,7 @@ def print_show(d: dict) -> None:
                           f"objective {_num(t.get('objective'))}  Δ {_delta(t)}"), highlight=False)
     say(f"proposer {_who(t)}; why: {t.get('why')}")
     sha = (t.get("start_sha") or "")[:10]
-    say(f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({sha})")
+    say(_refs_line(t, d.get("refs_gone") or [], sha))
     say(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
     if t.get("reason"):
         say(f"verdict: {t['reason']}")  # what the gain is against (the parent) and what confirmed it

@@ -65,6 +65,10 @@ def test_clean_removes_the_rest_and_keeps_what_promote_and_show_need(ws):
     assert events == [("removed 9 branches, 18 tags and 0 worktrees of 9 trials",)]
     show = run_cli("-C", str(ws), "show", "12")
     assert show.returncode == 0 and "is gone, e.g. removed by `autorl clean`" in " ".join(show.stdout.split())
+    refs_line = next(line for line in show.stdout.splitlines() if line.startswith("refs:"))
+    assert refs_line.startswith("refs: none left") and "gone from the repository: attempt-12-" in refs_line
+    kept = next(line for line in run_cli("-C", str(ws), "show", "8").stdout.splitlines() if line.startswith("refs:"))
+    assert kept.startswith("refs: branch attempt-08-move") and "gone" not in kept
     again = _clean(ws)
     assert again.returncode == 0 and "removed 0 branches, 0 tags" in again.stdout
 
