@@ -20,6 +20,7 @@ no subprocess, no ledger.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from typing import Any
@@ -65,12 +66,13 @@ class SilentRules(_Model):
     nonfinite: NonfiniteCheck
     output_collapse: CollapseCheck
     reward_constant: ConstantCheck
+    no_objective: Check
 
 
 class SilentFailure(_Model):
     """One broken run that exited 0."""
 
-    check: str = Field(description="no_training, nonfinite, output_collapse or reward_constant.")
+    check: str = Field(description="no_training, nonfinite, output_collapse, reward_constant or no_objective.")
     category: triage.Category = Field(description="The triage category it is recorded as.")
     root_cause_line: str = Field(description="The log line that shows it, else the metric evidence.")
     remedy: str = Field(description="One line: what to do about it.")
@@ -98,6 +100,28 @@ def check(steps: list[dict], summary: dict | None = None, log_text: str = "", pl
         if found is not None:
             return found
     return None
+
+
+KEYS_NAMED = 12  # a missing objective's root cause names at most this many of the keys the run did log
+
+
+def missing_objective(steps: list[dict], evals: list[dict], metric: str,
+                      rules: SilentRules | None = None) -> SilentFailure | None:
+    """A run that exited 0 and logged records, none of them with ``metric`` (a finite value of it is no failure, a
+    NaN one is ``nonfinite``'s): the recipe names a key its backend does not log. None when it logged nothing (no
+    evidence of a name) or the key is there."""
+    rows = evals if metric.startswith("eval/") else steps
+    if not rows or any(metric in r for r in rows):
+        return None
+    logged = sorted({k for r in rows for k in r if k not in ("type", "step") and not k.endswith("/items")})
+    close = difflib.get_close_matches(metric, logged, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    shown = ", ".join(logged[:KEYS_NAMED]) + (f" and {len(logged) - KEYS_NAMED} more" if len(logged) > KEYS_NAMED else "")
+    kind = "eval" if rows is evals else "step"
+    line = f"no {kind} record has the objective metric {metric}{hint}; they have: {shown or 'no values'}"
+    c = (rules or load_rules()).no_objective
+    return SilentFailure(check="no_objective", category=c.category, root_cause_line=line,
+                         remedy=c.remedy.format(metric=metric))
 
 
 def _no_training(steps, summary, evals, lines, planned, rules) -> SilentFailure | None:

@@ -201,8 +201,8 @@ def wrap(line: str, width: int) -> list[str]:
 
 
 def counted(n: int, noun: str) -> str:
-    """'1 trial', '2 trials' (nouns whose plural adds an s)."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
+    """'1 trial', '2 trials', '2 branches'."""
+    return f"{n} {noun}" + ("" if n == 1 else "es" if noun.endswith(("s", "sh", "ch", "x")) else "s")
 
 
 def _found(d: dict[str, Any]) -> list[str]:
@@ -335,7 +335,7 @@ def refs_line(ws, ledger, study: str | None = None) -> str:
     tags = sum(tag in existing for t in rows for tag in (t.get("start_tag"), t.get("end_tag")) if tag)
     if not branches and not tags:
         return ""
-    return (f"Git: the study's trials left {branches} branches and {tags} tags (attempt-NN-*); "
+    return (f"Git: the study's trials left {counted(branches, 'branch')} and {counted(tags, 'tag')} (attempt-NN-*); "
             f"`autorl clean --dry-run` lists those nothing needs any more.")
 
 

@@ -43,6 +43,7 @@ def result_row(s: StudyState, ctx: TrialContext, outcome: Outcome) -> dict[str, 
         row["objective"] = objective_value(m, recipe)
         if row["objective"] is None:
             row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
+            quiet = silent.missing_objective(m.steps, m.evals, recipe.objective.metric)
     row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary,
                                                           s.backend.planned_steps(recipe), abort=recipe.abort)]
     row.update(_by_status(s, ctx, outcome, row, nonfinite, quiet))

@@ -115,7 +115,7 @@ def test_every_silent_category_has_an_action():
     rules = triage.load_rules()
     checks = silent.load_rules()
     categories = {checks.no_training.category, checks.nonfinite.category, checks.output_collapse.category,
-                  checks.reward_constant.category}
+                  checks.reward_constant.category, checks.no_objective.category}
     assert set(triage.SILENT_CATEGORIES) <= categories and categories <= set(rules.actions)
     assert rules.actions["output_collapse"].kind == "record"
     assert rules.actions["no_training"].on_baseline == "stop" and rules.actions["reward_constant"].on_baseline == "stop"
@@ -141,3 +141,20 @@ def test_a_nan_or_infinite_objective_is_no_value_to_judge():
     runs = [RunMetrics([{"type": "eval", "step": 3, "eval/id/sampling_pass@8": v}]) for v in (0.5, math.nan, math.inf)]
     assert [objective_value(m, recipe) for m in runs] == [0.5, None, None]
     assert runs_of(runs, recipe).values == [0.5]
+
+
+def test_an_objective_the_run_never_logs_names_the_keys_it_did_log():
+    steps = [{"step": i, "loss": 0.1, "reward_mean": 0.4} for i in (1, 2, 3)]
+    evals = [{"type": "eval", "step": 3, "eval/id/greedy_pass@1": 0.5, "eval/id/items": [1, 0],
+              "eval/ood/greedy_pass@1": 0.4}]
+    found = silent.missing_objective(steps, evals, "eval/id/greedy_pas@1")
+    assert found is not None and found.check == "no_objective" and found.category == "config_error"
+    assert found.root_cause_line == ("no eval record has the objective metric eval/id/greedy_pas@1 (did you mean "
+                                     "eval/id/greedy_pass@1?); they have: eval/id/greedy_pass@1, eval/ood/greedy_pass@1")
+    assert "set objective.metric to a key the run logs" in found.remedy and "{metric}" not in found.remedy
+    step_key = silent.missing_objective(steps, evals, "reward")
+    assert step_key is not None and step_key.root_cause_line.startswith("no step record has the objective metric reward")
+    assert silent.missing_objective(steps, evals, "eval/id/greedy_pass@1") is None  # it is there
+    assert silent.missing_objective(steps, [], "eval/id/greedy_pass@1") is None  # no eval at all: no evidence of a name
+    many = [{"step": 1, **{f"k{i:02d}": 0.0 for i in range(20)}}]
+    assert silent.missing_objective(many, [], "zzz").root_cause_line.endswith("k11 and 8 more")

@@ -229,3 +229,19 @@ def test_a_baseline_lost_more_often_than_it_runs_still_ends_the_study(command_ws
     assert seeds == [(0, "baseline", "complete"), (1, "baseline", "crash"), (1, "retry", "crash"),
                      (2, "baseline", "crash"), (2, "retry", "crash")], seeds  # seed 1 replaced once, then no more
     assert "ended: the baseline failed" in r.stdout
+
+
+def test_an_objective_metric_the_run_never_logs_stops_the_study_at_the_baseline_with_the_keys_it_logs(command_ws):
+    """A typo in objective.metric: the baseline exits 0 with other keys; every trial would end so: one stop,
+    naming the key it logs."""
+    argv = [sys.executable, str(SCRIPTS / "shared_gpu.py"), "--seed", "{seed}", "--lr", "{lr}",
+            "--out", "{run_dir}/metrics.jsonl"]
+    recipe = {"name": "typo", "backend": "command", "train": {"argv": argv, "seed": 0, "lr": 1e-4},
+              "objective": {"metric": "eval/id/greedy_pas@1"}, "search": {"lr": {"low": 1e-4, "high": 1e-3}},
+              "verdict": {"baseline_repeats": 2}, "timeout_s": 60}
+    r = run_cli("-C", str(command_ws), "run", _write_recipe(command_ws, "typo", recipe), "--budget", "2m",
+                "--max-trials", "4")
+    (base,) = _trials(command_ws)
+    assert (base["status"], base["crash_category"]) == ("crash", "config_error"), base
+    assert "did you mean eval/id/greedy_pass@1?" in base["root_cause"]
+    assert r.returncode == 1 and "every trial would fail the same way" in r.stdout
