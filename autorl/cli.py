@@ -142,7 +142,8 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
         overrides: tuple[str, ...],
         resume: bool, study_name: str | None, allow_overrun: bool, parallel: int, ray_address: str | None,
         seed: int, quiet: bool) -> None:
-    """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent."""
+    """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent. Exit 0 when the
+    study ran its course, 1 when its baseline failed or a crash stopped it, 130 when it was interrupted."""
     from autorl.budget import parse_duration
 
     budget_s = parse_duration(budget)
@@ -163,6 +164,8 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
     _study_end(c, summary)
     if summary["stopped_by"]:
         sys.exit(1 if summary.get("stop_status") == "crash-stop" else 130)
+    if summary["baseline_failed"]:  # the study could measure nothing: a script must not read it as done
+        sys.exit(1)
 
 
 def _within_bounds(path: Path) -> None:

@@ -250,7 +250,8 @@ class Controller:
             counts[key] = counts.get(key, 0) + 1
         return {"study": self.s.row["name"], "trials": len(trials), "counts": counts, "ended_by": self.ended_by,
                 "wall_s": time.time() - self.started, "stopped_by": self.stop_reason.reason if self.stop_reason else None,
-                "stop_status": self.stop_reason.status if self.stop_reason else None}
+                "stop_status": self.stop_reason.status if self.stop_reason else None,
+                "baseline_failed": self.s.proposer.baseline_failed()}
 
 
 def _install_signals(handler) -> dict:

@@ -67,9 +67,10 @@ def _write_recipe(ws: Path, name: str, recipe: dict) -> str:
     return f"recipes/{name}.yaml"
 
 
-def _run(ws: Path, recipe: str, *args: str, timeout: float = 300):
+def _run(ws: Path, recipe: str, *args: str, timeout: float = 300, code: int = 0):
+    """The study, run to its end; ``code`` 1 for one whose baseline failed (exit 1: it measured nothing)."""
     r = run_cli("-C", str(ws), "run", recipe, "--budget", "10m", "--strategy", "optuna", *args, timeout=timeout)
-    assert r.returncode == 0, r.stderr + r.stdout
+    assert r.returncode == code, r.stderr + r.stdout
     return r
 
 
@@ -147,7 +148,7 @@ def test_cuda_oom_is_retried_once_with_half_the_micro_batch(command_ws):
 def test_crash_triage_of_a_trial_and_of_a_log_file(command_ws):
     """`autorl triage NN --json` explains a crashed trial; `triage classify LOG --json` gives six keys."""
     recipe = _command_recipe("fake-oom", "fake_oom.py", "micro_batch", 16, {"low": 8, "high": 16, "int": True})
-    _run(command_ws, _write_recipe(command_ws, "oom-baseline", recipe))
+    _run(command_ws, _write_recipe(command_ws, "oom-baseline", recipe), code=1)
     row, retry = _trials(command_ws)  # the baseline crashed, and again at half the micro-batch: the study stops
     assert retry["retry_of"] == row["number"] and retry["status"] == "crash"
     assert row["status"] == "crash"
@@ -183,7 +184,7 @@ def test_a_baseline_oom_is_retried_with_half_the_micro_batch_before_the_study_go
 def test_exit_zero_with_a_nan_loss_is_nan_divergence(command_ws, base_lr, expected_status):
     """A run that exits 0 but logged a NaN loss is never scored: it is triaged nan_divergence."""
     recipe = _command_recipe("nan", "nan_exit0.py", "lr", base_lr, {"low": 0.02, "high": 0.05, "log": True})
-    _run(command_ws, _write_recipe(command_ws, "nan", recipe), "--max-trials", "2")
+    _run(command_ws, _write_recipe(command_ws, "nan", recipe), "--max-trials", "2", code=int(base_lr > 1e-2))
     rows = _trials(command_ws)
     trial = rows[-1]
     if base_lr < 1e-2:
@@ -224,7 +225,7 @@ def test_a_baseline_lost_more_often_than_it_runs_still_ends_the_study(command_ws
     recipe = {"name": "lost-all", "backend": "command", "train": {"argv": argv, "seed": 0, "lr": 1e-4},
               "search": {"lr": {"low": 1e-4, "high": 1e-3, "log": True}}, "verdict": {"baseline_repeats": 3},
               "timeout_s": 60}
-    r = _run(command_ws, _write_recipe(command_ws, "lost-all", recipe), "--max-trials", "12")
+    r = _run(command_ws, _write_recipe(command_ws, "lost-all", recipe), "--max-trials", "12", code=1)
     seeds = [(json.loads(t["params"]).get("seed"), t["proposer"], t["status"]) for t in _trials(command_ws)]
     assert seeds == [(0, "baseline", "complete"), (1, "baseline", "crash"), (1, "retry", "crash"),
                      (2, "baseline", "crash"), (2, "retry", "crash")], seeds  # seed 1 replaced once, then no more
