@@ -176,6 +176,9 @@ def next_step(d: dict[str, Any]) -> dict[str, str]:
     if best:
         return {"command": "autorl promote", "why": f"re-runs {best['number']:02d} and the baseline with fresh seeds, "
                                                      "then starts its full run if the gain holds"}
+    if d["baseline"] is None and d["crashes"]["count"]:
+        return {"command": "autorl triage", "why": "the baseline never completed: read its root cause and remedy, "
+                                                   "fix the recipe or the machine, then `autorl run --resume`"}
     if d["open_candidates"]:
         return {"command": "autorl run --resume --budget 30m",
                 "why": f"{len(d['open_candidates'])} candidate(s) still await their fresh-seed runs"}

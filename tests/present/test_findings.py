@@ -190,3 +190,15 @@ def test_one_trial_is_not_one_trials():
     assert [counted(n, "trial") for n in (0, 1, 2)] == ["0 trials", "1 trial", "2 trials"]
     d = {"best": None, "baseline": 0.5, "objective": {"metric": "m"}, "counts": {"trials": 1}}
     assert _found(d)[0] == "Found: no confirmed improvement over the baseline's 0.500 in 1 trial."
+
+
+def test_next_after_a_baseline_that_never_completed_is_triage_not_a_longer_search():
+    from autorl.present.findings import next_step
+
+    d = {"best": None, "full_runs": [], "open_candidates": [], "baseline": None,
+         "crashes": {"count": 2, "categories": {"config_error": 2}}}
+    assert next_step(d)["command"] == "autorl triage" and "baseline never completed" in next_step(d)["why"]
+    measured = {**d, "baseline": 0.47}
+    assert next_step(measured)["command"] == "autorl run --resume --budget 1h"
+    nothing_crashed = {**d, "crashes": {"count": 0, "categories": {}}}
+    assert next_step(nothing_crashed)["command"] == "autorl run --resume --budget 1h"
