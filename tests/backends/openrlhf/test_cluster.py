@@ -76,6 +76,20 @@ def test_dry_run_on_the_local_head_says_everything_runs_here(ws):
     assert "reward_func.py" in text and "autorl/backends/openrlhf/reward_func.py" in text
 
 
+def test_dry_run_of_a_packed_trial_shows_its_workers_hook_and_kv_share(ws):
+    """gpus_per_trial 0.25: the job ships autorl and names the hook that fixes its vLLM engine's KV-cache share
+    (half its 0.15 share of the card); a whole-GPU trial gets neither."""
+    from autorl import vllm_share
+
+    r = _dry(ws, "--set", "gpus_per_trial=0.25", "--json")
+    assert r.returncode == 0, r.stderr
+    env = json.loads(r.stdout)["job"]["runtime_env"]
+    assert env["worker_process_setup_hook"] == vllm_share.HOOK == "autorl.vllm_share.setup"
+    assert env["env_vars"][vllm_share.ENV] == "0.0750" and env["py_modules"] == [cluster.autorl_package()]
+    whole = json.loads(_dry(ws, "--json").stdout)["job"]["runtime_env"]
+    assert "worker_process_setup_hook" not in whole and vllm_share.ENV not in whole["env_vars"]
+
+
 def test_relative_model_paths_reach_the_job_absolute(ws):
     """A job's working directory is an upload without weight files: a relative model folder is given by its path here."""
     text = (ws / "recipes" / "small.yaml").read_text()
