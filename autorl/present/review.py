@@ -142,9 +142,8 @@ def show_trial(ws, ledger, number: int) -> dict[str, Any]:
     except GitError:
         diff = f"(no diff: {row['start_tag']} or {base} is gone, e.g. removed by `autorl clean`; the ledger keeps " \
                "the trial's values: see `changed` above)"
-    names = [n for n in (row.get("branch"), row.get("start_tag"), row.get("end_tag")) if n]
     return {"trial": row, "diff_vs_baseline": diff, "baseline_tag": base, "steps": len(steps),
-            "refs_gone": [n for n in names if not gitops.ref_exists(ws.root, n)],
+            "refs_gone": _refs_gone(ws, row),
             "curve": {k: [s.get(k) for s in steps] for k in ("reward_mean", "kl", "grad_norm", "clip_ratio")},
             "evals": evals, "log_tail": _tail(row.get("log_path"), 15)}
 
@@ -160,11 +159,25 @@ def _tail(path: str | None, n: int) -> list[str]:
     return Path(path).read_text(errors="replace").splitlines()[-n:]
 
 
+def _ref_names(t: dict) -> list[str]:
+    return [n for n in (t.get("branch"), t.get("start_tag"), t.get("end_tag")) if n]
+
+
+def _refs_gone(ws, row: dict) -> list[str]:
+    """The trial's branch and tags no longer in the repository (one listing of its refs; none when it cannot be
+    read)."""
+    try:
+        existing = gitops.refs(ws.root)
+    except GitError:
+        return []
+    return [n for n in _ref_names(row) if n not in existing]
+
+
 def _refs_line(t: dict, gone: list[str], sha: str) -> str:
     """The trial's branch and tags, and which of them are no longer in the repository."""
     if not gone:
         return f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({sha})"
-    kept = [n for n in (t.get("branch"), t.get("start_tag"), t.get("end_tag")) if n and n not in gone]
+    kept = [n for n in _ref_names(t) if n not in gone]
     return (f"refs: {', '.join(kept) or 'none left'} ({sha}); gone from the repository: {', '.join(gone)} "
             "(removed by `autorl clean` or by hand; the ledger keeps the values)")
 
