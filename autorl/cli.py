@@ -99,7 +99,7 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
           ray_address: str | None, as_json: bool) -> None:
     """Run one training run of RECIPE (no search, no git)."""
     from autorl.recipe import parse_overrides
-    from autorl.trial.train import describe, plan_single, run_single
+    from autorl.runs.train import describe, plan_single, run_single
 
     spec, plan = plan_single(Path(c.directory), _given(Path(c.directory) / recipe, "recipe file"),
                              parse_overrides(overrides), metrics_out, dry_run, ray_address)
@@ -151,7 +151,7 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
         _within_bounds(Path(c.directory) / recipe)
     from autorl.present.live import make_view
     from autorl.recipe import parse_overrides
-    from autorl.trial.controller import Controller, RunOptions
+    from autorl.study.controller import Controller, RunOptions
 
     ws = c.workspace()
     if resume and recipe:
@@ -321,7 +321,7 @@ def promote(c: _Ctx, number: int | None, steps: int | None, episodes: int | None
             dry_run: bool, force: bool, study_name: str | None, as_json: bool) -> None:
     """Promote trial NN (default: the best by verdicts) to a detached full run, after re-validating it."""
     from autorl.present import findings
-    from autorl.trial.promote import promote as do_promote
+    from autorl.promote.promotion import promote as do_promote
 
     say = (lambda _msg: None) if as_json else click.echo
     result = do_promote(c.workspace(), c.open_ledger(write=True), number, steps=steps, episodes=episodes, repeats=repeats,
@@ -355,7 +355,7 @@ def status(c: _Ctx, study_name: str | None, as_json: bool) -> None:
 def clean(c: _Ctx, study_name: str | None, dry_run: bool, as_json: bool) -> None:
     """Remove the branches, tags and worktrees of a stopped study's trials that nothing needs any more."""
     from autorl.present import review
-    from autorl.trial.clean import clean as do_clean
+    from autorl.study.clean import clean as do_clean
 
     p = do_clean(c.workspace(), c.open_ledger(write=not dry_run), study_name, dry_run=dry_run)
     _emit(p.as_dict(), as_json, lambda d: review.format_clean(d, dry_run))

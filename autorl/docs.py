@@ -88,7 +88,7 @@ def ledger_markdown() -> str:
     rows = "\n".join(f"| `{k}` | {v} |" for k, v in TRIAL_COLUMNS.items())
     return ("# Ledger\n\n`ledger.sqlite` holds autorl's tables (`autorl_studies`, `autorl_trials`, `autorl_metrics`, "
             "`autorl_events`, `autorl_migrations`) beside Optuna's own (so `optuna-dashboard sqlite:///ledger.sqlite` "
-            "opens the studies). Generated from autorl/ledger.py by `python -m autorl.docs`.\n\n"
+            "opens the studies). Generated from autorl/ledger/rows.py by `python -m autorl.docs`.\n\n"
             "## autorl_trials\n\n| column | meaning |\n|---|---|\n" + rows + "\n\n" + LEDGER_SAFETY)
 
 

@@ -1,10 +1,10 @@
 """The per-item evaluator every backend shares: greedy pass@1 with per-item results and sampling pass@k.
 
 One implementation judges a trial's final policy whatever trained it (the metrics themselves are
-``autorl.engine.peritem``, which imports no torch):
+``autorl.toolkit.peritem``, which imports no torch):
 
 - the embedded engine (and the TRL runner) call ``evaluate_split`` in-process with a generator over their
-  live policy (``autorl.engine.evaluate``);
+  live policy (``autorl.toolkit.policy_eval``);
 - OpenRLHF, TRL checkpoints and the command backend run ``python -m autorl.evaluate`` as a second child
   process on the checkpoint the trial saved (full weights, or a LoRA adapter on its base), through vLLM
   when it is installed and Hugging Face ``generate`` otherwise; ``Backend.eval_plan`` plans that process.
@@ -13,7 +13,7 @@ A generator is ``generate(prompts, temperature) -> [(completion_text, truncated)
 as the trial's rollouts did: with ``--chat-template``, as one user turn in the tokenizer's chat template (with the
 generation prompt); with ``--no-special-tokens``, without the special tokens the tokenizer would add (OpenRLHF
 encodes rollout prompts so: a ``<bos>`` the tokenizer prepends is not in them). The judge is the
-seed-004 exact match (``autorl.engine.reward``) unless the recipe names another reward. Records follow
+seed-004 exact match (``autorl.toolkit.reward``) unless the recipe names another reward. Records follow
 ``autorl.metrics``: ``eval/<split>/greedy_pass@1``, ``eval/<split>/items`` and, when k > 1,
 ``eval/<split>/sampling_pass@<k>`` (k > 0) at the recipe's temperature (never 0 with k > 1), the greedy
 completions' health, and, when the judge is a custom reward, the exact match's ``eval/<split>/task_items``.
@@ -31,7 +31,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from autorl.engine.peritem import Generate, Judge, check_sampling, evaluate
+from autorl.toolkit.peritem import Generate, Judge, check_sampling, evaluate
 from autorl.errors import UserError
 
 
@@ -68,7 +68,7 @@ class ProbeSettings(BaseModel):
 
 def make_judge(reward_spec: str) -> Judge:
     """The correctness judge of a reward spec (the seed-004 exact match for builtin:exact_match)."""
-    from autorl.engine.reward import load_reward, score
+    from autorl.toolkit.reward import load_reward, score
 
     reward = load_reward(reward_spec, builtin_task=False)
     return lambda text, label, truncated: score(*reward, text, label, truncated)["correctness"]
@@ -76,7 +76,7 @@ def make_judge(reward_spec: str) -> Judge:
 
 def read_probe(path: str | Path) -> tuple[list[str], list[str]]:
     """(prompts, labels) of a probe JSONL file."""
-    from autorl.engine.task import TaskError, read_jsonl
+    from autorl.toolkit.task import TaskError, read_jsonl
 
     try:
         split = read_jsonl(str(path), "probe")

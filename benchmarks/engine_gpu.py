@@ -61,7 +61,7 @@ def trl_run(model_dir: Path, steps: int, work: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from autorl.engine.task import addition_task
+    from autorl.toolkit.task import addition_task
 
     task = addition_task(SHARED["eval_size"])
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -106,8 +106,8 @@ def main() -> None:
     if not torch.cuda.is_available():
         print(json.dumps({"error": "no CUDA device: this benchmark needs a GPU"}))
         sys.exit(1)
-    from autorl.engine.hf_tiny import save_llama
-    from autorl.engine.model import BUILTIN_SIZES
+    from autorl.toolkit.hf_tiny import save_llama
+    from autorl.toolkit.model import BUILTIN_SIZES
 
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "setup": {**SHARED, "steps": args.steps},
               "model_shape": BUILTIN_SIZES["gpu"]}

@@ -32,13 +32,13 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from autorl.engine.config import EngineConfig  # noqa: E402
-from autorl.engine.evaluate import evaluate_split  # noqa: E402
+from autorl.toolkit.policy_eval import evaluate_split  # noqa: E402
 from autorl.engine.grpo import run  # noqa: E402
-from autorl.engine.hf_tiny import save_llama  # noqa: E402
-from autorl.engine.model import HFPolicy  # noqa: E402
-from autorl.engine.reward import string_exact_match  # noqa: E402
-from autorl.engine.task import addition_task  # noqa: E402
-from autorl.engine.warmup import prepare_base  # noqa: E402
+from autorl.toolkit.hf_tiny import save_llama  # noqa: E402
+from autorl.toolkit.model import HFPolicy  # noqa: E402
+from autorl.toolkit.reward import string_exact_match  # noqa: E402
+from autorl.toolkit.task import addition_task  # noqa: E402
+from autorl.toolkit.warmup import prepare_base  # noqa: E402
 
 SHARED = {"batch_prompts": 32, "gens": 8, "max_new_tokens": 5, "temperature": 1.0, "lr": 1e-4, "ppo_epochs": 1,
           "kl_coef": 0.0, "loss_type": "grpo", "scale_rewards": True, "eval_every": 10, "threads": 2, "device": "cpu"}

@@ -3,7 +3,7 @@
 Each simulated study is a real ``Ledger`` (SQLite, on /dev/shm when there is one) holding what a study run by the
 controller holds: the baseline's repeats, then trials, a candidate's fresh-seed confirmation runs right after it
 (the controller queues them first), each run's eval records as the engine writes them (per-item results under
-``eval/id/items``). Every verdict is made by ``autorl.judge.evidence.Evidence`` exactly as ``autorl.trial.judging``
+``eval/id/items``). Every verdict is made by ``autorl.judge.evidence.Evidence`` exactly as ``autorl.study.judging``
 asks for it: ``credit`` against the parent for a trial, ``confirmation`` for a candidate whose confirmation runs have
 ended, and the ledger's rows are written as the controller writes them (a candidate's ``confirmation`` column, its
 confirmation runs' ``confirms``), so the groups the evidence assembles (the baseline's, each candidate's own run with

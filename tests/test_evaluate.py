@@ -7,7 +7,7 @@ import json
 import pytest
 
 from autorl import evaluate as ev
-from autorl.engine import peritem
+from autorl.toolkit import peritem
 
 
 def _generator(answers: dict[str, list[str]]):

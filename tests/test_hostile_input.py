@@ -164,7 +164,7 @@ sys.argv = ["autorl", "-C", sys.argv[1], "run", "recipes/bad.yaml", "--budget", 
 try:
     runpy.run_module("autorl.cli", run_name="__main__")
 except SystemExit as exc:
-    print(exc.code, "autorl.trial.controller" in sys.modules, "optuna" in sys.modules)
+    print(exc.code, "autorl.study.controller" in sys.modules, "optuna" in sys.modules)
 """
 
 

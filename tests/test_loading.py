@@ -9,7 +9,7 @@ from autorl.errors import RecipeError, RulesError
 from autorl.judge import abort, diagnose, triage
 from autorl.recipe import load_recipe, validate_recipe
 from autorl.search import moves
-from autorl.trial import plan
+from autorl.study import plan
 
 
 @pytest.mark.parametrize("text, value", [("3e-4", 3e-4), ("1e-5", 1e-5), ("-2E+3", -2000.0), ("1.0e5", 1e5),

@@ -227,7 +227,8 @@ def test_a_set_value_reaches_the_engine_config_as_a_number(tmp_path):
     import json
 
     from autorl.backends.base import TrialSpec, get_backend
-    from autorl.engine.__main__ import load_config
+    from autorl.engine.config import EngineConfig
+    from autorl.toolkit.child import load_config
     from autorl.recipe import parse_overrides, recipe_and_text
 
     overrides = parse_overrides(["lr=3e-4", "verdict.confirm_runs=0"])
@@ -237,7 +238,7 @@ def test_a_set_value_reaches_the_engine_config_as_a_number(tmp_path):
     plan = get_backend("embedded").plan(spec)
     path = plan.argv[plan.argv.index("--config") + 1]
     assert json.loads(Path(path).read_text())["lr"] == 3e-4
-    assert load_config(path).lr == 3e-4 and load_config(path) == recipe.params
+    assert load_config(path, EngineConfig).lr == 3e-4 and load_config(path, EngineConfig) == recipe.params
 
 
 def test_best_of_a_series_without_per_item_results_is_refused_in_one_line(tmp_path):

@@ -18,6 +18,7 @@ Ray is imported inside the functions that need it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shlex
 import shutil
@@ -445,6 +446,27 @@ class LocalRayHead:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class PrivateHead:
+    """The one owner of a private local Ray head (a study's slots and the OpenRLHF backend each hold one): the head
+    is made on first use with the settings that use gives, started again on new ports if it died since, and
+    stopped by ``close`` (or when the process exits)."""
+
+    def __init__(self) -> None:
+        self._head: LocalRayHead | None = None
+
+    def address(self, **settings: Any) -> str:
+        """The head's dashboard address; ``settings`` (``LocalRayHead``'s) count only when it is made."""
+        if self._head is None:
+            self._head = LocalRayHead(**settings)
+            atexit.register(self.close)
+        return self._head.ensure()
+
+    def close(self) -> None:
+        if self._head is not None:
+            self._head.stop()
+            self._head = None
 
 
 class LocalRayNode:

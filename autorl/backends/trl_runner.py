@@ -6,7 +6,7 @@ The task, the reward, the evaluation and the supervised warm-up are the embedded
 engine's (``autorl.engine``), so a TRL trial and an embedded trial of the same
 recipe are judged on the same items. ``builtin:<size>`` models are Hugging Face
 ``LlamaForCausalLM``s of the engine's sizes over the task's character vocabulary
-(``autorl.engine.hf_tiny``); they are initialised once per cache directory,
+(``autorl.toolkit.hf_tiny``); they are initialised once per cache directory,
 warmed up by the engine's ``prepare_base`` and saved again as a directory.
 
 A ``TrainerCallback`` turns each of TRL's log dicts into a step line (keys
@@ -17,10 +17,8 @@ done, 2 a user mistake, 3 stopped on a NaN/inf loss or gradient norm, 1 other.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
-import json
 import math
 import os
 import shutil
@@ -30,12 +28,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import ValidationError
 
 from autorl.backends.readers import DEFAULT_METRIC_MAP, to_record
 from autorl.backends.trl import TRLParams, grpo_config_kwargs
-from autorl.engine.__main__ import exit_code
-from autorl.errors import UserError, validation_line
+from autorl.toolkit import child
 REWARD_NAME = "task_reward"  # the reward function's __name__, hence TRL's "rewards/task_reward/mean"
 TRL_METRIC_MAP = dict(DEFAULT_METRIC_MAP)
 NAN_KEYS = ("loss", "grad_norm")  # autorl keys whose NaN/inf stops the run
@@ -45,21 +41,6 @@ BUILTIN_FORMAT = 1  # bump when the built-in HF model layout changes (new cache 
 # ---------------------------------------------------------------------------
 # Config
 # ---------------------------------------------------------------------------
-
-def load_params(path: str) -> TRLParams:
-    """Read and validate CFG.json, raising UserError with one line on any problem."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise UserError(f"config file {p} not found: pass the path of a JSON TRL config") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"config file {p} is not valid JSON (line {exc.lineno}): fix the syntax") from None
-    try:
-        return TRLParams.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(f"config: {validation_line(exc)}") from None
-
 
 def engine_config(params: TRLParams, model: str):
     """The EngineConfig the engine's warm-up and evaluation read (same task, model and lengths)."""
@@ -76,9 +57,9 @@ def engine_config(params: TRLParams, model: str):
 
 def builtin_model_dir(size: str, cache_dir: Path) -> Path:
     """A Hugging Face directory (config, initial weights, tokenizer) for ``builtin:<size>``, made once."""
-    from autorl.engine.hf_tiny import save_llama
-    from autorl.engine.model import BUILTIN_SIZES, ModelError
-    from autorl.engine.warmup import SFT_SETTINGS
+    from autorl.toolkit.hf_tiny import save_llama
+    from autorl.toolkit.model import BUILTIN_SIZES, ModelError
+    from autorl.toolkit.warmup import SFT_SETTINGS
 
     if size not in BUILTIN_SIZES:
         raise ModelError(f"unknown built-in model 'builtin:{size}': use one of " + ", ".join(f"builtin:{s}" for s in BUILTIN_SIZES))
@@ -112,9 +93,9 @@ def load_base(params: TRLParams, task, reward, cache_dir: Path, device, log) -> 
     The warmed-up built-in model is saved as its own directory, because TRL
     builds the KL reference model from the policy's ``name_or_path``.
     """
-    from autorl.engine.model import HFPolicy, ModelError
-    from autorl.engine.reward import score
-    from autorl.engine.warmup import prepare_base
+    from autorl.toolkit.model import HFPolicy, ModelError
+    from autorl.toolkit.reward import score
+    from autorl.toolkit.warmup import prepare_base
 
     if not params.model.startswith("builtin:"):
         if not (Path(params.model) / "config.json").is_file():
@@ -151,7 +132,7 @@ def make_reward_func(reward, eos_id: int, decode_ids: Callable[[list[int]], str]
     engine does, so a stray ``<pad>`` or ``<bos>`` is never silently dropped.
     Correctness is logged beside the reward through TRL's ``log_metric``.
     """
-    from autorl.engine.reward import score
+    from autorl.toolkit.reward import score
 
     def task_reward(prompts, completions, completion_ids, answer, log_metric=None, **_: Any) -> list[float]:
         scores = []
@@ -233,7 +214,7 @@ def build_trainer(params: TRLParams, policy, task, reward, callback, output_dir:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from autorl.engine.task import CharTokenizer
+    from autorl.toolkit.task import CharTokenizer
 
     decode_ids = CharTokenizer().decode if params.model.startswith("builtin:") else None
     config = GRPOConfig(**grpo_config_kwargs(params, str(output_dir), use_cpu=not torch.cuda.is_available()))
@@ -247,8 +228,8 @@ def run(params: TRLParams, metrics_out: str | Path, cache_dir: str | Path, log=N
     import torch
 
     from autorl.engine.grpo import MetricsWriter, run_eval
-    from autorl.engine.reward import load_reward
-    from autorl.engine.task import load_task
+    from autorl.toolkit.reward import load_reward
+    from autorl.toolkit.task import load_task
 
     log = log or (lambda msg: print(msg, flush=True))
     t0, writer = time.time(), MetricsWriter(metrics_out)
@@ -281,23 +262,9 @@ def _evaluate(run_eval, policy, task, eval_cfg, reward, step: int) -> dict:
         policy.module.train(was_training)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m autorl.backends.trl_runner", description="Run one GRPO trial with TRL.")
-    parser.add_argument("--config", required=True, help="JSON file of TRLParams keys.")
-    parser.add_argument("--metrics-out", required=True, help="Metrics JSONL file to write.")
-    parser.add_argument("--cache-dir", required=True, help="Directory for the cached built-in base model.")
-    return parser.parse_args(argv)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        summary = run(load_params(args.config), args.metrics_out, args.cache_dir)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return exit_code(summary)
+    return child.main("autorl.backends.trl_runner", "Run one GRPO trial with TRL.", TRLParams, run, argv)
 
 
 if __name__ == "__main__":

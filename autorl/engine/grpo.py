@@ -39,11 +39,11 @@ from typing import Any
 import torch
 
 from autorl.engine.config import EngineConfig
-from autorl.engine.evaluate import evaluate_split
-from autorl.engine.model import load_policy
-from autorl.engine.reward import load_reward, score
-from autorl.engine.task import load_task
-from autorl.engine.warmup import SFT_SETTINGS, prepare_base
+from autorl.toolkit.policy_eval import evaluate_split
+from autorl.toolkit.model import load_policy
+from autorl.toolkit.reward import load_reward, score
+from autorl.toolkit.task import load_task
+from autorl.toolkit.warmup import SFT_SETTINGS, prepare_base
 
 STD_FLOOR = 1e-4
 ADAM_BETAS = (0.9, 0.99)

@@ -93,7 +93,7 @@ class DiagnosisRules(_Model):
 
 # ---------------------------------------------------------------- result model
 
-class Evidence(_Model):
+class Observation(_Model):
     """A condition that held, with the numbers."""
 
     metric: str = Field(description="Metric the statistic was computed on.")
@@ -113,7 +113,7 @@ class Symptom(_Model):
 
     name: str = Field(description="Symptom name from the rules table.")
     description: str = Field(description="What it means.")
-    evidence: list[Evidence] = Field(description="The conditions that held.")
+    evidence: list[Observation] = Field(description="The conditions that held.")
     look_at: list[str] = Field(default_factory=list, description="Where to look first (the rule's ``look_at``).")
 
 
@@ -320,8 +320,8 @@ def _threshold(cond: Condition, train: dict[str, Any]) -> float | None:
     return cond.threshold * float(base) if isinstance(base, (int, float)) else None
 
 
-def evaluate(cond: Condition, steps: list[dict], evals: list[dict], train: dict, rules: DiagnosisRules) -> Evidence | bool | None:
-    """Evidence if the condition holds, False if it does not, None if it cannot be judged."""
+def evaluate(cond: Condition, steps: list[dict], evals: list[dict], train: dict, rules: DiagnosisRules) -> Observation | bool | None:
+    """Observation if the condition holds, False if it does not, None if it cannot be judged."""
     raw = series(cond.metric, steps, evals, rules)
     need = cond.min_points or (rules.min_eval_points if cond.metric.startswith("eval/") else rules.min_points)
     xs = _prepare(raw, cond, rules.tail_fraction)
@@ -331,12 +331,12 @@ def evaluate(cond: Condition, steps: list[dict], evals: list[dict], train: dict,
     value = STATS[cond.stat](xs, cond, rules.tail_fraction)
     if not OPS[cond.op](value, threshold):
         return False
-    return Evidence(metric=cond.metric, stat=cond.stat, window=cond.window, value=value,
+    return Observation(metric=cond.metric, stat=cond.stat, window=cond.window, value=value,
                     op=cond.op, threshold=threshold, points=len(xs))
 
 
-def _fire(rule: SymptomRule, steps: list[dict], evals: list[dict], train: dict, rules: DiagnosisRules) -> list[Evidence] | None:
-    evidence: list[Evidence] = []
+def _fire(rule: SymptomRule, steps: list[dict], evals: list[dict], train: dict, rules: DiagnosisRules) -> list[Observation] | None:
+    evidence: list[Observation] = []
     for cond in rule.when_all:
         got = evaluate(cond, steps, evals, train, rules)
         if got is False or (got is None and not cond.optional):
@@ -344,7 +344,7 @@ def _fire(rule: SymptomRule, steps: list[dict], evals: list[dict], train: dict, 
         if got is not None:
             evidence.append(got)
     if rule.when_any:
-        hits = [e for e in (evaluate(c, steps, evals, train, rules) for c in rule.when_any) if isinstance(e, Evidence)]
+        hits = [e for e in (evaluate(c, steps, evals, train, rules) for c in rule.when_any) if isinstance(e, Observation)]
         if not hits:
             return None
         evidence += hits

@@ -11,7 +11,7 @@ on what every run writes anyway, never on how the reward is computed:
    the objective is not the task metric itself, the gain's lower bound on the objective's split (ID for a train
    metric) must exceed ``matched_min`` (the gain is matched).
 2. ``length``, ``repetition``, ``format_only``, ``truncation``: the greedy eval completions' health per split
-   (``autorl.engine.peritem.completion_health``): a change counts only when its interval clears the bound.
+   (``autorl.toolkit.peritem.completion_health``): a change counts only when its interval clears the bound.
 3. ``kl``, ``entropy``: the training steps' mean over each run's last steps, against the recipe's ``gate:`` bounds
    and the parent's entropy.
 

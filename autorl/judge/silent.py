@@ -38,16 +38,16 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Check(_Model):
+class SilentRule(_Model):
     category: triage.Category = Field(description="The triage category the failure is recorded as.")
     remedy: str = Field(description="One line: what to do about it.")
 
 
-class NonfiniteCheck(Check):
+class NonfiniteRule(SilentRule):
     keys: list[str] = Field(default_factory=list, description="Keys named first when several turn non-finite.")
 
 
-class CollapseCheck(Check):
+class CollapseRule(SilentRule):
     last_steps: int = Field(3, ge=1, description="The collapse must hold on each of the last this many steps.")
     degenerate_rate: float = Field(0.9, gt=0, le=1, description="Share of empty or repeated-token completions.")
     empty_length: float = Field(1.0, ge=0, description="response_length_mean at most this: empty completions.")
@@ -55,18 +55,18 @@ class CollapseCheck(Check):
     truncated_min: float = Field(0.99, ge=0, le=1, description="... with truncated_rate at least this: one token repeated.")
 
 
-class ConstantCheck(Check):
+class ConstantRule(SilentRule):
     min_steps: int = Field(3, ge=1, description="Fewer steps are too little evidence.")
     values: list[float] = Field(default_factory=lambda: [0.0, 1.0], description="Constant rewards that mean no signal.")
     eps: float = Field(1e-6, ge=0, description="Tolerance around those values.")
 
 
 class SilentRules(_Model):
-    no_training: Check
-    nonfinite: NonfiniteCheck
-    output_collapse: CollapseCheck
-    reward_constant: ConstantCheck
-    no_objective: Check
+    no_training: SilentRule
+    nonfinite: NonfiniteRule
+    output_collapse: CollapseRule
+    reward_constant: ConstantRule
+    no_objective: SilentRule
 
 
 class SilentFailure(_Model):
@@ -203,7 +203,7 @@ def _collapse(steps, summary, evals, lines, planned, rules) -> SilentFailure | N
     return None
 
 
-def _collapsed(c: CollapseCheck, evidence: str, step: Any) -> SilentFailure:
+def _collapsed(c: CollapseRule, evidence: str, step: Any) -> SilentFailure:
     line = f"completions collapsed to empty or one repeated token: {evidence}"
     return SilentFailure(check="output_collapse", category=c.category, root_cause_line=line, remedy=c.remedy,
                          step=step if isinstance(step, int) else None)

@@ -113,7 +113,7 @@ class Family(_Model):
 CrashRule = Family  # the older name of a family
 
 
-class Outcome(_Model):
+class Ruling(_Model):
     """A category and remedy decided by something other than a log line."""
 
     category: Category = Field(description="The failure class.")
@@ -154,8 +154,8 @@ class CrashRules(_Model):
                                         description="Regexes of exception lines that only point at a cause printed elsewhere.")
     config_raisers: str = Field("(?!)", description="Regex of library files that validate settings: an unmatched "
                                 "exception raised there is a config error.")
-    exit_codes: dict[int, Outcome] = Field(default_factory=dict, description="Category by exit code when the log says nothing.")
-    watchdog: dict[str, Outcome] = Field(default_factory=dict, description="Category by controller watchdog reason.")
+    exit_codes: dict[int, Ruling] = Field(default_factory=dict, description="Category by exit code when the log says nothing.")
+    watchdog: dict[str, Ruling] = Field(default_factory=dict, description="Category by controller watchdog reason.")
     watchdog_yields_to: int = Field(75, description="A log line of this priority or more beats the watchdog.")
     nonfinite_remedy: str = Field(description="Remedy when the metrics turned NaN/inf.")
     unknown_remedy: str = Field(description="Remedy when nothing matched.")
@@ -188,7 +188,7 @@ class CrashRules(_Model):
         return self._compiled
 
 
-class Diagnosis(_Model):
+class CrashReport(_Model):
     """The verdict on one crashed run."""
 
     category: Category = Field(description="The failure class.")
@@ -420,7 +420,7 @@ def _last_line(lines: list[str]) -> str:
 # ---------------------------------------------------------------------------- classify
 
 def classify(log_text: str, exit_code: int | None = None, watchdog: str | None = None,
-             metrics_nonfinite: str | None = None) -> Diagnosis:
+             metrics_nonfinite: str | None = None) -> CrashReport:
     """Diagnose one failed run from its log text and what the controller observed.
 
     ``watchdog`` is the controller's reason for killing it ('silence' or 'timeout');
@@ -436,7 +436,7 @@ def explain(log_text: str, exit_code: int | None = None, watchdog: str | None = 
 
 
 def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
-            nonfinite: str | None) -> tuple[Diagnosis, list[str]]:
+            nonfinite: str | None) -> tuple[CrashReport, list[str]]:
     rules = load_rules()
     lines = log_lines(log_text)
     engine = detect_engine(lines, rules)
@@ -500,7 +500,7 @@ def _fired(hit: _Hit) -> str:
             f"{hit.index + 1} by a message from {hit.message.source()}: {hit.line.strip()}")
 
 
-def _from_hit(lines: list[str], best: _Hit, rules: CrashRules) -> tuple[Diagnosis, str]:
+def _from_hit(lines: list[str], best: _Hit, rules: CrashRules) -> tuple[CrashReport, str]:
     """A matched family; an external kill after a long silence in the log is a hang instead."""
     why = _fired(best)
     if best.family.category in rules.silence.applies_to and best.family.id not in rules.silence.exempt_rules:
@@ -518,14 +518,14 @@ def _confidence(hit: _Hit, rules: CrashRules) -> str:
     return "high" if hit.rule.priority >= rules.high_confidence_priority and not hit.is_wrapper else "medium"
 
 
-def _watchdog(lines: list[str], best: _Hit | None, watchdog: str, rules: CrashRules) -> tuple[Diagnosis, str]:
+def _watchdog(lines: list[str], best: _Hit | None, watchdog: str, rules: CrashRules) -> tuple[CrashReport, str]:
     outcome = rules.watchdog[watchdog]
     line = best.line if best else _last_line(lines)
     why = f"watchdog '{watchdog}' decides (no log line of priority >= {rules.watchdog_yields_to})"
     return _diagnosis(outcome.category, line, outcome.remedy, confidence="high"), why
 
 
-def _nonfinite(lines: list[str], hits: list[_Hit], key: str, rules: CrashRules) -> tuple[Diagnosis, str]:
+def _nonfinite(lines: list[str], hits: list[_Hit], key: str, rules: CrashRules) -> tuple[CrashReport, str]:
     """NaN metrics: the engine's own NaN error line, else the first line showing the key as nan/inf."""
     nan_hits = [h for h in hits if h.rule.category == "nan_divergence"]
     line = max(nan_hits, key=_Hit.key).line if nan_hits else _first_nonfinite_line(lines, key)
@@ -544,7 +544,7 @@ def _first_nonfinite_line(lines: list[str], key: str) -> str:
     return f"non-finite metric: {key}"
 
 
-def _unmatched(lines: list[str], exit_code: int | None, rules: CrashRules) -> tuple[Diagnosis, str]:
+def _unmatched(lines: list[str], exit_code: int | None, rules: CrashRules) -> tuple[CrashReport, str]:
     exc = _innermost_exception(lines, rules)
     if exc is None and exit_code in rules.exit_codes:
         outcome = rules.exit_codes[exit_code]
@@ -557,7 +557,7 @@ def _unmatched(lines: list[str], exit_code: int | None, rules: CrashRules) -> tu
     return _diagnosis("unknown", line, rules.unknown_remedy, confidence="low"), "no family matched, no exception"
 
 
-def _from_exception(lines: list[str], exc: tuple[int, str], rules: CrashRules) -> tuple[Diagnosis, str]:
+def _from_exception(lines: list[str], exc: tuple[int, str], rules: CrashRules) -> tuple[CrashReport, str]:
     """An exception no family knows: raised in the run's own code, in a library's settings
     validation (``config_raisers``), or else unknown."""
     path = _raising_file(lines, exc)
@@ -572,10 +572,10 @@ def _from_exception(lines: list[str], exc: tuple[int, str], rules: CrashRules) -
 
 
 def _diagnosis(category: str, line: str, remedy: str, basis: str | None = None,
-               confidence: str = "high") -> Diagnosis:
+               confidence: str = "high") -> CrashReport:
     """``basis`` replaces the line in the signature when the line is incidental (exit-code cases)."""
     sig = signature(category, basis if basis is not None else line)
-    return Diagnosis(category=category, root_cause_line=line, remedy=remedy, signature=sig, confidence=confidence)
+    return CrashReport(category=category, root_cause_line=line, remedy=remedy, signature=sig, confidence=confidence)
 
 
 # ---------------------------------------------------------------------------- signature, excerpt
@@ -660,7 +660,7 @@ class Action(_Model):
     free_bytes: int | None = Field(None, description="disk_full: free bytes on that volume when checked.")
 
 
-def decide_action(diagnosis: Diagnosis, *, is_baseline: bool, retries_so_far: int, signature_count: int,
+def decide_action(diagnosis: CrashReport, *, is_baseline: bool, retries_so_far: int, signature_count: int,
                   run_dir: str | Path, log_text: str = "") -> Action:
     """The action for one crash: the category's row of ``actions``, then the baseline, retry and
     repeat limits. ``signature_count`` counts this crash too. For a full disk the volume checked is
@@ -685,7 +685,7 @@ _REASONS = {
 }
 
 
-def _reason(kind: str, d: Diagnosis) -> str:
+def _reason(kind: str, d: CrashReport) -> str:
     return _REASONS[kind].format(c=d.category)
 
 
@@ -693,7 +693,7 @@ def _avoid(avoid: bool, count: int) -> str:
     return f"; signature seen {count} times: no more proposals near it" if avoid else ""
 
 
-def _stop(d: Diagnosis, is_baseline: bool, run_dir: Path, avoid: bool) -> Action:
+def _stop(d: CrashReport, is_baseline: bool, run_dir: Path, avoid: bool) -> Action:
     if d.category == "disk_full":
         where = _existing(run_dir)
         free = shutil.disk_usage(where).free
@@ -708,7 +708,7 @@ _ABS_PATH = re.compile(r"""(?<![\w.~])(/[\w.\-/]*[\w\-])""")
 PATH_LOOKBACK = 20  # lines before the failing line searched for the path being written
 
 
-def _full_volume_path(d: Diagnosis, log_text: str, run_dir: Path) -> Path:
+def _full_volume_path(d: CrashReport, log_text: str, run_dir: Path) -> Path:
     """Where the failing write went: its volume is the full one, which need not be the run dir's."""
     if d.category != "disk_full":
         return run_dir
@@ -741,7 +741,7 @@ def group_crashes(rows: list[dict]) -> list[dict]:
     """Crashed trial rows grouped by signature, most frequent first.
 
     Reads ledger rows ('crash_signature', 'crash_category', 'root_cause', 'remedy') or
-    Diagnosis dumps ('signature', 'category', 'root_cause_line'); rows without a signature are
+    CrashReport dumps ('signature', 'category', 'root_cause_line'); rows without a signature are
     skipped. Trials are named by 'attempt', 'number', 'trial' or 'id'. A group whose
     ``repeated`` is true reached the rules' repeat_limit: stop sampling that region.
     """

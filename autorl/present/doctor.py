@@ -1,6 +1,6 @@
 """``autorl doctor``: is this machine ready to run studies, and what to do if not.
 
-``doctor(ws_dir)`` runs every check in ``CHECKS`` and returns one :class:`Check`
+``doctor(ws_dir)`` runs every check in ``CHECKS`` and returns one :class:`DoctorCheck`
 each: git and its user identity, Python and the packages autorl needs, the
 backends' frameworks (torch with CUDA, OpenRLHF with its flag dialect, Ray,
 TRL), free disk at the workspace, GPUs and GNU patch. A failed check says what
@@ -44,7 +44,7 @@ print(json.dumps({"version": torch.__version__, "cuda": cuda, "cuda_version": to
 """
 
 
-class Check(BaseModel):
+class DoctorCheck(BaseModel):
     """One answer of ``autorl doctor``."""
 
     model_config = ConfigDict(extra="forbid")
@@ -213,7 +213,7 @@ CHECKS: list[_Spec] = [
 
 
 # ---- running them -------------------------------------------------------------------------
-def doctor(ws_dir: str | Path = ".", names: list[str] | None = None) -> list[Check]:
+def doctor(ws_dir: str | Path = ".", names: list[str] | None = None) -> list[DoctorCheck]:
     """Run the checks (all, or those in ``names``) for the workspace at ``ws_dir``."""
     ws = Path(ws_dir)
     unknown = sorted(set(names or []) - {s.name for s in CHECKS})
@@ -223,12 +223,12 @@ def doctor(ws_dir: str | Path = ".", names: list[str] | None = None) -> list[Che
     return [_one(s, ws) for s in specs]
 
 
-def all_required_ok(checks: list[Check]) -> bool:
+def all_required_ok(checks: list[DoctorCheck]) -> bool:
     """True when every required check passed (exit code 0)."""
     return all(c.ok for c in checks if c.required)
 
 
-def format_checks(checks: list[Check]) -> str:
+def format_checks(checks: list[DoctorCheck]) -> str:
     """One line per check, with the fix under each failure."""
     lines = []
     for c in checks:
@@ -239,12 +239,12 @@ def format_checks(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def _one(spec: _Spec, ws: Path) -> Check:
+def _one(spec: _Spec, ws: Path) -> DoctorCheck:
     try:
         r = spec.run(ws)
     except (OSError, ValueError) as exc:
         r = _Result(False, f"check failed: {exc}", "run it again; report a bug if it persists")
-    return Check(name=spec.name, ok=r.ok, required=spec.required, detail=r.detail, fix="" if r.ok else r.fix)
+    return DoctorCheck(name=spec.name, ok=r.ok, required=spec.required, detail=r.detail, fix="" if r.ok else r.fix)
 
 
 def _run(argv: list[str], cwd: Path | None = None) -> str | None:

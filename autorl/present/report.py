@@ -217,7 +217,7 @@ def pooled_importances(trials: list[dict], space: dict[str, SearchParam], direct
     """Importances over the ledger's finished trials (searched keys only), or ({}, why not)."""
     import optuna
 
-    from autorl.search.study import distributions
+    from autorl.search.optuna_study import distributions
 
     dists, study = distributions(space), optuna.create_study(direction=direction)
     for t in trials:

@@ -21,7 +21,7 @@ from autorl.search.hypotheses_strategy import HypothesisStrategy
 from autorl.search.proposal import Proposal
 from autorl.search.queue import RunQueue
 from autorl.search.strategies import OptunaStrategy, Strategy
-from autorl.search.study import Search, study_names
+from autorl.search.optuna_study import Search, study_names
 from autorl.search.view import StudyView
 
 

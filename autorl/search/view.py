@@ -13,7 +13,7 @@ from typing import Any
 
 from autorl.judge import triage
 from autorl.recipe import Recipe, SearchParam, dump_values
-from autorl.search.study import Search
+from autorl.search.optuna_study import Search
 
 AVOID_RADIUS = 0.1  # normalised distance to a repeatedly crashing point that is not sampled again
 AVOID_TRIES = 10

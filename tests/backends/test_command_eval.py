@@ -20,7 +20,7 @@ from autorl.backends.base import TrialSpec, get_backend
 from autorl.errors import RecipeError
 from autorl.judge import triage
 from autorl.recipe import validate_recipe
-from autorl.trial.lifecycle import launch
+from autorl.runs.lifecycle import launch
 from conftest import run_cli
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "scripts" / "save_checkpoint.py"

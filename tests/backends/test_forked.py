@@ -175,7 +175,7 @@ def test_a_per_item_evaluation_is_forked_from_an_evaluator_server_and_matches_a_
     """The evaluator that follows an OpenRLHF, TRL or command trial skips torch's and transformers' imports; what it
     writes is what a fresh ``python -m autorl.evaluate`` writes, value for value."""
     from autorl.backends.base import LaunchPlan, LocalProcess
-    from autorl.engine.hf_tiny import save_llama
+    from autorl.toolkit.hf_tiny import save_llama
     from autorl.evaluate import ProbeSettings, eval_argv
 
     model = save_llama(tmp_path / "model", "tiny", seed=3)

@@ -13,7 +13,7 @@ import pytest
 
 from autorl.backends import ray_jobs
 from autorl.backends.ray_demand import assess
-from autorl.trial.watch import Watch
+from autorl.runs.watch import Watch
 from tests.conftest import gang_job
 
 def _job(tmp_path: Path, name: str, address: str, gpus: int, hold: float) -> ray_jobs.RayJobHandle:

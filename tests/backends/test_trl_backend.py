@@ -92,8 +92,8 @@ def test_step_record_uses_autorl_keys():
 
 
 def test_reward_function_scores_with_the_engine_and_logs_correctness():
-    from autorl.engine.reward import load_reward
-    from autorl.engine.task import CharTokenizer
+    from autorl.toolkit.reward import load_reward
+    from autorl.toolkit.task import CharTokenizer
 
     chars = CharTokenizer()
     fn = make_reward_func(load_reward("builtin:exact_match", True), chars.eos_id, chars.decode)

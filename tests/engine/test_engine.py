@@ -140,7 +140,7 @@ def test_python_api_returns_summary(tmp_path, engine_cache):
 @pytest.mark.slow
 def test_jsonl_task_with_hf_model(tmp_path):
     """The Hugging Face path: a local Llama dir, a JSONL task, math exact match, left-padded prompts."""
-    from autorl.engine.hf_tiny import save_llama
+    from autorl.toolkit.hf_tiny import save_llama
 
     model = save_llama(tmp_path / "llama")
     rows = [{"input": f"{a}+{b}=", "label": str(a + b)} for a, b in [(1, 2), (13, 4), (120, 5), (7, 70)]]

@@ -9,8 +9,8 @@ import torch
 from autorl.engine.config import EngineConfig
 from autorl.engine.grpo import (ADAM_BETAS, Rollout, aggregate, build_reference, cache_logprobs, clipped_surrogate,
                                 group_advantages, kl_estimate, make_optimizer, token_entropy, update)
-from autorl.engine.model import BuiltinPolicy
-from autorl.engine.task import CharTokenizer
+from autorl.toolkit.model import BuiltinPolicy
+from autorl.toolkit.task import CharTokenizer
 
 
 def test_advantages_scaled_by_group_std():

@@ -15,7 +15,7 @@ import pytest
 
 from autorl.judge import gains
 from autorl.ledger import Ledger
-from autorl.trial.promote import pick_best
+from autorl.promote.promotion import pick_best
 from tests.study_ledger import items, write_study
 
 

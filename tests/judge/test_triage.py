@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from autorl.judge.triage import (
-    SILENT_CATEGORIES, Diagnosis, RulesError, classify, crash_action, excerpt, group_crashes, load_rules, normalise,
+    SILENT_CATEGORIES, CrashReport, RulesError, classify, crash_action, excerpt, group_crashes, load_rules, normalise,
     signature,
 )
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
-CATEGORIES = set(Diagnosis.model_fields["category"].annotation.__args__)
+CATEGORIES = set(CrashReport.model_fields["category"].annotation.__args__)
 
 # file, exit code, watchdog, nonfinite metric -> category, a piece of the root-cause line
 CASES = [

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from autorl.judge.triage import Diagnosis, decide_action, load_rules, repeat_limit, signature
+from autorl.judge.triage import CrashReport, decide_action, load_rules, repeat_limit, signature
 
 
-def _diag(category: str) -> Diagnosis:
-    return Diagnosis(category=category, root_cause_line="x", remedy="fix it", signature=signature(category, "x"))
+def _diag(category: str) -> CrashReport:
+    return CrashReport(category=category, root_cause_line="x", remedy="fix it", signature=signature(category, "x"))
 
 
 def _decide(category: str, tmp_path: Path, *, baseline: bool = False, retries: int = 0, count: int = 1):
@@ -77,7 +77,7 @@ def test_disk_full_checks_the_volume_the_log_was_writing_to(tmp_path):
     lines = ["step 3", f"Saving model checkpoint to {ckpt}/checkpoint-3.bin", "Traceback (most recent call last):",
              frame, root]
     log = "\n".join(lines) + "\n"
-    d = Diagnosis(category="disk_full", root_cause_line=root, remedy="r", signature="s")
+    d = CrashReport(category="disk_full", root_cause_line=root, remedy="r", signature="s")
     a = decide_action(d, is_baseline=False, retries_so_far=0, signature_count=1, run_dir=tmp_path / "run",
                       log_text=log)
     assert a.path == str(ckpt) and str(ckpt) in a.reason

@@ -11,7 +11,7 @@ from importlib import metadata
 
 import pytest
 
-from autorl.present.doctor import CHECKS, Check, all_required_ok, doctor, format_checks
+from autorl.present.doctor import CHECKS, DoctorCheck, all_required_ok, doctor, format_checks
 from autorl.errors import UserError
 from tests.conftest import run_cli
 
@@ -23,7 +23,7 @@ def test_every_check_runs_and_explains_failures(tmp_path):
     assert [c.name for c in checks] == [s.name for s in CHECKS]
     assert REQUIRED <= {c.name for c in checks if c.required}
     for c in checks:
-        assert isinstance(c, Check) and c.detail
+        assert isinstance(c, DoctorCheck) and c.detail
         assert bool(c.fix) == (not c.ok), c
     by_name = {c.name: c for c in checks}
     assert by_name["git"].ok == (shutil.which("git") is not None)
@@ -42,7 +42,7 @@ def test_torch_is_probed_in_a_child_process():
 def test_cli_json_and_exit_code_agree(tmp_path):
     r = run_cli("-C", str(tmp_path), "doctor", "--json", timeout=300)
     rows = json.loads(r.stdout)
-    checks = [Check.model_validate(x) for x in rows]
+    checks = [DoctorCheck.model_validate(x) for x in rows]
     assert r.returncode == (0 if all_required_ok(checks) else 1)
     text = format_checks(checks)
     assert text.count("\n") + 1 == len(checks) + sum(1 for c in checks if not c.ok)
@@ -90,7 +90,7 @@ def _is_gnu_patch() -> bool:
 
 def test_check_model_forbids_unknown_fields():
     with pytest.raises(ValueError):
-        Check(name="x", ok=True, required=False, detail="d", extra_field=1)
+        DoctorCheck(name="x", ok=True, required=False, detail="d", extra_field=1)
 
 
 def test_the_openrlhf_extra_pins_the_stack_that_was_run_for_real():

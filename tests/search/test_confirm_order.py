@@ -16,7 +16,7 @@ from autorl.ledger import Ledger
 from autorl.recipe import load_recipe
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
-from autorl.trial.controller import RunOptions
+from autorl.study.controller import RunOptions
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 

@@ -447,7 +447,7 @@ def test_a_trial_with_no_effect_is_not_pushed(library):
 
 def test_resume_fails_running_trials_of_every_per_hypothesis_study(tmp_path):
     from autorl.recipe import SearchParam
-    from autorl.search.study import Search, study_names
+    from autorl.search.optuna_study import Search, study_names
 
     db = tmp_path / "ledger.sqlite"
     space = {"lr": SearchParam(low=1e-6, high=1e-2, log=True)}

@@ -12,7 +12,7 @@ import pytest
 from autorl.ledger import Ledger
 from autorl.recipe import validate_recipe
 from autorl.search.proposer import Proposer
-from autorl.trial.controller import RunOptions
+from autorl.study.controller import RunOptions
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 

@@ -13,7 +13,6 @@ Seed 004's 8xH100 setup is the reference: actor on 4 GPUs with ZeRO-3 and LoRA,
 
 from __future__ import annotations
 
-import atexit
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +21,7 @@ from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
 from autorl.backends.openrlhf import caches
 from autorl.backends.openrlhf.flags import FLAG_BY_FIELD, to_args
 from autorl.backends.openrlhf.params import OpenRLHFParams
+from autorl.backends.ray_jobs import PrivateHead, submit
 from autorl.errors import RecipeError
 from autorl.evaluate import ProbeSettings, eval_argv
 
@@ -77,7 +77,7 @@ class OpenRLHFBackend(Backend):
     def __init__(self, ray_address: str | None = None, extra_env: dict[str, str] | None = None, python: str | None = None):
         super().__init__(ray_address, extra_env)
         self.python = python or ("python" if ray_address else sys.executable)
-        self._head = None
+        self._head = PrivateHead()  # used only without a Ray address
         self._cache: Path | None = None  # the jobs' compile caches on a local head (set by prepare: caches.py)
         self._per_gpu = 1  # trials packed on one GPU (recipe gpus_per_trial = 1 / this; set by prepare)
 
@@ -192,8 +192,6 @@ class OpenRLHFBackend(Backend):
     def start(self, plan: LaunchPlan):
         """Submit the plan as a Ray job; returns a ``RayJobHandle`` at once."""
         from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
-        from autorl.backends.ray_jobs import submit
-
         from autorl.backends.openrlhf.cluster import shipped_with
 
         reader = OpenRLHFMetricsReader.from_plan(plan)
@@ -215,18 +213,11 @@ class OpenRLHFBackend(Backend):
         """The plan's Ray address, or a local head started now (and stopped by ``close``)."""
         if (plan is not None and plan.ray_address) or self.ray_address:
             return (plan.ray_address if plan is not None else None) or self.ray_address
-        if self._head is None:
-            from autorl.backends.ray_jobs import LocalRayHead
-
-            self._head = LocalRayHead(visible_gpus=packed_gpus(self._per_gpu))
-            atexit.register(self.close)
-        return self._head.ensure()  # started again if it died since the last trial
+        return self._head.address(visible_gpus=packed_gpus(self._per_gpu))  # started again if it died
 
     def close(self) -> None:
         """Stop the local Ray head if this backend started one."""
-        if self._head is not None:
-            self._head.stop()
-            self._head = None
+        self._head.close()
 
 
 def packed_gpus(per_gpu: int) -> list[str] | None:
@@ -294,7 +285,7 @@ def packed_env(gpus_per_trial: float, params: OpenRLHFParams) -> dict[str, str]:
     if not 0 < gpus_per_trial < 1:
         return {}
     from autorl.backends.openrlhf.checks import PACKED_MEMORY_MAX
-    from autorl.vllm_share import ENV, fraction_for
+    from autorl.backends.openrlhf.vllm_share import ENV, fraction_for
 
     share = params.vllm_gpu_memory_utilization or PACKED_MEMORY_MAX * gpus_per_trial
     return {ENV: fraction_for(share)}

@@ -11,7 +11,7 @@ With ``--ray-address`` a trial's job runs on the cluster's nodes, not on this ma
   saved model from there.
 
 So the nodes must see this workspace and the recipe's files at the same paths: a shared filesystem, as on most
-GPU clusters. ``check`` finds out before the study: it runs ``autorl.jobprobe`` as a job with the
+GPU clusters. ``check`` finds out before the study: it runs ``autorl.backends.openrlhf.jobprobe`` as a job with the
 trials' Python and runtime env, and turns its report into one line naming what is missing.
 """
 
@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from autorl.jobprobe import MARK
+from autorl.backends.openrlhf.jobprobe import MARK
 
 PROBE_TIMEOUT_S = 180.0
 NEEDED = ("openrlhf", "vllm", "deepspeed")
@@ -39,7 +39,7 @@ def autorl_package() -> str:
 def shipped_with(backend, env: dict[str, str]) -> tuple[list[str] | None, str | None]:
     """The packages a trial's job ships and its workers' setup hook: autorl goes with every job on a cluster,
     and with a packed trial's job, whose workers run ``vllm_share.setup`` (its fixed vLLM KV-cache share)."""
-    from autorl.vllm_share import ENV, HOOK, setup_fraction
+    from autorl.backends.openrlhf.vllm_share import ENV, HOOK, setup_fraction
 
     hook = HOOK if setup_fraction(env.get(ENV)) is not None else None
     return ([autorl_package()] if backend.ray_address or hook else None), hook
@@ -61,7 +61,7 @@ def check(address: str, python: str, paths: dict[str, str], scratch: Path, targe
     scratch.mkdir(parents=True, exist_ok=True)
     token = scratch / f"token-{uuid.uuid4().hex[:12]}"
     token.write_text(token.name)
-    argv = [python, "-m", "autorl.jobprobe", "--token", str(token)]
+    argv = [python, "-m", "autorl.backends.openrlhf.jobprobe", "--token", str(token)]
     for name, path in paths.items():
         argv += ["--path", f"{name}={path}"]
     try:

@@ -1,6 +1,6 @@
 """Preflight: cheap checks of an OpenRLHF recipe before any GPU is touched (seed 004).
 
-``preflight(recipe)`` returns one :class:`Check` per question, each with the
+``preflight(recipe)`` returns one :class:`PreflightCheck` per question, each with the
 numbers behind its answer:
 
 - ``steps``: total optimizer steps = pool x n_samples // train_batch x episodes
@@ -37,7 +37,7 @@ LORA_CKPT_GB = 0.1
 GB = 1024**3
 
 
-class Check(BaseModel):
+class PreflightCheck(BaseModel):
     """One preflight answer."""
 
     model_config = ConfigDict(extra="forbid")
@@ -85,13 +85,13 @@ def pool_size(params: OpenRLHFParams, worktree: Path) -> tuple[int | None, str]:
     return lines, source
 
 
-def check_schedule(params: OpenRLHFParams, worktree: Path) -> list[Check]:
+def check_schedule(params: OpenRLHFParams, worktree: Path) -> list[PreflightCheck]:
     """The step count and the LR reached at step 20."""
     pool, source = pool_size(params, worktree)
     if pool is None:
-        return [Check(name="steps", ok=None, detail=source), Check(name="lr_at_step_20", ok=None, detail=source)]
+        return [PreflightCheck(name="steps", ok=None, detail=source), PreflightCheck(name="lr_at_step_20", ok=None, detail=source)]
     total = total_steps(pool, params.gens, params.train_batch_size, params.num_episodes)
-    steps = Check(name="steps", ok=total > 0, detail=f"{pool} prompts ({source}) x {params.gens} samples // "
+    steps = PreflightCheck(name="steps", ok=total > 0, detail=f"{pool} prompts ({source}) x {params.gens} samples // "
                   f"{params.train_batch_size} train batch x {params.num_episodes} episodes = {total} steps")
     frac, where = lr_reached(total, params.lr_warmup_ratio)
     warmup = math.ceil(total * params.lr_warmup_ratio)
@@ -99,7 +99,7 @@ def check_schedule(params: OpenRLHFParams, worktree: Path) -> list[Check]:
               f"(warmup {warmup} of {total} steps, need >= {LR_MIN_FRACTION:.0%})")
     if frac < LR_MIN_FRACTION:
         detail += ": lower lr_warmup_ratio or shrink the pool (max_samples)"
-    return [steps, Check(name="lr_at_step_20", ok=frac >= LR_MIN_FRACTION, detail=detail)]
+    return [steps, PreflightCheck(name="lr_at_step_20", ok=frac >= LR_MIN_FRACTION, detail=detail)]
 
 
 def checkpoint_gb(params: OpenRLHFParams, worktree: Path) -> float | None:
@@ -114,7 +114,7 @@ def checkpoint_gb(params: OpenRLHFParams, worktree: Path) -> float | None:
     return None
 
 
-def check_disk(params: OpenRLHFParams, worktree: Path) -> list[Check]:
+def check_disk(params: OpenRLHFParams, worktree: Path) -> list[PreflightCheck]:
     """Free space at save_path (one model) and ckpt_path (max_ckpt_num checkpoints)."""
     size = checkpoint_gb(params, worktree)
     wanted = [("save_path", params.save_path, 1), ("ckpt_path", params.ckpt_path, params.max_ckpt_num or 3)]
@@ -123,11 +123,11 @@ def check_disk(params: OpenRLHFParams, worktree: Path) -> list[Check]:
         if not path:
             continue
         if size is None:
-            out.append(Check(name=f"disk:{field}", ok=None, detail="checkpoint size unknown: set train.checkpoint_gb"))
+            out.append(PreflightCheck(name=f"disk:{field}", ok=None, detail="checkpoint size unknown: set train.checkpoint_gb"))
             continue
         free = shutil.disk_usage(_existing_parent(worktree / path)).free / GB
         need = size * copies
-        out.append(Check(name=f"disk:{field}", ok=free >= need,
+        out.append(PreflightCheck(name=f"disk:{field}", ok=free >= need,
                          detail=f"{path}: {free:.1f} GB free, need {need:.1f} GB ({copies} x {size:.2f} GB)"))
     return out
 
@@ -139,20 +139,20 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def check_patches(patches_dir: Path, site_packages: Path | None) -> Check:
+def check_patches(patches_dir: Path, site_packages: Path | None) -> PreflightCheck:
     """Every patch applied to the installed openrlhf (None where it is not installed)."""
     from autorl.backends.openrlhf.patches import check
 
     if site_packages is None:
-        return Check(name="patches", ok=None, detail="openrlhf is not installed here: not checked")
+        return PreflightCheck(name="patches", ok=None, detail="openrlhf is not installed here: not checked")
     states = [s for s in check(patches_dir, site_packages) if s.state != "other version"]
     if not states:
-        return Check(name="patches", ok=None, detail=f"no patch in {patches_dir} targets the openrlhf in {site_packages}")
+        return PreflightCheck(name="patches", ok=None, detail=f"no patch in {patches_dir} targets the openrlhf in {site_packages}")
     missing = [f"{s.name} ({s.state})" for s in states if s.state != "applied"]
     detail = f"{len(states) - len(missing)}/{len(states)} applied in {site_packages}"
     if missing:
         detail += f"; not applied: {', '.join(missing)}: run `autorl patches apply`"
-    return Check(name="patches", ok=not missing, detail=detail)
+    return PreflightCheck(name="patches", ok=not missing, detail=detail)
 
 
 def gpus_visible() -> int:
@@ -165,18 +165,18 @@ def gpus_visible() -> int:
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt", ".py")
 
 
-def check_files(params: OpenRLHFParams, worktree: Path) -> Check:
+def check_files(params: OpenRLHFParams, worktree: Path) -> PreflightCheck:
     """The recipe's own files that are missing from the worktree (a recipe example names files a team provides)."""
     named = {k: getattr(params, k) for k in ("prompt_data", "eval_dataset", "reward_func")}
     paths = {k: v for k, v in named.items() if v and _is_path(v)}
     missing = [f"{k}: {v}" for k, v in paths.items() if not (worktree / v).is_file()]
     if missing:
-        return Check(name="files", ok=False, detail=f"not found in {worktree}: {'; '.join(missing)}: add your files "
+        return PreflightCheck(name="files", ok=False, detail=f"not found in {worktree}: {'; '.join(missing)}: add your files "
                                                     "there (the recipe names them, autorl ships none) or change "
                                                     "those keys")
     if not paths:
-        return Check(name="files", ok=None, detail="no local file named (Hub datasets and URLs are not checked here)")
-    return Check(name="files", ok=True, detail=", ".join(paths.values()) + " found")
+        return PreflightCheck(name="files", ok=None, detail="no local file named (Hub datasets and URLs are not checked here)")
+    return PreflightCheck(name="files", ok=True, detail=", ".join(paths.values()) + " found")
 
 
 def _is_path(value: str) -> bool:
@@ -185,18 +185,18 @@ def _is_path(value: str) -> bool:
     return value.startswith(("./", "/", "../")) or value.lower().endswith(LOCAL_SUFFIXES)
 
 
-def check_gpus(params: OpenRLHFParams, visible: int) -> Check:
+def check_gpus(params: OpenRLHFParams, visible: int) -> PreflightCheck:
     """GPUs the run places (actor, reference, vLLM) vs GPUs visible."""
     need = params.gpus_needed()
     detail = (f"need {need} (actor {params.actor_num_nodes * params.actor_num_gpus_per_node} + "
               f"vLLM {params.vllm_num_engines} x TP {params.vllm_tensor_parallel_size}"
               f"{'' if params.colocate_actor_ref or params.kl_coef == 0 else ' + reference'}"
               f"{', colocated' if params.colocate_all else ''}), {visible} visible")
-    return Check(name="gpus", ok=visible >= need, detail=detail)
+    return PreflightCheck(name="gpus", ok=visible >= need, detail=detail)
 
 
 def preflight(recipe, worktree: str | Path = ".", patches_dir: str | Path | None = None,
-              site_packages: str | Path | None = "auto", visible: int | None = None) -> list[Check]:
+              site_packages: str | Path | None = "auto", visible: int | None = None) -> list[PreflightCheck]:
     """All checks for an OpenRLHF ``recipe`` (an ``autorl.recipe.Recipe``)."""
     from autorl.backends.openrlhf.patches import DEFAULT_DIR, site_packages_of
 

@@ -2,7 +2,7 @@
 
 OpenRLHF 0.10.x loads ``reward_func(queries, prompts, labels)`` from the file and calls it once per sample
 inside the vLLM engine actor. This wrapper scores with ``AUTORL_REWARD``: ``builtin:exact_match`` (the
-seed-004 exact match on the completion, ``autorl.engine.reward``) or the path of a user reward file in
+seed-004 exact match on the completion, ``autorl.toolkit.reward``) or the path of a user reward file in
 OpenRLHF's own format. On top it counts GRPO groups whose rewards are all equal: when the
 ``AUTORL_GROUP_SIZE``-th sample of a prompt is scored, that sample logs ``zero_std_group`` =
 group size x (1 if the group's rewards are all equal else 0) and every other sample logs 0, so the step
@@ -23,7 +23,7 @@ try:  # installed, or shipped with the job on a cluster (its py_modules)
 except ImportError:  # loaded by path from an installed autorl that is not on this Python's path
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from autorl.engine.reward import math_exact_match  # noqa: E402
+from autorl.toolkit.reward import math_exact_match  # noqa: E402
 
 GROUP_SIZE = int(os.environ.get("AUTORL_GROUP_SIZE", "0"))
 _LOCK = threading.Lock()

@@ -79,11 +79,11 @@ def warm_up(model_dir: Path, items: dict, target: float, temperature: float, see
     """Supervised warm-up of the model saved at ``model_dir`` with the embedded engine's routine, in place."""
     import torch
 
-    from autorl.engine.evaluate import correct_flags
-    from autorl.engine.model import HFPolicy
-    from autorl.engine.reward import load_reward, score
-    from autorl.engine.task import Split, Task
-    from autorl.engine.warmup import SFT_SETTINGS, supervised_warmup
+    from autorl.toolkit.policy_eval import correct_flags
+    from autorl.toolkit.model import HFPolicy
+    from autorl.toolkit.reward import load_reward, score
+    from autorl.toolkit.task import Split, Task
+    from autorl.toolkit.warmup import SFT_SETTINGS, supervised_warmup
 
     torch.manual_seed(seed)
     torch.set_num_threads(SFT_SETTINGS["threads"])

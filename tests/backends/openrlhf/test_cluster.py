@@ -79,12 +79,12 @@ def test_dry_run_on_the_local_head_says_everything_runs_here(ws):
 def test_dry_run_of_a_packed_trial_shows_its_workers_hook_and_kv_share(ws):
     """gpus_per_trial 0.25: the job ships autorl and names the hook that fixes its vLLM engine's KV-cache share
     (half its 0.15 share of the card); a whole-GPU trial gets neither."""
-    from autorl import vllm_share
+    from autorl.backends.openrlhf import vllm_share
 
     r = _dry(ws, "--set", "gpus_per_trial=0.25", "--json")
     assert r.returncode == 0, r.stderr
     env = json.loads(r.stdout)["job"]["runtime_env"]
-    assert env["worker_process_setup_hook"] == vllm_share.HOOK == "autorl.vllm_share.setup"
+    assert env["worker_process_setup_hook"] == vllm_share.HOOK == "autorl.backends.openrlhf.vllm_share.setup"
     assert env["env_vars"][vllm_share.ENV] == "0.0750" and env["py_modules"] == [cluster.autorl_package()]
     whole = json.loads(_dry(ws, "--json").stdout)["job"]["runtime_env"]
     assert "worker_process_setup_hook" not in whole and vllm_share.ENV not in whole["env_vars"]
@@ -134,7 +134,7 @@ def test_the_check_job_runs_on_a_real_head_with_autorl_shipped(tmp_path):
 
         token = tmp_path / "token"
         token.write_text("token")
-        argv = [BARE_PYTHON, "-m", "autorl.jobprobe", "--token", str(token), "--path", f"prompt_data={present}",
+        argv = [BARE_PYTHON, "-m", "autorl.backends.openrlhf.jobprobe", "--token", str(token), "--path", f"prompt_data={present}",
                 "--path", f"pretrain={tmp_path / 'nope'}"]
         status, logs = ray_jobs.run_job(head.address, argv, tmp_path, 120, None, [cluster.autorl_package()])
         report = cluster.parse(logs)
@@ -158,5 +158,5 @@ def test_train_on_a_cluster_without_openrlhf_stops_before_any_training_job(ws):
         jobs = [j for j in client(head.address).list_jobs() if not j.submission_id.startswith(PROBE_PREFIX)]
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "openrlhf is not installed for the trials' Python" in r.stderr
-    assert [("autorl.jobprobe" in j.entrypoint) for j in jobs] == [True]
+    assert [("autorl.backends.openrlhf.jobprobe" in j.entrypoint) for j in jobs] == [True]
     assert not (ws / ".autorl" / "train").exists()

@@ -1,7 +1,7 @@
 """Four trials packed on one H200 (`autorl run recipes/openrlhf-small.yaml --parallel 4 --set gpus_per_trial=0.25`,
 OpenRLHF 0.10.4, vLLM 0.22.1), the same study twice on the same machine: before (``before/``) the trials' vLLM
 engines measured the shared card at start and two baseline repeats died, twice each, so the study ended after
-4.7 minutes; after (``after/``) each engine was given a fixed KV-cache share (``autorl.vllm_share``): 12 of 12
+4.7 minutes; after (``after/``) each engine was given a fixed KV-cache share (``autorl.backends.openrlhf.vllm_share``): 12 of 12
 trials ran, lr 1e-5 was confirmed within 11 minutes, and `autorl promote` re-validated it and ran its full run
 with checkpoint evals and saved weights. benchmarks/README.md, "Packed trials without vLLM's memory measurement".
 """
@@ -21,8 +21,8 @@ from autorl.judge.triage import classify
 from autorl.ledger import Ledger
 from autorl.recipe import validate_recipe
 from autorl.search.proposer import Proposer
-from autorl.trial.controller import RunOptions
-from autorl.vllm_share import fraction_for
+from autorl.study.controller import RunOptions
+from autorl.backends.openrlhf.vllm_share import fraction_for
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 

@@ -20,7 +20,7 @@ from autorl.data import shipped
 from autorl.ledger import Ledger
 from autorl.present.review import format_status, status_rows
 from autorl.recipe import load_recipe
-from autorl.trial.slots import Slots
+from autorl.runs.slots import Slots
 from autorl.workspace import Workspace
 from tests.backends.openrlhf.test_host4_replay import ledger_rows
 from tests.conftest import run_cli

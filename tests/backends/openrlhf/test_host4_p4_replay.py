@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autorl.ledger import Ledger
 from autorl.present.review import format_status, status_rows
-from autorl.trial.fullrun import best_eval, ood_drop_stop
+from autorl.promote.fullrun import best_eval, ood_drop_stop
 from autorl.workspace import Workspace
 from tests.backends.openrlhf.test_host2_replay import revalidation
 from tests.backends.openrlhf.test_host4_replay import gpu_samples, ledger_rows
@@ -109,7 +109,7 @@ def test_the_checkpoint_evals_ran_while_the_job_trained():
 
 def test_status_called_the_running_ray_trials_not_running():
     """Before the fix: a trial that is a Ray job has no process on the controller's machine, and status read its
-    empty pid as dead (now the controller holding the study's lock vouches for it: tests/trial/test_parallel.py)."""
+    empty pid as dead (now the controller holding the study's lock vouches for it: tests/study/test_parallel.py)."""
     text = (RUN / "status-during-studies.txt").read_text()
     assert text.count("NOT RUNNING") == 5 and "step 2  NOT RUNNING" in text
 

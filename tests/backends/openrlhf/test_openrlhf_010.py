@@ -133,7 +133,7 @@ def test_hf_checkpoints_a_full_run_evaluates_land_in_the_run_folder(tmp_path):
     """With `save_hf_ckpt` (a recipe's full block) OpenRLHF 0.10 writes `<ckpt.path>/global_step<N>_hf` every
     save_steps; the path is the run folder's (the job runs in an upload, where a relative one would be lost), and
     the full run's checkpoint evaluator retargets the trial's own eval plan at each one."""
-    from autorl.trial.ckpt_evals import retarget, saved
+    from autorl.promote.ckpt_evals import retarget, saved
 
     recipe = load_recipe(Path("autorl/data/recipes/openrlhf-tiny.yaml")).with_train(openrlhf_version="0.10.4")
     spec = TrialSpec(attempt="attempt-05-full-x", recipe=recipe.with_train(save_steps=2, save_hf_ckpt=True,

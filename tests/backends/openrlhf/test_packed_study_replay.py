@@ -17,7 +17,7 @@ from autorl.judge.triage import classify, decide_action
 from autorl.ledger import Ledger
 from autorl.recipe import validate_recipe
 from autorl.search.proposer import Proposer
-from autorl.trial.controller import RunOptions
+from autorl.study.controller import RunOptions
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl import vllm_share
+from autorl.backends.openrlhf import vllm_share
 from autorl.backends.openrlhf.backend import OpenRLHFBackend, packed_env
 from autorl.backends.openrlhf.params import OpenRLHFParams
 
@@ -58,7 +58,7 @@ def _fake_vllm(root: Path) -> Path:
 
 PROBE = """
 import json, sys
-from autorl import vllm_share
+from autorl.backends.openrlhf import vllm_share
 vllm_share.setup()
 from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
 given = EngineArgs(kv_cache_memory_bytes=123)

@@ -1,0 +1,146 @@
+"""The file a ledger opened: which file it is, its lock, its whole-file check, how it is opened for writing
+and for reading only, and how Optuna opens it."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import quote
+
+import sqlite_utils
+
+from autorl import locks
+from autorl.errors import LedgerError, WorkspaceError, short
+from autorl.ledger.errors import damaged, sqlite_code, translated_errors
+
+
+class LedgerFile:
+    """The file a ledger opened: which file it is (``check``), its lock (``exclusive``), its whole-file check
+    (``verify``) and how Optuna opens it (``optuna_url``, ``create_optuna_tables``)."""
+
+    def __init__(self, path: Path, readonly: bool):
+        self.path, self.readonly = path, readonly
+        self.identity: tuple[int, int] | None = None
+
+    def remember(self) -> None:
+        """This is the file the ledger opened (its device and inode)."""
+        self.identity = identity(self.path)
+
+    @contextmanager
+    def exclusive(self, what: str = "write the ledger") -> Iterator[None]:
+        """The ledger's lock for the ``with`` block: one process at a time creates or migrates the ledger, creates
+        Optuna's tables, numbers an attempt."""
+        with locks.waiting(Path(f"{self.path}-lock"), what):
+            yield
+
+    def check(self) -> None:
+        """Raise ``LedgerError`` if the path no longer names the file this ledger opened (removed, replaced)."""
+        now = identity(self.path)
+        if now != self.identity:
+            how = "was removed" if now is None else "was replaced by another file"
+            raise LedgerError(f"ledger {short(self.path, 200)} {how} while this study ran: the study stopped and "
+                              "wrote nothing more; put the ledger back, then `autorl run --resume` (a trial that "
+                              "was running is recovered then)")
+
+    def verify(self, db: sqlite_utils.Database) -> float:
+        """``PRAGMA quick_check`` of the whole file (every page, not only the header); returns its seconds."""
+        t0 = time.monotonic()
+        with translated_errors(self.path):
+            rows = [r[0] for r in db.execute("PRAGMA quick_check(3)").fetchall()]
+        if rows != ["ok"]:
+            raise damaged(self.path, "; ".join(rows)[:200])
+        return time.monotonic() - t0
+
+    def optuna_url(self) -> str:
+        """The SQLAlchemy URL of this file for Optuna: it never creates the file (a removed ledger is not
+        re-created empty), and is read-only for a read-only ledger."""
+        mode = "ro" if self.readonly else "rw"
+        return f"sqlite:///file:{quote(quote(str(self.path.resolve())))}?mode={mode}&uri=true"
+
+    def create_optuna_tables(self) -> None:
+        """Optuna's tables in this file, created by one process at a time (Optuna creates them on first use)."""
+        import logging
+
+        import optuna
+
+        optuna.logging.set_verbosity(logging.WARNING)
+        with self.exclusive("create Optuna's tables"), translated_errors(self.path):
+            self.check()
+            storage = optuna.storages.RDBStorage(self.optuna_url(), engine_kwargs={"connect_args": {"timeout": 30}})
+            storage.engine.dispose()
+
+
+def open_write(path: Path) -> sqlite_utils.Database:
+    check_path(path)
+    conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return sqlite_utils.Database(conn)
+
+
+def check_path(path: Path) -> None:
+    if path.exists() and not path.is_file():
+        raise WorkspaceError(f"ledger path {short(path, 200)} is not a file: pass --ledger FILE")
+    if path.is_symlink() and not path.exists():
+        raise WorkspaceError(f"ledger path {short(path, 200)} is a link to nothing: point it at your ledger, or pass "
+                             "--ledger FILE")
+    if not path.parent.is_dir():
+        raise WorkspaceError(f"ledger directory {short(path.parent, 200)} does not exist: create it or pass another "
+                             "--ledger")
+
+
+def open_readonly(path: Path) -> sqlite_utils.Database:
+    """A read-only connection. Where SQLite cannot make the shared-memory file a WAL reader needs (a full disk,
+    a read-only folder) and no write-ahead log is waiting, the file is read as it is on disk (``immutable``)."""
+    check_path(path)
+    with translated_errors(path):
+        for extra in ("", "&immutable=1"):
+            conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro{extra}", uri=True, timeout=30,
+                                   isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute("PRAGMA busy_timeout=30000")
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if extra or _has_wal(path) or sqlite_code(exc) not in _CANNOT_READ_IN_PLACE:
+                    raise
+                continue
+            _check_is_ledger(conn, path)
+            return sqlite_utils.Database(conn)
+    raise AssertionError("unreachable")
+
+
+_CANNOT_READ_IN_PLACE = ("SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR_SHMSIZE",
+                         "SQLITE_IOERR_SHMOPEN", "SQLITE_READONLY_CANTINIT", "SQLITE_IOERR_WRITE",
+                         "SQLITE_IOERR_TRUNCATE", "SQLITE_IOERR_SHMMAP")
+
+
+def _has_wal(path: Path) -> bool:
+    try:
+        return os.path.getsize(f"{path}-wal") > 0
+    except OSError:
+        return False
+
+
+def _check_is_ledger(conn: sqlite3.Connection, path: Path) -> None:
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+    if names and not names & {"autorl_trials", "autorl_migrations"}:  # migrations alone: a ledger still being made
+        conn.close()
+        raise LedgerError(f"{short(path, 200)} is a SQLite file but not an autorl ledger (no autorl_trials table): "
+                          "pass your ledger with --ledger FILE")
+
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, or None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
