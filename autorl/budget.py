@@ -21,8 +21,9 @@ def parse_duration(text: str) -> float:
         if float(s) > MAX_S:  # in any unit: 5,000 digits are not echoed back three times
             raise BudgetError(f"budget {short_repr(text)} is longer than a year: write e.g. 24h or 7d")
         n = short(s, 24)
-        raise BudgetError(f"budget {short_repr(text)} has no unit: write {n}m for minutes, {n}h for hours or {n}s for "
-                          "seconds")
+        raise BudgetError(
+            f"budget {short_repr(text)} has no unit: write {n}m for minutes, {n}h for hours or {n}s for seconds"
+        )
     if s and _PART.sub("", s) == "" and len({u for _, u in _PART.findall(s)}) == len(_PART.findall(s)):
         value = sum(float(n) * _UNITS[u] for n, u in _PART.findall(s))
     else:

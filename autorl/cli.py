@@ -44,7 +44,7 @@ class _Ctx:
 
 pass_ctx = click.make_pass_decorator(_Ctx)
 
-MAX_TRIAL = 10 ** 9  # bound of a trial number or count: a larger one is a typo, refused before it reaches SQLite
+MAX_TRIAL = 10**9  # bound of a trial number or count: a larger one is a typo, refused before it reaches SQLite
 
 
 class _TrialNumber(click.ParamType):
@@ -55,8 +55,11 @@ class _TrialNumber(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         number = click.INT.convert(value, param, ctx)
         if not 1 <= number <= MAX_TRIAL:
-            self.fail(f"there is no trial {short(str(value), 40)}: trial numbers start at 1; list them with "
-                      "`autorl ledger`", param, ctx)
+            self.fail(
+                f"there is no trial {short(str(value), 40)}: trial numbers start at 1; list them with `autorl ledger`",
+                param,
+                ctx,
+            )
         return number
 
 
@@ -87,22 +90,43 @@ def init(c: _Ctx, directory: str | None) -> None:
 
 @cli.command()
 @click.argument("recipe", type=click.Path())
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value (train key or dotted path).")
+@click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value (train key or dotted path)."
+)
 @click.option("--metrics-out", type=click.Path(), help="Write the run's metrics JSONL here.")
-@click.option("--dry-run", is_flag=True, help="Print the launch plan (argv, env, cwd; for a Ray job, what the job "
-                                               "gets) and run nothing.")
-@click.option("--ray-address", default=None, help="Ray cluster for the job (openrlhf): a dashboard URL, host:port, "
-                                                  "'auto' or 'local'.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the launch plan (argv, env, cwd; for a Ray job, what the job gets) and run nothing.",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    help="Ray cluster for the job (openrlhf): a dashboard URL, host:port, 'auto' or 'local'.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
-def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | None, dry_run: bool,
-          ray_address: str | None, as_json: bool) -> None:
+def train(
+    c: _Ctx,
+    recipe: str,
+    overrides: tuple[str, ...],
+    metrics_out: str | None,
+    dry_run: bool,
+    ray_address: str | None,
+    as_json: bool,
+) -> None:
     """Run one training run of RECIPE (no search, no git)."""
     from autorl.recipe import parse_overrides
     from autorl.runs.train import describe, plan_single, run_single
 
-    spec, plan = plan_single(Path(c.directory), _given(Path(c.directory) / recipe, "recipe file"),
-                             parse_overrides(overrides), metrics_out, dry_run, ray_address)
+    spec, plan = plan_single(
+        Path(c.directory),
+        _given(Path(c.directory) / recipe, "recipe file"),
+        parse_overrides(overrides),
+        metrics_out,
+        dry_run,
+        ray_address,
+    )
     if dry_run:
         from autorl.present import review
 
@@ -113,35 +137,63 @@ def train(c: _Ctx, recipe: str, overrides: tuple[str, ...], metrics_out: str | N
         click.echo(json.dumps(result, indent=1, default=str))
     elif result["exit_code"]:
         last = next((x for x in reversed(result.get("log_tail") or []) if x.strip()), "")
-        click.echo(f"autorl: error: the run failed (exit {result['exit_code']}, log {result['log_path']}): {last}", err=True)
+        click.echo(
+            f"autorl: error: the run failed (exit {result['exit_code']}, log {result['log_path']}): {last}", err=True
+        )
     else:
-        click.echo(f"done: {result['steps']} steps in {result['wall_s']} s; " + ", ".join(
-            f"{k} {v:.3f}" for k, v in result["final_eval"].items()))
+        click.echo(
+            f"done: {result['steps']} steps in {result['wall_s']} s; "
+            + ", ".join(f"{k} {v:.3f}" for k, v in result["final_eval"].items())
+        )
     sys.exit(result["exit_code"] or 0)
 
 
 @cli.command()
 @click.argument("recipe", required=False, type=click.Path())
-@click.option("--budget", default="1h", show_default=True, help="Wall-clock budget, with its unit: 90m, 24h, 1h30m, 2d, 45s.")
+@click.option(
+    "--budget", default="1h", show_default=True, help="Wall-clock budget, with its unit: 90m, 24h, 1h30m, 2d, 45s."
+)
 @click.option("--max-trials", type=click.IntRange(min=1, max=MAX_TRIAL), help="Stop after this many trials.")
-@click.option("--strategy", type=click.Choice(["hypotheses", "optuna", "random"]), default=None,
-              help="How trials are proposed [default: hypotheses; on --resume, the study's own].")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a value of the base recipe (train key or dotted path); committed in place.")
+@click.option(
+    "--strategy",
+    type=click.Choice(["hypotheses", "optuna", "random"]),
+    default=None,
+    help="How trials are proposed [default: hypotheses; on --resume, the study's own].",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a value of the base recipe (train key or dotted path); committed in place.",
+)
 @click.option("--resume", is_flag=True, help="Continue the latest study (or --study NAME).")
 @click.option("--study", "study_name", help="Study name (new) or the study to resume.")
-@click.option("--allow-overrun", is_flag=True,
-              help="Start a trial even if its planned duration exceeds the budget left.")
+@click.option(
+    "--allow-overrun", is_flag=True, help="Start a trial even if its planned duration exceeds the budget left."
+)
 @click.option("--parallel", type=click.IntRange(min=1, max=1024), default=1, show_default=True, help="Trials at once.")
 @click.option("--ray-address", default=None, help="Ray cluster for trials ('auto' for an existing one).")
-@click.option("--seed", type=click.IntRange(min=0, max=2 ** 32 - 1), default=0, show_default=True,
-              help="Seed of the search.")
+@click.option(
+    "--seed", type=click.IntRange(min=0, max=2**32 - 1), default=0, show_default=True, help="Seed of the search."
+)
 @click.option("--quiet", is_flag=True, help="Only one line per finished trial.")
 @pass_ctx
-def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strategy: str | None,
-        overrides: tuple[str, ...],
-        resume: bool, study_name: str | None, allow_overrun: bool, parallel: int, ray_address: str | None,
-        seed: int, quiet: bool) -> None:
+def run(
+    c: _Ctx,
+    recipe: str | None,
+    budget: str,
+    max_trials: int | None,
+    strategy: str | None,
+    overrides: tuple[str, ...],
+    resume: bool,
+    study_name: str | None,
+    allow_overrun: bool,
+    parallel: int,
+    ray_address: str | None,
+    seed: int,
+    quiet: bool,
+) -> None:
     """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent. Exit 0 when the
     study ran its course, 1 when its baseline failed or a crash stopped it, 130 when it was interrupted."""
     from autorl.budget import parse_duration
@@ -156,10 +208,19 @@ def run(c: _Ctx, recipe: str | None, budget: str, max_trials: int | None, strate
     ws = c.workspace()
     if resume and recipe:
         raise UserError("--resume continues a study with its own recipe: drop the RECIPE argument")
-    opts = RunOptions(recipe_path=Path(c.directory) / recipe if recipe else None, overrides=parse_overrides(overrides),
-                      budget_s=budget_s, max_trials=max_trials, strategy=strategy, resume=resume,
-                      study_name=study_name, allow_overrun=allow_overrun, seed=seed, parallel=parallel,
-                      ray_address=ray_address)
+    opts = RunOptions(
+        recipe_path=Path(c.directory) / recipe if recipe else None,
+        overrides=parse_overrides(overrides),
+        budget_s=budget_s,
+        max_trials=max_trials,
+        strategy=strategy,
+        resume=resume,
+        study_name=study_name,
+        allow_overrun=allow_overrun,
+        seed=seed,
+        parallel=parallel,
+        ray_address=ray_address,
+    )
     summary = Controller(ws, opts, make_view(quiet)).run()
     _study_end(c, summary)
     if summary["stopped_by"]:
@@ -184,8 +245,9 @@ def _given(path: Path, what: str) -> Path:
     try:
         path.is_file()
     except OSError as exc:
-        raise UserError(f"{what} {short(str(path), 200)} cannot be used ({exc.strerror or exc}): pass another "
-                        "path") from None
+        raise UserError(
+            f"{what} {short(str(path), 200)} cannot be used ({exc.strerror or exc}): pass another path"
+        ) from None
     return path
 
 
@@ -193,8 +255,10 @@ def _study_end(c: _Ctx, summary: dict) -> None:
     """What the study found (the headline), and how much git history it left."""
     from autorl.present import findings
 
-    head = (f"study {summary['study']}: {findings.counted(summary['trials'], 'trial')} in {summary['wall_s']:.0f} s; "
-            f"ended: {summary['ended_by'] or summary['stopped_by'] or 'done'}")
+    head = (
+        f"study {summary['study']}: {findings.counted(summary['trials'], 'trial')} in {summary['wall_s']:.0f} s; "
+        f"ended: {summary['ended_by'] or summary['stopped_by'] or 'done'}"
+    )
     click.echo("\n" + "\n".join(findings.wrap(head, _width())) + "\n")
     ws, ledger = c.workspace(), c.open_ledger()
     d = findings.findings(ws, ledger, summary["study"])
@@ -213,7 +277,11 @@ def _width() -> int:
 # ---- review ---------------------------------------------------------------------------
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--verdict", type=click.Choice(["improved", "regressed", "flat", "crash", "pruned"]), help="Only trials with this verdict.")
+@click.option(
+    "--verdict",
+    type=click.Choice(["improved", "regressed", "flat", "crash", "pruned"]),
+    help="Only trials with this verdict.",
+)
 @click.option("--last", type=click.IntRange(min=1), help="Only the last N trials.")
 @click.option("--study", "study_name", help="Only this study.")
 @pass_ctx
@@ -270,9 +338,17 @@ def triage(ctx: click.Context, as_json: bool) -> None:
 @triage.command("classify")
 @click.argument("logfile", type=click.Path())
 @click.option("--exit-code", type=int, default=None, help="The run's exit code, if known (negative = signal).")
-@click.option("--watchdog", type=click.Choice(["silence", "timeout"]), default=None,
-              help="Why the controller killed the run, if it did.")
-@click.option("--explain", is_flag=True, help="Also print which error family matched which line, the library source of its message, and what was skipped.")
+@click.option(
+    "--watchdog",
+    type=click.Choice(["silence", "timeout"]),
+    default=None,
+    help="Why the controller killed the run, if it did.",
+)
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Also print which error family matched which line, the library source of its message, and what was skipped.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def triage_classify(logfile: str, exit_code: int | None, watchdog: str | None, explain: bool, as_json: bool) -> None:
     """Classify a run log: category, root-cause line, remedy, engine, confidence, signature."""
@@ -307,25 +383,61 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("number", type=TRIAL_NUMBER, required=False)
-@click.option("--steps", type=click.IntRange(min=1, max=MAX_TRIAL), help="Full-run length in steps (overrides the recipe's full block).")
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1, max=MAX_TRIAL),
+    help="Full-run length in steps (overrides the recipe's full block).",
+)
 @click.option("--episodes", type=click.IntRange(min=1, max=MAX_TRIAL), help="Full-run episodes (OpenRLHF).")
-@click.option("--repeats", type=click.IntRange(min=1, max=1000), default=2, show_default=True, help="Fresh seeds for re-validation.")
-@click.option("--parallel", type=click.IntRange(min=1, max=1024), default=1, show_default=True,
-              help="Re-validation runs at once, placed on the GPUs as `run --parallel` places trials.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1, max=1000),
+    default=2,
+    show_default=True,
+    help="Fresh seeds for re-validation.",
+)
+@click.option(
+    "--parallel",
+    type=click.IntRange(min=1, max=1024),
+    default=1,
+    show_default=True,
+    help="Re-validation runs at once, placed on the GPUs as `run --parallel` places trials.",
+)
 @click.option("--dry-run", is_flag=True, help="Show what would be promoted and with which values; run nothing.")
 @click.option("--force", is_flag=True, help="Promote even if re-validation does not confirm the gain (recorded).")
 @click.option("--study", "study_name", help="The study whose best trial is promoted (default: the latest).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
-def promote(c: _Ctx, number: int | None, steps: int | None, episodes: int | None, repeats: int, parallel: int,
-            dry_run: bool, force: bool, study_name: str | None, as_json: bool) -> None:
+def promote(
+    c: _Ctx,
+    number: int | None,
+    steps: int | None,
+    episodes: int | None,
+    repeats: int,
+    parallel: int,
+    dry_run: bool,
+    force: bool,
+    study_name: str | None,
+    as_json: bool,
+) -> None:
     """Promote trial NN (default: the best by verdicts) to a detached full run, after re-validating it."""
     from autorl.present import findings
     from autorl.promote.promotion import promote as do_promote
 
     say = (lambda _msg: None) if as_json else click.echo
-    result = do_promote(c.workspace(), c.open_ledger(write=True), number, steps=steps, episodes=episodes, repeats=repeats,
-                        parallel=parallel, dry_run=dry_run, force=force, view=say, study=study_name)
+    result = do_promote(
+        c.workspace(),
+        c.open_ledger(write=True),
+        number,
+        steps=steps,
+        episodes=episodes,
+        repeats=repeats,
+        parallel=parallel,
+        dry_run=dry_run,
+        force=force,
+        view=say,
+        study=study_name,
+    )
     _emit(result, as_json, lambda d: "\n".join(findings.promoted_lines(d)))
 
 
@@ -340,8 +452,11 @@ def status(c: _Ctx, study_name: str | None, as_json: bool) -> None:
 
     ledger = c.open_ledger()
     data = review.status_rows(ledger, c.workspace())
-    shown = review.study_status(ledger, c.workspace(), study_name) if study_name else (
-        data["studies"][0] if data["studies"] else None)
+    shown = (
+        review.study_status(ledger, c.workspace(), study_name)
+        if study_name
+        else (data["studies"][0] if data["studies"] else None)
+    )
     if shown and not shown["status"].startswith(("running", "interrupted")):  # no headline before it ends
         data["findings"] = findings.findings(c.workspace(), ledger, shown["name"])
     _emit(data, as_json, lambda d: review.format_status(d, _width()))
@@ -422,8 +537,13 @@ def recipe() -> None:
 
 
 @recipe.command("keys")
-@click.option("--backend", type=click.Choice(sorted(_backend_names())), default="embedded", show_default=True,
-              help="The backend whose train keys to list.")
+@click.option(
+    "--backend",
+    type=click.Choice(sorted(_backend_names())),
+    default="embedded",
+    show_default=True,
+    help="The backend whose train keys to list.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def recipe_keys(backend: str, as_json: bool) -> None:
     """The train keys of BACKEND with default and description (see docs/recipe.md for the whole recipe)."""
@@ -446,8 +566,11 @@ def _format_keys(rows: list[dict]) -> str:
 # ---- OpenRLHF: patches and preflight ------------------------------------------------------
 @cli.command()
 @click.argument("action", type=click.Choice(["check", "apply"]))
-@click.option("--site-packages", type=click.Path(exists=True, file_okay=False),
-              help="Where openrlhf is installed (default: detected).")
+@click.option(
+    "--site-packages",
+    type=click.Path(exists=True, file_okay=False),
+    help="Where openrlhf is installed (default: detected).",
+)
 @click.option("--patches-dir", type=click.Path(), help="Folder of .patch files (default: <workspace>/patches).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx

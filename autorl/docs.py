@@ -15,41 +15,43 @@ from autorl.present.review import LEDGER_FIELDS  # what `autorl ledger --json` w
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_SHAPES = {
-    "ledger": "list of trial objects with keys " + ", ".join("`%s`" % k for k in LEDGER_FIELDS) + ", `baseline_gain` "
-              "(a confirmed recipe's gain over the baseline measured on its fresh-seed runs: `delta`, `ci_low`, "
-              "`ci_high`, `level`; else null)",
+    "ledger": "list of trial objects with keys " + ", ".join(f"`{k}`" for k in LEDGER_FIELDS) + ", `baseline_gain` "
+    "(a confirmed recipe's gain over the baseline measured on its fresh-seed runs: `delta`, `ci_low`, "
+    "`ci_high`, `level`; else null)",
     "show": "object: `trial` (every ledger column, see ledger.md), `diff_vs_baseline`, `baseline_tag`, `steps`, "
-            "`curve` (reward_mean, kl, grad_norm, clip_ratio lists), `evals` (eval lines without items), `log_tail`",
-    "triage": "list of crash groups: `signature`, `category`, `count`, `root_cause_line`, `remedy`, `attempts`, `actions`",
+    "`curve` (reward_mean, kl, grad_norm, clip_ratio lists), `evals` (eval lines without items), `log_tail`",
+    "triage": "list of crash groups: `signature`, `category`, `count`, `root_cause_line`, `remedy`, `attempts`, "
+    "`actions`",
     "triage NN": "object: `attempt`, `status`, `category`, `root_cause_line`, `remedy`, `signature`, `excerpt`",
     "triage classify": "object with exactly `category`, `root_cause_line`, `remedy`, `signature`",
     "hypotheses": "list: `id`, `title`, `priority`, `status`, `confidence`, `counts`, `demoted`, `trials` (`tried`, "
-                  "`moves`, `candidates`, `confirmed`, `rejected`), `confirmed_gain` (best confirmed gain over the "
-                  "parent: fresh-seed runs' mean minus the parent's), `detectable` (the smallest gain its most sensitive flat "
-                  "trial could detect, among those the objective's range allows over the parent; null when none "
-                  "could), `note` (why it is inconclusive rather than invalidated), `symptoms`, "
-                  "`backends`, `source`",
+    "`moves`, `candidates`, `confirmed`, `rejected`), `confirmed_gain` (best confirmed gain over the "
+    "parent: fresh-seed runs' mean minus the parent's), `detectable` (the smallest gain its most sensitive flat "
+    "trial could detect, among those the objective's range allows over the parent; null when none "
+    "could), `note` (why it is inconclusive rather than invalidated), `symptoms`, "
+    "`backends`, `source`",
     "diagnose": "object: `attempt`, `number`, `which` (why this trial, when none was named), `bottleneck`, "
-                "`bottleneck_description`, `areas`, `symptoms` (each with its evidence and `look_at`), `steps`, `evals`, "
-                "`unavailable`",
+    "`bottleneck_description`, `areas`, `symptoms` (each with its evidence and `look_at`), `steps`, `evals`, "
+    "`unavailable`",
     "status": "object: `studies`, `running` (attempt, kind, status, pid, step, last_eval, alive, job_id, watched_by: "
-              "a trial that is a Ray job has no pid here and is alive while the controller `watched_by` (its pid) "
-              "holds the study's lock; waiting: before its first step, what such a job waits for on its cluster, "
-              "else null), `full_runs`, "
-              "`promote` (pid, host, since, what) while a promote re-validates, and once "
-              "the latest study has stopped `findings` (what `autorl run` ends with: `best` and `confirmed` recipes "
-              "with their gain over the baseline, `chain`, `changes` and `revalidation`; `ruled_out` by group with "
-              "each trial's `detectable` gain (null for a test that could detect no gain the objective's range "
-              "allows: then `blind` is true), and `possible_gain` (the most the range allows over its parent; null "
-              "for an objective without a known range); `crashes`; `full_runs` with `weights` and `branch`; `next`)",
-    "promote": "object: `attempt`, `number`, `promoted_from`, `monitor_pid`, `revalidation` (verdict object), `forced`; "
-               "with --dry-run: `attempt`, `why`, `full_values`, `train`",
+    "a trial that is a Ray job has no pid here and is alive while the controller `watched_by` (its pid) "
+    "holds the study's lock; waiting: before its first step, what such a job waits for on its cluster, "
+    "else null), `full_runs`, "
+    "`promote` (pid, host, since, what) while a promote re-validates, and once "
+    "the latest study has stopped `findings` (what `autorl run` ends with: `best` and `confirmed` recipes "
+    "with their gain over the baseline, `chain`, `changes` and `revalidation`; `ruled_out` by group with "
+    "each trial's `detectable` gain (null for a test that could detect no gain the objective's range "
+    "allows: then `blind` is true), and `possible_gain` (the most the range allows over its parent; null "
+    "for an objective without a known range); `crashes`; `full_runs` with `weights` and `branch`; `next`)",
+    "promote": "object: `attempt`, `number`, `promoted_from`, `monitor_pid`, `revalidation` (verdict object), "
+    "`forced`; "
+    "with --dry-run: `attempt`, `why`, `full_values`, `train`",
     "clean": "object: `study`, `removed_trials`, `kept` (attempt number: why), `branches`, `tags`, `worktrees`, "
-             "`checked_out`",
+    "`checked_out`",
     "train": "object: `status`, `exit_code`, `steps`, `final_eval`, `wall_s`, `metrics_path`, `log_path`; with "
-             "--dry-run: the launch plan (`argv`, `env`, `cwd`, `log_path`, `metrics_path`, `ray_address`, `resources`, "
-             "...) and, for a backend that submits a Ray job, `job`: `ray_address`, `python`, `entrypoint`, "
-             "`runtime_env`, `resources`, `reads`, `writes`, `eval`, `needs`",
+    "--dry-run: the launch plan (`argv`, `env`, `cwd`, `log_path`, `metrics_path`, `ray_address`, `resources`, "
+    "...) and, for a backend that submits a Ray job, `job`: `ray_address`, `python`, `entrypoint`, "
+    "`runtime_env`, `resources`, `reads`, `writes`, `eval`, `needs`",
 }
 
 
@@ -78,18 +80,22 @@ def _command(name: str, cmd: click.Command, parent: click.Context) -> list[str]:
 def metrics_markdown() -> str:
     from autorl.metrics import markdown_table
 
-    return ("# Metrics\n\nEvery backend's metrics are mapped onto these keys (one JSON object per line in the run's "
-            "metrics file). Generated from autorl/metrics.py by `python -m autorl.docs`.\n\n" + markdown_table())
+    return (
+        "# Metrics\n\nEvery backend's metrics are mapped onto these keys (one JSON object per line in the run's "
+        "metrics file). Generated from autorl/metrics.py by `python -m autorl.docs`.\n\n" + markdown_table()
+    )
 
 
 def ledger_markdown() -> str:
     from autorl.ledger import TRIAL_COLUMNS
 
     rows = "\n".join(f"| `{k}` | {v} |" for k, v in TRIAL_COLUMNS.items())
-    return ("# Ledger\n\n`ledger.sqlite` holds autorl's tables (`autorl_studies`, `autorl_trials`, `autorl_metrics`, "
-            "`autorl_events`, `autorl_migrations`) beside Optuna's own (so `optuna-dashboard sqlite:///ledger.sqlite` "
-            "opens the studies). Generated from autorl/ledger/rows.py by `python -m autorl.docs`.\n\n"
-            "## autorl_trials\n\n| column | meaning |\n|---|---|\n" + rows + "\n\n" + LEDGER_SAFETY)
+    return (
+        "# Ledger\n\n`ledger.sqlite` holds autorl's tables (`autorl_studies`, `autorl_trials`, `autorl_metrics`, "
+        "`autorl_events`, `autorl_migrations`) beside Optuna's own (so `optuna-dashboard sqlite:///ledger.sqlite` "
+        "opens the studies). Generated from autorl/ledger/rows.py by `python -m autorl.docs`.\n\n"
+        "## autorl_trials\n\n| column | meaning |\n|---|---|\n" + rows + "\n\n" + LEDGER_SAFETY
+    )
 
 
 LEDGER_SAFETY = """## One controller per study, and a ledger that notices
@@ -97,9 +103,10 @@ LEDGER_SAFETY = """## One controller per study, and a ledger that notices
 - **One controller per study.** `autorl run` holds the study's lock (a file under `.autorl/locks/`) for its whole
   life; the kernel lets go of it when the controller ends, however it ends (Ctrl-C, `kill -9`, a crash). A second
   `autorl run --resume` of a study that is running is refused: `study NAME is being run by pid PID (since TIME): one
-  controller per study; wait for it to end, or stop it (Ctrl-C, or kill -INT PID) before autorl run --resume`. After a `kill -9` the lock is free at once: `--resume` takes it over and
-  recovers the trial that was running. `autorl clean` takes the same lock. Several studies may run in one
-  workspace and one ledger at once; creating the ledger and Optuna's tables is done by one process at a time.
+  controller per study; wait for it to end, or stop it (Ctrl-C, or kill -INT PID) before autorl run --resume`.
+  After a `kill -9` the lock is free at once: `--resume` takes it over and recovers the trial that was running.
+  `autorl clean` takes the same lock. Several studies may run in one workspace and one ledger at once; creating
+  the ledger and Optuna's tables is done by one process at a time.
   `autorl status` shows a study marked running that no controller holds as `interrupted (no controller runs it:
   ...)`.
 - **A study whose set-up fails** (a file in the way of its run folder, a backend that cannot be prepared) is
@@ -133,17 +140,25 @@ def recipe_markdown() -> str:
     from autorl.engine.config import EngineConfig
     from autorl.recipe import AbortRules, Objective, Recipe, SearchParam, VerdictSettings
 
-    out = ["# Recipe keys\n", "Generated from the pydantic models by `python -m autorl.docs`.\n",
-           "Numbers may be written as people write them: `lr: 3e-4` and `lr: 1e-5` are numbers (YAML 1.1 reads "
-           "them as strings; autorl's reader, `autorl/loading.py`, does not). `--set key=value` values are read the "
-           "same way, once; a bare key is a `train` key, a dotted one any other (`--set verdict.confirm_runs=0`). "
-           "`autorl run` commits the recipe with each `--set` value written on its own line, comments kept, and "
-           "validates the study's base recipe from exactly that text. The `train` block is validated by its "
-           "backend's model (`Recipe.params` is that typed model).\n"]
-    for title, model in (("Recipe (top level)", Recipe), ("train (embedded engine)", EngineConfig),
-                         ("train (command backend; any other key is a placeholder value)", CommandParams),
-                         ("search.<key>", SearchParam), ("objective", Objective), ("verdict", VerdictSettings),
-                         ("abort", AbortRules)):
+    out = [
+        "# Recipe keys\n",
+        "Generated from the pydantic models by `python -m autorl.docs`.\n",
+        "Numbers may be written as people write them: `lr: 3e-4` and `lr: 1e-5` are numbers (YAML 1.1 reads "
+        "them as strings; autorl's reader, `autorl/loading.py`, does not). `--set key=value` values are read the "
+        "same way, once; a bare key is a `train` key, a dotted one any other (`--set verdict.confirm_runs=0`). "
+        "`autorl run` commits the recipe with each `--set` value written on its own line, comments kept, and "
+        "validates the study's base recipe from exactly that text. The `train` block is validated by its "
+        "backend's model (`Recipe.params` is that typed model).\n",
+    ]
+    for title, model in (
+        ("Recipe (top level)", Recipe),
+        ("train (embedded engine)", EngineConfig),
+        ("train (command backend; any other key is a placeholder value)", CommandParams),
+        ("search.<key>", SearchParam),
+        ("objective", Objective),
+        ("verdict", VerdictSettings),
+        ("abort", AbortRules),
+    ):
         out.append(f"## {title}\n\n| key | default | meaning |\n|---|---|---|")
         for name, f in model.model_fields.items():
             default = "" if f.is_required() or f.default_factory else repr(f.default)
@@ -152,8 +167,12 @@ def recipe_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
-FILES = {"docs/cli.md": cli_markdown, "docs/metrics.md": metrics_markdown, "docs/ledger.md": ledger_markdown,
-         "docs/recipe.md": recipe_markdown}
+FILES = {
+    "docs/cli.md": cli_markdown,
+    "docs/metrics.md": metrics_markdown,
+    "docs/ledger.md": ledger_markdown,
+    "docs/recipe.md": recipe_markdown,
+}
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ message and ``one_line`` is what the CLI prints of an error: one line, bounded i
 from __future__ import annotations
 
 import reprlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MAX_LINE = 600  # characters of an error line, the quoted values shortened to fit
 
@@ -100,7 +101,7 @@ def short(value: Any, limit: int = 80) -> str:
     text = value if isinstance(value, str) else str(value)
     if len(text) > limit:
         keep = max(limit - 5, 2)
-        text = f"{text[:keep * 2 // 3]} ... {text[len(text) - keep // 3:]}"
+        text = f"{text[: keep * 2 // 3]} ... {text[len(text) - keep // 3 :]}"
     return " ".join(text.split()) if ("\n" in text or "\r" in text) else text
 
 

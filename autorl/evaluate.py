@@ -26,13 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from autorl.toolkit.peritem import Generate, Judge, check_sampling, evaluate
 from autorl.errors import UserError
+from autorl.toolkit.peritem import Generate, Judge, check_sampling, evaluate
 
 
 class EvalError(UserError):
@@ -44,16 +45,24 @@ class ProbeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    probe_id: str | None = Field(None, description="JSONL file of ID probe items {\"input\", \"label\"} (relative to the worktree).")
+    probe_id: str | None = Field(
+        None, description='JSONL file of ID probe items {"input", "label"} (relative to the worktree).'
+    )
     probe_ood: str | None = Field(None, description="JSONL file of OOD probe items, same shape.")
     probe_k: int = Field(0, ge=0, description="Samples per item for sampling pass@k; 0 = greedy pass@1 only.")
-    probe_temperature: float = Field(1.0, ge=0, description="Sampling temperature of pass@k (must be > 0 when probe_k > 1).")
+    probe_temperature: float = Field(
+        1.0, ge=0, description="Sampling temperature of pass@k (must be > 0 when probe_k > 1)."
+    )
     probe_max_new_tokens: int | None = Field(None, ge=1, description="Completion limit; default: the training limit.")
-    probe_reward: str = Field("builtin:exact_match", description="Judge: the seed-004 exact match, module:function or a .py file.")
-    probe_engine: str = Field("auto", pattern="^(auto|vllm|hf)$", description="vLLM when installed (auto), or Hugging Face generate.")
+    probe_reward: str = Field(
+        "builtin:exact_match", description="Judge: the seed-004 exact match, module:function or a .py file."
+    )
+    probe_engine: str = Field(
+        "auto", pattern="^(auto|vllm|hf)$", description="vLLM when installed (auto), or Hugging Face generate."
+    )
 
     @model_validator(mode="after")
-    def _check_probe(self) -> "ProbeSettings":
+    def _check_probe(self) -> ProbeSettings:
         check_sampling(self.probe_k, self.probe_temperature)
         return self
 
@@ -65,6 +74,7 @@ class ProbeSettings(BaseModel):
 # ---------------------------------------------------------------------------
 # The judge and the probe sets
 # ---------------------------------------------------------------------------
+
 
 def make_judge(reward_spec: str) -> Judge:
     """The correctness judge of a reward spec (the seed-004 exact match for builtin:exact_match)."""
@@ -88,6 +98,7 @@ def read_probe(path: str | Path) -> tuple[list[str], list[str]]:
 # ---------------------------------------------------------------------------
 # Generators over a saved checkpoint
 # ---------------------------------------------------------------------------
+
 
 def checkpoint_kind(model_dir: Path) -> str:
     """'adapter' for a LoRA adapter directory, 'full' for full weights; EvalError when neither."""
@@ -127,8 +138,9 @@ def prompt_text(tok, prompt: str, chat: bool) -> str:
     return tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
 
 
-def hf_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: int, chat: bool = False,
-                 special: bool = True) -> Generate:
+def hf_generator(
+    model_dir: Path, base: str | None, max_new_tokens: int, seed: int, chat: bool = False, special: bool = True
+) -> Generate:
     """Batched Hugging Face ``generate`` over full weights or base + LoRA adapter."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -144,36 +156,56 @@ def hf_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: i
     tok = AutoTokenizer.from_pretrained(str(model_dir) if (model_dir / "tokenizer_config.json").is_file() else source)
     tok.padding_side = "left"
     torch.manual_seed(seed)
-    return lambda prompts, temperature: _hf_generate(model, tok, [prompt_text(tok, p, chat) for p in prompts],
-                                                     temperature, max_new_tokens, special)
+    return lambda prompts, temperature: _hf_generate(
+        model, tok, [prompt_text(tok, p, chat) for p in prompts], temperature, max_new_tokens, special
+    )
 
 
-def _hf_generate(model, tok, prompts: list[str], temperature: float, max_new_tokens: int, special: bool = True,
-                 chunk: int = 256) -> list[tuple[str, bool]]:
+def _hf_generate(
+    model, tok, prompts: list[str], temperature: float, max_new_tokens: int, special: bool = True, chunk: int = 256
+) -> list[tuple[str, bool]]:
     import torch
 
     out: list[tuple[str, bool]] = []
     for start in range(0, len(prompts), chunk):
-        batch = tok(prompts[start:start + chunk], return_tensors="pt", padding=True,
-                    add_special_tokens=special).to(model.device)
+        batch = tok(prompts[start : start + chunk], return_tensors="pt", padding=True, add_special_tokens=special).to(
+            model.device
+        )
         sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
         with torch.no_grad():
-            ids = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
-                                 eos_token_id=tok.eos_token_id, **sampling)
-        new = ids[:, batch["input_ids"].shape[1]:]
+            ids = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+                **sampling,
+            )
+        new = ids[:, batch["input_ids"].shape[1] :]
         ended = (new == tok.eos_token_id).any(-1).tolist()
         out += [(t, not e) for t, e in zip(tok.batch_decode(new, skip_special_tokens=True), ended)]
     return out
 
 
-def vllm_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed: int, chat: bool = False,
-                   special: bool = True, gpu_memory_utilization: float = 0.3) -> Generate:
+def vllm_generator(
+    model_dir: Path,
+    base: str | None,
+    max_new_tokens: int,
+    seed: int,
+    chat: bool = False,
+    special: bool = True,
+    gpu_memory_utilization: float = 0.3,
+) -> Generate:
     """vLLM over full weights or base + LoRA adapter (one engine, eager, small memory share)."""
     from vllm import LLM, SamplingParams
 
     adapter = checkpoint_kind(model_dir) == "adapter"
-    llm = LLM(model=adapter_base(model_dir, base) if adapter else str(model_dir), seed=seed, enforce_eager=True,
-              gpu_memory_utilization=gpu_memory_utilization, enable_lora=adapter)
+    llm = LLM(
+        model=adapter_base(model_dir, base) if adapter else str(model_dir),
+        seed=seed,
+        enforce_eager=True,
+        gpu_memory_utilization=gpu_memory_utilization,
+        enable_lora=adapter,
+    )
     lora = None
     if adapter:
         from vllm.lora.request import LoRARequest
@@ -183,8 +215,10 @@ def vllm_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed:
     def generate(prompts: list[str], temperature: float) -> list[tuple[str, bool]]:
         params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=None)
         tok = llm.get_tokenizer()
-        ids = [{"prompt_token_ids": tok(prompt_text(tok, p, chat), add_special_tokens=special)["input_ids"]}
-               for p in prompts]
+        ids = [
+            {"prompt_token_ids": tok(prompt_text(tok, p, chat), add_special_tokens=special)["input_ids"]}
+            for p in prompts
+        ]
         results = llm.generate(ids, params, lora_request=lora, use_tqdm=False)
         return [(r.outputs[0].text, r.outputs[0].finish_reason == "length") for r in results]
 
@@ -195,18 +229,51 @@ def vllm_generator(model_dir: Path, base: str | None, max_new_tokens: int, seed:
 # python -m autorl.evaluate
 # ---------------------------------------------------------------------------
 
-def eval_argv(python: str, model: str | Path, metrics_out: str | Path, probe: ProbeSettings, max_new_tokens: int,
-              base: str | None = None, step: int = 0, seed: int = 0, chat: bool = False,
-              special: bool = True) -> list[str]:
+
+def eval_argv(
+    python: str,
+    model: str | Path,
+    metrics_out: str | Path,
+    probe: ProbeSettings,
+    max_new_tokens: int,
+    base: str | None = None,
+    step: int = 0,
+    seed: int = 0,
+    chat: bool = False,
+    special: bool = True,
+) -> list[str]:
     """The ``python -m autorl.evaluate`` argv that evaluates ``model`` on ``probe``'s sets."""
-    argv = [python, "-m", "autorl.evaluate", "--model", str(model), "--metrics-out", str(metrics_out),
-            "--max-new-tokens", str(probe.probe_max_new_tokens or max_new_tokens), "--k", str(probe.probe_k),
-            "--temperature", repr(probe.probe_temperature), "--reward", probe.probe_reward,
-            "--engine", probe.probe_engine, "--step", str(step), "--seed", str(seed)]
+    argv = [
+        python,
+        "-m",
+        "autorl.evaluate",
+        "--model",
+        str(model),
+        "--metrics-out",
+        str(metrics_out),
+        "--max-new-tokens",
+        str(probe.probe_max_new_tokens or max_new_tokens),
+        "--k",
+        str(probe.probe_k),
+        "--temperature",
+        repr(probe.probe_temperature),
+        "--reward",
+        probe.probe_reward,
+        "--engine",
+        probe.probe_engine,
+        "--step",
+        str(step),
+        "--seed",
+        str(seed),
+    ]
     for name, path in probe.probe_splits().items():
         argv += [f"--{name}", path]
-    return (argv + (["--base", base] if base else []) + (["--chat-template"] if chat else [])
-            + ([] if special else ["--no-special-tokens"]))
+    return (
+        argv
+        + (["--base", base] if base else [])
+        + (["--chat-template"] if chat else [])
+        + ([] if special else ["--no-special-tokens"])
+    )
 
 
 def retarget_argv(argv: list[str], model: str | Path, step: int, metrics_out: str | Path) -> list[str]:
@@ -231,11 +298,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--engine", choices=["auto", "vllm", "hf"], default="auto")
     p.add_argument("--step", type=int, default=0, help="Training step the checkpoint was saved at.")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chat-template", action="store_true", help="Wrap each prompt in the tokenizer's chat template "
-                                                                 "(as one user turn), as the rollouts did.")
-    p.add_argument("--no-special-tokens", dest="special", action="store_false",
-                   help="Encode prompts without the tokenizer's special tokens (a <bos> it would prepend), as "
-                        "OpenRLHF's rollouts do.")
+    p.add_argument(
+        "--chat-template",
+        action="store_true",
+        help="Wrap each prompt in the tokenizer's chat template (as one user turn), as the rollouts did.",
+    )
+    p.add_argument(
+        "--no-special-tokens",
+        dest="special",
+        action="store_false",
+        help="Encode prompts without the tokenizer's special tokens (a <bos> it would prepend), as "
+        "OpenRLHF's rollouts do.",
+    )
     return p.parse_args(argv)
 
 
@@ -252,8 +326,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     checkpoint_kind(model_dir)
     engine = pick_engine(args.engine)
     make = vllm_generator if engine == "vllm" else hf_generator
-    generate = make(model_dir, args.base, args.max_new_tokens, args.seed, chat=args.chat_template,
-                    special=args.special)
+    generate = make(model_dir, args.base, args.max_new_tokens, args.seed, chat=args.chat_template, special=args.special)
     task_judge = None if args.reward == "builtin:exact_match" else make_judge("builtin:exact_match")
     record = evaluate(generate, splits, make_judge(args.reward), args.k, args.temperature, args.step, task_judge)
     record["checkpoint"] = str(model_dir.resolve())  # what was read: a full run keeps it as its best weights

@@ -90,8 +90,10 @@ def repo_root(path: str | Path) -> Path:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         top = None
     if top is None:
-        raise WorkspaceError(f"{p.resolve()} is not a git repository: name your workspace with `autorl -C DIR ...`, "
-                             f"or make this one with `autorl init {p}`")
+        raise WorkspaceError(
+            f"{p.resolve()} is not a git repository: name your workspace with `autorl -C DIR ...`, "
+            f"or make this one with `autorl init {p}`"
+        )
     return Path(top).resolve()
 
 
@@ -104,8 +106,7 @@ def refuse_bare(path: Path) -> None:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return
     if bare:
-        raise WorkspaceError(f"{bare} is a bare git repository (no working tree): clone it and run autorl in the "
-                             "clone")
+        raise WorkspaceError(f"{bare} is a bare git repository (no working tree): clone it and run autorl in the clone")
 
 
 def path_problem(path: Path) -> str | None:
@@ -125,8 +126,9 @@ def init_repo(root: Path) -> None:
     try:
         git.Repo.init(root).close()
     except git.GitCommandError as exc:
-        raise WorkspaceError(f"cannot make a git repository at {root}: {_last_line(exc)}; pass a folder you can "
-                             "write to") from None
+        raise WorkspaceError(
+            f"cannot make a git repository at {root}: {_last_line(exc)}; pass a folder you can write to"
+        ) from None
 
 
 def common_dir(root: Path) -> Path:
@@ -160,7 +162,7 @@ def ref_exists(root: Path, ref: str) -> bool:
         return _resolves(repo, ref)
 
 
-MAX_ATTEMPT = 10 ** 9 - 1  # attempt numbers autorl gives; a ref with a larger one is not autorl's
+MAX_ATTEMPT = 10**9 - 1  # attempt numbers autorl gives; a ref with a larger one is not autorl's
 
 
 ATTEMPT_REF = re.compile(r"attempt-\d+(-[a-z0-9]+)*")
@@ -171,8 +173,9 @@ def checked_out_branches(root: Path) -> set[str]:
     """Branches checked out in any worktree of the repository (the user's own included): never deleted."""
     with _open(root) as repo:
         text = repo.git.worktree("list", "--porcelain")
-    return {line.split(" ", 1)[1].removeprefix("refs/heads/") for line in text.splitlines()
-            if line.startswith("branch ")}
+    return {
+        line.split(" ", 1)[1].removeprefix("refs/heads/") for line in text.splitlines() if line.startswith("branch ")
+    }
 
 
 def delete_attempt_refs(root: Path, branches: list[str], tags: list[str]) -> None:
@@ -224,8 +227,12 @@ def _branch_and_tag_names(repo: git.Repo) -> list[str]:
     folders = [common / "refs" / "heads", common / "refs" / "tags"]
     if (common / "reftable").exists() or not all(f.is_dir() for f in folders):
         return [r.name for r in (*repo.heads, *repo.tags)]
-    names = [entry.name for folder in folders for entry in os.scandir(folder)
-             if not entry.is_dir() or _holds_a_ref(Path(entry.path))]
+    names = [
+        entry.name
+        for folder in folders
+        for entry in os.scandir(folder)
+        if not entry.is_dir() or _holds_a_ref(Path(entry.path))
+    ]
     try:
         packed = (common / "packed-refs").read_text(errors="replace").splitlines()
     except FileNotFoundError:
@@ -241,8 +248,14 @@ def free_attempt_number(root: Path, number: int, slug: str) -> int:
     """``number``, or the next one whose branch ``attempt-NN-slug`` and tags ``attempt-NN-start``/``-end`` are all
     free (a branch or tag someone made by hand is never overwritten, and never stops a study)."""
     with _open(root) as repo:
-        while any(_resolves(repo, ref) for ref in (f"refs/heads/{attempt_name(number, slug)}",
-                                                   f"refs/tags/{start_tag(number)}", f"refs/tags/{end_tag(number)}")):
+        while any(
+            _resolves(repo, ref)
+            for ref in (
+                f"refs/heads/{attempt_name(number, slug)}",
+                f"refs/tags/{start_tag(number)}",
+                f"refs/tags/{end_tag(number)}",
+            )
+        ):
             number += 1
     if number > MAX_ATTEMPT:
         raise GitError(f"attempt numbers are used up to {MAX_ATTEMPT} in {root}: start a new workspace")

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -47,7 +48,7 @@ class Limits:
     max_depth: int = 64  # nested collections
     max_expanded: int = 2_000_000  # values + characters of a node with every alias expanded
     max_number_chars: int = 100  # how a number is written
-    int_range: tuple[int, int] = (-(2 ** 63), 2 ** 63 - 1)  # what SQLite and every library downstream can hold
+    int_range: tuple[int, int] = (-(2**63), 2**63 - 1)  # what SQLite and every library downstream can hold
 
 
 LIMITS = Limits()
@@ -74,8 +75,11 @@ class _Loader(yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent):
             held = self.anchors.get(event.anchor)
             if held is not None and id(held) not in self._weight:
-                raise Refused(f"alias *{short(event.anchor, 40)} is inside the value it names (it would never end): "
-                              "write the value out", event.start_mark)
+                raise Refused(
+                    f"alias *{short(event.anchor, 40)} is inside the value it names (it would never end): "
+                    "write the value out",
+                    event.start_mark,
+                )
             return super().compose_node(parent, index)
         self._depth += 1
         if self._depth > LIMITS.max_depth:
@@ -92,8 +96,11 @@ class _Loader(yaml.SafeLoader):
             children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
             weight = 1 + sum(self._weight.get(id(child), 1) for child in children)
         if weight > LIMITS.max_expanded:
-            raise Refused(f"aliases here expand to more than {LIMITS.max_expanded:,} values and characters (an alias "
-                          "bomb?): write the values out", node.start_mark)
+            raise Refused(
+                f"aliases here expand to more than {LIMITS.max_expanded:,} values and characters (an alias "
+                "bomb?): write the values out",
+                node.start_mark,
+            )
         self._weight[id(node)] = weight
 
     def construct_object(self, node: Any, deep: bool = False) -> Any:
@@ -101,8 +108,9 @@ class _Loader(yaml.SafeLoader):
         try:
             return super().construct_object(node, deep=deep)
         except (ValueError, OverflowError, TypeError, ArithmeticError) as exc:
-            raise Refused(f"{short(getattr(node, 'value', ''), 40)!r} cannot be read ({short(exc, 80)})",
-                          node.start_mark) from None
+            raise Refused(
+                f"{short(getattr(node, 'value', ''), 40)!r} cannot be read ({short(exc, 80)})", node.start_mark
+            ) from None
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict:
         """A mapping in which no key is given twice (a ``<<`` merge may be overridden, as YAML says)."""
@@ -113,8 +121,11 @@ class _Loader(yaml.SafeLoader):
                     continue
                 key = self.construct_object(key_node)
                 if key in seen:
-                    raise Refused(f"key {short(key, 60)!r} is given twice in one mapping (first on line "
-                                  f"{seen[key] + 1}): keep one", key_node.start_mark)
+                    raise Refused(
+                        f"key {short(key, 60)!r} is given twice in one mapping (first on line "
+                        f"{seen[key] + 1}): keep one",
+                        key_node.start_mark,
+                    )
                 seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
@@ -123,23 +134,29 @@ class _Loader(yaml.SafeLoader):
         value = super().construct_yaml_int(node)
         low, high = LIMITS.int_range
         if not low <= value <= high:
-            raise Refused(f"the integer {short(node.value, 40)} is outside 64 bits: give a smaller number",
-                          node.start_mark)
+            raise Refused(
+                f"the integer {short(node.value, 40)} is outside 64 bits: give a smaller number", node.start_mark
+            )
         return value
 
     def construct_yaml_float(self, node: Any) -> float:
         _check_length(node)
         value = super().construct_yaml_float(node)
         if math.isinf(value) and "inf" not in node.value.lower():
-            raise Refused(f"the number {short(node.value, 40)} is too large for a float: give a smaller number or "
-                          ".inf", node.start_mark)
+            raise Refused(
+                f"the number {short(node.value, 40)} is too large for a float: give a smaller number or .inf",
+                node.start_mark,
+            )
         return value
 
 
 def _check_length(node: Any) -> None:
     if len(node.value) > LIMITS.max_number_chars:
-        raise Refused(f"a number written with {len(node.value):,} characters (more than {LIMITS.max_number_chars}): "
-                      "give a smaller number", node.start_mark)
+        raise Refused(
+            f"a number written with {len(node.value):,} characters (more than {LIMITS.max_number_chars}): "
+            "give a smaller number",
+            node.start_mark,
+        )
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
@@ -161,8 +178,10 @@ Model = TypeVar("Model", bound=BaseModel)
 def _yaml(text: str) -> Any:
     """The one call into the YAML parser: every text autorl reads as YAML goes through here, within ``LIMITS``."""
     if len(text) > LIMITS.max_bytes:
-        raise Refused(f"{len(text) / (1 << 20):.1f} MiB of text is more than the {LIMITS.max_bytes >> 20} MiB autorl "
-                      "reads: shorten it")
+        raise Refused(
+            f"{len(text) / (1 << 20):.1f} MiB of text is more than the {LIMITS.max_bytes >> 20} MiB autorl "
+            "reads: shorten it"
+        )
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
     except RecursionError:
@@ -188,8 +207,9 @@ def read_text(path: str | Path, error: type[UserError], what: str) -> str:
         raise error(f"{what} {short(p, 200)} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
 
 
-def parse(text: str, source: str | Path = "", error: type[UserError] = UserError, first_line: int = 1,
-          where: str = "") -> Any:
+def parse(
+    text: str, source: str | Path = "", error: type[UserError] = UserError, first_line: int = 1, where: str = ""
+) -> Any:
     """The data of ``text``; a syntax error raises ``error``: '<source> line N: not valid YAML (problem)<where>'.
 
     ``first_line`` is the file line of the text's line 1 (front matter starts on line 2)."""
@@ -231,8 +251,14 @@ def render(value: Any) -> str:
     return text.strip().removesuffix("...").strip()
 
 
-def load_table(path: str | Path, model: type[Model], what: str, doc: str,
-               check: Callable[[Model], str | None] | None = None, includes: str | None = None) -> Model:
+def load_table(
+    path: str | Path,
+    model: type[Model],
+    what: str,
+    doc: str,
+    check: Callable[[Model], str | None] | None = None,
+    includes: str | None = None,
+) -> Model:
     """The table at ``path`` validated by ``model`` (and by ``check``, which returns what is wrong or None).
 
     ``includes`` names a key of the table that lists more files (beside it) whose lists are appended to the
@@ -275,12 +301,13 @@ def _read_with_includes(path: Path, includes: str | None, what: str, doc: str) -
     for name in names or []:
         extra_path = path.parent / str(name)
         if not extra_path.is_file():
-            raise RulesError(f"{what} {path}: {includes} names {name}, which is not a file beside it: fix the file "
-                             f"(see {doc})")
+            raise RulesError(
+                f"{what} {path}: {includes} names {name}, which is not a file beside it: fix the file (see {doc})"
+            )
         versions += _versions([extra_path], what, doc)
         extra = _read_data(extra_path, what, doc)
         files.append(extra_path)
-        for k, v in (extra.items() if isinstance(extra, dict) else []):
+        for k, v in extra.items() if isinstance(extra, dict) else []:
             if isinstance(v, list):
                 data[k] = [*(data.get(k) or []), *v]
     return files, versions, data
@@ -302,8 +329,9 @@ def _read_data(path: Path, what: str, doc: str) -> Any:
         raise fail(error_text(exc).removeprefix(" ").removeprefix(": ")) from None
 
 
-def _validated(data: Any, path: Path, model: type[Model], what: str, doc: str,
-               check: Callable[[Model], str | None] | None) -> Model:
+def _validated(
+    data: Any, path: Path, model: type[Model], what: str, doc: str, check: Callable[[Model], str | None] | None
+) -> Model:
     try:
         table = model.model_validate(data if data is not None else {})
     except ValidationError as exc:

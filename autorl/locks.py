@@ -23,9 +23,9 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from autorl.errors import WorkspaceError
 
@@ -80,8 +80,10 @@ def waiting(path: Path, what: str, timeout_s: float = 120.0) -> Iterator[Lock]:
             break
         except Busy as exc:
             if time.monotonic() > deadline:
-                raise WorkspaceError(f"{path} stayed locked for {timeout_s:.0f} s by {describe(exc.holder)}: "
-                                     "wait for that process, or stop it") from None
+                raise WorkspaceError(
+                    f"{path} stayed locked for {timeout_s:.0f} s by {describe(exc.holder)}: "
+                    "wait for that process, or stop it"
+                ) from None
             time.sleep(0.02)
     try:
         yield lock
@@ -119,8 +121,9 @@ def _open(path: Path) -> int:
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise WorkspaceError(f"lock file {path} cannot be opened ({exc.strerror}): check that its folder is a "
-                             "writable directory") from None
+        raise WorkspaceError(
+            f"lock file {path} cannot be opened ({exc.strerror}): check that its folder is a writable directory"
+        ) from None
 
 
 def _try(fd: int, path: Path) -> bool:
@@ -130,8 +133,9 @@ def _try(fd: int, path: Path) -> bool:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             return False
         os.close(fd)
-        raise WorkspaceError(f"lock file {path} cannot be locked ({exc.strerror}): put the workspace on a file "
-                             "system with file locks") from None
+        raise WorkspaceError(
+            f"lock file {path} cannot be locked ({exc.strerror}): put the workspace on a file system with file locks"
+        ) from None
     return True
 
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 STEP_KEYS: dict[str, str] = {
     "step": "GRPO step, from 1.",
@@ -42,7 +43,7 @@ STEP_KEYS: dict[str, str] = {
     "ratio_max": "Largest pi/pi_old.",
     "frac_zero_std_groups": "Fraction of groups whose rewards are all equal (zero advantage, no signal).",
     "degenerate_rate": "Fraction of completions that are empty (EOS first) or one token repeated up to the length "
-                       "limit: a collapsed policy.",
+    "limit: a collapsed policy.",
     "lr": "Learning rate at this step.",
     "loss": "The step's total loss.",
     "tokens_per_s": "Generated tokens per second of step wall time.",
@@ -56,15 +57,15 @@ EVAL_KEYS: dict[str, str] = {
     "eval/<split>/sampling_pass@<k>": "Fraction of items with at least one correct of k samples at eval_temperature.",
     "eval/<split>/items": "Per-item greedy correctness (0/1) in eval-set order.",
     "eval/<split>/task_pass@1": "Greedy accuracy by the task's own exact match, written when the reward (the eval's "
-                                "judge) is user code: the held-out metric the hack gate holds a gain against.",
+    "judge) is user code: the held-out metric the hack gate holds a gain against.",
     "eval/<split>/task_items": "Per-item correctness by the task's own exact match (0/1), in eval-set order.",
     "eval/<split>/length_mean": "Mean length of the greedy completions (characters).",
     "eval/<split>/repeat_mean": "Mean share of a greedy completion's n-grams that repeat an earlier one (3-grams of "
-                                "words, or of characters in a short completion).",
+    "words, or of characters in a short completion).",
     "eval/<split>/truncated_rate": "Share of greedy completions cut at the length limit.",
     "eval/<split>/empty_rate": "Share of empty greedy completions.",
     "eval/<split>/format_only_rate": "Share of greedy completions that are only format (markup, tags, punctuation; "
-                                     "no content).",
+    "no content).",
 }
 
 SUMMARY_KEYS: dict[str, str] = {
@@ -74,11 +75,22 @@ SUMMARY_KEYS: dict[str, str] = {
 }
 
 
-SHARES: frozenset[str] = frozenset({
-    "correctness", "truncated_rate", "clip_ratio", "frac_zero_std_groups", "degenerate_rate",
-    "eval/<split>/greedy_pass@1", "eval/<split>/sampling_pass@<k>", "eval/<split>/task_pass@1",
-    "eval/<split>/repeat_mean", "eval/<split>/truncated_rate", "eval/<split>/empty_rate",
-    "eval/<split>/format_only_rate"})
+SHARES: frozenset[str] = frozenset(
+    {
+        "correctness",
+        "truncated_rate",
+        "clip_ratio",
+        "frac_zero_std_groups",
+        "degenerate_rate",
+        "eval/<split>/greedy_pass@1",
+        "eval/<split>/sampling_pass@<k>",
+        "eval/<split>/task_pass@1",
+        "eval/<split>/repeat_mean",
+        "eval/<split>/truncated_rate",
+        "eval/<split>/empty_rate",
+        "eval/<split>/format_only_rate",
+    }
+)
 """The schema keys whose values are shares (a pass rate, a fraction of completions): they lie in [0, 1]."""
 
 

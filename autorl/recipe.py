@@ -24,16 +24,16 @@ from __future__ import annotations
 import importlib
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from autorl.backends.registry import BACKENDS, BackendName
 from autorl import loading
+from autorl.backends.registry import BACKENDS, BackendName
 from autorl.errors import RecipeError, short, validation_line
 from autorl.metrics import items_key
-
 
 
 class _Model(BaseModel):
@@ -50,7 +50,7 @@ class SearchParam(_Model):
     choices: list[Any] | None = Field(None, description="Categorical choices (instead of low/high).")
 
     @model_validator(mode="after")
-    def _check(self) -> "SearchParam":
+    def _check(self) -> SearchParam:
         if self.choices is not None:
             if not self.choices:
                 raise ValueError("choices is empty: list at least one value")
@@ -66,8 +66,10 @@ class SearchParam(_Model):
         if not math.isfinite(self.high - self.low):
             raise ValueError(f"the range {self.low:g}..{self.high:g} is wider than a float holds: narrow it")
         if self.int and not (self.low.is_integer() and self.high.is_integer()):
-            raise ValueError(f"an int range needs whole-number bounds (got {self.low:g}..{self.high:g}): drop "
-                             "int: true for a float key, or round the bounds")
+            raise ValueError(
+                f"an int range needs whole-number bounds (got {self.low:g}..{self.high:g}): drop "
+                "int: true for a float key, or round the bounds"
+            )
         if self.low > self.high:
             raise ValueError(f"low {self.low} > high {self.high}: swap them")
         if self.log and self.low <= 0:
@@ -80,60 +82,102 @@ class Objective(_Model):
 
     metric: str = Field("eval/id/greedy_pass@1", description="Metric key from the run's eval lines (or step lines).")
     direction: Literal["maximize", "minimize"] = Field("maximize", description="Whether larger is better.")
-    reduction: Literal["last", "best", "mean_last_k"] = Field("last", description="How the metric's series becomes one "
-                                                                   "value; best only for a greedy pass@1 eval metric "
-                                                                   "(its per-item results).")
+    reduction: Literal["last", "best", "mean_last_k"] = Field(
+        "last",
+        description="How the metric's series becomes one "
+        "value; best only for a greedy pass@1 eval metric "
+        "(its per-item results).",
+    )
     k: int = Field(3, ge=1, description="Window for mean_last_k.")
 
     @model_validator(mode="after")
-    def _best_needs_items(self) -> "Objective":
+    def _best_needs_items(self) -> Objective:
         if self.reduction == "best" and items_key(self.metric) is None:
-            raise ValueError(f"reduction 'best' needs per-item results, which only eval/<split>/greedy_pass@1 has, "
-                             f"not {self.metric}: the best of a noisy series favours the noisier recipe (a trial "
-                             "no better than its parent, with half its generations, was called improved 22% of the "
-                             "time); use last or mean_last_k")
+            raise ValueError(
+                f"reduction 'best' needs per-item results, which only eval/<split>/greedy_pass@1 has, "
+                f"not {self.metric}: the best of a noisy series favours the noisier recipe (a trial "
+                "no better than its parent, with half its generations, was called improved 22% of the "
+                "time); use last or mean_last_k"
+            )
         return self
 
 
 class VerdictSettings(_Model):
     """How a trial is judged against its parent, and how a candidate is confirmed (docs/triage.md)."""
 
-    min_effect: float = Field(0.0, ge=0, description="A trial is 'improved' only if the lower end of its "
-                                                     "interval for the gain exceeds this.")
-    meaningful_effect: float = Field(0.03, gt=0, description="The smallest gain worth finding, in objective "
-                                                             "units: flat trials invalidate a hypothesis only when "
-                                                             "each could have detected a gain this large (4 times "
-                                                             "in 5); otherwise it stays inconclusive.")
-    baseline_repeats: int = Field(5, ge=1, le=100, description="Times the baseline runs (different seeds) to measure seed "
-                                                       "noise; below 3 the verdict says what it cannot see.")
+    min_effect: float = Field(
+        0.0, ge=0, description="A trial is 'improved' only if the lower end of its interval for the gain exceeds this."
+    )
+    meaningful_effect: float = Field(
+        0.03,
+        gt=0,
+        description="The smallest gain worth finding, in objective "
+        "units: flat trials invalidate a hypothesis only when "
+        "each could have detected a gain this large (4 times "
+        "in 5); otherwise it stays inconclusive.",
+    )
+    baseline_repeats: int = Field(
+        5,
+        ge=1,
+        le=100,
+        description="Times the baseline runs (different seeds) to measure seed "
+        "noise; below 3 the verdict says what it cannot see.",
+    )
     level: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence level of a trial's interval.")
-    run_sd_prior: float = Field(0.02, ge=0, description="Prior run-level sd (a whole run's shift from its seed) "
-                                                        "before replicates are seen.")
-    run_sd_prior_df: float = Field(1.0, ge=0, description="Pseudo degrees of freedom of that prior: how many "
-                                                          "replicate df it weighs.")
-    confirm_runs: int = Field(3, ge=0, le=100, description="Fresh-seed re-runs of an 'improved' candidate; 0 = candidates "
-                                                   "are never confirmed.")
-    confirm_level: float = Field(0.975, gt=0.5, lt=1, description="Two-sided level of the confirmation test on the "
-                                                                 "fresh runs alone.")
-    prune_level: float = Field(0.99, gt=0.5, lt=1, description="Two-sided level at which an intermediate eval is "
-                                                                "'clearly worse' than its parent's or the incumbent's.")
-    bootstrap: int = Field(2000, ge=100, description="Unused since the interval became analytic (t with "
-                                                     "Satterthwaite df); kept so older recipes load.")
+    run_sd_prior: float = Field(
+        0.02, ge=0, description="Prior run-level sd (a whole run's shift from its seed) before replicates are seen."
+    )
+    run_sd_prior_df: float = Field(
+        1.0, ge=0, description="Pseudo degrees of freedom of that prior: how many replicate df it weighs."
+    )
+    confirm_runs: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="Fresh-seed re-runs of an 'improved' candidate; 0 = candidates are never confirmed.",
+    )
+    confirm_level: float = Field(
+        0.975, gt=0.5, lt=1, description="Two-sided level of the confirmation test on the fresh runs alone."
+    )
+    prune_level: float = Field(
+        0.99,
+        gt=0.5,
+        lt=1,
+        description="Two-sided level at which an intermediate eval is "
+        "'clearly worse' than its parent's or the incumbent's.",
+    )
+    bootstrap: int = Field(
+        2000,
+        ge=100,
+        description="Unused since the interval became analytic (t with Satterthwaite df); kept so older recipes load.",
+    )
 
 
 class GateSettings(_Model):
     """The hack gate's bounds for this recipe (docs/triage.md, "The hack gate"); the rest of its thresholds are
     the rules table ``autorl/data/rules/hack_gate.yaml``."""
 
-    enabled: bool = Field(True, description="Check a candidate before it is confirmed, and before promote, against "
-                                            "the held-out task and its completions' health.")
-    kl_max: float | None = Field(None, gt=0, description="Mean KL to the reference over the last steps above this "
-                                                         "makes a candidate suspect (None: KL is not checked).")
-    entropy_min: float | None = Field(None, ge=0, description="Mean entropy over the last steps below this makes a "
-                                                              "candidate suspect (besides the table's share of the "
-                                                              "parent's).")
-    truncation_max: float | None = Field(None, ge=0, le=1, description="Share of eval completions cut at the "
-                                                                       "length limit allowed (None: the table's).")
+    enabled: bool = Field(
+        True,
+        description="Check a candidate before it is confirmed, and before promote, against "
+        "the held-out task and its completions' health.",
+    )
+    kl_max: float | None = Field(
+        None,
+        gt=0,
+        description="Mean KL to the reference over the last steps above this "
+        "makes a candidate suspect (None: KL is not checked).",
+    )
+    entropy_min: float | None = Field(
+        None,
+        ge=0,
+        description="Mean entropy over the last steps below this makes a "
+        "candidate suspect (besides the table's share of the "
+        "parent's).",
+    )
+    truncation_max: float | None = Field(
+        None, ge=0, le=1, description="Share of eval completions cut at the length limit allowed (None: the table's)."
+    )
 
 
 class AbortRules(_Model):
@@ -142,17 +186,34 @@ class AbortRules(_Model):
     enabled: bool = Field(True, description="Check live metrics and stop doomed trials.")
     window: int = Field(8, ge=1, description="Steps a condition must hold from the start before it trips.")
     reward_stuck_eps: float = Field(1e-9, ge=0, description="reward_mean within this of 0 or 1 counts as stuck.")
-    grad_norm_factor: float = Field(100.0, gt=0, description="grad_norm >= factor * max_grad_norm trips 'grad explosion'.")
+    grad_norm_factor: float = Field(
+        100.0, gt=0, description="grad_norm >= factor * max_grad_norm trips 'grad explosion'."
+    )
     truncated_rate: float = Field(0.5, ge=0, le=1, description="truncated_rate above this over the window trips.")
     clip_ratio: float = Field(0.4, ge=0, le=1, description="clip_ratio above this from the start trips.")
-    collapse_window: int = Field(3, ge=1, description="Consecutive steps with reward_mean at 0, after a step 1 at or "
-                                                      "above collapse_from, that trip 'reward collapse'.")
-    collapse_from: float = Field(0.2, gt=0, description="Step 1's reward_mean must reach this for a fall to 0 to count "
-                                                        "as a collapse (a sparse reward's zero batches do not).")
-    pruner: bool = Field(True, description="Stop a trial whose intermediate eval is clearly worse than its parent's, "
-                                         "or the confirmed incumbent's, at the same step.")
-    silence_s: float = Field(120.0, gt=0, description="No new output or metric for this long = hang (watchdog); a "
-                                                        "Ray job waiting for GPUs other jobs hold is not one.")
+    collapse_window: int = Field(
+        3,
+        ge=1,
+        description="Consecutive steps with reward_mean at 0, after a step 1 at or "
+        "above collapse_from, that trip 'reward collapse'.",
+    )
+    collapse_from: float = Field(
+        0.2,
+        gt=0,
+        description="Step 1's reward_mean must reach this for a fall to 0 to count "
+        "as a collapse (a sparse reward's zero batches do not).",
+    )
+    pruner: bool = Field(
+        True,
+        description="Stop a trial whose intermediate eval is clearly worse than its parent's, "
+        "or the confirmed incumbent's, at the same step.",
+    )
+    silence_s: float = Field(
+        120.0,
+        gt=0,
+        description="No new output or metric for this long = hang (watchdog); a "
+        "Ray job waiting for GPUs other jobs hold is not one.",
+    )
 
 
 class Recipe(_Model):
@@ -161,23 +222,32 @@ class Recipe(_Model):
     name: str = Field("recipe", description="Short name, used in slugs.")
     description: str = Field("", description="Free text.")
     backend: BackendName = Field("embedded", description="Which backend runs the trials.")
-    train: dict[str, Any] = Field(default_factory=dict, description="Backend parameters (see the backend's parameter "
-                                                                    "model; ``params`` is this block typed).")
+    train: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Backend parameters (see the backend's parameter model; ``params`` is this block typed).",
+    )
     search: dict[str, SearchParam] = Field(default_factory=dict, description="Keys of train that the search may vary.")
     objective: Objective = Field(default_factory=Objective, description="What a trial is scored on.")
-    verdict: VerdictSettings = Field(default_factory=VerdictSettings, description="How a trial is judged against the baseline.")
+    verdict: VerdictSettings = Field(
+        default_factory=VerdictSettings, description="How a trial is judged against the baseline."
+    )
     abort: AbortRules = Field(default_factory=AbortRules, description="Early-abort thresholds and the hang watchdog.")
-    gate: GateSettings = Field(default_factory=GateSettings, description="The hack gate's bounds (KL, entropy, "
-                                                                         "truncation).")
-    timeout_s: float = Field(300.0, gt=0, le=30 * 86400, description="Per-trial wall-clock limit (the time a Ray job waits for "
-                                                       "GPUs other jobs hold is not counted).")
+    gate: GateSettings = Field(
+        default_factory=GateSettings, description="The hack gate's bounds (KL, entropy, truncation)."
+    )
+    timeout_s: float = Field(
+        300.0,
+        gt=0,
+        le=30 * 86400,
+        description="Per-trial wall-clock limit (the time a Ray job waits for GPUs other jobs hold is not counted).",
+    )
     cpus_per_trial: float = Field(1.0, gt=0, description="CPUs a trial asks Ray for (with --ray-address).")
     gpus_per_trial: float = Field(0.0, ge=0, description="GPUs a trial asks Ray for (with --ray-address).")
     full: dict[str, Any] = Field(default_factory=dict, description="train overrides for a promoted full run.")
     _params: BaseModel = PrivateAttr()
 
     @model_validator(mode="after")
-    def _check(self) -> "Recipe":
+    def _check(self) -> Recipe:
         model = params_model(self.backend)
         self._params = _typed_params(model, self.train, "train")
         self.train = self._params.model_dump(mode="json")
@@ -185,7 +255,9 @@ class Recipe(_Model):
             _typed_params(model, {**self.train, **self.full}, "full")
         for key in self.search:
             if key not in self.train and key not in model.model_fields:
-                raise ValueError(f"search names '{key}', which train does not have: add it to train or remove it from search")
+                raise ValueError(
+                    f"search names '{key}', which train does not have: add it to train or remove it from search"
+                )
         return self
 
     @property
@@ -195,11 +267,11 @@ class Recipe(_Model):
         ``train`` holds the same values as plain data (what the search merges and the ledger stores)."""
         return self._params
 
-    def with_train(self, **values: Any) -> "Recipe":
+    def with_train(self, **values: Any) -> Recipe:
         """A copy with train keys replaced (validated)."""
         return self.model_copy(update={"train": {**self.train, **values}})
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "Recipe":
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Recipe:
         """A copy; one with fields updated is validated again, so that ``params`` always says what ``train`` says."""
         if not update:
             return super().model_copy(deep=deep)
@@ -213,8 +285,10 @@ def _check_inside(key: str, value: Any, p: SearchParam) -> None:
     deliberate design (Optuna records the baseline's point as it is).
     """
     if value is not None and p.choices is not None and value not in p.choices:
-        raise ValueError(f"train.{key} is {value!r}, which is not among search.{key} choices {p.choices}: "
-                         f"add it to the choices or change train.{key}")
+        raise ValueError(
+            f"train.{key} is {value!r}, which is not among search.{key} choices {p.choices}: "
+            f"add it to the choices or change train.{key}"
+        )
 
 
 def train_keys(backend: str) -> list[dict[str, Any]]:
@@ -275,8 +349,9 @@ def recipe_from_text(text: str, source: str | Path, overrides: Overrides | Itera
     return recipe_and_text(text, source, overrides)[0]
 
 
-def recipe_and_text(text: str, source: str | Path, overrides: Overrides | Iterable[str] | None = None
-                    ) -> tuple[Recipe, str]:
+def recipe_and_text(
+    text: str, source: str | Path, overrides: Overrides | Iterable[str] | None = None
+) -> tuple[Recipe, str]:
     """The validated recipe of ``text`` with ``overrides`` applied, and the text that says exactly that: each
     override written in place, every other line (comments too) kept. Where the in-place edit cannot say the same
     (a layout it does not follow), the text is written out again from the recipe's data instead."""
@@ -356,8 +431,10 @@ def parse_overrides(items: Iterable[str]) -> Overrides:
             raise RecipeError(f"--set {short(repr(item), 80)}: write key=value, e.g. --set lr=3e-4")
         path = tuple(key.strip().split("."))
         if len(path) > 6 or not all(_KEY.fullmatch(part) for part in path):
-            raise RecipeError(f"--set {short(repr(key), 80)}: a key is up to 6 names joined by '.', each letters, "
-                              "digits, '_' or '-' (e.g. lr, verdict.min_effect): see `autorl recipe keys`")
+            raise RecipeError(
+                f"--set {short(repr(key), 80)}: a key is up to 6 names joined by '.', each letters, "
+                "digits, '_' or '-' (e.g. lr, verdict.min_effect): see `autorl recipe keys`"
+            )
         try:
             value = loading.parse_value(raw)
         except loading.Refused as exc:
@@ -409,13 +486,13 @@ def _set_path(lines: list[str], path: tuple[str, ...], value: Any) -> None:
             return
         rest, comment = _value_text(lines[i], indent, key)
         if depth == len(path) - 1:
-            lines[i:_block_end(lines, i, hi, indent)] = [f"{indent}{key}: {loading.render(value)}{comment}\n"]
+            lines[i : _block_end(lines, i, hi, indent)] = [f"{indent}{key}: {loading.render(value)}{comment}\n"]
             return
         if rest:  # a flow mapping on the key's line: rewritten as one
             inner = loading.parse(rest)
             if not isinstance(inner, dict):
                 raise RecipeError(f"'{key}' is not a section")
-            _put(inner, path[depth + 1:], value)
+            _put(inner, path[depth + 1 :], value)
             lines[i] = f"{indent}{key}: {loading.render(inner)}{comment}\n"
             return
         lo, hi = i + 1, _block_end(lines, i, hi, indent)
@@ -440,7 +517,7 @@ def _block_end(lines: list[str], i: int, hi: int, indent: str) -> int:
         line = lines[j]
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        inner = line[len(indent):] if line.startswith(indent) else ""
+        inner = line[len(indent) :] if line.startswith(indent) else ""
         if inner[:1] in (" ", "\t") or inner.startswith("- ") or inner.rstrip() == "-":
             end = j + 1
             continue
@@ -450,7 +527,9 @@ def _block_end(lines: list[str], i: int, hi: int, indent: str) -> int:
 
 def _content_end(lines: list[str], lo: int, hi: int) -> int:
     """The index after the last line in [lo, hi) that is neither blank nor a comment (``lo`` when none is)."""
-    return next((j + 1 for j in range(hi - 1, lo - 1, -1) if lines[j].strip() and not lines[j].lstrip().startswith("#")), lo)
+    return next(
+        (j + 1 for j in range(hi - 1, lo - 1, -1) if lines[j].strip() and not lines[j].lstrip().startswith("#")), lo
+    )
 
 
 def _child_indent(lines: list[str], lo: int, hi: int) -> str | None:

@@ -33,7 +33,7 @@ class Workspace:
     ledger_path: Path
 
     @classmethod
-    def open(cls, path: str | Path = ".", ledger: str | Path | None = None) -> "Workspace":
+    def open(cls, path: str | Path = ".", ledger: str | Path | None = None) -> Workspace:
         root = gitops.repo_root(path)
         lp = _ledger_path(Path(ledger)) if ledger else root / LEDGER
         ws = cls(root=root, ledger_path=lp)
@@ -65,11 +65,15 @@ class Workspace:
         nothing in their place is one line, whoever asks."""
         for d in (self.run_dir, self.worktrees, self.runs, self.cache, self.locks):
             if d.is_symlink() and not d.exists():
-                raise WorkspaceError(f"{short(d, 200)} is a link to nothing: autorl keeps its run folder there; point "
-                                     "the link at a folder, or move it away")
+                raise WorkspaceError(
+                    f"{short(d, 200)} is a link to nothing: autorl keeps its run folder there; point "
+                    "the link at a folder, or move it away"
+                )
             if d.exists() and not d.is_dir():
-                raise WorkspaceError(f"{short(d, 200)} is not a folder: autorl keeps its run folder there; move it "
-                                     "away (or rename it) and run again")
+                raise WorkspaceError(
+                    f"{short(d, 200)} is not a folder: autorl keeps its run folder there; move it "
+                    "away (or rename it) and run again"
+                )
             if d == self.run_dir and not d.exists():
                 return
 
@@ -80,18 +84,23 @@ class Workspace:
             for d in (self.worktrees, self.runs, self.cache, self.locks):
                 d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise WorkspaceError(f"cannot make autorl's run folder {short(self.run_dir, 200)} ({exc.strerror}): check "
-                                 "that the workspace is writable") from None
+            raise WorkspaceError(
+                f"cannot make autorl's run folder {short(self.run_dir, 200)} ({exc.strerror}): check "
+                "that the workspace is writable"
+            ) from None
         exclude = gitops.common_dir(self.root) / "info" / "exclude"
         text = exclude.read_text(errors="replace") if exclude.is_file() else ""
         missing = [line for line in IGNORES if line not in text.splitlines()]
         if missing:
             try:
-                _write_atomically(exclude, text + ("" if text.endswith("\n") or not text else "\n")
-                                  + "\n".join(missing) + "\n")
+                _write_atomically(
+                    exclude, text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(missing) + "\n"
+                )
             except OSError as exc:
-                raise WorkspaceError(f"cannot write {short(exclude, 200)} ({exc.strerror}): free some space or fix "
-                                     "its permissions, then run again") from None
+                raise WorkspaceError(
+                    f"cannot write {short(exclude, 200)} ({exc.strerror}): free some space or fix "
+                    "its permissions, then run again"
+                ) from None
 
     def study_lock_path(self, name: str) -> Path:
         """The lock file of study ``name`` in this workspace's ledger."""
@@ -103,8 +112,9 @@ class Workspace:
         try:
             self.locks.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise WorkspaceError(f"cannot make {short(self.locks, 200)} ({exc.strerror}): check that the workspace is "
-                                 "writable") from None
+            raise WorkspaceError(
+                f"cannot make {short(self.locks, 200)} ({exc.strerror}): check that the workspace is writable"
+            ) from None
 
     def lock_study(self, name: str) -> locks.Lock:
         """Hold study ``name``'s lock for the controller's life; another live controller of it is one line."""
@@ -112,9 +122,11 @@ class Workspace:
         try:
             return locks.hold(self.study_lock_path(name), f"study {name}")
         except locks.Busy as exc:
-            raise StudyBusyError(f"study {short(name, 80)} is being run by {locks.describe(exc.holder)}: one "
-                                 "controller per study; wait for it to end, or stop it (Ctrl-C, or kill -INT "
-                                 f"{(exc.holder or {}).get('pid', 'PID')}) before `autorl run --resume`") from None
+            raise StudyBusyError(
+                f"study {short(name, 80)} is being run by {locks.describe(exc.holder)}: one "
+                "controller per study; wait for it to end, or stop it (Ctrl-C, or kill -INT "
+                f"{(exc.holder or {}).get('pid', 'PID')}) before `autorl run --resume`"
+            ) from None
 
     def study_holder(self, name: str) -> dict | None:
         """Who runs study ``name`` now ({pid, host, since}), or None when no controller does."""
@@ -130,9 +142,11 @@ class Workspace:
         try:
             return locks.hold(self.promote_lock_path, what)
         except locks.Busy as exc:
-            raise StudyBusyError(f"another `autorl promote` runs in this workspace ({locks.describe(exc.holder)}: "
-                                 f"{short(str((exc.holder or {}).get('what', '')), 120)}); wait for it to end "
-                                 "(`autorl status` shows it)") from None
+            raise StudyBusyError(
+                f"another `autorl promote` runs in this workspace ({locks.describe(exc.holder)}: "
+                f"{short(str((exc.holder or {}).get('what', '')), 120)}); wait for it to end "
+                "(`autorl status` shows it)"
+            ) from None
 
     def promote_holder(self) -> dict | None:
         """The promote re-validating now ({pid, host, since, what}), or None."""
@@ -166,8 +180,9 @@ def init_workspace(path: str | Path) -> Path:
     try:
         return _init(root)
     except OSError as exc:
-        raise WorkspaceError(f"cannot make a workspace at {short(root, 200)}: {exc.strerror or exc}; pass a "
-                             "folder you can write to") from None
+        raise WorkspaceError(
+            f"cannot make a workspace at {short(root, 200)}: {exc.strerror or exc}; pass a folder you can write to"
+        ) from None
 
 
 def _check_init_target(root: Path) -> None:
@@ -176,8 +191,9 @@ def _check_init_target(root: Path) -> None:
     if problem:
         raise WorkspaceError(f"{short(root, 200)} {problem}: pass another folder to `autorl init`")
     if root.exists() and not root.is_dir():
-        raise WorkspaceError(f"{short(root, 200)} is a file, not a folder: pass a new or existing folder to "
-                             "`autorl init`")
+        raise WorkspaceError(
+            f"{short(root, 200)} is a file, not a folder: pass a new or existing folder to `autorl init`"
+        )
     gitops.refuse_bare(next(p for p in (root, *root.absolute().parents) if p.is_dir()))
 
 
@@ -192,8 +208,9 @@ def _init(root: Path) -> Path:
         shutil.copyfile(default_recipe_source(), recipe)
     _append_gitignore(root / ".gitignore")
     if not gitops.has_commits(root):
-        gitops.commit(root, "autorl init: default recipe and ignores", ["recipes/default.yaml", ".gitignore"],
-                      as_autorl=True)
+        gitops.commit(
+            root, "autorl init: default recipe and ignores", ["recipes/default.yaml", ".gitignore"], as_autorl=True
+        )
     return root.resolve()
 
 

@@ -32,7 +32,7 @@ def aa_recipe() -> dict:
     recipe["name"] = "aa-seed-only"
     recipe["search"] = {"seed": {"low": 1, "high": 1_000_000, "int": True}}
     recipe["train"]["threads"] = 1  # speed only: two torch threads per run crawl on a loaded 2-core box
-    recipe["timeout_s"] = 900       # the default 60 s killed a baseline at step 29 under load
+    recipe["timeout_s"] = 900  # the default 60 s killed a baseline at step 29 under load
     return recipe
 
 
@@ -42,8 +42,22 @@ def run(ws: Path, trials: int, cache: Path | None) -> None:
     if cache is not None:  # reuse a built engine cache (the base model's warm-up)
         (ws / ".autorl").mkdir(exist_ok=True)
         os.symlink(cache.resolve(), ws / ".autorl" / "cache")
-    argv = [sys.executable, "-m", "autorl.cli", "-C", str(ws), "run", "recipes/aa.yaml", "--strategy", "random",
-            "--max-trials", str(trials), "--budget", "6h", "--quiet"]
+    argv = [
+        sys.executable,
+        "-m",
+        "autorl.cli",
+        "-C",
+        str(ws),
+        "run",
+        "recipes/aa.yaml",
+        "--strategy",
+        "random",
+        "--max-trials",
+        str(trials),
+        "--budget",
+        "6h",
+        "--quiet",
+    ]
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"study failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
@@ -53,19 +67,25 @@ def report(ws: Path) -> None:
     rows = Ledger(ws / "ledger.sqlite").trials()
     trials = [r for r in rows if r["proposer"] not in ("baseline", "confirm")]
     count = lambda f: sum(1 for r in trials if f(r))  # noqa: E731
-    print(f"baseline runs {sum(r['proposer'] == 'baseline' for r in rows)}, trials {len(trials)}, "
-          f"confirmation runs {sum(r['proposer'] == 'confirm' for r in rows)}")
-    print(f"improved (candidate, any outcome) {count(lambda r: r['verdict'] == 'improved')}; "
-          f"confirmed {count(lambda r: r['confirmation'] == 'confirmed')}; "
-          f"regressed {count(lambda r: r['verdict'] == 'regressed')}; flat {count(lambda r: r['verdict'] == 'flat')}; "
-          f"pruned {count(lambda r: r['status'] == 'pruned')}; crash {count(lambda r: r['verdict'] == 'crash')}")
+    print(
+        f"baseline runs {sum(r['proposer'] == 'baseline' for r in rows)}, trials {len(trials)}, "
+        f"confirmation runs {sum(r['proposer'] == 'confirm' for r in rows)}"
+    )
+    print(
+        f"improved (candidate, any outcome) {count(lambda r: r['verdict'] == 'improved')}; "
+        f"confirmed {count(lambda r: r['confirmation'] == 'confirmed')}; "
+        f"regressed {count(lambda r: r['verdict'] == 'regressed')}; flat {count(lambda r: r['verdict'] == 'flat')}; "
+        f"pruned {count(lambda r: r['status'] == 'pruned')}; crash {count(lambda r: r['verdict'] == 'crash')}"
+    )
     for r in trials:
         if r["verdict"] in ("improved", "regressed", "pruned", "crash"):
             print(f"  {r['attempt']}: {r['verdict']} {r['confirmation'] or ''} {(r['reason'] or '')[:240]}")
     deltas = [r["delta"] for r in trials if r["delta"] is not None]
     if deltas:
-        print(f"gain vs baseline over {len(deltas)} trials: mean {sum(deltas) / len(deltas):+.4f}, "
-              f"min {min(deltas):+.4f}, max {max(deltas):+.4f}")
+        print(
+            f"gain vs baseline over {len(deltas)} trials: mean {sum(deltas) / len(deltas):+.4f}, "
+            f"min {min(deltas):+.4f}, max {max(deltas):+.4f}"
+        )
 
 
 def main() -> None:

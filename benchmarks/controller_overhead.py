@@ -62,7 +62,9 @@ def make_workspace(root: Path) -> Path:
 
 def study(ws: Path, trials: int) -> dict:
     t0 = time.perf_counter()
-    r = cli(ws, "run", "recipes/noop.yaml", "--strategy", "optuna", "--max-trials", str(trials), "--budget", "1h", "--quiet")
+    r = cli(
+        ws, "run", "recipes/noop.yaml", "--strategy", "optuna", "--max-trials", str(trials), "--budget", "1h", "--quiet"
+    )
     wall = time.perf_counter() - t0
     assert r.returncode == 0, r.stderr
     child = sum(child_walls(ws, trials))
@@ -94,16 +96,32 @@ def fill_ledger(ws: Path, n: int) -> None:
     from autorl.ledger import Ledger
 
     led = Ledger(ws / "ledger.sqlite")
-    sid = led.create_study(name="old-study", recipe_path="recipes/noop.yaml", recipe="", base_sha="",
-                           strategy="optuna", budget_s=0, optuna_study="old-study")
+    sid = led.create_study(
+        name="old-study",
+        recipe_path="recipes/noop.yaml",
+        recipe="",
+        base_sha="",
+        strategy="optuna",
+        budget_s=0,
+        optuna_study="old-study",
+    )
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ws, capture_output=True, text=True).stdout.strip()
     refs = []
     for i in range(1, n + 1):
-        tid = led.add_trial(study_id=sid, number=i, attempt=f"attempt-{i:02d}-old", branch=f"attempt-{i:02d}-old",
-                            proposer="optuna", params={"lr": 1e-3}, changed={"lr": 1e-3}, started=time.time())
+        tid = led.add_trial(
+            study_id=sid,
+            number=i,
+            attempt=f"attempt-{i:02d}-old",
+            branch=f"attempt-{i:02d}-old",
+            proposer="optuna",
+            params={"lr": 1e-3},
+            changed={"lr": 1e-3},
+            started=time.time(),
+        )
         led.add_metrics(tid, [{"type": "step", "step": s, "reward_mean": 0.5} for s in range(1, 21)])
-        led.update_trial(tid, status="complete", verdict="flat", objective=0.5, delta=0.0, duration_s=1.0,
-                         finished=time.time())
+        led.update_trial(
+            tid, status="complete", verdict="flat", objective=0.5, delta=0.0, duration_s=1.0, finished=time.time()
+        )
         refs.append(f"create refs/heads/attempt-{i:02d}-old {head}\n")
     subprocess.run(["git", "update-ref", "--stdin"], cwd=ws, input="".join(refs), text=True, check=True)
 
@@ -115,10 +133,23 @@ def ledger_speed(ws: Path) -> dict:
         r = cli(ws, "ledger", "--json")
         times.append(time.perf_counter() - t0)
     rows = len(json.loads(r.stdout))
-    probe = subprocess.run([sys.executable, "-c", "import sys, autorl.cli as c; c.main(['-C', sys.argv[1], 'ledger', '--json']);"
-                            " print('TORCH', 'torch' in sys.modules, file=sys.stderr)", str(ws)], capture_output=True, text=True)
-    return {"rows": rows, "median_s": statistics.median(times), "max_s": max(times),
-            "imports_torch": "TORCH True" in probe.stderr}
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, autorl.cli as c; c.main(['-C', sys.argv[1], 'ledger', '--json']);"
+            " print('TORCH', 'torch' in sys.modules, file=sys.stderr)",
+            str(ws),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return {
+        "rows": rows,
+        "median_s": statistics.median(times),
+        "max_s": max(times),
+        "imports_torch": "TORCH True" in probe.stderr,
+    }
 
 
 def main() -> None:

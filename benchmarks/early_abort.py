@@ -11,13 +11,15 @@ fresh workspaces that share one engine cache:
 The search space is wide enough to include learning rates that collapse the policy
 (lr log-uniform in [1e-5, 3e-2]). The baseline starts far too low (lr 1e-6; the default recipe starts at 5e-7),
 so the sweep has real improvements to find and confirm: with a baseline that no draw beats (lr 1e-4 before),
-the best objective was a baseline run in every seed and "the same best" checked nothing. Optuna's RandomSampler ignores results, so for one
+the best objective was a baseline run in every seed and "the same best" checked nothing. Optuna's RandomSampler
+ignores results, so for one
 seed both arms test the same values; the script checks that the lr sequences match (while both arms confirm
 the same candidates they launch the same trials). The verdict settings are the defaults: 5 baseline runs, which
 the pruner's noise estimate rests on, and 3 fresh-seed confirmation runs per candidate; neither arm may stop
 those. Evals come every quarter of the steps, the default recipe's cadence (10 of 40).
 Trials run with ``threads: 1``: on a shared 2-core box, two torch threads per trial
-ran about 5x slower than one (spin-waiting under contention). Per seed it prints the best objective, the sum of trial durations (ledger duration_s,
+ran about 5x slower than one (spin-waiting under contention). Per seed it prints the best objective, the sum of trial
+durations (ledger duration_s,
 not study wall clock: the machine is shared), the trials pruned and the saving, over all trials and over the
 searched trials alone (the baseline runs are the pruner's reference: no arm can stop them). Then the verdicts
 that the trials stopped with early abort got in the arm without it: a stopped trial that would have been
@@ -47,12 +49,27 @@ BASE_LR = 1.0e-6  # far too low, as in the default recipe: the sweep has somethi
 
 def bench_recipe(steps: int, abort_on: bool, base_lr: float = BASE_LR) -> dict:
     """The benchmark's recipe: a short embedded trial, lr searched, early abort on or off."""
-    train = {"model": "builtin:tiny", "task": "builtin:addition", "lr": base_lr, "gens": 8, "batch_prompts": 16,
-             "steps": steps, "eval_every": max(1, steps // 4), "seed": 0, "threads": 1, "device": "cpu"}
-    return {"name": "early-abort-bench", "backend": "embedded", "train": train, "search": SPACE,
-            "objective": {"metric": "eval/id/greedy_pass@1", "direction": "maximize", "reduction": "last"},
-            "abort": {"enabled": abort_on, "pruner": abort_on},
-            "timeout_s": 300}
+    train = {
+        "model": "builtin:tiny",
+        "task": "builtin:addition",
+        "lr": base_lr,
+        "gens": 8,
+        "batch_prompts": 16,
+        "steps": steps,
+        "eval_every": max(1, steps // 4),
+        "seed": 0,
+        "threads": 1,
+        "device": "cpu",
+    }
+    return {
+        "name": "early-abort-bench",
+        "backend": "embedded",
+        "train": train,
+        "search": SPACE,
+        "objective": {"metric": "eval/id/greedy_pass@1", "direction": "maximize", "reduction": "last"},
+        "abort": {"enabled": abort_on, "pruner": abort_on},
+        "timeout_s": 300,
+    }
 
 
 def make_workspace(root: Path, cache: Path, recipe: dict) -> Path:
@@ -65,8 +82,24 @@ def make_workspace(root: Path, cache: Path, recipe: dict) -> Path:
 
 
 def run_study(ws: Path, seed: int, trials: int) -> None:
-    argv = [sys.executable, "-m", "autorl.cli", "-C", str(ws), "run", "recipes/bench.yaml", "--strategy", "random",
-            "--seed", str(seed), "--max-trials", str(trials), "--budget", "3h", "--quiet"]
+    argv = [
+        sys.executable,
+        "-m",
+        "autorl.cli",
+        "-C",
+        str(ws),
+        "run",
+        "recipes/bench.yaml",
+        "--strategy",
+        "random",
+        "--seed",
+        str(seed),
+        "--max-trials",
+        str(trials),
+        "--budget",
+        "3h",
+        "--quiet",
+    ]
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"study in {ws} failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
@@ -78,15 +111,18 @@ def study_result(ws: Path) -> dict:
     values = [r["objective"] for r in rows if r["objective"] is not None]
     sweep = [r for r in rows if r["proposer"] not in ("baseline", "confirm")]
     pruned = [r for r in rows if r["status"] == "pruned"]
-    return {"best": max(values) if values else None, "trial_s": sum(r["duration_s"] or 0 for r in rows),
-            "sweep_s": sum(r["duration_s"] or 0 for r in sweep),
-            "pruned": len(pruned),
-            "confirmed": sum(r["confirmation"] == "confirmed" for r in rows),
-            "incumbent": max((r["objective"] for r in rows if r["confirmation"] == "confirmed"), default=None),
-            "lrs": [round(r["params"]["lr"], 10) for r in sweep],
-            "verdicts": [r["verdict"] for r in sweep],
-            "confirmations": [r["confirmation"] for r in sweep],
-            "by": sorted({_pruned_by(r["reason"] or "") for r in pruned})}
+    return {
+        "best": max(values) if values else None,
+        "trial_s": sum(r["duration_s"] or 0 for r in rows),
+        "sweep_s": sum(r["duration_s"] or 0 for r in sweep),
+        "pruned": len(pruned),
+        "confirmed": sum(r["confirmation"] == "confirmed" for r in rows),
+        "incumbent": max((r["objective"] for r in rows if r["confirmation"] == "confirmed"), default=None),
+        "lrs": [round(r["params"]["lr"], 10) for r in sweep],
+        "verdicts": [r["verdict"] for r in sweep],
+        "confirmations": [r["confirmation"] for r in sweep],
+        "by": sorted({_pruned_by(r["reason"] or "") for r in pruned}),
+    }
 
 
 def _pruned_by(reason: str) -> str:
@@ -105,44 +141,59 @@ def seed_result(base: Path, seed: int) -> dict:
     """Both arms of one seed, compared: the same lrs, and what the stopped trials did when left to run."""
     out = {arm: study_result(base / f"seed{seed}-{arm}") for arm in ("abort", "none")}
     a, n = out["abort"], out["none"]
-    out["same_proposals"] = a["lrs"][:len(n["lrs"])] == n["lrs"][:len(a["lrs"])]
+    out["same_proposals"] = a["lrs"][: len(n["lrs"])] == n["lrs"][: len(a["lrs"])]
     out["stopped_then"] = [v for va, v in zip(a["verdicts"], n["verdicts"]) if va == "pruned"]
-    out["stopped_confirmed"] = sum(c == "confirmed" for va, c in zip(a["verdicts"], n["confirmations"]) if va == "pruned")
+    out["stopped_confirmed"] = sum(
+        c == "confirmed" for va, c in zip(a["verdicts"], n["confirmations"]) if va == "pruned"
+    )
     return out
 
 
 def warm_cache(cache: Path, steps: int) -> None:
     """Build the embedded base model once (not timed), so no study pays for it."""
     ws = make_workspace(Path(tempfile.mkdtemp(prefix="warm-")), cache, bench_recipe(steps, True))
-    subprocess.run([sys.executable, "-m", "autorl.cli", "-C", str(ws), "train", "recipes/bench.yaml", "--set", "steps=1"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "autorl.cli", "-C", str(ws), "train", "recipes/bench.yaml", "--set", "steps=1"],
+        check=True,
+        capture_output=True,
+    )
 
 
 def print_table(results: dict[int, dict]) -> None:
-    head = (f"{'seed':>4} | {'best (abort)':>12} | {'best (none)':>11} | {'incumbent (abort / none)':>24} | "
-            f"{'trial s (abort)':>15} | "
-            f"{'trial s (none)':>14} | {'pruned':>6} | {'saving':>6} | {'sweep saving':>12} | same lrs | confirmed")
+    head = (
+        f"{'seed':>4} | {'best (abort)':>12} | {'best (none)':>11} | {'incumbent (abort / none)':>24} | "
+        f"{'trial s (abort)':>15} | "
+        f"{'trial s (none)':>14} | {'pruned':>6} | {'saving':>6} | {'sweep saving':>12} | same lrs | confirmed"
+    )
     print(head)
     print("-" * len(head))
     for seed, r in results.items():
         a, n = r["abort"], r["none"]
-        print(f"{seed:>4} | {a['best']:>12.4f} | {n['best']:>11.4f} | {_num(a['incumbent']):>11} / "
-              f"{_num(n['incumbent']):<10} | {a['trial_s']:>15.1f} | {n['trial_s']:>14.1f} | "
-              f"{a['pruned']:>6} | {_saving(a, n, 'trial_s'):>6.1%} | {_saving(a, n, 'sweep_s'):>12.1%} | "
-              f"{r['same_proposals']} | {a['confirmed']} / {n['confirmed']}")
-    tot = {k: {arm: sum(r[arm][k] for r in results.values()) for arm in ("abort", "none")} for k in ("trial_s", "sweep_s")}
+        print(
+            f"{seed:>4} | {a['best']:>12.4f} | {n['best']:>11.4f} | {_num(a['incumbent']):>11} / "
+            f"{_num(n['incumbent']):<10} | {a['trial_s']:>15.1f} | {n['trial_s']:>14.1f} | "
+            f"{a['pruned']:>6} | {_saving(a, n, 'trial_s'):>6.1%} | {_saving(a, n, 'sweep_s'):>12.1%} | "
+            f"{r['same_proposals']} | {a['confirmed']} / {n['confirmed']}"
+        )
+    tot = {
+        k: {arm: sum(r[arm][k] for r in results.values()) for arm in ("abort", "none")} for k in ("trial_s", "sweep_s")
+    }
     same_best = sum(abs(r["abort"]["best"] - r["none"]["best"]) < 1e-9 for r in results.values())
     then = [v for r in results.values() for v in r["stopped_then"]]
     same_inc = sum(r["abort"]["incumbent"] == r["none"]["incumbent"] for r in results.values())
-    print(f"total trial seconds: {tot['trial_s']['abort']:.1f} with early abort vs {tot['trial_s']['none']:.1f} without "
-          f"({_saving(tot['trial_s']['abort'], tot['trial_s']['none']):.1%} saved; the searched trials alone, baseline "
-          f"runs left out: {_saving(tot['sweep_s']['abort'], tot['sweep_s']['none']):.1%}); "
-          f"same best objective in {same_best}/{len(results)} seeds, the same confirmed incumbent in "
-          f"{same_inc}/{len(results)}")
+    print(
+        f"total trial seconds: {tot['trial_s']['abort']:.1f} with early abort vs {tot['trial_s']['none']:.1f} without "
+        f"({_saving(tot['trial_s']['abort'], tot['trial_s']['none']):.1%} saved; the searched trials alone, baseline "
+        f"runs left out: {_saving(tot['sweep_s']['abort'], tot['sweep_s']['none']):.1%}); "
+        f"same best objective in {same_best}/{len(results)} seeds, the same confirmed incumbent in "
+        f"{same_inc}/{len(results)}"
+    )
     confirmed = sum(r["stopped_confirmed"] for r in results.values())
-    print(f"the {len(then)} stopped trials' verdicts when left to run (the arm without early abort): "
-          + ", ".join(f"{k} {then.count(k)}" for k in ("improved", "flat", "regressed", "crash") if k in then)
-          + f"; confirmed {confirmed}")
+    print(
+        f"the {len(then)} stopped trials' verdicts when left to run (the arm without early abort): "
+        + ", ".join(f"{k} {then.count(k)}" for k in ("improved", "flat", "regressed", "crash") if k in then)
+        + f"; confirmed {confirmed}"
+    )
     for seed, r in results.items():
         print(f"seed {seed}: pruned by {r['abort']['by'] or '-'}; lrs {[f'{x:.2g}' for x in r['abort']['lrs']]}")
 
@@ -167,11 +218,17 @@ def main() -> None:
     ap.add_argument("--report", type=Path, help="Print the table again from a --keep folder (runs nothing)")
     args = ap.parse_args()
     if args.report:
-        missing = [str(d) for seed in args.seeds for arm in ("abort", "none")
-                   if not (d := args.report / f"seed{seed}-{arm}" / "ledger.sqlite").is_file()]
+        missing = [
+            str(d)
+            for seed in args.seeds
+            for arm in ("abort", "none")
+            if not (d := args.report / f"seed{seed}-{arm}" / "ledger.sqlite").is_file()
+        ]
         if missing:
-            ap.error(f"--report {args.report}: no study ledger at {missing[0]}: give the --keep folder of a run "
-                     "and the seeds it ran (--seeds)")
+            ap.error(
+                f"--report {args.report}: no study ledger at {missing[0]}: give the --keep folder of a run "
+                "and the seeds it ran (--seeds)"
+            )
         print_table({seed: seed_result(args.report, seed) for seed in args.seeds})
         return
     tmp = tempfile.TemporaryDirectory(prefix="early-abort-")
@@ -183,8 +240,10 @@ def main() -> None:
     load0, t0 = os.getloadavg()[0], time.time()
     results = {seed: run_seed(base, cache, seed, args.trials, args.steps, args.base_lr) for seed in args.seeds}
     print_table(results)
-    print(f"wall {time.time() - t0:.0f} s; 1-min load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end "
-          f"on {os.cpu_count()} cores")
+    print(
+        f"wall {time.time() - t0:.0f} s; 1-min load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end "
+        f"on {os.cpu_count()} cores"
+    )
     tmp.cleanup()
 
 

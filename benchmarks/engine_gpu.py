@@ -30,9 +30,19 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-
-SHARED = {"batch_prompts": 64, "gens": 8, "max_new_tokens": 5, "temperature": 1.0, "lr": 1e-5, "ppo_epochs": 1,
-          "kl_coef": 0.0, "eval_every": 0, "eval_size": 500, "device": "cuda", "sft_target": 0.05}
+SHARED = {
+    "batch_prompts": 64,
+    "gens": 8,
+    "max_new_tokens": 5,
+    "temperature": 1.0,
+    "lr": 1e-5,
+    "ppo_epochs": 1,
+    "kl_coef": 0.0,
+    "eval_every": 0,
+    "eval_size": 500,
+    "device": "cuda",
+    "sft_target": 0.05,
+}
 
 
 def engine_run(model: str, steps: int, work: Path) -> dict:
@@ -50,10 +60,16 @@ def engine_run(model: str, steps: int, work: Path) -> dict:
     st = [r for r in recs if r["type"] == "step"][2:]  # the first steps include CUDA warm-up
     train_s = sum(r["time_generate_s"] + r["time_reward_s"] + r["time_update_s"] for r in st)
     tokens = sum(r["tokens_per_s"] * (r["time_generate_s"] + r["time_reward_s"] + r["time_update_s"]) for r in st)
-    return {"status": summary["status"], "steps_timed": len(st), "s_per_step": train_s / max(1, len(st)),
-            "tokens_per_s": tokens / max(train_s, 1e-9), "generate_s_per_step": sum(r["time_generate_s"] for r in st) / max(1, len(st)),
-            "update_s_per_step": sum(r["time_update_s"] for r in st) / max(1, len(st)),
-            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "run_wall_s": wall}
+    return {
+        "status": summary["status"],
+        "steps_timed": len(st),
+        "s_per_step": train_s / max(1, len(st)),
+        "tokens_per_s": tokens / max(train_s, 1e-9),
+        "generate_s_per_step": sum(r["time_generate_s"] for r in st) / max(1, len(st)),
+        "update_s_per_step": sum(r["time_update_s"] for r in st) / max(1, len(st)),
+        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "run_wall_s": wall,
+    }
 
 
 def trl_run(model_dir: Path, steps: int, work: Path) -> dict:
@@ -80,22 +96,39 @@ def trl_run(model_dir: Path, steps: int, work: Path) -> dict:
                 torch.cuda.reset_peak_memory_stats()
 
     data = Dataset.from_dict({"prompt": task.train.prompts, "answer": task.train.labels})
-    cfg = GRPOConfig(output_dir=str(work / "trl"), bf16=True, report_to="none", num_generations=SHARED["gens"],
-                     per_device_train_batch_size=SHARED["batch_prompts"] * SHARED["gens"],
-                     max_completion_length=SHARED["max_new_tokens"], temperature=SHARED["temperature"],
-                     learning_rate=SHARED["lr"], lr_scheduler_type="constant", beta=0.0, loss_type="grpo",
-                     max_steps=steps, save_strategy="no", logging_steps=10, gradient_checkpointing=False)
-    trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=exact_match, train_dataset=data,
-                          args=cfg, callbacks=[Clock()])
+    cfg = GRPOConfig(
+        output_dir=str(work / "trl"),
+        bf16=True,
+        report_to="none",
+        num_generations=SHARED["gens"],
+        per_device_train_batch_size=SHARED["batch_prompts"] * SHARED["gens"],
+        max_completion_length=SHARED["max_new_tokens"],
+        temperature=SHARED["temperature"],
+        learning_rate=SHARED["lr"],
+        lr_scheduler_type="constant",
+        beta=0.0,
+        loss_type="grpo",
+        max_steps=steps,
+        save_strategy="no",
+        logging_steps=10,
+        gradient_checkpointing=False,
+    )
+    trainer = GRPOTrainer(
+        model=model, processing_class=tok, reward_funcs=exact_match, train_dataset=data, args=cfg, callbacks=[Clock()]
+    )
     t0 = time.perf_counter()
     trainer.train()
     torch.cuda.synchronize()
     end = time.perf_counter()
     timed = max(1, steps - 2)
     # the last step's tokens were counted before its update finished, so the window is steps 3..steps
-    return {"steps_timed": timed, "s_per_step": (end - counted["t_start"]) / timed,
-            "tokens_per_s": (counted["tokens"] - counted["tokens_at_start"]) / (end - counted["t_start"]),
-            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "run_wall_s": end - t0}
+    return {
+        "steps_timed": timed,
+        "s_per_step": (end - counted["t_start"]) / timed,
+        "tokens_per_s": (counted["tokens"] - counted["tokens_at_start"]) / (end - counted["t_start"]),
+        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "run_wall_s": end - t0,
+    }
 
 
 def main() -> None:
@@ -109,8 +142,12 @@ def main() -> None:
     from autorl.toolkit.hf_tiny import save_llama
     from autorl.toolkit.model import BUILTIN_SIZES
 
-    result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "setup": {**SHARED, "steps": args.steps},
-              "model_shape": BUILTIN_SIZES["gpu"]}
+    result = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "setup": {**SHARED, "steps": args.steps},
+        "model_shape": BUILTIN_SIZES["gpu"],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         result["engine_builtin"] = engine_run("builtin:gpu", args.steps, work / "builtin")
@@ -123,8 +160,12 @@ def main() -> None:
             args.skip_trl = True
         if not args.skip_trl:
             result["trl"] = trl_run(model_dir, args.steps, work / "trl_run")
-            result["speedup_tokens_per_s_builtin_vs_trl"] = result["engine_builtin"]["tokens_per_s"] / result["trl"]["tokens_per_s"]
-            result["speedup_tokens_per_s_hf_vs_trl"] = result["engine_hf"]["tokens_per_s"] / result["trl"]["tokens_per_s"]
+            result["speedup_tokens_per_s_builtin_vs_trl"] = (
+                result["engine_builtin"]["tokens_per_s"] / result["trl"]["tokens_per_s"]
+            )
+            result["speedup_tokens_per_s_hf_vs_trl"] = (
+                result["engine_hf"]["tokens_per_s"] / result["trl"]["tokens_per_s"]
+            )
     print(json.dumps(result, indent=1))
 
 

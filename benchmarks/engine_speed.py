@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from autorl.backends import forked  # noqa: E402
 from autorl.backends.base import LaunchPlan  # noqa: E402
+
 TARGET_S = 10.0
 
 
@@ -43,10 +44,24 @@ def one_trial(config: dict, cache: Path, work: Path, fresh: bool = False) -> tup
     """Wall time of one trial from launch to exit, and its metrics."""
     cfg, metrics = work / "cfg.json", work / "metrics.jsonl"
     cfg.write_text(json.dumps(config))
-    argv = [sys.executable, "-m", "autorl.engine", "--config", str(cfg), "--metrics-out", str(metrics),
-            "--cache-dir", str(cache)]
-    plan = LaunchPlan(argv=argv, cwd=str(ROOT), log_path=str(work / "train.log"), metrics_path=str(metrics),
-                      env={"AUTORL_BENCH_FRESH": "1"} if fresh else {})  # a variable the server lacks: a fresh process
+    argv = [
+        sys.executable,
+        "-m",
+        "autorl.engine",
+        "--config",
+        str(cfg),
+        "--metrics-out",
+        str(metrics),
+        "--cache-dir",
+        str(cache),
+    ]
+    plan = LaunchPlan(
+        argv=argv,
+        cwd=str(ROOT),
+        log_path=str(work / "train.log"),
+        metrics_path=str(metrics),
+        env={"AUTORL_BENCH_FRESH": "1"} if fresh else {},
+    )  # a variable the server lacks: a fresh process
     t0 = time.perf_counter()
     handle = forked.ForkedProcess(plan)
     assert isinstance(handle.proc, forked.ForkedChild) != fresh
@@ -55,8 +70,11 @@ def one_trial(config: dict, cache: Path, work: Path, fresh: bool = False) -> tup
     wall = time.perf_counter() - t0
     assert handle.poll() == 0, (work / "train.log").read_text()[-500:]
     lines = [json.loads(x) for x in metrics.read_text().splitlines()]
-    return wall, {"summary": lines[-1], "steps": [x for x in lines if x["type"] == "step"],
-                  "evals": [x for x in lines if x["type"] == "eval"]}
+    return wall, {
+        "summary": lines[-1],
+        "steps": [x for x in lines if x["type"] == "step"],
+        "evals": [x for x in lines if x["type"] == "eval"],
+    }
 
 
 def main() -> None:
@@ -76,14 +94,22 @@ def main() -> None:
             fresh_walls.append(one_trial(config, cache, work, fresh=True)[0])
     steps = last["steps"]
     median = statistics.median(walls)
-    result = {"config": config or "EngineConfig defaults", "warmup_and_base_eval_s": round(warm_s, 2),
-              "trial_wall_s": [round(w, 2) for w in walls], "trial_wall_median_s": round(median, 2),
-              "fresh_process_wall_s": [round(w, 2) for w in fresh_walls],
-              "fresh_process_median_s": round(statistics.median(fresh_walls), 2),
-              "engine_wall_s": last["summary"]["wall_s"], "steps": len(steps),
-              "s_per_step": round(sum(s["time_generate_s"] + s["time_reward_s"] + s["time_update_s"] for s in steps) / max(1, len(steps)), 4),
-              "final_id_pass@1": last["evals"][-1].get("eval/id/greedy_pass@1"), "target_s": TARGET_S,
-              "meets_target": median <= TARGET_S}
+    result = {
+        "config": config or "EngineConfig defaults",
+        "warmup_and_base_eval_s": round(warm_s, 2),
+        "trial_wall_s": [round(w, 2) for w in walls],
+        "trial_wall_median_s": round(median, 2),
+        "fresh_process_wall_s": [round(w, 2) for w in fresh_walls],
+        "fresh_process_median_s": round(statistics.median(fresh_walls), 2),
+        "engine_wall_s": last["summary"]["wall_s"],
+        "steps": len(steps),
+        "s_per_step": round(
+            sum(s["time_generate_s"] + s["time_reward_s"] + s["time_update_s"] for s in steps) / max(1, len(steps)), 4
+        ),
+        "final_id_pass@1": last["evals"][-1].get("eval/id/greedy_pass@1"),
+        "target_s": TARGET_S,
+        "meets_target": median <= TARGET_S,
+    }
     print(json.dumps(result, indent=1))
 
 

@@ -32,16 +32,28 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from autorl.engine.config import EngineConfig  # noqa: E402
-from autorl.toolkit.policy_eval import evaluate_split  # noqa: E402
 from autorl.engine.grpo import run  # noqa: E402
 from autorl.toolkit.hf_tiny import save_llama  # noqa: E402
 from autorl.toolkit.model import HFPolicy  # noqa: E402
+from autorl.toolkit.policy_eval import evaluate_split  # noqa: E402
 from autorl.toolkit.reward import string_exact_match  # noqa: E402
 from autorl.toolkit.task import addition_task  # noqa: E402
 from autorl.toolkit.warmup import prepare_base  # noqa: E402
 
-SHARED = {"batch_prompts": 32, "gens": 8, "max_new_tokens": 5, "temperature": 1.0, "lr": 1e-4, "ppo_epochs": 1,
-          "kl_coef": 0.0, "loss_type": "grpo", "scale_rewards": True, "eval_every": 10, "threads": 2, "device": "cpu"}
+SHARED = {
+    "batch_prompts": 32,
+    "gens": 8,
+    "max_new_tokens": 5,
+    "temperature": 1.0,
+    "lr": 1e-4,
+    "ppo_epochs": 1,
+    "kl_coef": 0.0,
+    "loss_type": "grpo",
+    "scale_rewards": True,
+    "eval_every": 10,
+    "threads": 2,
+    "device": "cpu",
+}
 
 
 def judge(text: str, label: str, truncated: bool) -> float:
@@ -88,7 +100,14 @@ def run_trl(model: Path, steps: int, seed: int, work: Path) -> dict:
         def _eval(self, step, model):
             t0 = time.perf_counter()
             policy.module = model
-            curve.append((step, evaluate_split(policy, "id", task.evals["id"], SHARED["max_new_tokens"], judge)["eval/id/greedy_pass@1"]))
+            curve.append(
+                (
+                    step,
+                    evaluate_split(policy, "id", task.evals["id"], SHARED["max_new_tokens"], judge)[
+                        "eval/id/greedy_pass@1"
+                    ],
+                )
+            )
             counted["eval_s"] += time.perf_counter() - t0
 
         def on_train_begin(self, args, state, control, model=None, **kw):
@@ -99,18 +118,48 @@ def run_trl(model: Path, steps: int, seed: int, work: Path) -> dict:
                 self._eval(state.global_step, model)
 
     data = Dataset.from_dict({"prompt": task.train.prompts, "answer": task.train.labels})
-    cfg = GRPOConfig(output_dir=str(work / "trl"), use_cpu=True, bf16=False, fp16=False, report_to="none",
-                     num_generations=SHARED["gens"], per_device_train_batch_size=SHARED["batch_prompts"] * SHARED["gens"],
-                     max_completion_length=SHARED["max_new_tokens"], temperature=SHARED["temperature"],
-                     learning_rate=SHARED["lr"], lr_scheduler_type="constant", warmup_steps=0, beta=0.0, loss_type="grpo",
-                     scale_rewards="group", adam_beta2=0.99, weight_decay=0.0, max_grad_norm=1.0, max_steps=steps,
-                     save_strategy="no", logging_steps=10, seed=seed, activation_checkpointing=False)
-    trainer = GRPOTrainer(model=policy.module, processing_class=policy.tok, reward_funcs=exact_match,
-                          train_dataset=data, args=cfg, callbacks=[Eval()])
+    cfg = GRPOConfig(
+        output_dir=str(work / "trl"),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to="none",
+        num_generations=SHARED["gens"],
+        per_device_train_batch_size=SHARED["batch_prompts"] * SHARED["gens"],
+        max_completion_length=SHARED["max_new_tokens"],
+        temperature=SHARED["temperature"],
+        learning_rate=SHARED["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        beta=0.0,
+        loss_type="grpo",
+        scale_rewards="group",
+        adam_beta2=0.99,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        max_steps=steps,
+        save_strategy="no",
+        logging_steps=10,
+        seed=seed,
+        activation_checkpointing=False,
+    )
+    trainer = GRPOTrainer(
+        model=policy.module,
+        processing_class=policy.tok,
+        reward_funcs=exact_match,
+        train_dataset=data,
+        args=cfg,
+        callbacks=[Eval()],
+    )
     t0 = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - t0 - counted["eval_s"]
-    return {"steps_per_s": steps / train_s, "tokens_per_s": counted["tokens"] / train_s, "train_s": train_s, "curve": curve}
+    return {
+        "steps_per_s": steps / train_s,
+        "tokens_per_s": counted["tokens"] / train_s,
+        "train_s": train_s,
+        "curve": curve,
+    }
 
 
 def main() -> None:
@@ -124,11 +173,16 @@ def main() -> None:
         engine = run_engine(model, work / "cache", args.steps, args.seed, work)
         builtin = run_engine("builtin:tiny", work / "cache", args.steps, args.seed, work)
         trl = run_trl(model, args.steps, args.seed, work)
-    result = {"setup": {**SHARED, "steps": args.steps, "seed": args.seed, "model": "LlamaForCausalLM 64x2 (132,352 params)"},
-              "engine": engine, "engine_builtin": builtin, "trl": trl,
-              "speedup_steps_per_s": engine["steps_per_s"] / trl["steps_per_s"],
-              "speedup_tokens_per_s": engine["tokens_per_s"] / trl["tokens_per_s"],
-              "builtin_speedup_steps_per_s": builtin["steps_per_s"] / trl["steps_per_s"], "target_speedup": 2.0}
+    result = {
+        "setup": {**SHARED, "steps": args.steps, "seed": args.seed, "model": "LlamaForCausalLM 64x2 (132,352 params)"},
+        "engine": engine,
+        "engine_builtin": builtin,
+        "trl": trl,
+        "speedup_steps_per_s": engine["steps_per_s"] / trl["steps_per_s"],
+        "speedup_tokens_per_s": engine["tokens_per_s"] / trl["tokens_per_s"],
+        "builtin_speedup_steps_per_s": builtin["steps_per_s"] / trl["steps_per_s"],
+        "target_speedup": 2.0,
+    }
     print("RESULT " + json.dumps(result))
 
 

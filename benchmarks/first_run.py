@@ -61,20 +61,36 @@ def summarize(ws: Path, seed: int, wall: float) -> dict:
     starts = [t["started"] for t in trials if t.get("started")]
     ends = [t["finished"] for t in trials if t.get("finished")]
     best = max(improved, key=lambda t: t.get("ci_low") or 0.0, default=None)
-    return {"seed": seed, "trials": len(trials), "counts": counts, "improved": len(improved), "confirmed": confirmed,
-            "best": None if best is None else {"attempt": best["attempt"], "delta": best["delta"],
-                                               "changed": best["changed"] or {},
-                                               "ci": [best["ci_low"], best["ci_high"]]},
-            "budget_s": study["budget_s"], "wall_s": round(wall, 1),
-            "trials_span_s": round(max(ends) - min(starts), 1) if starts and ends else 0.0,
-            "used": round(wall / study["budget_s"], 3), "first_confirmed_s": _first_confirmed_s(trials, starts),
-            "workspace": str(ws)}
+    return {
+        "seed": seed,
+        "trials": len(trials),
+        "counts": counts,
+        "improved": len(improved),
+        "confirmed": confirmed,
+        "best": None
+        if best is None
+        else {
+            "attempt": best["attempt"],
+            "delta": best["delta"],
+            "changed": best["changed"] or {},
+            "ci": [best["ci_low"], best["ci_high"]],
+        },
+        "budget_s": study["budget_s"],
+        "wall_s": round(wall, 1),
+        "trials_span_s": round(max(ends) - min(starts), 1) if starts and ends else 0.0,
+        "used": round(wall / study["budget_s"], 3),
+        "first_confirmed_s": _first_confirmed_s(trials, starts),
+        "workspace": str(ws),
+    }
 
 
 def _first_confirmed_s(trials: list[dict], starts: list[float]) -> float | None:
     """Seconds from the first trial's start until the first improvement was confirmed (its last re-run ended)."""
-    ends = [max([t["finished"] for t in trials if t.get("confirms") == c["number"] and t.get("finished")], default=0)
-            for c in trials if c.get("confirmation") == "confirmed"]
+    ends = [
+        max([t["finished"] for t in trials if t.get("confirms") == c["number"] and t.get("finished")], default=0)
+        for c in trials
+        if c.get("confirmation") == "confirmed"
+    ]
     ends = [e for e in ends if e]
     return round(min(ends) - min(starts), 1) if ends and starts else None
 
@@ -92,8 +108,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, nargs="+", default=[0], help="Search seeds (one study each).")
     ap.add_argument("--budget", default="10m", help="Budget of each study (default 10m).")
     ap.add_argument("--cache", type=Path, help="A warmed-up engine cache to reuse.")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="Passed to `autorl run --set` (e.g. steps=8 for a machine too loaded for the default).")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Passed to `autorl run --set` (e.g. steps=8 for a machine too loaded for the default).",
+    )
     ap.add_argument("--out", type=Path, help="Write the results as JSON here.")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="autorl-first-run-"))
@@ -102,10 +123,12 @@ def main() -> None:
         res = one_study(seed, args.budget, root, args.cache, args.set)
         results.append(res)
         conf = "confirmation not recorded" if res["confirmed"] is None else f"{res['confirmed']} confirmed"
-        print(f"seed {seed}: {res['trials']} trials {res['counts']}; {res['improved']} improved, {conf}; "
-              f"best {res['best']}; first confirmed after {res['first_confirmed_s']} s; "
-              f"budget used {res['used']:.0%} ({res['wall_s']} s of {res['budget_s']:.0f} s)",
-              flush=True)
+        print(
+            f"seed {seed}: {res['trials']} trials {res['counts']}; {res['improved']} improved, {conf}; "
+            f"best {res['best']}; first confirmed after {res['first_confirmed_s']} s; "
+            f"budget used {res['used']:.0%} ({res['wall_s']} s of {res['budget_s']:.0f} s)",
+            flush=True,
+        )
     hits = sum(r["improved"] > 0 for r in results)
     confirmed = sum(bool(r["confirmed"]) for r in results)
     print(f"studies with an improvement: {hits} of {len(results)}; with a confirmed one: {confirmed}")

@@ -32,9 +32,15 @@ def placement(address: str) -> dict:
     actors: dict[str, list[str]] = {}
     for a in list_actors(address=address, filters=[("state", "=", "ALIVE")], detail=True, limit=1000):
         actors.setdefault(a.job_id, []).append(f"{a.class_name}@{role.get(a.node_id, '?')}")
-    jobs = [{"submission_id": j.submission_id, "driver": role.get(getattr(j, "driver_node_id", None) or "", "?"),
-             "actors": sorted(actors.get(j.job_id or "", []))}
-            for j in JobSubmissionClient(address).list_jobs() if str(j.status).endswith("RUNNING")]
+    jobs = [
+        {
+            "submission_id": j.submission_id,
+            "driver": role.get(getattr(j, "driver_node_id", None) or "", "?"),
+            "actors": sorted(actors.get(j.job_id or "", [])),
+        }
+        for j in JobSubmissionClient(address).list_jobs()
+        if str(j.status).endswith("RUNNING")
+    ]
     return {"t": round(time.time(), 1), "jobs": jobs}
 
 
@@ -66,26 +72,31 @@ def summary(path: Path) -> str:
 
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") != 4:
-        print("usage: python benchmarks/openrlhf_nodes.py OUTDIR WORKSPACE HEAD_GPU NODE_GPU -- AUTORL-RUN-ARGS...",
-              file=sys.stderr)
+        print(
+            "usage: python benchmarks/openrlhf_nodes.py OUTDIR WORKSPACE HEAD_GPU NODE_GPU -- AUTORL-RUN-ARGS...",
+            file=sys.stderr,
+        )
         return 2
     out, ws, head_gpu, node_gpu = Path(argv[0]), argv[1], argv[2], argv[3]
-    run_args = argv[argv.index("--") + 1:]
+    run_args = argv[argv.index("--") + 1 :]
     pack = os.environ.get("NODES_PACK", "1")  # logical GPUs a card: trials of gpus_per_trial 1/pack share it
     if not pack.isdigit() or int(pack) < 1:
         print(f"NODES_PACK={pack}: give a whole number of trials a card (1, 2 or 4)", file=sys.stderr)
         return 2
     pack = int(pack)
     with LocalRayHead(visible_gpus=[head_gpu] * pack) as head:
-        node = LocalRayNode(head.gcs_address, visible_gpus=[node_gpu] * pack,
-                            log_path=out / "nodes-worker.log").start()
+        node = LocalRayNode(head.gcs_address, visible_gpus=[node_gpu] * pack, log_path=out / "nodes-worker.log").start()
         stop = threading.Event()
         try:
             gpus = wait_for_gpus(head.address, 2 * pack)
-            print(f"cluster at {head.address}: {gpus:g} GPUs on two nodes (head: card {head_gpu}, worker: card "
-                  f"{node_gpu})", flush=True)
-            threading.Thread(target=watch, args=(head.address, out / "nodes-placement.jsonl", stop),
-                             daemon=True).start()
+            print(
+                f"cluster at {head.address}: {gpus:g} GPUs on two nodes (head: card {head_gpu}, worker: card "
+                f"{node_gpu})",
+                flush=True,
+            )
+            threading.Thread(
+                target=watch, args=(head.address, out / "nodes-placement.jsonl", stop), daemon=True
+            ).start()
             cmd = [sys.executable, "-m", "autorl.cli", "-C", ws, "run", *run_args, "--ray-address", head.address]
             rc = subprocess.call(cmd)
             print(f"study exit {rc}", flush=True)

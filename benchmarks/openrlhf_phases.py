@@ -25,8 +25,10 @@ def one(log: Path, started: float, ended: float) -> dict[str, float]:
 
 def from_workspace(ws: Path, last: int | None) -> dict[str, dict[str, float]]:
     with sqlite3.connect(f"file:{ws / 'ledger.sqlite'}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT number, attempt, started, finished FROM autorl_trials "
-                          "WHERE started IS NOT NULL AND finished IS NOT NULL ORDER BY number").fetchall()
+        rows = db.execute(
+            "SELECT number, attempt, started, finished FROM autorl_trials "
+            "WHERE started IS NOT NULL AND finished IS NOT NULL ORDER BY number"
+        ).fetchall()
     out = {}
     for number, attempt, started, finished in rows[-last:] if last else rows:
         log = ws / ".autorl" / "runs" / attempt / "train.log"

@@ -30,14 +30,29 @@ def arm(root: Path, cache: Path, parallel: int, budget: str, steps: int) -> dict
     assert cli("init", str(ws)).returncode == 0
     (ws / ".autorl").mkdir(exist_ok=True)
     os.symlink(cache, ws / ".autorl" / "cache")
-    r = cli("-C", str(ws), "run", "--budget", budget, "--parallel", str(parallel), "--strategy", "random",
-            "--quiet", "--set", "threads=1", "--set", f"steps={steps}", "--set", "timeout_s=60")
+    r = cli(
+        "-C",
+        str(ws),
+        "run",
+        "--budget",
+        budget,
+        "--parallel",
+        str(parallel),
+        "--strategy",
+        "random",
+        "--quiet",
+        "--set",
+        "threads=1",
+        "--set",
+        f"steps={steps}",
+        "--set",
+        "timeout_s=60",
+    )
     assert r.returncode == 0, r.stderr
     rows = Ledger(ws / "ledger.sqlite").trials()
     done = [x for x in rows if x["status"] in ("complete", "pruned", "crash")]
     span = max(x["finished"] for x in done) - min(x["started"] for x in rows)
-    return {"parallel": parallel, "trials_done": len(done), "span_s": span,
-            "trials_per_hour": len(done) / span * 3600}
+    return {"parallel": parallel, "trials_done": len(done), "span_s": span, "trials_per_hour": len(done) / span * 3600}
 
 
 def main() -> None:
@@ -49,8 +64,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         cache = root / "cache"
-        warm = cli("train", str(Path(__file__).resolve().parents[1] / "recipes" / "default.yaml"),
-                   "--set", "steps=1", "--set", "threads=1", cwd=root)
+        warm = cli(
+            "train",
+            str(Path(__file__).resolve().parents[1] / "recipes" / "default.yaml"),
+            "--set",
+            "steps=1",
+            "--set",
+            "threads=1",
+            cwd=root,
+        )
         assert warm.returncode == 0, warm.stderr
         (root / ".autorl" / "cache").rename(cache)
         results = [arm(root, cache, p, args.budget, args.steps) for p in (1, 2)]

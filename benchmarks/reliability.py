@@ -38,9 +38,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 TRIAL = """import json, random, sys, time
 out, seconds, seed = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
@@ -92,8 +92,16 @@ class Result:
 
     @property
     def met(self) -> bool:
-        return (self.exit in self.want and self.lines <= 1 and self.lost == 0 and self.dup == 0
-                and self.orphans == 0 and self.seconds <= TARGET_S and self.mib <= TARGET_MIB and not self.notes)
+        return (
+            self.exit in self.want
+            and self.lines <= 1
+            and self.lost == 0
+            and self.dup == 0
+            and self.orphans == 0
+            and self.seconds <= TARGET_S
+            and self.mib <= TARGET_MIB
+            and not self.notes
+        )
 
 
 # ---- running the command -------------------------------------------------------------------------------------
@@ -107,8 +115,14 @@ class Done:
 
 
 def start(*args: str, cwd: Path | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "autorl.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, errors="replace")
+    return subprocess.Popen(
+        [sys.executable, "-m", "autorl.cli", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+    )
 
 
 def wait(proc: subprocess.Popen, since: float | None = None, timeout: float = 300) -> Done:
@@ -141,8 +155,13 @@ def stderr_lines(err: str) -> list[str]:
 
 # ---- a workspace ---------------------------------------------------------------------------------------------
 def git(ws: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@u", "GIT_COMMITTER_NAME": "u",
-           "GIT_COMMITTER_EMAIL": "u@u"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "u",
+        "GIT_AUTHOR_EMAIL": "u@u",
+        "GIT_COMMITTER_NAME": "u",
+        "GIT_COMMITTER_EMAIL": "u@u",
+    }
     return subprocess.run(["git", *args], cwd=ws, capture_output=True, text=True, check=True, env=env).stdout
 
 
@@ -199,10 +218,18 @@ def lost_and_dup(ws: Path, ledger: Path | None = None) -> tuple[int, int]:
     numbers = [r["number"] for r in rows]
     recorded = {r["number"] for r in rows if r["status"] != "running"}
     lost = sum(1 for n in start_numbers(ws) if n not in recorded)
-    branches = [m.group(1) for m in (re.match(r"attempt-(\d+)-", b.strip(" *+")) for b in
-                                     git(ws, "branch", "--list", "attempt-*").splitlines()) if m]
-    optuna = [(r["study_id"], r["optuna_number"]) for r in rows if r["optuna_number"] is not None
-              and r["proposer"] not in ("retry", "confirm")]
+    branches = [
+        m.group(1)
+        for m in (
+            re.match(r"attempt-(\d+)-", b.strip(" *+")) for b in git(ws, "branch", "--list", "attempt-*").splitlines()
+        )
+        if m
+    ]
+    optuna = [
+        (r["study_id"], r["optuna_number"])
+        for r in rows
+        if r["optuna_number"] is not None and r["proposer"] not in ("retry", "confirm")
+    ]
     dup = (len(numbers) - len(set(numbers))) + (len(branches) - len(set(branches))) + (len(optuna) - len(set(optuna)))
     return lost, dup
 
@@ -248,8 +275,10 @@ def resume_while_running(root: Path) -> Result:
     ws = make_workspace(root, seconds=3.0)
     first = start(*run_args(ws, "--study", "rel", "--max-trials", "3"))
     row = wait_running(ws)
-    res = record(Result("resume while its controller runs"), cli("-C", str(ws), "run", "--resume", "--study", "rel",
-                                                                  "--budget", "1m"))
+    res = record(
+        Result("resume while its controller runs"),
+        cli("-C", str(ws), "run", "--resume", "--study", "rel", "--budget", "1m"),
+    )
     done = wait(first)
     if done.code != 0:
         res.notes.append(f"the first controller exited {done.code}: {stderr_lines(done.err)[-1:]}")
@@ -387,9 +416,10 @@ def kill9_then_resume(root: Path) -> Result:
     ws, proc, row = _mid_study(root)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    t0 = time.time()
-    res = record(Result("kill -9 of the controller, then --resume", want=(0,)),
-                 cli("-C", str(ws), "run", "--resume", "--study", "rel", "--max-trials", "4", "--quiet"))
+    res = record(
+        Result("kill -9 of the controller, then --resume", want=(0,)),
+        cli("-C", str(ws), "run", "--resume", "--study", "rel", "--max-trials", "4", "--quiet"),
+    )
     res.seconds = 0.0
     res.lost, res.dup = lost_and_dup(ws)
     res.orphans = orphans(ws)
@@ -401,8 +431,12 @@ def _mount_tmpfs(path: Path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         return False
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def _umount(path: Path) -> None:
@@ -447,8 +481,11 @@ def _on_tmpfs(root: Path, size: str, body: Callable[[Path], Result], name: str) 
 def _in_namespace(name: str, root: Path) -> Result:
     """Run one disk fault as root of a private user and mount namespace (``unshare -rm``)."""
     out = root / "result.json"
-    r = subprocess.run(["unshare", "-rm", sys.executable, __file__, "--inner", name, "--json", str(out)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["unshare", "-rm", sys.executable, __file__, "--inner", name, "--json", str(out)],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0 or not out.exists():
         return Result(name, note=f"not run: unshare -rm refused ({(r.stderr.strip().splitlines() or ['?'])[-1][:80]})")
     return Result(**{k: (tuple(v) if k == "want" else v) for k, v in json.loads(out.read_text())[0].items()})
@@ -457,6 +494,7 @@ def _in_namespace(name: str, root: Path) -> Result:
 def disk_full_mid_study(root: Path) -> Result:
     """The disk fills up while a trial runs: one line, exit 2; the review commands still read the ledger; after
     space is freed, --resume recovers the trial."""
+
     def body(mnt: Path) -> Result:
         ws, proc, row = _mid_study(mnt, seconds=4.0)
         t0 = time.time()
@@ -477,6 +515,7 @@ def disk_full_mid_study(root: Path) -> Result:
 
 def disk_full_at_start(root: Path) -> Result:
     """A study started on a full disk: one line, exit 2, nothing half-written."""
+
     def body(mnt: Path) -> Result:
         ws = make_workspace(mnt)
         refs = git(ws, "for-each-ref")
@@ -510,8 +549,9 @@ def _flow_bomb(levels: int = 9, width: int = 10) -> str:
 
 
 HOSTILE_RECIPES: dict[str, str] = {
-    "alias bomb in description": "name: x\nbackend: command\n" + _bomb().replace("a9: &a9", "description: &a9")
-                                 + "\ntrain: {argv: [echo]}\n",
+    "alias bomb in description": "name: x\nbackend: command\n"
+    + _bomb().replace("a9: &a9", "description: &a9")
+    + "\ntrain: {argv: [echo]}\n",
     "alias bomb in a train value": "name: x\nbackend: command\n" + _bomb() + "\ntrain: {argv: [echo], lr: *a9}\n",
     "self-referencing alias": "name: x\nbackend: command\ndescription: &a [*a]\ntrain: {argv: [echo]}\n",
     "nesting 100,000 deep": "name: x\ndescription: " + "[" * 100_000 + "]" * 100_000 + "\n",
@@ -528,18 +568,19 @@ HOSTILE_RECIPES: dict[str, str] = {
     "a Python object tag": "name: !!python/object/apply:os.system ['true']\n",
 }
 
-HOSTILE_HYPOTHESIS = ("---\nid: h99-bomb\n" + _bomb().replace("a9: &a9", "title: &a9") +
-                      "\npriority: 1\nbackends: [command]\n---\nbody\n")
+HOSTILE_HYPOTHESIS = (
+    "---\nid: h99-bomb\n" + _bomb().replace("a9: &a9", "title: &a9") + "\npriority: 1\nbackends: [command]\n---\nbody\n"
+)
 
 HOSTILE_FLAGS: dict[str, list[str]] = {
     "--set alias bomb": ["--set", "description=" + _flow_bomb()],
     "--set 100 kB number": ["--set", "lr=" + "9" * 100_000],
     "--set key 5,000 levels deep": ["--set", "a." * 5000 + "b=1"],
-    "--seed 2**70": ["--seed", str(2 ** 70)],
+    "--seed 2**70": ["--seed", str(2**70)],
     "--study with a newline": ["--study", "a\nb"],
     "--study of 10,000 characters": ["--study", "s" * 10_000],
     "--budget of 5,000 digits": ["--budget", "9" * 5000],
-    "--parallel 10**9": ["--parallel", str(10 ** 9)],
+    "--parallel 10**9": ["--parallel", str(10**9)],
 }
 
 
@@ -559,14 +600,18 @@ def hostile_inputs(root: Path) -> list[Result]:
             path.write_bytes(b"name: \xff\xfe\n")
         else:
             path.write_text(text)
-        res = record(Result(f"recipe: {name}"), cli(*run_args(ws, "recipes/bad.yaml")[:3], "recipes/bad.yaml",
-                                                     "--budget", "1m", "--max-trials", "1"))
+        res = record(
+            Result(f"recipe: {name}"),
+            cli(*run_args(ws, "recipes/bad.yaml")[:3], "recipes/bad.yaml", "--budget", "1m", "--max-trials", "1"),
+        )
         out.append(_nothing_written(ws, res))
         path.unlink()
     hyp = ws / "hypotheses" / "h99-bomb.md"
     hyp.write_text(HOSTILE_HYPOTHESIS)
-    res = record(Result("hypothesis file: alias bomb in the title"),
-                 cli("-C", str(ws), "run", "recipes/rel.yaml", "--strategy", "hypotheses", "--budget", "1m"))
+    res = record(
+        Result("hypothesis file: alias bomb in the title"),
+        cli("-C", str(ws), "run", "recipes/rel.yaml", "--strategy", "hypotheses", "--budget", "1m"),
+    )
     out.append(_nothing_written(ws, res))
     res = record(Result("`autorl hypotheses` with that file"), cli("-C", str(ws), "hypotheses"))
     out.append(res)
@@ -595,10 +640,16 @@ def hostile_git(root: Path) -> Result:
     """Whatever the repository holds already (odd tags and branches, huge numbers) never breaks a study."""
     ws = make_workspace(root, seconds=0.3)
     head = git(ws, "rev-parse", "HEAD").strip()
-    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=ws, input="x", capture_output=True,
-                          text=True).stdout.strip()
-    for tag in ("attempt-99999999999999999999999-x", "attempt-" + "9" * 5000, "attempt-01-start",
-                "attempt-1e99", "attempt-ü-ü"):
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"], cwd=ws, input="x", capture_output=True, text=True
+    ).stdout.strip()
+    for tag in (
+        "attempt-99999999999999999999999-x",
+        "attempt-" + "9" * 5000,
+        "attempt-01-start",
+        "attempt-1e99",
+        "attempt-ü-ü",
+    ):
         subprocess.run(["git", "tag", tag, head], cwd=ws, capture_output=True)
     git(ws, "tag", "attempt-03-blob", blob)
     git(ws, "branch", "attempt-02-mine", head)
@@ -670,12 +721,17 @@ def run_fault(name: str) -> list[Result]:
 
 
 def table(results: list[Result]) -> str:
-    head = "| fault | exit | lines | s | MiB | lost | dup | orphans | met | first line / note |\n|---|---|---|---|---|---|---|---|---|---|"
+    head = (
+        "| fault | exit | lines | s | MiB | lost | dup | orphans | met | first line / note |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
+    )
     rows = []
     for r in results:
         text = "; ".join([r.first_line.replace("|", "\\|")[:140], *r.notes, r.note]).strip("; ")
-        rows.append(f"| {r.fault} | {r.exit} | {r.lines} | {r.seconds:.2f} | {r.mib:.0f} | {r.lost} | {r.dup} | "
-                    f"{r.orphans} | {'yes' if r.met else 'NO'} | {text} |")
+        rows.append(
+            f"| {r.fault} | {r.exit} | {r.lines} | {r.seconds:.2f} | {r.mib:.0f} | {r.lost} | {r.dup} | "
+            f"{r.orphans} | {'yes' if r.met else 'NO'} | {text} |"
+        )
     return "\n".join([head, *rows])
 
 

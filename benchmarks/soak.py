@@ -9,7 +9,8 @@ The trials run on the ``command`` backend: a Python script that writes what a sh
 the controller's whole path (worktree, branch, tags, Optuna ask/tell with TPE, ledger rows, the verdict, clean-up)
 and almost nothing else. A row's ``s/trial`` is the wall time between two checkpoints over the trials finished
 between them (the review commands run meanwhile, on the same machine); ``trial's own s`` is a trial's start to its
-end as the ledger records it; ``overhead`` is the difference: what the controller spends between trials. The embedded engine cannot be made that short: every trial is a child that imports torch
+end as the ledger records it; ``overhead`` is the difference: what the controller spends between trials. The
+embedded engine cannot be made that short: every trial is a child that imports torch
 and builds its model (about six seconds of a two-core machine), which would give a few hundred trials an hour.
 
 Every ``--sample-s`` seconds the controller's resident memory, open descriptors and live child processes, the
@@ -71,8 +72,13 @@ REVIEW = {"ledger": ["ledger"], "show": ["show", "{n}"], "status": ["status"], "
 
 
 def git(ws: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "s", "GIT_AUTHOR_EMAIL": "s@s", "GIT_COMMITTER_NAME": "s",
-           "GIT_COMMITTER_EMAIL": "s@s"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "s",
+        "GIT_AUTHOR_EMAIL": "s@s",
+        "GIT_COMMITTER_NAME": "s",
+        "GIT_COMMITTER_EMAIL": "s@s",
+    }
     return subprocess.run(["git", *args], cwd=ws, capture_output=True, text=True, check=True, env=env).stdout
 
 
@@ -150,13 +156,14 @@ def query(ws: Path, sql: str) -> list[tuple]:
 def finished(ws: Path) -> tuple[int, int | None, float]:
     """Finished trials, the last one's number, and their seconds as the ledger records them (a trial's start to its
     end: its child process and the controller watching it) summed."""
-    rows = query(ws, "SELECT count(*), max(number), sum(finished - started) FROM autorl_trials "
-                     "WHERE status != 'running'")
+    rows = query(
+        ws, "SELECT count(*), max(number), sum(finished - started) FROM autorl_trials WHERE status != 'running'"
+    )
     return (rows[0][0] or 0, rows[0][1], rows[0][2] or 0.0) if rows else (0, None, 0.0)
 
 
 def ledger_mib(ws: Path) -> float:
-    return sum(p.stat().st_size for p in ws.glob("ledger.sqlite*") if p.is_file()) / 2 ** 20
+    return sum(p.stat().st_size for p in ws.glob("ledger.sqlite*") if p.is_file()) / 2**20
 
 
 def worktrees(ws: Path) -> int:
@@ -167,8 +174,9 @@ def worktrees(ws: Path) -> int:
 def timed(ws: Path, args: list[str]) -> tuple[float, float, int]:
     """Seconds, peak MiB and exit code of one `autorl` command."""
     t0 = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "autorl.cli", "-C", str(ws), *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autorl.cli", "-C", str(ws), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return time.time() - t0, usage.ru_maxrss / 1024, proc.returncode
@@ -191,8 +199,24 @@ def checkpoints(limit: int) -> list[int]:
 
 
 def soak(ws: Path, minutes: float, trials: int, sample_s: float) -> dict:
-    argv = [sys.executable, "-m", "autorl.cli", "-C", str(ws), "run", "recipes/soak.yaml", "--strategy", "optuna",
-            "--study", "soak", "--budget", f"{minutes:g}m", "--max-trials", str(trials), "--quiet"]
+    argv = [
+        sys.executable,
+        "-m",
+        "autorl.cli",
+        "-C",
+        str(ws),
+        "run",
+        "recipes/soak.yaml",
+        "--strategy",
+        "optuna",
+        "--study",
+        "soak",
+        "--budget",
+        f"{minutes:g}m",
+        "--max-trials",
+        str(trials),
+        "--quiet",
+    ]
     log = open(ws.parent / "controller.log", "w")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     t0, samples, rows, marks = time.time(), [], [], checkpoints(trials)
@@ -202,9 +226,15 @@ def soak(ws: Path, minutes: float, trials: int, sample_s: float) -> dict:
         if proc.poll() is not None:  # a sample of a process that has ended measures nothing
             break
         n, number, child_s = finished(ws)
-        s = {"t": round(time.time() - t0, 1), "trials": n, "rss_mib": round(rss_mib(proc.pid), 1),
-             "fds": open_fds(proc.pid), "children": len(descendants(proc.pid)), "ledger_mib": round(ledger_mib(ws), 2),
-             "worktrees": worktrees(ws)}
+        s = {
+            "t": round(time.time() - t0, 1),
+            "trials": n,
+            "rss_mib": round(rss_mib(proc.pid), 1),
+            "fds": open_fds(proc.pid),
+            "children": len(descendants(proc.pid)),
+            "ledger_mib": round(ledger_mib(ws), 2),
+            "worktrees": worktrees(ws),
+        }
         samples.append(s)
         if marks and n >= marks[0]:
             while marks and n >= marks[0]:
@@ -212,8 +242,15 @@ def soak(ws: Path, minutes: float, trials: int, sample_s: float) -> dict:
             now = t0 + s["t"]  # the window runs from one checkpoint's sample to the next (reviews included)
             window = (now - last["t"]) / max(n - last["n"], 1)
             own = (child_s - last["child_s"]) / max(n - last["n"], 1)
-            rows.append({**s, "s_per_trial": round(window, 3), "trial_s": round(own, 3), "trial_s_sum": child_s,
-                         "review": review(ws, number, ws.parent / f"report-{n}")})
+            rows.append(
+                {
+                    **s,
+                    "s_per_trial": round(window, 3),
+                    "trial_s": round(own, 3),
+                    "trial_s_sum": child_s,
+                    "review": review(ws, number, ws.parent / f"report-{n}"),
+                }
+            )
             last = {"t": now, "n": n, "child_s": child_s}
             print(json.dumps(rows[-1]), flush=True)
     log.close()
@@ -227,22 +264,28 @@ def leaks(ws: Path) -> dict:
     return {
         "optuna_running": (query(ws, "SELECT count(*) FROM trials WHERE state = 'RUNNING'") or [(None,)])[0][0],
         "autorl_running": (query(ws, "SELECT count(*) FROM autorl_trials WHERE status = 'running'") or [(None,)])[0][0],
-        "worktree_dirs": worktrees(ws), "git_worktrees": listed, "processes": len(naming(ws)),
+        "worktree_dirs": worktrees(ws),
+        "git_worktrees": listed,
+        "processes": len(naming(ws)),
         "refs": len(git(ws, "for-each-ref").splitlines()),
         "integrity": (query(ws, "PRAGMA quick_check") or [("?",)])[0][0],
     }
 
 
 def table(result: dict) -> str:
-    head = ("| trials | min | s/trial | trial's own s | overhead s | controller MiB | fds | ledger MiB | `ledger` s | "
-            "`show` s | `status` s | `report` s |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+    head = (
+        "| trials | min | s/trial | trial's own s | overhead s | controller MiB | fds | ledger MiB | `ledger` s | "
+        "`show` s | `status` s | `report` s |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
     out = [head]
     for r in result["rows"]:
         v = r["review"]
-        out.append(f"| {r['trials']} | {r['t'] / 60:.1f} | {r['s_per_trial']:.3f} | {r['trial_s']:.3f} | "
-                   f"{r['s_per_trial'] - r['trial_s']:.3f} | "
-                   f"{r['rss_mib']:.0f} | {r['fds']} | {r['ledger_mib']:.1f} | {v['ledger']['s']:.2f} | "
-                   f"{v.get('show', {}).get('s', float('nan')):.2f} | {v['status']['s']:.2f} | {v['report']['s']:.2f} |")
+        out.append(
+            f"| {r['trials']} | {r['t'] / 60:.1f} | {r['s_per_trial']:.3f} | {r['trial_s']:.3f} | "
+            f"{r['s_per_trial'] - r['trial_s']:.3f} | "
+            f"{r['rss_mib']:.0f} | {r['fds']} | {r['ledger_mib']:.1f} | {v['ledger']['s']:.2f} | "
+            f"{v.get('show', {}).get('s', float('nan')):.2f} | {v['status']['s']:.2f} | {v['report']['s']:.2f} |"
+        )
     return "\n".join(out)
 
 
@@ -258,16 +301,22 @@ def main() -> None:
         ws = make_workspace(Path(tmp))
         result = soak(ws, args.minutes, args.trials, args.sample_s)
         result["leaks"] = leaks(ws)
-        result["final"] = {"trials": finished(ws)[0], "ledger_mib": round(ledger_mib(ws), 2),
-                           "review": review(ws, finished(ws)[1], Path(tmp) / "report-final")}
+        result["final"] = {
+            "trials": finished(ws)[0],
+            "ledger_mib": round(ledger_mib(ws), 2),
+            "review": review(ws, finished(ws)[1], Path(tmp) / "report-final"),
+        }
         result["controller_tail"] = (Path(tmp) / "controller.log").read_text(errors="replace")[-2000:]
         if args.keep:
             shutil.copytree(ws, args.keep, symlinks=True)
     print(table(result))
     print(json.dumps({k: result[k] for k in ("exit", "wall_s", "leaks", "final")}, indent=1))
     peak = max((s["rss_mib"] for s in result["samples"]), default=0)
-    print(f"controller peak RSS {peak:.0f} MiB; fds first/last {result['samples'][0]['fds'] if result['samples'] else '?'}"
-          f"/{result['samples'][-1]['fds'] if result['samples'] else '?'}")
+    print(
+        f"controller peak RSS {peak:.0f} MiB; "
+        f"fds first/last {result['samples'][0]['fds'] if result['samples'] else '?'}"
+        f"/{result['samples'][-1]['fds'] if result['samples'] else '?'}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
 

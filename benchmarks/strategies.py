@@ -53,15 +53,24 @@ RERUNS = ("confirm", "retry")  # runs the verdict or triage adds: not proposals 
 
 def _cli(ws: Path, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "autorl.cli", "-C", str(ws), *args], capture_output=True,
-                          text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "autorl.cli", "-C", str(ws), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def make_workspace(work: Path, cache: Path, recipe: Path, name: str) -> Path:
     """A fresh workspace holding ``recipe``, its engine cache linked to the shared one."""
     ws = work / name
-    subprocess.run([sys.executable, "-m", "autorl.cli", "init", str(ws)], check=True, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+    subprocess.run(
+        [sys.executable, "-m", "autorl.cli", "init", str(ws)],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+    )
     (ws / ".autorl").mkdir(exist_ok=True)
     (ws / ".autorl" / "cache").symlink_to(cache, target_is_directory=True)
     shutil.copy(recipe, ws / "recipes" / recipe.name)
@@ -74,12 +83,31 @@ def run_study(work: Path, cache: Path, recipe: Path, strategy: str, seed: int, m
     default = VerdictSettings().baseline_repeats
     repeats = int((yaml.safe_load(recipe.read_text()).get("verdict") or {}).get("baseline_repeats", default))
     t0 = time.time()
-    proc = _cli(ws, "run", f"recipes/{recipe.name}", "--strategy", strategy, "--seed", str(seed),
-                "--max-trials", str(max_trials + repeats), "--budget", "2h", "--quiet")
+    proc = _cli(
+        ws,
+        "run",
+        f"recipes/{recipe.name}",
+        "--strategy",
+        strategy,
+        "--seed",
+        str(seed),
+        "--max-trials",
+        str(max_trials + repeats),
+        "--budget",
+        "2h",
+        "--quiet",
+    )
     trials = json.loads(_cli(ws, "ledger", "--json").stdout or "[]")
     result = summarize(trials, repeats)
-    result.update(recipe=recipe.stem, strategy=strategy, seed=seed, wall_s=round(time.time() - t0, 1),
-                  exit_code=proc.returncode, diagnosis_1=_diagnosis(ws), trials=trials)
+    result.update(
+        recipe=recipe.stem,
+        strategy=strategy,
+        seed=seed,
+        wall_s=round(time.time() - t0, 1),
+        exit_code=proc.returncode,
+        diagnosis_1=_diagnosis(ws),
+        trials=trials,
+    )
     if proc.returncode not in (0, 130):
         result["stderr_tail"] = proc.stderr[-2000:]
     return result
@@ -102,18 +130,26 @@ def summarize(trials: list[dict], repeats: int) -> dict:
     first_proposal = min((proposed.index(t) + 1 for t in confirmed if t in proposed), default=None)
     best = max((t["objective"] for t in confirmed), default=base_mean)
     runs = max((_runs_mean(t, search) for t in confirmed), default=base_mean)
-    return {"baseline_objective": base_mean, "search_trials": len(search), "first_confirmed": first,
-            "first_confirmed_proposal": first_proposal,
-            "best_confirmed": best, "best_confirmed_runs": runs, "n_confirmed": len(confirmed),
-            "n_candidates": sum(t.get("verdict") == "improved" for t in search),
-            "trial_time_s": round(sum(t.get("duration_s") or 0 for t in trials), 1),
-            "verdicts": [t.get("verdict") for t in search], "hypotheses": [t.get("hypothesis") for t in search]}
+    return {
+        "baseline_objective": base_mean,
+        "search_trials": len(search),
+        "first_confirmed": first,
+        "first_confirmed_proposal": first_proposal,
+        "best_confirmed": best,
+        "best_confirmed_runs": runs,
+        "n_confirmed": len(confirmed),
+        "n_candidates": sum(t.get("verdict") == "improved" for t in search),
+        "trial_time_s": round(sum(t.get("duration_s") or 0 for t in trials), 1),
+        "verdicts": [t.get("verdict") for t in search],
+        "hypotheses": [t.get("hypothesis") for t in search],
+    }
 
 
 def _runs_mean(candidate: dict, search: list[dict]) -> float:
     """The mean objective of a confirmed recipe over its own run and its confirmation runs (less selected)."""
-    values = [candidate["objective"]] + [t["objective"] for t in search
-                                         if t.get("confirms") == candidate["number"] and t.get("objective") is not None]
+    values = [candidate["objective"]] + [
+        t["objective"] for t in search if t.get("confirms") == candidate["number"] and t.get("objective") is not None
+    ]
     return statistics.mean(values)
 
 
@@ -129,8 +165,9 @@ def table(results: list[dict], max_trials: int) -> list[dict]:
     rows = []
     for recipe in sorted({r["recipe"] for r in results}):
         for strategy in STRATEGIES:
-            mine = sorted((r for r in results if r["recipe"] == recipe and r["strategy"] == strategy),
-                          key=lambda r: r["seed"])
+            mine = sorted(
+                (r for r in results if r["recipe"] == recipe and r["strategy"] == strategy), key=lambda r: r["seed"]
+            )
             if mine:
                 rows.append(_row(recipe, strategy, mine, max_trials))
     return rows
@@ -144,14 +181,21 @@ def _row(recipe: str, strategy: str, mine: list[dict], max_trials: int) -> dict:
     med_p = statistics.median(p if p is not None else max_trials + 1 for p in props)
     best = [r["best_confirmed"] for r in mine if r["best_confirmed"] is not None]
     runs = [r["best_confirmed_runs"] for r in mine if r.get("best_confirmed_runs") is not None]
-    return {"recipe": recipe, "strategy": strategy, "median_first": f"{med:g}" if med <= max_trials else "never",
-            "median_rank": med, "per_seed": ["never" if f is None else f for f in firsts],
-            "median_first_proposal": f"{med_p:g}" if med_p <= max_trials else "never", "median_rank_proposal": med_p,
-            "per_seed_proposal": ["never" if p is None else p for p in props],
-            "best_median": statistics.median(best) if best else None, "best_max": max(best) if best else None,
-            "runs_median": statistics.median(runs) if runs else None,
-            "trial_time_s": round(sum(r["trial_time_s"] for r in mine), 1),
-            "baseline": statistics.median(r["baseline_objective"] for r in mine)}
+    return {
+        "recipe": recipe,
+        "strategy": strategy,
+        "median_first": f"{med:g}" if med <= max_trials else "never",
+        "median_rank": med,
+        "per_seed": ["never" if f is None else f for f in firsts],
+        "median_first_proposal": f"{med_p:g}" if med_p <= max_trials else "never",
+        "median_rank_proposal": med_p,
+        "per_seed_proposal": ["never" if p is None else p for p in props],
+        "best_median": statistics.median(best) if best else None,
+        "best_max": max(best) if best else None,
+        "runs_median": statistics.median(runs) if runs else None,
+        "trial_time_s": round(sum(r["trial_time_s"] for r in mine), 1),
+        "baseline": statistics.median(r["baseline_objective"] for r in mine),
+    }
 
 
 def verdicts(rows: list[dict]) -> dict[str, dict]:
@@ -161,12 +205,14 @@ def verdicts(rows: list[dict]) -> dict[str, dict]:
         by = {r["strategy"]: r for r in rows if r["recipe"] == recipe}
         if set(STRATEGIES) <= set(by):
             h, o, rnd = by["hypotheses"], by["optuna"], by["random"]
-            out[recipe] = {"half_of_random": _half(h["median_rank_proposal"], rnd["median_rank_proposal"]),
-                           "no_worse_than_optuna": h["median_rank_proposal"] <= o["median_rank_proposal"],
-                           "half_of_random_runs": _half(h["median_rank"], rnd["median_rank"]),
-                           "no_worse_than_optuna_runs": h["median_rank"] <= o["median_rank"],
-                           "best_at_least_optuna": (h["best_median"] or 0) >= (o["best_median"] or 0),
-                           "runs_at_least_optuna": (h["runs_median"] or 0) >= (o["runs_median"] or 0)}
+            out[recipe] = {
+                "half_of_random": _half(h["median_rank_proposal"], rnd["median_rank_proposal"]),
+                "no_worse_than_optuna": h["median_rank_proposal"] <= o["median_rank_proposal"],
+                "half_of_random_runs": _half(h["median_rank"], rnd["median_rank"]),
+                "no_worse_than_optuna_runs": h["median_rank"] <= o["median_rank"],
+                "best_at_least_optuna": (h["best_median"] or 0) >= (o["best_median"] or 0),
+                "runs_at_least_optuna": (h["runs_median"] or 0) >= (o["runs_median"] or 0),
+            }
     return out
 
 
@@ -176,18 +222,24 @@ def _half(mine: float, random: float) -> bool:
 
 
 def print_table(rows: list[dict], checks: dict[str, dict]) -> None:
-    print(f"{'recipe':<13} {'strategy':<11} {'baseline':>8} {'proposals':>9}  {'per seed':<24} {'runs':>5} "
-          f"{'best med':>8} {'best max':>8} {'3-run med':>9} {'time s':>7}")
+    print(
+        f"{'recipe':<13} {'strategy':<11} {'baseline':>8} {'proposals':>9}  {'per seed':<24} {'runs':>5} "
+        f"{'best med':>8} {'best max':>8} {'3-run med':>9} {'time s':>7}"
+    )
     for r in rows:
         seeds = " ".join(str(x) for x in r["per_seed_proposal"])
-        print(f"{r['recipe']:<13} {r['strategy']:<11} {r['baseline'] or 0:>8.3f} {r['median_first_proposal']:>9}  "
-              f"{seeds:<24} {r['median_first']:>5} {r['best_median'] or 0:>8.3f} {r['best_max'] or 0:>8.3f} "
-              f"{r['runs_median'] or 0:>9.3f} {r['trial_time_s']:>7.0f}")
+        print(
+            f"{r['recipe']:<13} {r['strategy']:<11} {r['baseline'] or 0:>8.3f} {r['median_first_proposal']:>9}  "
+            f"{seeds:<24} {r['median_first']:>5} {r['best_median'] or 0:>8.3f} {r['best_max'] or 0:>8.3f} "
+            f"{r['runs_median'] or 0:>9.3f} {r['trial_time_s']:>7.0f}"
+        )
     for recipe, c in checks.items():
-        print(f"{recipe}: first <= 1/2 random (where random > 2): {c['half_of_random']} (runs: "
-              f"{c['half_of_random_runs']}); first <= optuna: {c['no_worse_than_optuna']} (runs: "
-              f"{c['no_worse_than_optuna_runs']}); best >= optuna: {c['best_at_least_optuna']} "
-              f"(3-run mean: {c['runs_at_least_optuna']})")
+        print(
+            f"{recipe}: first <= 1/2 random (where random > 2): {c['half_of_random']} (runs: "
+            f"{c['half_of_random_runs']}); first <= optuna: {c['no_worse_than_optuna']} (runs: "
+            f"{c['no_worse_than_optuna_runs']}); best >= optuna: {c['best_at_least_optuna']} "
+            f"(3-run mean: {c['runs_at_least_optuna']})"
+        )
     wins = sum(c["best_at_least_optuna"] for c in checks.values())
     runs = sum(c["runs_at_least_optuna"] for c in checks.values())
     print(f"best >= optuna on {wins} of {len(checks)} recipes, 3-run mean on {runs} (target: 5 of 6)")
@@ -195,24 +247,35 @@ def print_table(rows: list[dict], checks: dict[str, dict]) -> None:
 
 def markdown(rows: list[dict], checks: dict[str, dict]) -> str:
     """The table as Markdown, one line per recipe: each strategy's median first (per seed), best, 3-run mean."""
-    out = ["| recipe | baseline | " + " | ".join(f"{s}: first proposal (per seed) / runs / best / 3-run / time"
-                                                 for s in STRATEGIES)
-           + " | targets: first ≤ ½ random (random > 2); ≤ TPE; best ≥ TPE |", "|---" * (len(STRATEGIES) + 3) + "|"]
+    out = [
+        "| recipe | baseline | "
+        + " | ".join(f"{s}: first proposal (per seed) / runs / best / 3-run / time" for s in STRATEGIES)
+        + " | targets: first ≤ ½ random (random > 2); ≤ TPE; best ≥ TPE |",
+        "|---" * (len(STRATEGIES) + 3) + "|",
+    ]
     for recipe in sorted({r["recipe"] for r in rows}):
         by = {r["strategy"]: r for r in rows if r["recipe"] == recipe}
         cells = [_cell(by[s]) if s in by else "-" for s in STRATEGIES]
         c = checks.get(recipe, {})
-        marks = "; ".join("met" if c.get(k) else "not met" for k in
-                          ("half_of_random", "no_worse_than_optuna", "best_at_least_optuna")) if c else "-"
+        marks = (
+            "; ".join(
+                "met" if c.get(k) else "not met"
+                for k in ("half_of_random", "no_worse_than_optuna", "best_at_least_optuna")
+            )
+            if c
+            else "-"
+        )
         out.append(f"| {recipe} | {next(iter(by.values()))['baseline']:.3f} | " + " | ".join(cells) + f" | {marks} |")
     return "\n".join(out)
 
 
 def _cell(r: dict) -> str:
     seeds = " ".join(str(x) for x in r["per_seed_proposal"])
-    return (f"**{r['median_first_proposal']}** ({seeds}) / {r['median_first']} / {r['best_median']:.3f} / "
-            f"{r['runs_median']:.3f} / "
-            f"{r['trial_time_s'] / 60:.0f} min")
+    return (
+        f"**{r['median_first_proposal']}** ({seeds}) / {r['median_first']} / {r['best_median']:.3f} / "
+        f"{r['runs_median']:.3f} / "
+        f"{r['trial_time_s'] / 60:.0f} min"
+    )
 
 
 def main() -> None:
@@ -221,10 +284,15 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES), choices=STRATEGIES)
     parser.add_argument("--seeds", type=int, default=5, help="Search seeds 0..N-1 per recipe x strategy.")
     parser.add_argument("--seed-start", type=int, default=0, help="First search seed (runs seeds START..N-1).")
-    parser.add_argument("--from-json", nargs="*", default=None,
-                        help="Build the table from these per-study JSON files instead of running studies.")
-    parser.add_argument("--max-trials", type=int, default=12,
-                        help="Trials after the baselines (confirmation runs included).")
+    parser.add_argument(
+        "--from-json",
+        nargs="*",
+        default=None,
+        help="Build the table from these per-study JSON files instead of running studies.",
+    )
+    parser.add_argument(
+        "--max-trials", type=int, default=12, help="Trials after the baselines (confirmation runs included)."
+    )
     parser.add_argument("--parallel", type=int, default=2, help="Studies at once (each trial uses 1 thread).")
     parser.add_argument("--work", default=None, help="Folder for the workspaces (default: a temp dir, removed).")
     args = parser.parse_args()
@@ -246,8 +314,11 @@ def main() -> None:
         recipe, strategy, seed = spec
         res = run_study(work, cache, recipe, strategy, seed, args.max_trials)
         (OUT / f"strategies-{stamp}-{recipe.stem}-{strategy}-s{seed}.json").write_text(json.dumps(res, indent=1))
-        print(f"{recipe.stem} {strategy} seed {seed}: first confirmed {res['first_confirmed'] or 'never'}, "
-              f"best {res['best_confirmed']}, {res['wall_s']} s, hypotheses {res['hypotheses']}", flush=True)
+        print(
+            f"{recipe.stem} {strategy} seed {seed}: first confirmed {res['first_confirmed'] or 'never'}, "
+            f"best {res['best_confirmed']}, {res['wall_s']} s, hypotheses {res['hypotheses']}",
+            flush=True,
+        )
         return res
 
     try:
@@ -265,8 +336,9 @@ def report(results: list[dict], args, stamp: str | None = None) -> None:
     checks = verdicts(rows)
     stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"strategies-{stamp}.json").write_text(json.dumps({"max_trials": args.max_trials, "rows": rows,
-                                                              "checks": checks}, indent=1))
+    (OUT / f"strategies-{stamp}.json").write_text(
+        json.dumps({"max_trials": args.max_trials, "rows": rows, "checks": checks}, indent=1)
+    )
     print_table(rows, checks)
     print(markdown(rows, checks))
 

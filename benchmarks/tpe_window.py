@@ -17,10 +17,12 @@ import optuna
 
 from autorl.search.window import WindowedTPE
 
-SPACE = {"lr": optuna.distributions.FloatDistribution(1e-7, 1e-3, log=True),
-         "eps_clip": optuna.distributions.CategoricalDistribution([0.1, 0.2, 0.3]),
-         "kl_coef": optuna.distributions.CategoricalDistribution([0.0, 0.01, 0.04]),
-         "gens": optuna.distributions.CategoricalDistribution([4, 8, 16])}
+SPACE = {
+    "lr": optuna.distributions.FloatDistribution(1e-7, 1e-3, log=True),
+    "eps_clip": optuna.distributions.CategoricalDistribution([0.1, 0.2, 0.3]),
+    "kl_coef": optuna.distributions.CategoricalDistribution([0.0, 0.01, 0.04]),
+    "gens": optuna.distributions.CategoricalDistribution([4, 8, 16]),
+}
 
 
 def objective(p: dict) -> float:

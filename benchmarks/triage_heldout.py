@@ -43,12 +43,22 @@ def load_labels(corpus: Path = CORPUS) -> list[dict]:
 def run_one(label: dict, corpus: Path = CORPUS) -> dict:
     """One log classified against its label."""
     text = (corpus / "logs" / f"{label['id']}.log").read_text(errors="replace")
-    d = classify(text, exit_code=label.get("exit_code"), watchdog=label.get("watchdog"),
-                 metrics_nonfinite=label.get("metrics_nonfinite"))
-    return {"id": label["id"], "split": label["split"], "true": label["category"], "pred": d.category,
-            "cat_ok": d.category == label["category"],
-            "line_ok": d.root_cause_line.rstrip() == label["root_cause_line"].rstrip(),
-            "pred_line": d.root_cause_line, "true_line": label["root_cause_line"]}
+    d = classify(
+        text,
+        exit_code=label.get("exit_code"),
+        watchdog=label.get("watchdog"),
+        metrics_nonfinite=label.get("metrics_nonfinite"),
+    )
+    return {
+        "id": label["id"],
+        "split": label["split"],
+        "true": label["category"],
+        "pred": d.category,
+        "cat_ok": d.category == label["category"],
+        "line_ok": d.root_cause_line.rstrip() == label["root_cause_line"].rstrip(),
+        "pred_line": d.root_cause_line,
+        "true_line": label["root_cause_line"],
+    }
 
 
 def score(results: list[dict], split: str) -> dict:
@@ -58,9 +68,17 @@ def score(results: list[dict], split: str) -> dict:
     called = [r for r in rows if r["pred"] != "unknown"]
     right = sum(r["cat_ok"] for r in called)
     n = len(rows)
-    return {"split": split, "n": n, "category": cat, "root_cause": line, "called": len(called),
-            "called_right": right, "category_pct": _pct(cat, n), "root_cause_pct": _pct(line, n),
-            "called_right_pct": _pct(right, len(called))}
+    return {
+        "split": split,
+        "n": n,
+        "category": cat,
+        "root_cause": line,
+        "called": len(called),
+        "called_right": right,
+        "category_pct": _pct(cat, n),
+        "root_cause_pct": _pct(line, n),
+        "called_right_pct": _pct(right, len(called)),
+    }
 
 
 def _pct(part: int, whole: int) -> float:
@@ -102,9 +120,11 @@ def main() -> None:
         print(json.dumps({"scores": scores, f"confusion_{shown}": confusion(results, shown)}, indent=1))
         return
     for s in scores:
-        print(f"{s['split']:8} n={s['n']:3}  category {s['category']}/{s['n']} ({s['category_pct']}%)  "
-              f"root-cause line {s['root_cause']}/{s['n']} ({s['root_cause_pct']}%)  "
-              f"not-unknown calls right {s['called_right']}/{s['called']} ({s['called_right_pct']}%)")
+        print(
+            f"{s['split']:8} n={s['n']:3}  category {s['category']}/{s['n']} ({s['category_pct']}%)  "
+            f"root-cause line {s['root_cause']}/{s['n']} ({s['root_cause_pct']}%)  "
+            f"not-unknown calls right {s['called_right']}/{s['called']} ({s['called_right_pct']}%)"
+        )
     print(f"\n{shown} confusion (rows: true, columns: predicted)\n" + confusion(results, shown))
     if args.misses:
         print_misses(results, {"blind"} if args.blind else {"dev", "heldout"} if args.show_heldout else {"dev"})

@@ -46,18 +46,18 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
+from autorl.errors import validation_line
 from autorl.judge.evidence import Evidence, objective_value
 from autorl.judge.stats import clopper_pearson
-from autorl.errors import validation_line
 from autorl.ledger import Ledger
 from autorl.metrics import RunMetrics
 from autorl.recipe import VerdictSettings, validate_recipe
 
 TRIALS = 30
-POWER_AT = 10        # the +0.10 trial's position (0-based) in a power study
+POWER_AT = 10  # the +0.10 trial's position (0-based) in a power study
 POWER_EFFECT = 0.10
 PRUNE_EFFECTS = (-0.10, 0.0, 0.0, 0.05, 0.10)  # the pruner's trials, in turn
-PRUNE_EVALS = 4                              # evals per run when the pruner watches (the last one is the result)
+PRUNE_EVALS = 4  # evals per run when the pruner watches (the last one is the result)
 
 
 @dataclass(frozen=True)
@@ -67,34 +67,49 @@ class Scenario:
     parent_sd: float
     trial_sd: float
     items: int = 500
-    repeats: int = 0             # baseline runs (0: the verdict settings' baseline_repeats)
-    heavy: bool = False          # seed effects Student's t (3 df), scaled to sd
-    clusters: int = 0            # item clusters, each shifted per run by N(0, cluster_sd)
+    repeats: int = 0  # baseline runs (0: the verdict settings' baseline_repeats)
+    heavy: bool = False  # seed effects Student's t (3 df), scaled to sd
+    clusters: int = 0  # item clusters, each shifted per run by N(0, cluster_sd)
     cluster_sd: float = 0.0
-    trial_evals: int = 1         # evals per run; more than one: the objective is the best eval
+    trial_evals: int = 1  # evals per run; more than one: the objective is the best eval
     parent_evals: int = 1
-    values: bool = False         # a metric without per-item results: run values only
-    pruner: bool = False         # also in the pruner's table
+    values: bool = False  # a metric without per-item results: run values only
+    pruner: bool = False  # also in the pruner's table
 
 
 def scenarios() -> list[Scenario]:
-    eq = [Scenario(f"equal sd {sd:g}", "equal noise", sd, sd, pruner=sd in (0.01, 0.03)) for sd in (0.0, 0.01, 0.03, 0.05)]
-    uneq = [Scenario(f"{a:g} -> {b:g}", "unequal noise", a, b, pruner=(a, b) in ((0.02, 0.04), (0.0, 0.05)))
-            for a, b in ((0.02, 0.04), (0.05, 0.10), (0.01, 0.03), (0.02, 0.06), (0.0, 0.05))]
-    return eq + uneq + [
-        Scenario("t3, sd 0.03", "heavy tails", 0.03, 0.03, heavy=True, pruner=True),
-        Scenario("t3, 0.02 -> 0.04", "heavy tails", 0.02, 0.04, heavy=True),
-        Scenario("50 clusters sd 0.05, run sd 0.01", "item clusters", 0.01, 0.01, clusters=50, cluster_sd=0.05,
-                 pruner=True),
-        Scenario("64 items, sd 0.01", "64 items", 0.01, 0.01, items=64, pruner=True),
-        Scenario("64 items, 0.01 -> 0.03", "64 items", 0.01, 0.03, items=64),
-        Scenario("R = 2, sd 0.01", "2 baseline repeats", 0.01, 0.01, repeats=2),
-        Scenario("R = 2, sd 0.03", "2 baseline repeats", 0.03, 0.03, repeats=2, pruner=True),
-        Scenario("best of 8 vs 2 evals, sd 0.01", "best-of-K", 0.01, 0.01, trial_evals=8, parent_evals=2),
-        Scenario("best of 8 vs 2 evals, 0.01 -> 0.03", "best-of-K", 0.01, 0.03, trial_evals=8, parent_evals=2),
-        Scenario("values only, sd 0.01", "run values", 0.01, 0.01, values=True),
-        Scenario("values only, 0.01 -> 0.03", "run values", 0.01, 0.03, values=True),
+    eq = [
+        Scenario(f"equal sd {sd:g}", "equal noise", sd, sd, pruner=sd in (0.01, 0.03)) for sd in (0.0, 0.01, 0.03, 0.05)
     ]
+    uneq = [
+        Scenario(f"{a:g} -> {b:g}", "unequal noise", a, b, pruner=(a, b) in ((0.02, 0.04), (0.0, 0.05)))
+        for a, b in ((0.02, 0.04), (0.05, 0.10), (0.01, 0.03), (0.02, 0.06), (0.0, 0.05))
+    ]
+    return (
+        eq
+        + uneq
+        + [
+            Scenario("t3, sd 0.03", "heavy tails", 0.03, 0.03, heavy=True, pruner=True),
+            Scenario("t3, 0.02 -> 0.04", "heavy tails", 0.02, 0.04, heavy=True),
+            Scenario(
+                "50 clusters sd 0.05, run sd 0.01",
+                "item clusters",
+                0.01,
+                0.01,
+                clusters=50,
+                cluster_sd=0.05,
+                pruner=True,
+            ),
+            Scenario("64 items, sd 0.01", "64 items", 0.01, 0.01, items=64, pruner=True),
+            Scenario("64 items, 0.01 -> 0.03", "64 items", 0.01, 0.03, items=64),
+            Scenario("R = 2, sd 0.01", "2 baseline repeats", 0.01, 0.01, repeats=2),
+            Scenario("R = 2, sd 0.03", "2 baseline repeats", 0.03, 0.03, repeats=2, pruner=True),
+            Scenario("best of 8 vs 2 evals, sd 0.01", "best-of-K", 0.01, 0.01, trial_evals=8, parent_evals=2),
+            Scenario("best of 8 vs 2 evals, 0.01 -> 0.03", "best-of-K", 0.01, 0.03, trial_evals=8, parent_evals=2),
+            Scenario("values only, sd 0.01", "run values", 0.01, 0.01, values=True),
+            Scenario("values only, 0.01 -> 0.03", "run values", 0.01, 0.03, values=True),
+        ]
+    )
 
 
 def pick(texts: list[str]) -> list[Scenario]:
@@ -109,14 +124,28 @@ class SimStudy:
     def __init__(self, sc: Scenario, rng: np.random.Generator, path: Path, verdict: dict, evals: int = 0):
         self.sc, self.rng, self.evals = sc, rng, evals  # evals: every run's number of evals (0: the scenario's)
         self.ledger = Ledger(path)
-        self.sid = self.ledger.create_study(name="sim", recipe_path="r.yaml", recipe="", base_sha="x",
-                                            strategy="random", budget_s=1.0, optuna_study="sim")
+        self.sid = self.ledger.create_study(
+            name="sim",
+            recipe_path="r.yaml",
+            recipe="",
+            base_sha="x",
+            strategy="random",
+            budget_s=1.0,
+            optuna_study="sim",
+        )
         self.p = rng.uniform(0.1, 0.9, sc.items)
         self.cluster = np.arange(sc.items) % sc.clusters if sc.clusters else None
         metric = "eval/id/sampling_pass@4" if sc.values else "eval/id/greedy_pass@1"
         reduction = "best" if max(sc.trial_evals, sc.parent_evals) > 1 and not evals else "last"
-        self.recipe = validate_recipe({"backend": "embedded", "train": {}, "verdict": verdict,
-                                       "objective": {"metric": metric, "reduction": reduction}}, source="sim")
+        self.recipe = validate_recipe(
+            {
+                "backend": "embedded",
+                "train": {},
+                "verdict": verdict,
+                "objective": {"metric": metric, "reduction": reduction},
+            },
+            source="sim",
+        )
         self.evidence = Evidence(self.ledger.records(self.sid))
         self.number = 0
 
@@ -147,9 +176,15 @@ class SimStudy:
     def run(self, proposer: str, records: list[dict], status: str = "complete", **cols) -> dict:
         """One finished run written as the controller writes it (row, then its metrics)."""
         self.number += 1
-        tid = self.ledger.add_trial(study_id=self.sid, number=self.number, attempt=f"attempt-{self.number:02d}",
-                                    proposer=proposer, status=status,
-                                    objective=objective_value(RunMetrics(records), self.recipe), **cols)
+        tid = self.ledger.add_trial(
+            study_id=self.sid,
+            number=self.number,
+            attempt=f"attempt-{self.number:02d}",
+            proposer=proposer,
+            status=status,
+            objective=objective_value(RunMetrics(records), self.recipe),
+            **cols,
+        )
         self.ledger.add_metrics(tid, records)
         return self.ledger.trial(self.number)
 
@@ -162,8 +197,9 @@ class SimStudy:
         row = self.run("random", records or self.draw(effect, True))
         v = self.evidence.credit(self.evidence.metrics(row), None, self.recipe).vs_parent
         state = "candidate" if v.verdict == "improved" else None
-        self.ledger.update_trial(row["id"], verdict=v.verdict, delta=v.delta, ci_low=v.ci_low, ci_high=v.ci_high,
-                                 confirmation=state)
+        self.ledger.update_trial(
+            row["id"], verdict=v.verdict, delta=v.delta, ci_low=v.ci_low, ci_high=v.ci_high, confirmation=state
+        )
         if state is None:
             return v.verdict, None
         for _ in range(self.recipe.verdict.confirm_runs):
@@ -193,8 +229,10 @@ def simulate(sc: Scenario, studies: int, power: int, seed: int, tmp: Path, verdi
         st = SimStudy(sc, rng, tmp / f"s{i}.sqlite", verdict)
         st.baseline()
         null = i < studies
-        got = [st.trial(POWER_EFFECT if not null and k == POWER_AT else 0.0)
-               for k in range(TRIALS if null else POWER_AT + 1)]
+        got = [
+            st.trial(POWER_EFFECT if not null and k == POWER_AT else 0.0)
+            for k in range(TRIALS if null else POWER_AT + 1)
+        ]
         st.close()
         (tmp / f"s{i}.sqlite").unlink()
         if null:
@@ -220,8 +258,11 @@ def simulate_pruner(sc: Scenario, studies: int, seed: int, tmp: Path, verdict: d
         for k in range(TRIALS):
             effect = PRUNE_EFFECTS[k % len(PRUNE_EFFECTS)]
             stopped, would, _ = st.watched(effect)
-            for key in (f"n{effect:+.2f}", f"stopped{effect:+.2f}" if stopped else None,
-                        f"stopped_{would}" if stopped else None):
+            for key in (
+                f"n{effect:+.2f}",
+                f"stopped{effect:+.2f}" if stopped else None,
+                f"stopped_{would}" if stopped else None,
+            ):
                 if key:
                     out[key] = out.get(key, 0) + 1
         st.close()
@@ -232,7 +273,7 @@ def simulate_pruner(sc: Scenario, studies: int, seed: int, tmp: Path, verdict: d
 def pruner_row(sc: Scenario, r: dict) -> str:
     stopped = sum(r.get(f"stopped{e:+.2f}", 0) for e in sorted(set(PRUNE_EFFECTS)))
     cells = " | ".join(ci(r.get(f"stopped{e:+.2f}", 0), r.get(f"n{e:+.2f}", 0)) for e in sorted(set(PRUNE_EFFECTS)))
-    return (f"| {sc.family} | {sc.name} | {cells} | {stopped} | {ci(r.get('stopped_improved', 0), stopped)} |")
+    return f"| {sc.family} | {sc.name} | {cells} | {stopped} | {ci(r.get('stopped_improved', 0), stopped)} |"
 
 
 def ci(k: int, n: int) -> str:
@@ -241,9 +282,11 @@ def ci(k: int, n: int) -> str:
 
 
 def row(sc: Scenario, r: dict, studies: int, power: int) -> str:
-    return (f"| {sc.family} | {sc.name} | {ci(r['fi'], r['trials'])} | {ci(r['first_fi'], studies)} | "
-            f"{ci(r['fr'], r['trials'])} | {ci(r['fc'], r['trials'])} | {ci(r['studies_fc'], studies)} | "
-            f"{ci(r['power_cand'], power)} | {ci(r['power_conf'], power)} |")
+    return (
+        f"| {sc.family} | {sc.name} | {ci(r['fi'], r['trials'])} | {ci(r['first_fi'], studies)} | "
+        f"{ci(r['fr'], r['trials'])} | {ci(r['fc'], r['trials'])} | {ci(r['studies_fc'], studies)} | "
+        f"{ci(r['power_cand'], power)} | {ci(r['power_conf'], power)} |"
+    )
 
 
 def _settings(ap: argparse.ArgumentParser, pairs: list[str]) -> dict:
@@ -259,8 +302,10 @@ def _settings(ap: argparse.ArgumentParser, pairs: list[str]) -> dict:
 
 
 def verdict_table(chosen: list[Scenario], args, verdict: dict, tmp: Path) -> None:
-    print("| family | scenario | false improved / trial | first trial | false regressed / trial | "
-          "false confirmed / trial | studies with a false confirmed | power +0.10: candidate | confirmed |")
+    print(
+        "| family | scenario | false improved / trial | first trial | false regressed / trial | "
+        "false confirmed / trial | studies with a false confirmed | power +0.10: candidate | confirmed |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for sc in chosen:
         r = simulate(sc, args.studies, args.power, args.seed * 1000 + scenarios().index(sc), tmp, verdict)
@@ -269,10 +314,15 @@ def verdict_table(chosen: list[Scenario], args, verdict: dict, tmp: Path) -> Non
 
 def pruner_table(chosen: list[Scenario], args, verdict: dict, tmp: Path) -> None:
     effects = sorted(set(PRUNE_EFFECTS))
-    print(f"\npruner: {args.pruner} studies of {TRIALS} trials per scenario, trial effects {PRUNE_EFFECTS} in turn, "
-          f"{PRUNE_EVALS} evals per run (stopped at the first {PRUNE_EVALS - 1} or judged at the last)\n")
-    print("| family | scenario | " + " | ".join(f"stopped at {e:+.2f}" for e in effects)
-          + " | stopped | of those, would have been improved |")
+    print(
+        f"\npruner: {args.pruner} studies of {TRIALS} trials per scenario, trial effects {PRUNE_EFFECTS} in turn, "
+        f"{PRUNE_EVALS} evals per run (stopped at the first {PRUNE_EVALS - 1} or judged at the last)\n"
+    )
+    print(
+        "| family | scenario | "
+        + " | ".join(f"stopped at {e:+.2f}" for e in effects)
+        + " | stopped | of those, would have been improved |"
+    )
     print("|---|---|" + "---:|" * (len(effects) + 2))
     for sc in chosen:
         r = simulate_pruner(sc, args.pruner, args.seed * 1000 + 500 + scenarios().index(sc), tmp, verdict)
@@ -285,11 +335,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--power", type=int, default=300, help="power studies per scenario")
     ap.add_argument("--pruner", type=int, default=100, help="studies per scenario watched by the pruner (0: none)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", nargs="+", default=[], metavar="TEXT",
-                    help="scenarios of that name or family (else those whose name or family holds TEXT)")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="TEXT",
+        help="scenarios of that name or family (else those whose name or family holds TEXT)",
+    )
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a verdict setting other than its default, e.g. baseline_repeats=4 (repeatable)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a verdict setting other than its default, e.g. baseline_repeats=4 (repeatable)",
+    )
     args = ap.parse_args(argv)
     verdict = _settings(ap, args.set)
     chosen = pick(args.only) if args.only else scenarios()
@@ -298,8 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.list else 2
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else None
     tmp = Path(tempfile.mkdtemp(prefix="calib-", dir=base))
-    print(f"{args.studies} null studies of {TRIALS} trials and {args.power} power studies per scenario; verdict "
-          f"settings {VerdictSettings(**verdict).model_dump()}\n")
+    print(
+        f"{args.studies} null studies of {TRIALS} trials and {args.power} power studies per scenario; verdict "
+        f"settings {VerdictSettings(**verdict).model_dump()}\n"
+    )
     t0 = time.time()
     try:
         verdict_table(chosen, args, verdict, tmp)

@@ -14,8 +14,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True, env=env).stdout.strip()
 
 
@@ -62,8 +67,9 @@ def workspace(command_ws, engine_cache) -> Path:
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
     """Run the real `autorl` command in a child process."""
-    return subprocess.run([sys.executable, "-m", "autorl.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "autorl.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw
+    )
 
 
 def tree_digest(root: Path) -> str:

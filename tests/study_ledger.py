@@ -39,25 +39,107 @@ ROWS = [
     (2, "baseline", None, {"seed": 1}, "complete", None, None, None, None, BASELINE, None, None),
     (3, "baseline", None, {"seed": 2}, "complete", None, None, None, None, BASELINE, None, None),
     (4, "baseline", None, {"seed": 3}, "complete", None, None, None, None, BASELINE, None, None),
-    (5, "move", "h13-flat-learning", {"lr": 5e-06}, "complete", "improved", "confirmed", None, None, FIRST,
-     0.07, (0.035, 0.105)),
-    (6, "confirm", "h13-flat-learning", {"lr": 5e-06, "seed": 1050}, "complete", None, None, 5, None, FIRST, None,
-     None),
-    (7, "confirm", "h13-flat-learning", {"lr": 5e-06, "seed": 1051}, "complete", None, None, 5, None, FIRST, None,
-     None),
-    (8, "move", "h13-flat-learning", {"lr": 5e-05}, "complete", "improved", "confirmed", None, 5, SECOND,
-     0.071, (0.02, 0.122)),
-    (9, "confirm", "h13-flat-learning", {"lr": 5e-05, "seed": 1080}, "complete", None, None, 8, 5, SECOND, None,
-     None),
-    (10, "confirm", "h13-flat-learning", {"lr": 5e-05, "seed": 1081}, "complete", None, None, 8, 5, SECOND, None,
-     None),
+    (
+        5,
+        "move",
+        "h13-flat-learning",
+        {"lr": 5e-06},
+        "complete",
+        "improved",
+        "confirmed",
+        None,
+        None,
+        FIRST,
+        0.07,
+        (0.035, 0.105),
+    ),
+    (
+        6,
+        "confirm",
+        "h13-flat-learning",
+        {"lr": 5e-06, "seed": 1050},
+        "complete",
+        None,
+        None,
+        5,
+        None,
+        FIRST,
+        None,
+        None,
+    ),
+    (
+        7,
+        "confirm",
+        "h13-flat-learning",
+        {"lr": 5e-06, "seed": 1051},
+        "complete",
+        None,
+        None,
+        5,
+        None,
+        FIRST,
+        None,
+        None,
+    ),
+    (
+        8,
+        "move",
+        "h13-flat-learning",
+        {"lr": 5e-05},
+        "complete",
+        "improved",
+        "confirmed",
+        None,
+        5,
+        SECOND,
+        0.071,
+        (0.02, 0.122),
+    ),
+    (9, "confirm", "h13-flat-learning", {"lr": 5e-05, "seed": 1080}, "complete", None, None, 8, 5, SECOND, None, None),
+    (10, "confirm", "h13-flat-learning", {"lr": 5e-05, "seed": 1081}, "complete", None, None, 8, 5, SECOND, None, None),
     (11, "move", "h13-flat-learning", {"lr": 0.0005}, "pruned", "pruned", None, None, 8, None, None, None),
-    (12, "move", "h13-flat-learning", {"lr": 0.000158}, "complete", "flat", None, None, 8, SECOND - 0.005,
-     -0.006, (-0.045, 0.033)),
-    (13, "hypothesis", "h02-clip-range", {"eps_clip": 0.3}, "complete", "flat", None, None, 8, SECOND,
-     0.001, (-0.04, 0.042)),
-    (14, "hypothesis", "h02-clip-range", {"eps_clip": 0.1}, "complete", "regressed", None, None, 8, SECOND - 0.08,
-     -0.08, (-0.12, -0.04)),
+    (
+        12,
+        "move",
+        "h13-flat-learning",
+        {"lr": 0.000158},
+        "complete",
+        "flat",
+        None,
+        None,
+        8,
+        SECOND - 0.005,
+        -0.006,
+        (-0.045, 0.033),
+    ),
+    (
+        13,
+        "hypothesis",
+        "h02-clip-range",
+        {"eps_clip": 0.3},
+        "complete",
+        "flat",
+        None,
+        None,
+        8,
+        SECOND,
+        0.001,
+        (-0.04, 0.042),
+    ),
+    (
+        14,
+        "hypothesis",
+        "h02-clip-range",
+        {"eps_clip": 0.1},
+        "complete",
+        "regressed",
+        None,
+        None,
+        8,
+        SECOND - 0.08,
+        -0.08,
+        (-0.12, -0.04),
+    ),
     (15, "hypothesis", "h05-reward-signal", {"gens": 16}, "crash", "crash", None, None, 8, None, None, None),
 ]
 
@@ -66,8 +148,15 @@ def write_study(root: Path, name: str = "addition-default-1") -> Path:
     """The study's ledger at ``root/ledger.sqlite`` (the recipe text is the shipped default's)."""
     led = Ledger(root / "ledger.sqlite")
     text = shipped("recipes", "default.yaml").read_text()
-    sid = led.create_study(name=name, recipe_path=RECIPE, recipe=text, base_sha="0" * 40, strategy="hypotheses",
-                           budget_s=300.0, optuna_study=name)
+    sid = led.create_study(
+        name=name,
+        recipe_path=RECIPE,
+        recipe=text,
+        base_sha="0" * 40,
+        strategy="hypotheses",
+        budget_s=300.0,
+        optuna_study=name,
+    )
     params: dict[int, dict] = {}
     for row in ROWS:
         number, changed, parent = row[0], row[3], row[8]
@@ -78,22 +167,43 @@ def write_study(root: Path, name: str = "addition-default-1") -> Path:
     return root / "ledger.sqlite"
 
 
-def _add(led, sid, number, proposer, hypothesis, changed, status, verdict, state, confirms, parent, rate, delta,
-         ci, params) -> None:
+def _add(
+    led, sid, number, proposer, hypothesis, changed, status, verdict, state, confirms, parent, rate, delta, ci, params
+) -> None:
     crashed = status == "crash"
     tid = led.add_trial(
-        study_id=sid, number=number, attempt=f"attempt-{number:02d}-{proposer}", branch=f"attempt-{number:02d}-{proposer}",
-        start_tag=f"attempt-{number:02d}-start", end_tag=f"attempt-{number:02d}-end", proposer=proposer,
-        hypothesis=hypothesis, why=f"{proposer} {changed}", changed=changed, params=params,
-        status=status, verdict=verdict, confirmation=state, confirms=confirms, parent=parent, duration_s=6.0,
-        crash_category="oom" if crashed else None, crash_signature="oom-1" if crashed else None,
+        study_id=sid,
+        number=number,
+        attempt=f"attempt-{number:02d}-{proposer}",
+        branch=f"attempt-{number:02d}-{proposer}",
+        start_tag=f"attempt-{number:02d}-start",
+        end_tag=f"attempt-{number:02d}-end",
+        proposer=proposer,
+        hypothesis=hypothesis,
+        why=f"{proposer} {changed}",
+        changed=changed,
+        params=params,
+        status=status,
+        verdict=verdict,
+        confirmation=state,
+        confirms=confirms,
+        parent=parent,
+        duration_s=6.0,
+        crash_category="oom" if crashed else None,
+        crash_signature="oom-1" if crashed else None,
         root_cause="torch.OutOfMemoryError: CUDA out of memory" if crashed else None,
-        objective=None if rate is None else float(np.mean(items(rate, number))), delta=delta,
-        ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None, method="paired_items" if ci else None)
+        objective=None if rate is None else float(np.mean(items(rate, number))),
+        delta=delta,
+        ci_low=ci[0] if ci else None,
+        ci_high=ci[1] if ci else None,
+        method="paired_items" if ci else None,
+    )
     if rate is not None:
         result = items(rate, number)
-        led.add_metrics(tid, [{"type": "eval", "step": 40, "eval/id/greedy_pass@1": float(np.mean(result)),
-                               "eval/id/items": result}])
+        led.add_metrics(
+            tid,
+            [{"type": "eval", "step": 40, "eval/id/greedy_pass@1": float(np.mean(result)), "eval/id/items": result}],
+        )
 
 
 def git_workspace(root: Path) -> Path:
@@ -122,16 +232,30 @@ def add_full_run(root: Path, number: int = 16, promoted_from: int = 8, objective
     (root / "results").mkdir(exist_ok=True)
     (root / "results" / f"{name}.json").write_text(
         f'{{"status": "complete", "best_checkpoint": {{"step": 250, "value": {objective}, '
-        f'"metric": "eval/id/greedy_pass@1", "weights": "{weights}"}}}}')
+        f'"metric": "eval/id/greedy_pass@1", "weights": "{weights}"}}}}'
+    )
     git(root, "add", "-A")
     git(root, "commit", "-qm", "full run results")
     git(root, "tag", f"attempt-{number:02d}-start", "HEAD~1")
     git(root, "tag", f"attempt-{number:02d}-end", "HEAD")
     git(root, "checkout", "-q", "-")
     led = Ledger(root / "ledger.sqlite")
-    led.add_trial(study_id=led.study()["id"], number=number, attempt=name, branch=name, kind="full",
-                  start_tag=f"attempt-{number:02d}-start", end_tag=f"attempt-{number:02d}-end", proposer="promote",
-                  status="complete", objective=objective, promoted_from=promoted_from, delta=0.144, ci_low=0.087,
-                  ci_high=0.201, method="paired_items")
+    led.add_trial(
+        study_id=led.study()["id"],
+        number=number,
+        attempt=name,
+        branch=name,
+        kind="full",
+        start_tag=f"attempt-{number:02d}-start",
+        end_tag=f"attempt-{number:02d}-end",
+        proposer="promote",
+        status="complete",
+        objective=objective,
+        promoted_from=promoted_from,
+        delta=0.144,
+        ci_low=0.087,
+        ci_high=0.201,
+        method="paired_items",
+    )
     led.close()
     return {"name": name, "weights": weights}

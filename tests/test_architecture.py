@@ -66,15 +66,22 @@ def _graph() -> dict[str, dict[str, int]]:
 
 
 def _layer(module: str) -> int | None:
-    found = [(len(prefix), i) for i, layer in enumerate(LAYERS) for prefix in layer
-             if module == prefix or module.startswith(prefix + ".")]
+    found = [
+        (len(prefix), i)
+        for i, layer in enumerate(LAYERS)
+        for prefix in layer
+        if module == prefix or module.startswith(prefix + ".")
+    ]
     return max(found)[1] if found else None
 
 
 def _upward(graph: dict[str, dict[str, int]]) -> list[str]:
-    return [f"{m} (layer {_layer(m)}) -> {i} (layer {_layer(i)}), line {line}"
-            for m, targets in sorted(graph.items()) for i, line in sorted(targets.items())
-            if _layer(i) is not None and _layer(m) is not None and _layer(i) > _layer(m)]
+    return [
+        f"{m} (layer {_layer(m)}) -> {i} (layer {_layer(i)}), line {line}"
+        for m, targets in sorted(graph.items())
+        for i, line in sorted(targets.items())
+        if _layer(i) is not None and _layer(m) is not None and _layer(i) > _layer(m)
+    ]
 
 
 def _cycle(graph: dict[str, dict[str, int]] | dict[str, set[str]]) -> list[str] | None:
@@ -86,7 +93,7 @@ def _cycle(graph: dict[str, dict[str, int]] | dict[str, set[str]]) -> list[str] 
         stack.append(m)
         for n in sorted(graph[m]):
             if state.get(n) == 1:
-                return stack[stack.index(n):] + [n]
+                return stack[stack.index(n) :] + [n]
             if n not in state and (found := visit(n)):
                 return found
         stack.pop()
@@ -118,10 +125,13 @@ def test_the_checks_find_a_planted_cycle_an_upward_arrow_and_imports_in_function
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert _upward({"autorl.judge.x": {"autorl.study.y": 3}}) == [
-        "autorl.judge.x (layer 7) -> autorl.study.y (layer 12), line 3"]
+        "autorl.judge.x (layer 7) -> autorl.study.y (layer 12), line 3"
+    ]
     src = tmp_path / "m.py"
-    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autorl.study import a\n"
-                   "def f():\n    from autorl.cli import main\n")
+    src.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autorl.study import a\n"
+        "def f():\n    from autorl.cli import main\n"
+    )
     assert set(_imports(src)) == {"autorl.study", "autorl.study.a", "autorl.cli", "autorl.cli.main"}
 
 
@@ -131,8 +141,11 @@ def _strings(path: Path) -> list[tuple[int, str]]:
 
 
 def _sql_strings(path: Path) -> list[str]:
-    return [f"{path.relative_to(ROOT)}:{line}: {text[:60]!r}" for line, text in _strings(path)
-            if SQL.search(text) and len(text) < 400 and "`" not in text]
+    return [
+        f"{path.relative_to(ROOT)}:{line}: {text[:60]!r}"
+        for line, text in _strings(path)
+        if SQL.search(text) and len(text) < 400 and "`" not in text
+    ]
 
 
 def test_no_sql_outside_the_ledger():
@@ -142,8 +155,12 @@ def test_no_sql_outside_the_ledger():
 
 
 def test_no_hasattr_probe_of_a_backend():
-    hits = [f"{p.relative_to(ROOT)}:{i}" for p in PKG.rglob("*.py")
-            for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"hasattr\((self\.)?\w*backend", line)]
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in PKG.rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"hasattr\((self\.)?\w*backend", line)
+    ]
     assert not hits, hits
 
 
@@ -166,6 +183,10 @@ def test_classes_stay_small_and_loop_files_short():
                 methods = [x for x in n.body if isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef))]
                 if len(methods) > 25:
                     big.append(f"{p.relative_to(ROOT)}:{n.lineno} {n.name}: {len(methods)} methods")
-    long = [f"{p.relative_to(ROOT)}: {n} lines" for room in ("study", "runs", "promote")
-            for p in (PKG / room).glob("*.py") if (n := len(p.read_text().splitlines())) > 350]
+    long = [
+        f"{p.relative_to(ROOT)}: {n} lines"
+        for room in ("study", "runs", "promote")
+        for p in (PKG / room).glob("*.py")
+        if (n := len(p.read_text().splitlines())) > 350
+    ]
     assert not big and not long, big + long

@@ -4,8 +4,10 @@ from autorl.budget import format_duration, parse_duration
 from autorl.errors import BudgetError
 
 
-@pytest.mark.parametrize("text, seconds", [("90m", 5400), ("24h", 86400), ("1h30m", 5400), ("2d", 172800),
-                                           ("45s", 45), ("1.5h", 5400), (" 2m ", 120)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("90m", 5400), ("24h", 86400), ("1h30m", 5400), ("2d", 172800), ("45s", 45), ("1.5h", 5400), (" 2m ", 120)],
+)
 def test_parse(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -28,7 +30,8 @@ def test_cli_budget_without_a_unit_is_one_line_and_exit_2(tmp_path):
     assert run_cli("init", str(tmp_path / "ws")).returncode == 0
     r = run_cli("-C", str(tmp_path / "ws"), "run", "--budget", "10")
     assert r.returncode == 2 and r.stderr.strip() == (
-        "autorl: error: budget '10' has no unit: write 10m for minutes, 10h for hours or 10s for seconds")
+        "autorl: error: budget '10' has no unit: write 10m for minutes, 10h for hours or 10s for seconds"
+    )
     assert not (tmp_path / "ws" / "ledger.sqlite").exists()
 
 

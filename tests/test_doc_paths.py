@@ -18,14 +18,18 @@ FILE = re.compile(rf"(?<![\w./-])(?:{TOP})/[\w./-]*\w")  # autorl/judge/triage.p
 WING = re.compile(rf"(?<![\w./-])(?:{WINGS})/[\w/]*\.py\b")  # search/view.py: a module of autorl/
 # Paths the docs name that are not ours to ship: what a benchmark writes, and the files an example says a team
 # provides in its own workspace.
-NOT_SHIPPED = {"benchmarks/out": "benchmark output", "scripts/train_musique.py": "a team's script (docs/backends.md)",
-               "patches/terse-prompt.patch": "a workspace's own patch (docs/hypotheses.md)"}
+NOT_SHIPPED = {
+    "benchmarks/out": "benchmark output",
+    "scripts/train_musique.py": "a team's script (docs/backends.md)",
+    "patches/terse-prompt.patch": "a workspace's own patch (docs/hypotheses.md)",
+}
 DOTTED = re.compile(r"(?<![\w./-])autorl(?:\.[A-Za-z_]\w*)+")  # autorl.judge.gains.detectable
 
 
 def _named(pattern: re.Pattern) -> list[tuple[str, str]]:
-    return sorted({(doc.relative_to(ROOT).as_posix(), m.group(0)) for doc in DOCS
-                   for m in pattern.finditer(doc.read_text())})
+    return sorted(
+        {(doc.relative_to(ROOT).as_posix(), m.group(0)) for doc in DOCS for m in pattern.finditer(doc.read_text())}
+    )
 
 
 @pytest.mark.parametrize("doc, path", _named(FILE))
@@ -67,7 +71,9 @@ def _is_module(module: str) -> bool:
 
 
 def test_the_patterns_see_what_they_must():
-    assert FILE.findall("see `autorl/judge/gains.py` and autorl/data/rules/") == ["autorl/judge/gains.py",
-                                                                                "autorl/data/rules"]
+    assert FILE.findall("see `autorl/judge/gains.py` and autorl/data/rules/") == [
+        "autorl/judge/gains.py",
+        "autorl/data/rules",
+    ]
     assert WING.findall("`search/view.py`, openrlhf's trainer/ray/ppo_actor.py") == ["search/view.py"]
     assert DOTTED.findall("(`autorl.judge.gains.detectable`), not my.autorl.x") == ["autorl.judge.gains.detectable"]

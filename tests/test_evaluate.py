@@ -44,9 +44,26 @@ def test_cli_on_a_real_checkpoint(tmp_path):
 
     root = write_inputs(tmp_path / "tiny")
     out = tmp_path / "eval.jsonl"
-    rc = ev.main(["--model", str(root / "model"), "--id", str(root / "probe_id.jsonl"), "--ood",
-                  str(root / "probe_ood.jsonl"), "--metrics-out", str(out), "--max-new-tokens", "4", "--k", "2",
-                  "--engine", "hf", "--step", "4"])
+    rc = ev.main(
+        [
+            "--model",
+            str(root / "model"),
+            "--id",
+            str(root / "probe_id.jsonl"),
+            "--ood",
+            str(root / "probe_ood.jsonl"),
+            "--metrics-out",
+            str(out),
+            "--max-new-tokens",
+            "4",
+            "--k",
+            "2",
+            "--engine",
+            "hf",
+            "--step",
+            "4",
+        ]
+    )
     rec = json.loads(out.read_text().splitlines()[-1])
     assert rc == 0 and rec["type"] == "eval" and rec["step"] == 4
     assert len(rec["eval/id/items"]) == 32 and len(rec["eval/ood/items"]) == 32
@@ -63,9 +80,12 @@ def test_probe_prompts_are_encoded_as_the_rollouts_encode_them(tmp_path):
     from autorl.backends.openrlhf.tiny import tokenizer
 
     tok = tokenizer()
-    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="<bos> $A",
-                                                                         special_tokens=[("<bos>", 1)])
-    tok.chat_template = "{% for m in messages %}={{ m['content'] }}{% endfor %}{% if add_generation_prompt %}+{% endif %}"
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", 1)]
+    )
+    tok.chat_template = (
+        "{% for m in messages %}={{ m['content'] }}{% endfor %}{% if add_generation_prompt %}+{% endif %}"
+    )
     assert ev.prompt_text(tok, "1+2=", chat=False) == "1+2="
     assert ev.prompt_text(tok, "1+2=", chat=True) == "=1+2=+"
     seen = []

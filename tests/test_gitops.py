@@ -1,22 +1,24 @@
 """Ref naming and worktrees on a real git repository."""
 
 import pytest
+from conftest import git
 
 from autorl import gitops
 from autorl.errors import GitError, WorkspaceError
 
-from conftest import git
 
-
-@pytest.mark.parametrize("text, slug", [
-    ("lr=3e-4 eps_clip=0.1", "lr-3em4-eps-clip-0-1"),
-    ("H01 Advantage scaling!!", "h01-advantage-scaling"),
-    ("../../etc/passwd", "etc-passwd"),
-    ("refs/heads/x..y@{1}", "refs-heads-x-y-1"),
-    ("scale-rewards off", "scale-rewards-off"),
-    ("", "trial"),
-    ("---", "trial"),
-])
+@pytest.mark.parametrize(
+    "text, slug",
+    [
+        ("lr=3e-4 eps_clip=0.1", "lr-3em4-eps-clip-0-1"),
+        ("H01 Advantage scaling!!", "h01-advantage-scaling"),
+        ("../../etc/passwd", "etc-passwd"),
+        ("refs/heads/x..y@{1}", "refs-heads-x-y-1"),
+        ("scale-rewards off", "scale-rewards-off"),
+        ("", "trial"),
+        ("---", "trial"),
+    ],
+)
 def test_slugify(text, slug):
     assert gitops.slugify(text) == slug
 
@@ -126,8 +128,10 @@ def test_commit_and_annotated_tag_identity(tmp_path, monkeypatch):
     who = git(root, "log", "-1", "--format=%an <%ae> %cn <%ce>", sha)
     assert who == "autorl <autorl@localhost> autorl <autorl@localhost>"
     gitops.tag(root, "attempt-01-end", sha, message="why")
-    assert git(root, "for-each-ref", "--format=%(taggername) %(taggeremail) %(*objectname)",
-               "refs/tags/attempt-01-end") == f"autorl <autorl@localhost> {sha}"
+    assert (
+        git(root, "for-each-ref", "--format=%(taggername) %(taggeremail) %(*objectname)", "refs/tags/attempt-01-end")
+        == f"autorl <autorl@localhost> {sha}"
+    )
     git(root, "config", "user.name", "Ada")
     git(root, "config", "user.email", "ada@example.com")
     mine = gitops.commit(root, "user identity", ["f.txt"])
@@ -144,7 +148,8 @@ def test_refs_peel_tags_and_list_branches(tmp_path):
     git(root, "tag", "-a", "attempt-02-end", "-m", "annotated", head)
     got = gitops.refs(root)
     assert {k: got[k] for k in ("attempt-02-b", "attempt-02-start", "attempt-02-end")} == dict.fromkeys(
-        ("attempt-02-b", "attempt-02-start", "attempt-02-end"), head)
+        ("attempt-02-b", "attempt-02-start", "attempt-02-end"), head
+    )
 
 
 def test_detached_worktree_makes_no_branch(tmp_path):
@@ -192,7 +197,7 @@ def test_whatever_refs_the_repository_holds_the_next_attempt_number_is_sound(tmp
     assert len(git(repo, "tag", "--list", "attempt-9999*").split()) == 2
     assert gitops.next_attempt_number(repo) == 3
     git(repo, "tag", "attempt-999999999-end")
-    assert gitops.next_attempt_number(repo) == 10 ** 9
+    assert gitops.next_attempt_number(repo) == 10**9
 
 
 def test_the_next_attempt_number_sees_packed_and_nested_refs(tmp_path):

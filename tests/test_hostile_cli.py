@@ -38,11 +38,21 @@ def _listing(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-@pytest.mark.parametrize("args", [
-    ["show", HUGE], ["diagnose", HUGE], ["triage", "trial", HUGE], ["triage", HUGE], ["promote", HUGE],
-    ["promote", "--dry-run", HUGE], ["promote", "0"], ["promote", "--dry-run", "0"], ["show", "0"],
-    ["show", "--", "-3"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", HUGE],
+        ["diagnose", HUGE],
+        ["triage", "trial", HUGE],
+        ["triage", HUGE],
+        ["promote", HUGE],
+        ["promote", "--dry-run", HUGE],
+        ["promote", "0"],
+        ["promote", "--dry-run", "0"],
+        ["show", "0"],
+        ["show", "--", "-3"],
+    ],
+)
 def test_a_trial_number_out_of_range_is_one_line(command_ws, args):
     write_study(command_ws)
     _refused(run_cli("-C", str(command_ws), *args), "trial numbers start at 1")
@@ -53,8 +63,9 @@ def test_a_count_past_any_study_is_one_line(command_ws):
     _refused(run_cli("-C", str(command_ws), "run", "--max-trials", HUGE, "--budget", "1s"), "--max-trials")
 
 
-@pytest.mark.parametrize("args", [["status"], ["ledger"], ["show", "1"], ["report"], ["run", "--budget", "1s"],
-                                  ["hypotheses"]])
+@pytest.mark.parametrize(
+    "args", [["status"], ["ledger"], ["show", "1"], ["report"], ["run", "--budget", "1s"], ["hypotheses"]]
+)
 def test_a_ledger_that_is_a_symbolic_link_loop_is_one_line(command_ws, tmp_path, args):
     loop = _loop(tmp_path / "L")
     r = run_cli("-C", str(command_ws), "--ledger", str(loop), *args)
@@ -68,8 +79,15 @@ def test_a_workspace_path_that_is_a_loop_or_too_long_is_one_line(command_ws, tmp
     _refused(run_cli("--ledger", "x" * 300, "status", cwd=command_ws), "File name too long")
 
 
-@pytest.mark.parametrize("args", [["run", "x" * 300, "--budget", "1s"], ["train", "x" * 300],
-                                  ["triage", "classify", "x" * 300], ["preflight", "x" * 300]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "x" * 300, "--budget", "1s"],
+        ["train", "x" * 300],
+        ["triage", "classify", "x" * 300],
+        ["preflight", "x" * 300],
+    ],
+)
 def test_a_file_name_the_system_refuses_is_one_line(command_ws, args):
     _refused(run_cli("-C", str(command_ws), *args), "File name too long")
 
@@ -111,8 +129,11 @@ def test_a_bare_repository_is_refused_and_left_as_it_is(tmp_path):
 
 def test_a_metrics_out_that_cannot_be_written_is_refused_before_anything_trains(tmp_path):
     """It trained first, then ended with a traceback's last line and exit 1."""
-    for target, needle in ((tmp_path, "is a folder"), (tmp_path / "none" / "m.jsonl", "cannot be written"),
-                           (Path("/proc/m.jsonl"), "cannot be written")):
+    for target, needle in (
+        (tmp_path, "is a folder"),
+        (tmp_path / "none" / "m.jsonl", "cannot be written"),
+        (Path("/proc/m.jsonl"), "cannot be written"),
+    ):
         r = run_cli("train", "recipes/default.yaml", "--metrics-out", str(target), "--set", "steps=1", cwd=ROOT)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
         assert "Traceback" not in r.stderr

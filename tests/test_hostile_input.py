@@ -29,22 +29,25 @@ def _bomb(key: str, levels: int = 9) -> str:
     return reliability._bomb(levels).replace(f"a{levels}: &a{levels}", f"{key}: &a{levels}")
 
 
-@pytest.mark.parametrize("text, line, needle", [
-    (HEAD + _bomb("description") + "\ntrain: {argv: [echo]}\n", 9, "alias bomb"),
-    (HEAD + _bomb("a9") + "\ntrain: {argv: [echo], lr: *a9}\n", 9, "alias bomb"),
-    (HEAD + "description: &a [*a]\n", 3, "inside the value it names"),
-    (HEAD + "description: " + "[" * 100_000 + "]" * 100_000 + "\n", 3, "nested deeper than 64"),
-    (HEAD + "d:\n" + "".join(" " * i + f"k{i}:\n" for i in range(1, 200)), 66, "nested deeper than 64"),
-    (HEAD + "train: {lr: " + "9" * 1_000_000 + "}\n", 3, "1,000,000 characters"),
-    (HEAD + "train: {argv: [echo], seed: 99999999999999999999}\n", 3, "outside 64 bits"),
-    (HEAD + "train: {argv: [echo], seed: -0x8000000000000001}\n", 3, "outside 64 bits"),
-    (HEAD + "train: {argv: [echo], seed: 1:2:3:4:5:6:7:8:9:10:11:12:13}\n", 3, "outside 64 bits"),
-    (HEAD + "train: {lr: 1e999}\n", 3, "too large for a float"),
-    (HEAD + "train:\n  lr: 0.1\n  lr: 0.2\n", 5, "'lr' is given twice in one mapping (first on line 4)"),
-    (HEAD + "description: 2024-99-99\n", 3, "cannot be read (month must be in 1..12)"),
-    (HEAD + "description: !!binary aGk=\n", 3, "could not determine a constructor"),
-    (HEAD + "description: !!python/object/apply:os.system ['true']\n", 3, "could not determine a constructor"),
-])
+@pytest.mark.parametrize(
+    "text, line, needle",
+    [
+        (HEAD + _bomb("description") + "\ntrain: {argv: [echo]}\n", 9, "alias bomb"),
+        (HEAD + _bomb("a9") + "\ntrain: {argv: [echo], lr: *a9}\n", 9, "alias bomb"),
+        (HEAD + "description: &a [*a]\n", 3, "inside the value it names"),
+        (HEAD + "description: " + "[" * 100_000 + "]" * 100_000 + "\n", 3, "nested deeper than 64"),
+        (HEAD + "d:\n" + "".join(" " * i + f"k{i}:\n" for i in range(1, 200)), 66, "nested deeper than 64"),
+        (HEAD + "train: {lr: " + "9" * 1_000_000 + "}\n", 3, "1,000,000 characters"),
+        (HEAD + "train: {argv: [echo], seed: 99999999999999999999}\n", 3, "outside 64 bits"),
+        (HEAD + "train: {argv: [echo], seed: -0x8000000000000001}\n", 3, "outside 64 bits"),
+        (HEAD + "train: {argv: [echo], seed: 1:2:3:4:5:6:7:8:9:10:11:12:13}\n", 3, "outside 64 bits"),
+        (HEAD + "train: {lr: 1e999}\n", 3, "too large for a float"),
+        (HEAD + "train:\n  lr: 0.1\n  lr: 0.2\n", 5, "'lr' is given twice in one mapping (first on line 4)"),
+        (HEAD + "description: 2024-99-99\n", 3, "cannot be read (month must be in 1..12)"),
+        (HEAD + "description: !!binary aGk=\n", 3, "could not determine a constructor"),
+        (HEAD + "description: !!python/object/apply:os.system ['true']\n", 3, "could not determine a constructor"),
+    ],
+)
 def test_a_hostile_recipe_is_one_line_naming_its_line(text, line, needle):
     usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with pytest.raises(RecipeError) as err:
@@ -57,11 +60,13 @@ def test_a_hostile_recipe_is_one_line_naming_its_line(text, line, needle):
 
 
 def test_what_yaml_allows_within_the_bounds_still_reads():
-    text = ("base: &base {lr: 0.001, seed: 1}\nrun:\n  <<: *base\n  seed: 2\nnums: [0x10, -9223372036854775808, "
-            "9223372036854775807, .inf, -.inf, 1e300, 3e-4]\nwhen: 2024-02-29\n")
+    text = (
+        "base: &base {lr: 0.001, seed: 1}\nrun:\n  <<: *base\n  seed: 2\nnums: [0x10, -9223372036854775808, "
+        "9223372036854775807, .inf, -.inf, 1e300, 3e-4]\nwhen: 2024-02-29\n"
+    )
     data = loading.parse(text)
     assert data["run"] == {"lr": 0.001, "seed": 2}  # a merge may be overridden: that is not a key given twice
-    assert data["nums"][:3] == [16, -(2 ** 63), 2 ** 63 - 1] and data["nums"][3] == float("inf")
+    assert data["nums"][:3] == [16, -(2**63), 2**63 - 1] and data["nums"][3] == float("inf")
     assert str(data["when"]) == "2024-02-29"
 
 
@@ -86,14 +91,17 @@ def test_a_file_that_is_not_utf8_or_not_a_file_is_one_line(tmp_path):
         read_recipe_text(tmp_path)
 
 
-@pytest.mark.parametrize("item, needle", [
-    ("description=" + reliability._flow_bomb(), "alias bomb"),
-    ("lr=" + "9" * 100_000, "100,000 characters"),
-    ("seed=99999999999999999999", "outside 64 bits"),
-    ("a." * 5000 + "b=1", "up to 6 names"),
-    ("x" * 100_000 + "=1", "up to 6 names"),
-    ("l r=1", "up to 6 names"),
-])
+@pytest.mark.parametrize(
+    "item, needle",
+    [
+        ("description=" + reliability._flow_bomb(), "alias bomb"),
+        ("lr=" + "9" * 100_000, "100,000 characters"),
+        ("seed=99999999999999999999", "outside 64 bits"),
+        ("a." * 5000 + "b=1", "up to 6 names"),
+        ("x" * 100_000 + "=1", "up to 6 names"),
+        ("l r=1", "up to 6 names"),
+    ],
+)
 def test_a_hostile_set_value_is_one_line(item, needle):
     with pytest.raises(RecipeError) as err:
         parse_overrides([item])
@@ -103,7 +111,9 @@ def test_a_hostile_set_value_is_one_line(item, needle):
 
 def test_a_set_value_that_is_not_yaml_is_still_text():
     assert parse_overrides(["name=a: b: c", "objective.metric=eval/id/greedy_pass@1"]) == {
-        ("name",): "a: b: c", ("objective", "metric"): "eval/id/greedy_pass@1"}
+        ("name",): "a: b: c",
+        ("objective", "metric"): "eval/id/greedy_pass@1",
+    }
 
 
 def test_a_hostile_hypothesis_file_is_one_line(tmp_path):
@@ -125,8 +135,10 @@ def test_a_folder_of_too_many_hypothesis_files_is_one_line(tmp_path):
 
 
 def test_a_huge_value_in_an_error_is_shown_short():
-    bomb_ok = loading.parse("a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
-                            "c: &c [*b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c]\n")
+    bomb_ok = loading.parse(
+        "a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
+        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c]\n"
+    )
     with pytest.raises(RecipeError) as err:
         validate_recipe({"name": bomb_ok["d"], "backend": "command", "train": {"argv": ["echo"]}}, source="r.yaml")
     assert len(str(err.value)) < 400 and "..." in str(err.value)
@@ -135,8 +147,10 @@ def test_a_huge_value_in_an_error_is_shown_short():
     assert len(line) <= MAX_LINE and "\n" not in line and line.endswith("second line: do this")
 
 
-@pytest.mark.parametrize("text, needle", [("9" * 5000, "longer than a year"), ("400d", "longer than a year"),
-                                          ("1" * 10_000 + "x", "is not a duration")])
+@pytest.mark.parametrize(
+    "text, needle",
+    [("9" * 5000, "longer than a year"), ("400d", "longer than a year"), ("1" * 10_000 + "x", "is not a duration")],
+)
 def test_a_hostile_budget_is_one_short_line(text, needle):
     with pytest.raises(BudgetError, match=needle) as err:
         parse_duration(text)
@@ -168,8 +182,14 @@ except SystemExit as exc:
 """
 
 
-@pytest.mark.parametrize("text", [HEAD + _bomb("description") + "\n", "name: x\ntrain: {lr: " + "9" * 200_000 + "}\n",
-                                  "name: x\ntrain:\n  lr: 0.1\n  lr: 0.2\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        HEAD + _bomb("description") + "\n",
+        "name: x\ntrain: {lr: " + "9" * 200_000 + "}\n",
+        "name: x\ntrain:\n  lr: 0.1\n  lr: 0.2\n",
+    ],
+)
 def test_autorl_run_refuses_hostile_recipe_text_before_loading_the_study_machinery(command_ws, text):
     """The refusal costs the start of Python and the bounded read, not the import of the controller, Optuna and
     the ledger (seconds on a busy machine)."""

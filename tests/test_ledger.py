@@ -14,11 +14,47 @@ from autorl.ledger import TRIAL_COLUMNS, Ledger, StudyRow
 
 # What 0001_initial created when it shipped. A migration is never edited: a new column is a new migration.
 INITIAL_TRIAL_COLUMNS = [
-    "id", "study_id", "number", "attempt", "branch", "start_tag", "end_tag", "start_sha", "end_sha", "proposer",
-    "hypothesis", "why", "params", "changed", "seed", "optuna_number", "status", "verdict", "reason", "objective",
-    "delta", "ci_low", "ci_high", "method", "n_items", "flags", "crash_category", "crash_signature", "root_cause",
-    "remedy", "retry_of", "promoted_from", "kind", "started", "finished", "duration_s", "log_path", "metrics_path",
-    "exit_code", "pid"]
+    "id",
+    "study_id",
+    "number",
+    "attempt",
+    "branch",
+    "start_tag",
+    "end_tag",
+    "start_sha",
+    "end_sha",
+    "proposer",
+    "hypothesis",
+    "why",
+    "params",
+    "changed",
+    "seed",
+    "optuna_number",
+    "status",
+    "verdict",
+    "reason",
+    "objective",
+    "delta",
+    "ci_low",
+    "ci_high",
+    "method",
+    "n_items",
+    "flags",
+    "crash_category",
+    "crash_signature",
+    "root_cause",
+    "remedy",
+    "retry_of",
+    "promoted_from",
+    "kind",
+    "started",
+    "finished",
+    "duration_s",
+    "log_path",
+    "metrics_path",
+    "exit_code",
+    "pid",
+]
 
 
 def _columns(path, table: str) -> list[str]:
@@ -30,8 +66,9 @@ def _columns(path, table: str) -> list[str]:
 
 
 def _study(led: Ledger, name: str = "s") -> int:
-    return led.create_study(name=name, recipe_path="r.yaml", recipe="", base_sha="x", strategy="random",
-                            budget_s=1.0, optuna_study=name)
+    return led.create_study(
+        name=name, recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0, optuna_study=name
+    )
 
 
 def test_a_fresh_ledger_has_exactly_the_typed_columns(tmp_path):
@@ -82,22 +119,35 @@ def test_study_records_are_one_studys_rows(tmp_path):
     led = Ledger(tmp_path / "l.sqlite")
     a, b = _study(led, "a"), _study(led, "b")
     for number, sid, proposer in ((1, a, "baseline"), (2, b, "baseline"), (3, a, "random"), (4, b, "random")):
-        led.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer,
-                      status="complete", objective=0.1 * number)
+        led.add_trial(
+            study_id=sid,
+            number=number,
+            attempt=f"attempt-{number:02d}",
+            proposer=proposer,
+            status="complete",
+            objective=0.1 * number,
+        )
     records = led.records(a)
     assert [t["number"] for t in records.trials()] == [1, 3]
     assert [t["number"] for t in records.baselines()] == [1]
     assert [t["number"] for t in records.scored()] == [1, 3]
     records.event(None, "note", "only a's")
-    assert [e["message"] for e in led.events(a)][0] == "only a's" and not [e for e in led.events(b)
-                                                                          if e["kind"] == "note"]
+    assert [e["message"] for e in led.events(a)][0] == "only a's" and not [
+        e for e in led.events(b) if e["kind"] == "note"
+    ]
 
 
 # ---- one study's rows, kept in memory and current with the file ------------------------------------------------
 def _grown(led: Ledger, sid: int, n: int, start: int = 1) -> None:
     for number in range(start, start + n):
-        tid = led.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer="optuna",
-                            params={"lr": number * 1e-4}, started=float(number))
+        tid = led.add_trial(
+            study_id=sid,
+            number=number,
+            attempt=f"attempt-{number:02d}",
+            proposer="optuna",
+            params={"lr": number * 1e-4},
+            started=float(number),
+        )
         led.update_trial(tid, status="complete", objective=0.5, finished=number + 0.5)
 
 
@@ -162,16 +212,18 @@ def test_study_records_answer_as_the_ledgers_sql_does(tmp_path):
     confirmation or retry the controller stopped early did not run, None equals nothing."""
     led = Ledger(tmp_path / "l.sqlite")
     sid, other = _study(led, "a"), _study(led, "b")
-    rows = [(1, "baseline", {"status": "crash", "verdict": "crash", "crash_signature": "oom"}),
-            (2, "retry", {"retry_of": 1, "status": "complete", "objective": 0.4}),
-            (3, "baseline", {"status": "complete", "objective": 0.5}),
-            (4, "optuna", {"status": "complete", "objective": 0.7, "verdict": "improved", "confirmation": "candidate"}),
-            (5, "confirm", {"confirms": 4, "status": "interrupted"}),
-            (6, "confirm", {"confirms": 4, "status": "complete", "objective": 0.6}),
-            (7, "optuna", {"status": "crash", "verdict": "crash", "crash_signature": "nan"}),
-            (8, "retry", {"retry_of": 7, "status": "budget-cut"}),
-            (9, "optuna", {"status": "crash", "verdict": "crash"}),
-            (10, "promote", {"kind": "full", "status": "complete", "objective": 0.9})]
+    rows = [
+        (1, "baseline", {"status": "crash", "verdict": "crash", "crash_signature": "oom"}),
+        (2, "retry", {"retry_of": 1, "status": "complete", "objective": 0.4}),
+        (3, "baseline", {"status": "complete", "objective": 0.5}),
+        (4, "optuna", {"status": "complete", "objective": 0.7, "verdict": "improved", "confirmation": "candidate"}),
+        (5, "confirm", {"confirms": 4, "status": "interrupted"}),
+        (6, "confirm", {"confirms": 4, "status": "complete", "objective": 0.6}),
+        (7, "optuna", {"status": "crash", "verdict": "crash", "crash_signature": "nan"}),
+        (8, "retry", {"retry_of": 7, "status": "budget-cut"}),
+        (9, "optuna", {"status": "crash", "verdict": "crash"}),
+        (10, "promote", {"kind": "full", "status": "complete", "objective": 0.9}),
+    ]
     for number, proposer, values in rows:
         led.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer, **values)
     led.add_trial(study_id=other, number=11, attempt="attempt-11", proposer="baseline", status="complete")
@@ -207,7 +259,7 @@ def test_what_a_caller_gets_is_its_own_and_a_transaction_is_never_cached(tmp_pat
             raise RuntimeError("rolled back")
     assert records.trial(1)["status"] == "complete"
     with pytest.raises(ValueError, match="rev"):
-        led.update_trial(records.trial(1)["id"], rev=10 ** 9)  # the triggers keep it, never a caller
+        led.update_trial(records.trial(1)["id"], rev=10**9)  # the triggers keep it, never a caller
 
 
 def test_a_ledger_from_before_revisions_gets_them(tmp_path):
@@ -232,15 +284,24 @@ def test_a_ledger_from_before_revisions_gets_them(tmp_path):
 def _answers(records, count: int) -> dict:
     numbers = lambda got: [t["number"] for t in got]  # noqa: E731
     by_number = [records.trial(n)["status"] for n in range(1, count + 1)]  # asked first: it must see the file too
-    return {"by_number": by_number, "trials": records.trials(), "kind": numbers(records.trials(kind="trial")),
-            "complete": numbers(records.trials(status="complete")), "baselines": numbers(records.baselines()),
-            "scored": numbers(records.scored()), "best": (records.best_objective(True), records.best_objective(False)),
-            "finished": numbers(records.finished(last=3)), "first": records.first_end(),
-            "signatures": numbers(records.crash_signatures()), "confirmed": numbers(records.confirmed()),
-            "candidates": numbers(records.open_candidates()), "unretried": numbers(records.unretried_crashes()),
-            "runs": [(numbers(records.confirm_runs(c)), numbers(records.confirm_runs(c, ran=True))) for c in (1, 2, 3)],
-            "groups": {k: numbers(v) for k, v in records.confirm_groups().items()},
-            "ran": [(records.ran({"lr": lr, "seed": seed}) or {}).get("number") for lr in (1, 2) for seed in (0, 1, 2)]}
+    return {
+        "by_number": by_number,
+        "trials": records.trials(),
+        "kind": numbers(records.trials(kind="trial")),
+        "complete": numbers(records.trials(status="complete")),
+        "baselines": numbers(records.baselines()),
+        "scored": numbers(records.scored()),
+        "best": (records.best_objective(True), records.best_objective(False)),
+        "finished": numbers(records.finished(last=3)),
+        "first": records.first_end(),
+        "signatures": numbers(records.crash_signatures()),
+        "confirmed": numbers(records.confirmed()),
+        "candidates": numbers(records.open_candidates()),
+        "unretried": numbers(records.unretried_crashes()),
+        "runs": [(numbers(records.confirm_runs(c)), numbers(records.confirm_runs(c, ran=True))) for c in (1, 2, 3)],
+        "groups": {k: numbers(v) for k, v in records.confirm_groups().items()},
+        "ran": [(records.ran({"lr": lr, "seed": seed}) or {}).get("number") for lr in (1, 2) for seed in (0, 1, 2)],
+    }
 
 
 def test_rows_kept_up_to_date_row_by_row_answer_as_rows_read_afresh(tmp_path):
@@ -262,20 +323,40 @@ def test_rows_kept_up_to_date_row_by_row_answer_as_rows_read_afresh(tmp_path):
         writer = pick(led, other)
         n = len(kept.trials())
         if n < 3 or rng.random() < 0.4:
-            writer.add_trial(study_id=sid, number=n + 1, attempt=f"attempt-{n + 1:02d}",
-                             kind=pick("trial", "trial", "full"), proposer=pick("baseline", "optuna", "retry", "confirm"),
-                             params={"lr": pick(1, 2), "seed": pick(0, 1, 2)}, retry_of=pick(None, None, rng.randint(1, n + 1)),
-                             confirms=pick(None, None, None, 1, 2, 3), started=pick(None, rng.random()))
+            writer.add_trial(
+                study_id=sid,
+                number=n + 1,
+                attempt=f"attempt-{n + 1:02d}",
+                kind=pick("trial", "trial", "full"),
+                proposer=pick("baseline", "optuna", "retry", "confirm"),
+                params={"lr": pick(1, 2), "seed": pick(0, 1, 2)},
+                retry_of=pick(None, None, rng.randint(1, n + 1)),
+                confirms=pick(None, None, None, 1, 2, 3),
+                started=pick(None, rng.random()),
+            )
         else:
             row = writer.trial(rng.randint(1, n))
-            writer.update_trial(row["id"], **rng.choice([
-                {"status": pick("complete", "crash", "interrupted", "budget-cut", "running"), "finished": rng.random()},
-                {"retry_of": pick(None, rng.randint(1, n))}, {"proposer": pick("baseline", "optuna", "retry")},
-                {"objective": pick(None, rng.random())}, {"confirmation": pick("candidate", "confirmed", None)},
-                {"verdict": "crash", "crash_signature": pick("a", None)},
-                {"params": {"lr": pick(1, 2), "seed": pick(0, 1, 2)}}]))
+            writer.update_trial(
+                row["id"],
+                **rng.choice(
+                    [
+                        {
+                            "status": pick("complete", "crash", "interrupted", "budget-cut", "running"),
+                            "finished": rng.random(),
+                        },
+                        {"retry_of": pick(None, rng.randint(1, n))},
+                        {"proposer": pick("baseline", "optuna", "retry")},
+                        {"objective": pick(None, rng.random())},
+                        {"confirmation": pick("candidate", "confirmed", None)},
+                        {"verdict": "crash", "crash_signature": pick("a", None)},
+                        {"params": {"lr": pick(1, 2), "seed": pick(0, 1, 2)}},
+                    ]
+                ),
+            )
         count = led.max_number()
         assert _answers(kept, count) == _answers(led.records(sid), count), step
-        assert plan.history(kept.finished(last=3), ["lr"], first_end=kept.first_end()) == plan.history(
-            kept.trials(kind="trial"), ["lr"])[-3:], step  # what the planner reads: its window, and the first end
+        assert (
+            plan.history(kept.finished(last=3), ["lr"], first_end=kept.first_end())
+            == plan.history(kept.trials(kind="trial"), ["lr"])[-3:]
+        ), step  # what the planner reads: its window, and the first end
     assert kept.rows.rows_read <= 600  # each changed row once

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl.errors import DiskFullError, LedgerError, NotFoundError
+from autorl.errors import LedgerError, NotFoundError
 from autorl.ledger import Ledger, ledger_guard, open_read
 
 
@@ -39,7 +39,7 @@ def test_a_removed_ledger_stops_every_write_and_is_never_created_again(tmp_path)
         led.file.create_optuna_tables()
     import optuna
 
-    with pytest.raises(Exception):  # Optuna's storage opens the file without ever creating it
+    with pytest.raises(Exception):  # noqa: B017 - Optuna's storage opens the file without ever creating it
         optuna.storages.RDBStorage(led.file.optuna_url())
     assert not path.exists()
 
@@ -132,15 +132,18 @@ def test_a_ledger_caught_between_its_record_table_and_its_tables_is_read_as_a_le
 
 def test_the_review_side_does_not_make_an_empty_file_a_ledger(tmp_path):
     """`autorl --ledger EMPTY status` turned an empty file into a 45 kB ledger with lock, WAL and shm files."""
-    for name, make in (("empty", lambda p: p.write_bytes(b"")),
-                       ("no-tables.sqlite", lambda p: sqlite3.connect(p).execute("VACUUM").connection.close())):
+    for name, make in (
+        ("empty", lambda p: p.write_bytes(b"")),
+        ("no-tables.sqlite", lambda p: sqlite3.connect(p).execute("VACUUM").connection.close()),
+    ):
         path = tmp_path / name
         make(path)
         before = path.read_bytes()
         with pytest.raises(NotFoundError, match="holds no autorl ledger"):
             open_read(path)
-        assert path.read_bytes() == before and sorted(x.name for x in tmp_path.iterdir() if x.name.startswith(name)) \
-            == [name]
+        assert path.read_bytes() == before and sorted(
+            x.name for x in tmp_path.iterdir() if x.name.startswith(name)
+        ) == [name]
 
 
 def test_a_new_ledger_never_shows_its_record_table_without_its_tables(tmp_path, monkeypatch):
@@ -194,8 +197,15 @@ CREATE = textwrap.dedent("""
 def test_several_processes_create_one_fresh_ledger_and_optunas_tables_at_once(tmp_path):
     for attempt in range(2):
         path = tmp_path / f"ledger{attempt}.sqlite"
-        procs = [subprocess.Popen([sys.executable, "-c", CREATE, str(path), f"s{i}"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for i in range(4)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", CREATE, str(path), f"s{i}"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(4)
+        ]
         outs = [p.communicate(timeout=120) for p in procs]
         assert all(p.returncode == 0 and o.strip() == "ok" for p, (o, _) in zip(procs, outs)), [e for _, e in outs]
         led = open_read(path)
@@ -242,8 +252,22 @@ def _unshare_tmpfs(script: str, tmp_path: Path, size: str = "2m") -> str:
         pytest.skip("no private mount namespace here (unshare -rm refused)")
     code = tmp_path / "script.py"
     code.write_text(script)
-    r = subprocess.run(["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs "$1" && "$2" "$3" "$1"',
-                        "sh", str(mnt), sys.executable, str(code)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            f'mount -t tmpfs -o size={size} tmpfs "$1" && "$2" "$3" "$1"',
+            "sh",
+            str(mnt),
+            sys.executable,
+            str(code),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 

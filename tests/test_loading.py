@@ -12,9 +12,23 @@ from autorl.search import moves
 from autorl.study import plan
 
 
-@pytest.mark.parametrize("text, value", [("3e-4", 3e-4), ("1e-5", 1e-5), ("-2E+3", -2000.0), ("1.0e5", 1e5),
-                                         ("5.0e-07", 5e-7), (".5e-1", 0.05), ("10", 10), ("1_000", 1000),
-                                         ("0x10", 16), ("1e", "1e"), ("e5", "e5"), ("'3e-4'", "3e-4")])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("3e-4", 3e-4),
+        ("1e-5", 1e-5),
+        ("-2E+3", -2000.0),
+        ("1.0e5", 1e5),
+        ("5.0e-07", 5e-7),
+        (".5e-1", 0.05),
+        ("10", 10),
+        ("1_000", 1000),
+        ("0x10", 16),
+        ("1e", "1e"),
+        ("e5", "e5"),
+        ("'3e-4'", "3e-4"),
+    ],
+)
 def test_numbers_without_a_dot_are_numbers(text, value):
     got = loading.parse(f"v: {text}")["v"]
     assert got == value and type(got) is type(value)
@@ -45,15 +59,22 @@ def test_bad_yaml_in_a_recipe_names_the_line(tmp_path):
         validate_recipe(loading.parse("- a"), source="x")
 
 
-@pytest.mark.parametrize("load, text, where", [
-    (moves.load_table, "moves: []\nexploit: {ratio: 4}\n", "gallop"),
-    (moves.load_table, "moves: [\n", "not valid YAML"),
-    (diagnose.load_rules, "symptoms: {}\nbottlenecks: oops\n", "bottlenecks"),
-    (triage.load_rules, "families: [{id: a, category: cuda_oom, priority: 1, patterns: ['('], remedy: r}]\n"
-                        "nonfinite_remedy: n\nunknown_remedy: u\n", "not a valid regex"),
-    (triage.load_rules, "families_from: [missing.yaml]\nnonfinite_remedy: n\nunknown_remedy: u\n", "missing.yaml"),
-    (abort.load_window_rules, "rules: 3\n", "rules"),
-])
+@pytest.mark.parametrize(
+    "load, text, where",
+    [
+        (moves.load_table, "moves: []\nexploit: {ratio: 4}\n", "gallop"),
+        (moves.load_table, "moves: [\n", "not valid YAML"),
+        (diagnose.load_rules, "symptoms: {}\nbottlenecks: oops\n", "bottlenecks"),
+        (
+            triage.load_rules,
+            "families: [{id: a, category: cuda_oom, priority: 1, patterns: ['('], remedy: r}]\n"
+            "nonfinite_remedy: n\nunknown_remedy: u\n",
+            "not a valid regex",
+        ),
+        (triage.load_rules, "families_from: [missing.yaml]\nnonfinite_remedy: n\nunknown_remedy: u\n", "missing.yaml"),
+        (abort.load_window_rules, "rules: 3\n", "rules"),
+    ],
+)
 def test_every_rules_table_fails_in_one_line(tmp_path, load, text, where):
     bad = tmp_path / "table.yaml"
     bad.write_text(text)
@@ -78,7 +99,7 @@ def test_a_missing_table_says_so(tmp_path):
 
 def test_a_table_is_read_again_when_its_file_changes(tmp_path):
     path = tmp_path / "moves.yaml"
-    shipped = (moves.load_table().model_dump_json())
+    shipped = moves.load_table().model_dump_json()
     path.write_text(loading.dump(moves.load_table().model_dump()))
     assert moves.load_table(path).model_dump_json() == shipped
     assert moves.load_table(path) is moves.load_table(path)  # cached while the file is unchanged
@@ -90,10 +111,14 @@ def test_a_table_is_read_again_when_its_file_changes(tmp_path):
 
 def test_a_table_that_includes_others_is_read_again_when_one_of_them_changes(tmp_path):
     main, extra = tmp_path / "crash.yaml", tmp_path / "more.yaml"
-    main.write_text("families_from: [more.yaml]\nnonfinite_remedy: n\nunknown_remedy: u\n"
-                    "families: [{id: a, category: cuda_oom, priority: 1, patterns: [alpha], remedy: r}]\n")
+    main.write_text(
+        "families_from: [more.yaml]\nnonfinite_remedy: n\nunknown_remedy: u\n"
+        "families: [{id: a, category: cuda_oom, priority: 1, patterns: [alpha], remedy: r}]\n"
+    )
     extra.write_text("families: [{id: b, category: disk_full, priority: 2, patterns: [beta], remedy: r}]\n")
     assert [f.id for f in triage.load_rules(main).families] == ["a", "b"]
-    extra.write_text("families: [{id: b, category: disk_full, priority: 2, patterns: [beta], remedy: r},\n"
-                     "           {id: c, category: host_oom, priority: 3, patterns: [gamma], remedy: r}]\n")
+    extra.write_text(
+        "families: [{id: b, category: disk_full, priority: 2, patterns: [beta], remedy: r},\n"
+        "           {id: c, category: host_oom, priority: 3, patterns: [gamma], remedy: r}]\n"
+    )
     assert [f.id for f in triage.load_rules(main).families] == ["a", "b", "c"]

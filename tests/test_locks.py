@@ -87,7 +87,9 @@ def test_a_study_lock_names_the_controller_that_holds_it(tmp_path):
     ws = Workspace(root=tmp_path, ledger_path=tmp_path / "ledger.sqlite")
     held = ws.lock_study("s1")
     try:
-        with pytest.raises(StudyBusyError, match=rf"study s1 is being run by pid {os.getpid()}.*kill -INT {os.getpid()}"):
+        with pytest.raises(
+            StudyBusyError, match=rf"study s1 is being run by pid {os.getpid()}.*kill -INT {os.getpid()}"
+        ):
             ws.lock_study("s1")
         assert ws.study_holder("s1")["pid"] == os.getpid()
         other = ws.lock_study("s2")  # another study of the same workspace runs at the same time

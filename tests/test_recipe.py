@@ -23,16 +23,19 @@ def test_default_recipe_validates():
     assert r.params.gens == 8 and r.train["gens"] == 8
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("lr=-1", "train.lr"),
-    ("gens=1", "train.gens"),
-    ("eps_clip=0", "train.eps_clip"),
-    ("learning_rate=1e-4", "unknown key 'train.learning_rate'"),
-    ("gens=many", "train.gens"),
-    ("loss_type=ppo", "train.loss_type"),
-    ("objective.direction=up", "objective.direction"),
-    ("lr", "write key=value"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("lr=-1", "train.lr"),
+        ("gens=1", "train.gens"),
+        ("eps_clip=0", "train.eps_clip"),
+        ("learning_rate=1e-4", "unknown key 'train.learning_rate'"),
+        ("gens=many", "train.gens"),
+        ("loss_type=ppo", "train.loss_type"),
+        ("objective.direction=up", "objective.direction"),
+        ("lr", "write key=value"),
+    ],
+)
 def test_bad_overrides_name_the_field(override, needle):
     with pytest.raises(RecipeError) as e:
         load_recipe(DEFAULT, [override])
@@ -75,8 +78,8 @@ def test_set_train_values_changes_only_those_lines():
 
 
 def test_search_distance_for_crash_avoidance():
-    from autorl.search.view import distance
     from autorl.recipe import SearchParam
+    from autorl.search.view import distance
 
     space = {"lr": SearchParam(low=1e-6, high=1e-2, log=True), "gens": SearchParam(choices=[4, 8])}
     assert distance(space, {"lr": 1e-3, "gens": 8}, {"lr": 1e-3, "gens": 8}) == 0
@@ -97,9 +100,12 @@ def test_flow_style_train_becomes_an_editable_block():
     assert editable_text(plain) == plain  # a block-style recipe keeps its comments and layout
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("gens=6", "train.gens is 6, which is not among search.gens choices [4, 8, 16]"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("gens=6", "train.gens is 6, which is not among search.gens choices [4, 8, 16]"),
+    ],
+)
 def test_a_study_base_lies_inside_its_own_search_space(override, needle):
     from autorl.recipe import check_base
 
@@ -108,10 +114,15 @@ def test_a_study_base_lies_inside_its_own_search_space(override, needle):
         check_base(recipe, DEFAULT)
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("lr=inf", "train.lr is inf: give a finite number"), ("lr=.inf", "train.lr is inf"),
-    ("temperature=.nan", "train.temperature"), ("steps=0", "train.steps is 0: a run needs at least 1"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("lr=inf", "train.lr is inf: give a finite number"),
+        ("lr=.inf", "train.lr is inf"),
+        ("temperature=.nan", "train.temperature"),
+        ("steps=0", "train.steps is 0: a run needs at least 1"),
+    ],
+)
 def test_non_finite_numbers_and_zero_steps_are_refused(override, needle):
 
     with pytest.raises(RecipeError, match=re.escape(needle)):
@@ -143,10 +154,13 @@ def test_recipe_from_text_is_load_recipe_without_the_read():
         recipe_from_text("- a list\n", "x.yaml")
 
 
-@pytest.mark.parametrize("content, needle", [
-    (None, "not found"),
-    (b"name: caf\xe9\n", "is not UTF-8 text (byte 9): save it as UTF-8"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (None, "not found"),
+        (b"name: caf\xe9\n", "is not UTF-8 text (byte 9): save it as UTF-8"),
+    ],
+)
 def test_an_unreadable_recipe_file_is_one_line(tmp_path, content, needle):
     from autorl.recipe import read_recipe_text
 
@@ -162,8 +176,13 @@ def test_set_is_parsed_once_into_paths_and_numbers():
     from autorl.recipe import parse_overrides
 
     got = parse_overrides(["lr=3e-4", "timeout_s=30", "verdict.confirm_runs=0", "warmup=1e-5", "lr=1e-5", "name=a=b"])
-    assert got == {("train", "lr"): 1e-5, ("timeout_s",): 30, ("verdict", "confirm_runs"): 0,
-                   ("train", "warmup"): 1e-5, ("name",): "a=b"}
+    assert got == {
+        ("train", "lr"): 1e-5,
+        ("timeout_s",): 30,
+        ("verdict", "confirm_runs"): 0,
+        ("train", "warmup"): 1e-5,
+        ("name",): "a=b",
+    }
     with pytest.raises(RecipeError, match="write key=value"):
         parse_overrides(["=3"])
 
@@ -172,13 +191,23 @@ def test_overrides_outside_train_keep_the_users_comments():
     from autorl.recipe import recipe_and_text
 
     text = DEFAULT.read_text()
-    overrides = ["lr=3e-4", "timeout_s=30", "verdict.confirm_runs=0", "abort.window=4", "objective.reduction=best",
-                 "search.gens.choices=[4, 8]"]
+    overrides = [
+        "lr=3e-4",
+        "timeout_s=30",
+        "verdict.confirm_runs=0",
+        "abort.window=4",
+        "objective.reduction=best",
+        "search.gens.choices=[4, 8]",
+    ]
     recipe, out = recipe_and_text(text, DEFAULT, overrides)
     assert recipe == load_recipe(DEFAULT, overrides)
     data = yaml.safe_load(out)
-    assert (data["train"]["lr"], data["timeout_s"], data["verdict"]["confirm_runs"], data["abort"]["window"]) == \
-        (3e-4, 30, 0, 4)
+    assert (data["train"]["lr"], data["timeout_s"], data["verdict"]["confirm_runs"], data["abort"]["window"]) == (
+        3e-4,
+        30,
+        0,
+        4,
+    )
     assert data["search"]["gens"] == {"choices": [4, 8]} and data["objective"]["reduction"] == "best"
     comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
     assert comments and all(c in out.splitlines() for c in comments)
@@ -187,16 +216,31 @@ def test_overrides_outside_train_keep_the_users_comments():
     assert len(changed) == 7  # one line per value (abort: is a new section of two lines)
 
 
-@pytest.mark.parametrize("text, path, value, expect", [
-    ("a: 1\nabort: {window: 8, pruner: true}  # why\n", ("abort", "window"), 4,
-     "a: 1\nabort: {window: 4, pruner: true}  # why\n"),
-    ("search:\n  gens:\n    choices:\n    - 4\n    - 8\n  lr: {low: 1}\n", ("search", "gens", "choices"), [2],
-     "search:\n  gens:\n    choices: [2]\n  lr: {low: 1}\n"),
-    ("train:\n    lr: 1  # keep\n# tail\nname: x", ("train", "gens"), 8,
-     "train:\n    lr: 1  # keep\n    gens: 8\n# tail\nname: x\n"),
-    ("name: x\n", ("verdict", "confirm_runs"), 0, "name: x\nverdict:\n  confirm_runs: 0\n"),
-    ("train:\nname: x\n", ("train", "lr"), 0.001, "train:\n  lr: 0.001\nname: x\n"),
-])
+@pytest.mark.parametrize(
+    "text, path, value, expect",
+    [
+        (
+            "a: 1\nabort: {window: 8, pruner: true}  # why\n",
+            ("abort", "window"),
+            4,
+            "a: 1\nabort: {window: 4, pruner: true}  # why\n",
+        ),
+        (
+            "search:\n  gens:\n    choices:\n    - 4\n    - 8\n  lr: {low: 1}\n",
+            ("search", "gens", "choices"),
+            [2],
+            "search:\n  gens:\n    choices: [2]\n  lr: {low: 1}\n",
+        ),
+        (
+            "train:\n    lr: 1  # keep\n# tail\nname: x",
+            ("train", "gens"),
+            8,
+            "train:\n    lr: 1  # keep\n    gens: 8\n# tail\nname: x\n",
+        ),
+        ("name: x\n", ("verdict", "confirm_runs"), 0, "name: x\nverdict:\n  confirm_runs: 0\n"),
+        ("train:\nname: x\n", ("train", "lr"), 0.001, "train:\n  lr: 0.001\nname: x\n"),
+    ],
+)
 def test_values_are_written_in_place(text, path, value, expect):
     from autorl.recipe import set_values
 
@@ -228,8 +272,8 @@ def test_a_set_value_reaches_the_engine_config_as_a_number(tmp_path):
 
     from autorl.backends.base import TrialSpec, get_backend
     from autorl.engine.config import EngineConfig
-    from autorl.toolkit.child import load_config
     from autorl.recipe import parse_overrides, recipe_and_text
+    from autorl.toolkit.child import load_config
 
     overrides = parse_overrides(["lr=3e-4", "verdict.confirm_runs=0"])
     recipe, text = recipe_and_text(DEFAULT.read_text(), DEFAULT, overrides)
@@ -264,13 +308,16 @@ def run_cli_bad_recipe(tmp_path):
     return run_cli("train", str(path), "--dry-run")
 
 
-@pytest.mark.parametrize("space, needle", [
-    ({"low": float("nan"), "high": float("inf")}, "low nan is not a finite number"),
-    ({"low": 1e-7, "high": float("inf"), "log": True}, "high inf is not a finite number"),
-    ({"low": -1e308, "high": 1e308}, "wider than a float holds"),
-    ({"low": 1e-7, "high": 1e-2, "int": True}, "an int range needs whole-number bounds"),
-    ({"choices": [float("nan"), 1e-5]}, "choice nan is not a finite number"),
-])
+@pytest.mark.parametrize(
+    "space, needle",
+    [
+        ({"low": float("nan"), "high": float("inf")}, "low nan is not a finite number"),
+        ({"low": 1e-7, "high": float("inf"), "log": True}, "high inf is not a finite number"),
+        ({"low": -1e308, "high": 1e308}, "wider than a float holds"),
+        ({"low": 1e-7, "high": 1e-2, "int": True}, "an int range needs whole-number bounds"),
+        ({"choices": [float("nan"), 1e-5]}, "choice nan is not a finite number"),
+    ],
+)
 def test_a_search_space_optuna_cannot_sample_is_refused_before_any_study(space, needle):
     """Such a range passed validation, the baseline ran, and the first proposal died in Optuna with a traceback."""
     data = _data()
@@ -280,16 +327,19 @@ def test_a_search_space_optuna_cannot_sample_is_refused_before_any_study(space, 
     assert "search" in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("gens=100000000", "train.gens"),
-    ("max_new_tokens=100000000", "train.max_new_tokens"),
-    ("threads=100000", "train.threads"),
-    ("steps=1000000000000", "train.steps"),
-    ("timeout_s=1e308", "timeout_s"),
-    ("verdict.baseline_repeats=1000000000", "baseline_repeats"),
-    ("full.steps=-3", "full.steps"),
-    ("full.bogus=3", "full"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("gens=100000000", "train.gens"),
+        ("max_new_tokens=100000000", "train.max_new_tokens"),
+        ("threads=100000", "train.threads"),
+        ("steps=1000000000000", "train.steps"),
+        ("timeout_s=1e308", "timeout_s"),
+        ("verdict.baseline_repeats=1000000000", "baseline_repeats"),
+        ("full.steps=-3", "full.steps"),
+        ("full.bogus=3", "full"),
+    ],
+)
 def test_unbounded_sizes_and_a_full_block_the_backend_cannot_run_are_refused_with_the_recipe(override, needle):
     """These passed validation: a study started with steps 1e12, and a full block's mistakes surfaced only when
     its promoted run started."""

@@ -26,8 +26,12 @@ def test_wheel_in_a_fresh_venv_runs_init_run_and_report(tmp_path):
     assert built.returncode == 0, built.stderr
     wheel = next(dist.glob("autorl-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for shipped in ("autorl/data/recipes/default.yaml", "autorl/data/rules/crash_rules.yaml",
-                    "autorl/data/rules/abort.yaml", "autorl/data/hypotheses/h13-flat-learning.md"):
+    for shipped in (
+        "autorl/data/recipes/default.yaml",
+        "autorl/data/rules/crash_rules.yaml",
+        "autorl/data/rules/abort.yaml",
+        "autorl/data/hypotheses/h13-flat-learning.md",
+    ):
         assert shipped in names, shipped
     venv = tmp_path / "venv"
     assert _run([sys.executable, "-m", "venv", venv], tmp_path).returncode == 0

@@ -22,9 +22,10 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -244,8 +245,10 @@ class Backend:
             if asked is None:
                 continue
             if key is None:
-                raise UserError(f"the {self.name} backend has no run length that {flag} sets: "
-                                f"use {'--episodes' if flag == '--steps' else '--steps'} or the recipe's full block")
+                raise UserError(
+                    f"the {self.name} backend has no run length that {flag} sets: "
+                    f"use {'--episodes' if flag == '--steps' else '--steps'} or the recipe's full block"
+                )
             values[key] = asked
         return values
 
@@ -277,8 +280,12 @@ class LocalProcess:
         """Start the process (in its own session, pinned to ``plan.cpus``); returns its ``Popen``."""
         return subprocess.Popen(
             plan.argv if not plan.shell else ["/bin/sh", "-c", plan.argv[0]],
-            cwd=plan.cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            cwd=plan.cwd,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
             preexec_fn=(lambda: os.sched_setaffinity(0, plan.cpus)) if plan.cpus else None,
         )
 

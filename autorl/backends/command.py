@@ -45,8 +45,19 @@ from autorl.evaluate import ProbeSettings, eval_argv
 # Values every template may use besides the train keys; filled in by plan().
 PROVIDED_KEYS = ("run_dir", "seed", "cache_dir", "attempt", "worktree")
 
-_STRUCTURAL = ("argv", "shell", "env", "cwd", "metrics", "metrics_format", "metric_map", "checkpoint",
-               "checkpoint_base", "checkpoints", *ProbeSettings.model_fields)
+_STRUCTURAL = (
+    "argv",
+    "shell",
+    "env",
+    "cwd",
+    "metrics",
+    "metrics_format",
+    "metric_map",
+    "checkpoint",
+    "checkpoint_base",
+    "checkpoints",
+    *ProbeSettings.model_fields,
+)
 
 
 class CommandParams(ProbeSettings):
@@ -55,31 +66,61 @@ class CommandParams(ProbeSettings):
     model_config = ConfigDict(extra="allow")
     run_length_keys: ClassVar[tuple[str, ...]] = ("steps", "num_episodes", "max_epochs")  # the scripts' usual names
 
-    argv: list[str] | str = Field(description="The command template: a list of arguments, or one string (split shell-style, or run by /bin/sh when shell is true). '{key}' is replaced by train.key.")
-    shell: bool = Field(False, description="Run the template through /bin/sh -c; every substituted value is shell-quoted.")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment variables added for the run; values are templates too.")
+    argv: list[str] | str = Field(
+        description="The command template: a list of arguments, or one string (split shell-style, or run by /bin/sh "
+        "when shell is true). '{key}' is replaced by train.key."
+    )
+    shell: bool = Field(
+        False, description="Run the template through /bin/sh -c; every substituted value is shell-quoted."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables added for the run; values are templates too."
+    )
     cwd: str = Field(".", description="Working directory, relative to the trial's worktree.")
-    metrics: str = Field("{run_dir}/metrics.jsonl", description="Metrics file or directory, relative to cwd (template; '{run_dir}' allowed). Ignored for stdout_dicts.")
-    metrics_format: Literal["jsonl", "tensorboard", "trainer_state", "stdout_dicts"] = Field("jsonl", description="How the script logs: JSONL lines, TensorBoard events, trainer_state.json, or printed dicts on stdout.")
-    metric_map: dict[str, str] = Field(default_factory=dict, description="Script key -> autorl key, on top of the TRL defaults (e.g. {'rewards/em/mean': 'correctness'}).")
+    metrics: str = Field(
+        "{run_dir}/metrics.jsonl",
+        description="Metrics file or directory, relative to cwd (template; '{run_dir}' allowed). Ignored for "
+        "stdout_dicts.",
+    )
+    metrics_format: Literal["jsonl", "tensorboard", "trainer_state", "stdout_dicts"] = Field(
+        "jsonl",
+        description="How the script logs: JSONL lines, TensorBoard events, trainer_state.json, or printed dicts on "
+        "stdout.",
+    )
+    metric_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="Script key -> autorl key, on top of the TRL defaults (e.g. {'rewards/em/mean': 'correctness'}).",
+    )
     seed: int = Field(0, description="Seed, available as '{seed}'; a baseline repeat overrides it.")
     lr: float | None = Field(None, ge=0, description="Learning rate, available as '{lr}'.")
     eps_clip: float | None = Field(None, gt=0, description="PPO clip epsilon, available as '{eps_clip}'.")
     kl_coef: float | None = Field(None, ge=0, description="KL coefficient, available as '{kl_coef}'.")
     gens: int | None = Field(None, ge=1, description="Completions per prompt, available as '{gens}'.")
-    checkpoint: str | None = Field(None, description=(
-        "Where the script saves its final Hugging Face model or LoRA adapter, relative to cwd (template; "
-        "'{run_dir}' allowed). With probe_id/probe_ood, autorl evaluates it per item after training."))
-    checkpoint_base: str | None = Field(None, description=(
-        "Base model of a LoRA adapter checkpoint, a path relative to cwd or a hub name (template); default: "
-        "the adapter's own record of it."))
-    checkpoints: str | None = Field(None, description=(
-        "A glob of the Hugging Face checkpoint folders the script saves as it trains, relative to cwd (template; "
-        "e.g. '{run_dir}/out/checkpoint-*', the step being the last number of a folder's name). With probe sets, "
-        "a promoted full run evaluates each as it appears: its OOD early stop watches them and the best is kept."))
+    checkpoint: str | None = Field(
+        None,
+        description=(
+            "Where the script saves its final Hugging Face model or LoRA adapter, relative to cwd (template; "
+            "'{run_dir}' allowed). With probe_id/probe_ood, autorl evaluates it per item after training."
+        ),
+    )
+    checkpoint_base: str | None = Field(
+        None,
+        description=(
+            "Base model of a LoRA adapter checkpoint, a path relative to cwd or a hub name (template); default: "
+            "the adapter's own record of it."
+        ),
+    )
+    checkpoints: str | None = Field(
+        None,
+        description=(
+            "A glob of the Hugging Face checkpoint folders the script saves as it trains, relative to cwd (template; "
+            "e.g. '{run_dir}/out/checkpoint-*', the step being the last number of a folder's name). With probe sets, "
+            "a promoted full run evaluates each as it appears: its OOD early stop watches them and the best is kept."
+        ),
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> "CommandParams":
+    def _check(self) -> CommandParams:
         if self.shell and not isinstance(self.argv, str) and len(self.argv) != 1:
             raise ValueError("shell: true takes the command as one string: write argv as a string")
         if not self.shell and not self.argv:
@@ -91,7 +132,10 @@ class CommandParams(ProbeSettings):
                 raise ValueError(f"train.{key} must be a scalar to be used in the command (got {type(value).__name__})")
         missing = sorted(set(template_fields(self)) - set(self.values()) - set(PROVIDED_KEYS))
         if missing:
-            raise ValueError(f"the command uses '{{{missing[0]}}}', which names no train key with a value: add {missing[0]} to train or fix the placeholder")
+            raise ValueError(
+                f"the command uses '{{{missing[0]}}}', which names no train key with a value: add {missing[0]} to "
+                f"train or fix the placeholder"
+            )
         _check_eval(self)
         return self
 
@@ -112,14 +156,19 @@ def _check_eval(params: CommandParams) -> None:
     checkpoints a run saves as it trains need a probe set to be evaluated on."""
     splits = params.probe_splits()
     if splits and not params.checkpoint:
-        raise ValueError(f"probe_{next(iter(splits))} needs checkpoint: name where the script saves its final model "
-                         "(the evaluator runs on it)")
+        raise ValueError(
+            f"probe_{next(iter(splits))} needs checkpoint: name where the script saves its final model "
+            "(the evaluator runs on it)"
+        )
     if params.checkpoints and not splits:
-        raise ValueError("checkpoints needs a probe set (probe_id or probe_ood): a full run evaluates each checkpoint "
-                         "on it")
+        raise ValueError(
+            "checkpoints needs a probe set (probe_id or probe_ood): a full run evaluates each checkpoint on it"
+        )
     if splits and params.probe_max_new_tokens is None:
-        raise ValueError("probe sets need probe_max_new_tokens: the evaluation's completion limit, fixed for the "
-                         "study whatever the command's own limit is")
+        raise ValueError(
+            "probe sets need probe_max_new_tokens: the evaluation's completion limit, fixed for the "
+            "study whatever the command's own limit is"
+        )
 
 
 def template_fields(params: CommandParams) -> list[str]:
@@ -141,7 +190,10 @@ def render(template: str, values: dict[str, Any], quote: bool = False) -> str:
         if field is None:
             continue
         if field not in values:
-            raise RecipeError(f"the command uses '{{{field}}}', which names no train key with a value: add {field} to train or fix the placeholder")
+            raise RecipeError(
+                f"the command uses '{{{field}}}', which names no train key with a value: add {field} to train or "
+                f"fix the placeholder"
+            )
         value = values[field]
         value = repr(value) if conversion == "r" else str(value) if conversion == "s" else value
         text = format(value, spec or "")
@@ -171,13 +223,25 @@ class CommandBackend(Backend):
 
     name = "command"
     # A script's keys are its own: these are the names training scripts commonly give the same knobs.
-    oom_knobs = (OomKnob(("micro_batch", "micro_train_batch_size", "per_device_train_batch_size"),
-                         whole={"micro_batch": ("batch_prompts", "gens")},
-                         keeps={"per_device_train_batch_size": "gradient_accumulation_steps"}),
-                 OomKnob(("gens", "n_samples_per_prompt", "num_generations"), floor=2),
-                 OomKnob(("max_new_tokens", "generate_max_len", "max_completion_length")))
-    work_keys = ("steps", "gens", "batch_prompts", "ppo_epochs", "max_new_tokens", "rollout_batch_size",
-                 "num_episodes", "max_samples")
+    oom_knobs = (
+        OomKnob(
+            ("micro_batch", "micro_train_batch_size", "per_device_train_batch_size"),
+            whole={"micro_batch": ("batch_prompts", "gens")},
+            keeps={"per_device_train_batch_size": "gradient_accumulation_steps"},
+        ),
+        OomKnob(("gens", "n_samples_per_prompt", "num_generations"), floor=2),
+        OomKnob(("max_new_tokens", "generate_max_len", "max_completion_length")),
+    )
+    work_keys = (
+        "steps",
+        "gens",
+        "batch_prompts",
+        "ppo_epochs",
+        "max_new_tokens",
+        "rollout_batch_size",
+        "num_episodes",
+        "max_samples",
+    )
     steps_key, episodes_key, grad_clip_key = "max_steps", "num_episodes", "max_grad_norm"
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
@@ -188,11 +252,23 @@ class CommandBackend(Backend):
         cwd = (Path(spec.worktree) / params.cwd).resolve()
         log_path = run_dir / "train.log"
         metrics = log_path if params.metrics_format == "stdout_dicts" else cwd / render(params.metrics, values)
-        env = {**self.extra_env, "AUTORL_RUN_DIR": str(run_dir), "AUTORL_SEED": str(values["seed"]),
-               **{k: render(v, values) for k, v in params.env.items()}}
-        return LaunchPlan(argv=_argv(params, values), env=env, cwd=str(cwd), log_path=str(log_path),
-                          metrics_path=str(metrics), metrics_format=params.metrics_format,
-                          metric_map=dict(params.metric_map), backend=self.name, shell=params.shell)
+        env = {
+            **self.extra_env,
+            "AUTORL_RUN_DIR": str(run_dir),
+            "AUTORL_SEED": str(values["seed"]),
+            **{k: render(v, values) for k, v in params.env.items()},
+        }
+        return LaunchPlan(
+            argv=_argv(params, values),
+            env=env,
+            cwd=str(cwd),
+            log_path=str(log_path),
+            metrics_path=str(metrics),
+            metrics_format=params.metrics_format,
+            metric_map=dict(params.metric_map),
+            backend=self.name,
+            shell=params.shell,
+        )
 
     def start(self, plan: LaunchPlan) -> CommandRun:
         reader = make_reader(plan.metrics_format, plan.metrics_path, plan.metric_map)
@@ -225,13 +301,29 @@ class CommandBackend(Backend):
         run_dir = Path(spec.run_dir).resolve()
         values, cwd = _filled(spec)
         base = render(params.checkpoint_base, values) if params.checkpoint_base else None
-        argv = eval_argv(sys.executable, cwd / render(params.checkpoint, values), run_dir / "eval.jsonl",
-                         _probe(params, Path(spec.worktree)), params.probe_max_new_tokens or 0, base,
-                         self.planned_steps(spec.recipe), values["seed"])
-        env = {**self.extra_env, "AUTORL_RUN_DIR": str(run_dir),
-               **{k: render(v, values) for k, v in params.env.items()}}
-        return LaunchPlan(argv=argv, env=env, cwd=str(cwd), log_path=str(run_dir / "train.log"),
-                          metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)
+        argv = eval_argv(
+            sys.executable,
+            cwd / render(params.checkpoint, values),
+            run_dir / "eval.jsonl",
+            _probe(params, Path(spec.worktree)),
+            params.probe_max_new_tokens or 0,
+            base,
+            self.planned_steps(spec.recipe),
+            values["seed"],
+        )
+        env = {
+            **self.extra_env,
+            "AUTORL_RUN_DIR": str(run_dir),
+            **{k: render(v, values) for k, v in params.env.items()},
+        }
+        return LaunchPlan(
+            argv=argv,
+            env=env,
+            cwd=str(cwd),
+            log_path=str(run_dir / "train.log"),
+            metrics_path=str(run_dir / "eval.jsonl"),
+            backend=self.name,
+        )
 
 
 def _filled(spec: TrialSpec) -> tuple[dict[str, Any], Path]:
@@ -260,8 +352,13 @@ def _probe(params: CommandParams, worktree: Path) -> ProbeSettings:
 
 def _provided(spec: TrialSpec, params: CommandParams, run_dir: Path) -> dict[str, Any]:
     seed = spec.seed if spec.seed is not None else params.seed
-    return {"run_dir": str(run_dir), "seed": seed, "cache_dir": str(Path(spec.cache_dir).resolve()),
-            "attempt": spec.attempt, "worktree": str(Path(spec.worktree).resolve())}
+    return {
+        "run_dir": str(run_dir),
+        "seed": seed,
+        "cache_dir": str(Path(spec.cache_dir).resolve()),
+        "attempt": spec.attempt,
+        "worktree": str(Path(spec.worktree).resolve()),
+    }
 
 
 def _argv(params: CommandParams, values: dict[str, Any]) -> list[str]:

@@ -22,8 +22,11 @@ class EmbeddedBackend(Backend):
     """Plans a run of the embedded GRPO engine on the trial's resolved recipe."""
 
     name = "embedded"
-    oom_knobs = (OomKnob(("micro_batch",), whole={"micro_batch": ("batch_prompts", "gens")}),  # 0 = all at once
-                 OomKnob(("gens",), floor=2), OomKnob(("max_new_tokens",)))
+    oom_knobs = (
+        OomKnob(("micro_batch",), whole={"micro_batch": ("batch_prompts", "gens")}),  # 0 = all at once
+        OomKnob(("gens",), floor=2),
+        OomKnob(("max_new_tokens",)),
+    )
     work_keys = ("steps", "gens", "batch_prompts", "ppo_epochs", "max_new_tokens")
     grad_clip_key = "max_grad_norm"
 
@@ -54,11 +57,25 @@ class EmbeddedBackend(Backend):
         run_dir.mkdir(parents=True, exist_ok=True)
         config_path = run_dir / "engine_config.json"  # the child validates it once, as an EngineConfig
         config_path.write_text(json.dumps(config.model_dump(mode="json"), indent=1, sort_keys=True))
-        argv = [sys.executable, "-m", "autorl.engine", "--config", str(config_path),
-                "--metrics-out", str(run_dir / "metrics.jsonl"), "--cache-dir", str(spec.cache_dir)]
-        plan = LaunchPlan(argv=argv, env=dict(self.extra_env), cwd=str(spec.worktree),
-                          log_path=str(run_dir / "train.log"), metrics_path=str(run_dir / "metrics.jsonl"),
-                          backend=self.name)
+        argv = [
+            sys.executable,
+            "-m",
+            "autorl.engine",
+            "--config",
+            str(config_path),
+            "--metrics-out",
+            str(run_dir / "metrics.jsonl"),
+            "--cache-dir",
+            str(spec.cache_dir),
+        ]
+        plan = LaunchPlan(
+            argv=argv,
+            env=dict(self.extra_env),
+            cwd=str(spec.worktree),
+            log_path=str(run_dir / "train.log"),
+            metrics_path=str(run_dir / "metrics.jsonl"),
+            backend=self.name,
+        )
         return plan
 
     def start(self, plan: LaunchPlan) -> forked.ForkedProcess:
@@ -76,11 +93,21 @@ class EmbeddedBackend(Backend):
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg = run_dir / "prepare_config.json"
         cfg.write_text(json.dumps(params, indent=1, sort_keys=True))
-        argv = [sys.executable, "-m", "autorl.engine", "--config", str(cfg), "--metrics-out",
-                str(run_dir / "prepare_metrics.jsonl"), "--cache-dir", str(cache_dir)]
+        argv = [
+            sys.executable,
+            "-m",
+            "autorl.engine",
+            "--config",
+            str(cfg),
+            "--metrics-out",
+            str(run_dir / "prepare_metrics.jsonl"),
+            "--cache-dir",
+            str(cache_dir),
+        ]
         with open(run_dir / "prepare.log", "ab") as log:
             try:
-                return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      timeout=timeout_s).returncode
+                return subprocess.run(
+                    argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout_s
+                ).returncode
             except subprocess.TimeoutExpired:
                 return -1

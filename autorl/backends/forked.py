@@ -53,9 +53,15 @@ class ForkServer:
     def __init__(self, executable: str, module: str = ENGINE, env: dict[str, str] | None = None):
         self.executable, self.module = executable, module
         self.env = env if env is not None else {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([executable, "-m", SERVER, module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=self.env, cwd=_package_parent(),
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [executable, "-m", SERVER, module],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=self.env,
+            cwd=_package_parent(),
+            start_new_session=True,
+        )
         self._pids: queue.Queue[int | None] = queue.Queue()
         self._exits: dict[int, int] = {}
         self._send = threading.Lock()  # one request at a time, so that replies come in order

@@ -26,7 +26,7 @@ GRACE_S = 10.0
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    cmd = args[args.index("--") + 1:] if "--" in args else args
+    cmd = args[args.index("--") + 1 :] if "--" in args else args
     if not cmd:
         print("usage: groupguard.py -- COMMAND...", file=sys.stderr)
         return 2

@@ -52,16 +52,27 @@ def assess(bundles: list[dict[str, float]], nodes: list[dict[str, float]], what:
     largest = max(nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0)))
     fits_a_node = all(any(_fits(b, n) for n in nodes) for b in bundles)
     if fits_a_node and _fits(demand, cluster):
-        return Waiting(demand, True, f"{WAITING}{what} needs {_show(demand)}, which other jobs hold "
-                                     f"(the live nodes have {_show(cluster, demand)} in all)")
-    return Waiting(demand, False, f"the cluster can never place this trial: {what} needs {_show(demand)}, but its "
-                                  f"live nodes have {_show(cluster, demand)} in all, the largest "
-                                  f"{_show(largest, demand)}: ask for less (the recipe's GPUs) or add nodes")
+        return Waiting(
+            demand,
+            True,
+            f"{WAITING}{what} needs {_show(demand)}, which other jobs hold "
+            f"(the live nodes have {_show(cluster, demand)} in all)",
+        )
+    return Waiting(
+        demand,
+        False,
+        f"the cluster can never place this trial: {what} needs {_show(demand)}, but its "
+        f"live nodes have {_show(cluster, demand)} in all, the largest "
+        f"{_show(largest, demand)}: ask for less (the recipe's GPUs) or add nodes",
+    )
 
 
 def _driver_demand(info: Any) -> dict[str, float]:
-    demand = {"GPU": info.entrypoint_num_gpus or 0, "CPU": info.entrypoint_num_cpus or 0,
-              **(info.entrypoint_resources or {})}
+    demand = {
+        "GPU": info.entrypoint_num_gpus or 0,
+        "CPU": info.entrypoint_num_cpus or 0,
+        **(info.entrypoint_resources or {}),
+    }
     return {k: float(v) for k, v in demand.items() if v}
 
 
@@ -69,14 +80,26 @@ def _actor_demand(address: str, job_hex: str) -> tuple[list[dict[str, float]], s
     """The bundles of the job's pending placement groups and the demand of its pending actors outside them."""
     from ray.util.state import list_actors, list_placement_groups
 
-    groups = list_placement_groups(address=address, detail=True, raise_on_missing_output=False,
-                                   timeout=STATE_TIMEOUT_S,
-                                   filters=[("creator_job_id", "=", job_hex), ("state", "=", "PENDING")])
+    groups = list_placement_groups(
+        address=address,
+        detail=True,
+        raise_on_missing_output=False,
+        timeout=STATE_TIMEOUT_S,
+        filters=[("creator_job_id", "=", job_hex), ("state", "=", "PENDING")],
+    )
     bundles = [_plain(b.get("unit_resources") or {}) for g in groups for b in (g.bundles or [])]
-    actors = list_actors(address=address, detail=True, raise_on_missing_output=False, timeout=STATE_TIMEOUT_S,
-                         filters=[("job_id", "=", job_hex), ("state", "=", "PENDING_CREATION")])
-    loose = [_plain(a.required_resources or {}) for a in actors
-             if not any("_group_" in k for k in (a.required_resources or {}))]
+    actors = list_actors(
+        address=address,
+        detail=True,
+        raise_on_missing_output=False,
+        timeout=STATE_TIMEOUT_S,
+        filters=[("job_id", "=", job_hex), ("state", "=", "PENDING_CREATION")],
+    )
+    loose = [
+        _plain(a.required_resources or {})
+        for a in actors
+        if not any("_group_" in k for k in (a.required_resources or {}))
+    ]
     what = "a placement group of its actors" if groups else "its actors"
     return bundles + loose, what
 
@@ -85,14 +108,16 @@ def _node_totals(address: str) -> list[dict[str, float]]:
     from ray.util.state import list_nodes
 
     nodes = list_nodes(address=address, detail=True, timeout=STATE_TIMEOUT_S)
-    return [_plain(n.resources_total or {}) for n in nodes
-            if str(n.state) in ("ALIVE", "NodeStatus.ALIVE")]
+    return [_plain(n.resources_total or {}) for n in nodes if str(n.state) in ("ALIVE", "NodeStatus.ALIVE")]
 
 
 def _plain(resources: dict) -> dict[str, float]:
     """Resource amounts by name, without Ray's per-node and per-group bookkeeping keys."""
-    return {k: float(v) for k, v in resources.items()
-            if not k.startswith("node:") and "_group_" not in k and k not in ("memory", "object_store_memory")}
+    return {
+        k: float(v)
+        for k, v in resources.items()
+        if not k.startswith("node:") and "_group_" not in k and k not in ("memory", "object_store_memory")
+    }
 
 
 def _total(parts: list[dict[str, float]]) -> dict[str, float]:
@@ -109,5 +134,6 @@ def _fits(need: dict[str, float], have: dict[str, float]) -> bool:
 
 def _show(resources: dict[str, float], asked: dict[str, float] | None = None) -> str:
     keys = [k for k in KEYS if k in resources or k in (asked or {})] + sorted(
-        k for k in (asked or resources) if k not in KEYS)
+        k for k in (asked or resources) if k not in KEYS
+    )
     return ", ".join(f"{k} {resources.get(k, 0.0):g}" for k in keys) or "nothing"

@@ -22,15 +22,16 @@ import atexit
 import os
 import shlex
 import shutil
-import sys
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autorl.backends.base import kill_group
 from autorl.errors import BackendError
@@ -38,7 +39,9 @@ from autorl.errors import BackendError
 TERMINAL = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -int(signal.SIGTERM)}
 RUNTIME_EXCLUDES = [".git", "__pycache__", "*.safetensors", "*.bin", "*.pt"]
 LOG_SYNC_EVERY_S = 1.0
-HEAD_GRACE_S = 30.0  # a head that does not answer for this long has lost the job (a restart of its dashboard is shorter)
+HEAD_GRACE_S = (
+    30.0  # a head that does not answer for this long has lost the job (a restart of its dashboard is shorter)
+)
 # Waits before each further try of a submission the dashboard dropped or refused (about 70 s in all): a head that
 # has just started answers its job list before its job agent listens, and then refuses a submission with a 500
 # (aiohttp "Cannot connect to host" inside; seen 17 s after two heads started at once on one 2-GPU host).
@@ -72,15 +75,27 @@ def client(address: str):
     try:
         return within(CALL_TIMEOUT_S, JobSubmissionClient, address)
     except Exception as exc:  # the SDK raises ConnectionError, RuntimeError, ValueError
-        raise BackendError(f"cannot reach the Ray dashboard at {address}: {exc}; start a cluster or drop --ray-address") from None
+        raise BackendError(
+            f"cannot reach the Ray dashboard at {address}: {exc}; start a cluster or drop --ray-address"
+        ) from None
 
 
-def submit(address: str, argv: list[str], *, working_dir: str | Path, log_path: str | Path,
-           env: dict[str, str] | None = None, entrypoint_num_gpus: float = 0, entrypoint_num_cpus: float = 0,
-           entrypoint_resources: dict[str, float] | None = None, submission_id: str | None = None,
-           reader: Callable[[], list[dict]] | None = None,
-           on_exit: Callable[[], list[dict]] | None = None, py_modules: list[str] | None = None,
-           setup_hook: str | None = None) -> "RayJobHandle":
+def submit(
+    address: str,
+    argv: list[str],
+    *,
+    working_dir: str | Path,
+    log_path: str | Path,
+    env: dict[str, str] | None = None,
+    entrypoint_num_gpus: float = 0,
+    entrypoint_num_cpus: float = 0,
+    entrypoint_resources: dict[str, float] | None = None,
+    submission_id: str | None = None,
+    reader: Callable[[], list[dict]] | None = None,
+    on_exit: Callable[[], list[dict]] | None = None,
+    py_modules: list[str] | None = None,
+    setup_hook: str | None = None,
+) -> RayJobHandle:
     """Submit ``argv`` as a Ray job running in ``working_dir``; return its handle at once.
 
     ``reader`` returns new metric records; ``on_exit`` returns the last ones, once, after the job ends.
@@ -89,19 +104,32 @@ def submit(address: str, argv: list[str], *, working_dir: str | Path, log_path: 
     """
     runtime_env = runtime_env_for(working_dir, env, py_modules, setup_hook)
     job_client = client(address)
-    job_id = submit_once(job_client, submission_id or f"autorl-{uuid.uuid4().hex[:12]}", address,
-                         entrypoint=shlex.join(argv), runtime_env=runtime_env,
-                         entrypoint_num_gpus=entrypoint_num_gpus or None, entrypoint_num_cpus=entrypoint_num_cpus or None,
-                         entrypoint_resources=entrypoint_resources or None)
+    job_id = submit_once(
+        job_client,
+        submission_id or f"autorl-{uuid.uuid4().hex[:12]}",
+        address,
+        entrypoint=shlex.join(argv),
+        runtime_env=runtime_env,
+        entrypoint_num_gpus=entrypoint_num_gpus or None,
+        entrypoint_num_cpus=entrypoint_num_cpus or None,
+        entrypoint_resources=entrypoint_resources or None,
+    )
     return RayJobHandle(job_client, job_id, log_path, reader, on_exit, address=address)
 
 
-def runtime_env_for(working_dir: str | Path, env: dict[str, str] | None = None,
-                    py_modules: list[str] | None = None, setup_hook: str | None = None) -> dict[str, Any]:
+def runtime_env_for(
+    working_dir: str | Path,
+    env: dict[str, str] | None = None,
+    py_modules: list[str] | None = None,
+    setup_hook: str | None = None,
+) -> dict[str, Any]:
     """The runtime_env a job gets: ``working_dir`` uploaded (without .git and weights) as every worker's working
     directory, the environment variables, the packages in ``py_modules`` and the workers' setup hook."""
-    out: dict[str, Any] = {"working_dir": str(working_dir), "excludes": RUNTIME_EXCLUDES,
-                           "env_vars": {"PYTHONUNBUFFERED": "1", **(env or {})}}
+    out: dict[str, Any] = {
+        "working_dir": str(working_dir),
+        "excludes": RUNTIME_EXCLUDES,
+        "env_vars": {"PYTHONUNBUFFERED": "1", **(env or {})},
+    }
     if py_modules:
         out["py_modules"] = list(py_modules)
     if setup_hook:
@@ -120,12 +148,23 @@ def resolve_address(address: str | None) -> str | None:
     return address if address.startswith("http") else f"http://{address}"
 
 
-def run_job(address: str, argv: list[str], working_dir: str | Path, timeout_s: float, env: dict[str, str] | None = None,
-            py_modules: list[str] | None = None) -> tuple[str, str]:
+def run_job(
+    address: str,
+    argv: list[str],
+    working_dir: str | Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    py_modules: list[str] | None = None,
+) -> tuple[str, str]:
     """Run a short job to its end (stopped after ``timeout_s``); its final status and whole log."""
     job_client = client(address)
-    job_id = submit_once(job_client, f"autorl-check-{uuid.uuid4().hex[:12]}", address, entrypoint=shlex.join(argv),
-                         runtime_env=runtime_env_for(working_dir, env, py_modules))
+    job_id = submit_once(
+        job_client,
+        f"autorl-check-{uuid.uuid4().hex[:12]}",
+        address,
+        entrypoint=shlex.join(argv),
+        runtime_env=runtime_env_for(working_dir, env, py_modules),
+    )
     deadline = time.time() + timeout_s
     status = str(job_client.get_job_status(job_id).value)
     while status not in TERMINAL and time.time() < deadline:
@@ -137,8 +176,15 @@ def run_job(address: str, argv: list[str], working_dir: str | Path, timeout_s: f
     return status, job_client.get_job_logs(job_id)
 
 
-def submit_once(job_client: Any, submission_id: str, address: str, *, waits: tuple[float, ...] | None = None,
-                timeout_s: float | None = None, **job: Any) -> str:
+def submit_once(
+    job_client: Any,
+    submission_id: str,
+    address: str,
+    *,
+    waits: tuple[float, ...] | None = None,
+    timeout_s: float | None = None,
+    **job: Any,
+) -> str:
     """Submit a job under ``submission_id``, retrying a dropped connection without ever starting it twice.
 
     A busy dashboard can drop the connection while it takes the upload (seen on one host with four heads
@@ -156,8 +202,10 @@ def submit_once(job_client: Any, submission_id: str, address: str, *, waits: tup
             if _job_exists(job_client, submission_id, timeout_s):
                 return submission_id
             if wait is None:
-                raise BackendError(f"the Ray dashboard at {address} did not take the job after {attempt + 1} tries "
-                                   f"({type(exc).__name__}: {str(exc)[:200]}); check the head, then resume") from None
+                raise BackendError(
+                    f"the Ray dashboard at {address} did not take the job after {attempt + 1} tries "
+                    f"({type(exc).__name__}: {str(exc)[:200]}); check the head, then resume"
+                ) from None
             time.sleep(wait)
     raise AssertionError("unreachable")
 
@@ -199,9 +247,15 @@ def _job_exists(job_client: Any, submission_id: str, timeout_s: float) -> bool:
 class RayJobHandle:
     """One submitted Ray job, seen through the ``RunHandle`` protocol."""
 
-    def __init__(self, job_client: Any, job_id: str, log_path: str | Path,
-                 reader: Callable[[], list[dict]] | None = None,
-                 on_exit: Callable[[], list[dict]] | None = None, address: str = ""):
+    def __init__(
+        self,
+        job_client: Any,
+        job_id: str,
+        log_path: str | Path,
+        reader: Callable[[], list[dict]] | None = None,
+        on_exit: Callable[[], list[dict]] | None = None,
+        address: str = "",
+    ):
         self.client = job_client
         self.address = address
         self._lost_since: float | None = None
@@ -243,9 +297,11 @@ class RayJobHandle:
         if now - self._lost_since < HEAD_GRACE_S:
             return None
         with self.log_path.open("a") as fh:
-            fh.write(f"\nautorl: the Ray head at {self.address or 'the cluster'} stopped answering for "
-                     f"{now - self._lost_since:.0f} s ({type(exc).__name__}: {str(exc)[:200]}): job {self.job_id} "
-                     "is lost\n")
+            fh.write(
+                f"\nautorl: the Ray head at {self.address or 'the cluster'} stopped answering for "
+                f"{now - self._lost_since:.0f} s ({type(exc).__name__}: {str(exc)[:200]}): job {self.job_id} "
+                "is lost\n"
+            )
         self._code = 1
         return self._code
 
@@ -309,7 +365,7 @@ class RayJobHandle:
         text = self.logs()
         if len(text) > self._written:
             with self.log_path.open("a") as fh:
-                fh.write(text[self._written:])
+                fh.write(text[self._written :])
             with self.log_path.with_name(self.log_path.name + ".times").open("a") as fh:
                 fh.write(f"{self._written}\t{time.time():.2f}\n")  # where each copied chunk starts, and when it came
             self._written = len(text)
@@ -326,10 +382,17 @@ def free_port() -> int:
 class LocalRayHead:
     """A private single-node Ray head: started with ``ray start --head --block``, stopped by its process group."""
 
-    def __init__(self, num_cpus: int | None = None, num_gpus: int | None = None,
-                 object_store_bytes: int | None = None, temp_dir: str | Path | None = None,
-                 ready_timeout_s: float = 90.0, visible_gpus: list[str] | None = None,
-                 probe_timeout_s: float = PROBE_TIMEOUT_S, tries: int = HEAD_TRIES):
+    def __init__(
+        self,
+        num_cpus: int | None = None,
+        num_gpus: int | None = None,
+        object_store_bytes: int | None = None,
+        temp_dir: str | Path | None = None,
+        ready_timeout_s: float = 90.0,
+        visible_gpus: list[str] | None = None,
+        probe_timeout_s: float = PROBE_TIMEOUT_S,
+        tries: int = HEAD_TRIES,
+    ):
         self.num_cpus, self.num_gpus = num_cpus, num_gpus
         self.visible_gpus = visible_gpus  # the head's CUDA_VISIBLE_DEVICES (one GPU per entry; repeats share a card)
         if visible_gpus is not None and num_gpus is None:
@@ -346,12 +409,25 @@ class LocalRayHead:
     def command(self, gcs_port: int, dashboard_port: int) -> list[str]:
         """The ``ray start`` argv for this head."""
         ray = _ray_cli()
-        argv = [ray, "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=true",
-                f"--temp-dir={self.temp_dir}", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
-                "--dashboard-host=127.0.0.1", f"--ray-client-server-port={free_port()}",
-                f"--dashboard-agent-listen-port={free_port()}"]
-        optional = {"--num-cpus": self.num_cpus, "--num-gpus": self.num_gpus,
-                    "--object-store-memory": self.object_store_bytes}
+        argv = [
+            ray,
+            "start",
+            "--head",
+            "--block",
+            "--disable-usage-stats",
+            "--include-dashboard=true",
+            f"--temp-dir={self.temp_dir}",
+            f"--port={gcs_port}",
+            f"--dashboard-port={dashboard_port}",
+            "--dashboard-host=127.0.0.1",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+        ]
+        optional = {
+            "--num-cpus": self.num_cpus,
+            "--num-gpus": self.num_gpus,
+            "--object-store-memory": self.object_store_bytes,
+        }
         return argv + [f"{k}={v}" for k, v in optional.items() if v is not None]
 
     def start(self) -> str:
@@ -370,14 +446,18 @@ class LocalRayHead:
             if not problem:
                 return self.address
             self._halt()
-        raise BackendError(f"the local Ray head took no job in {self.tries} starts ({self.probe_timeout_s:.0f} s "
-                           f"each; last: {problem}); its logs: {self.temp_dir}/session_*/logs "
-                           "(dashboard_JobHead.log); run again, or start a cluster and pass --ray-address")
+        raise BackendError(
+            f"the local Ray head took no job in {self.tries} starts ({self.probe_timeout_s:.0f} s "
+            f"each; last: {problem}); its logs: {self.temp_dir}/session_*/logs "
+            "(dashboard_JobHead.log); run again, or start a cluster and pass --ray-address"
+        )
 
     def _launch(self) -> None:
         """``ray start --head`` on fresh ports, not waited for."""
         dashboard_port, gcs_port = free_port(), free_port()
-        self.proc = _start_ray(self.command(gcs_port, dashboard_port), self.temp_dir / "ray-start.log", self.visible_gpus)
+        self.proc = _start_ray(
+            self.command(gcs_port, dashboard_port), self.temp_dir / "ray-start.log", self.visible_gpus
+        )
         self.address = f"http://127.0.0.1:{dashboard_port}"
         self.gcs_address = f"127.0.0.1:{gcs_port}"
 
@@ -388,8 +468,14 @@ class LocalRayHead:
         deadline = time.time() + self.probe_timeout_s
         while (left := deadline - time.time()) > 0 and self.alive():
             try:  # one try at a time, each bounded by what is left: a 500 after Ray's 10 s wait, a timeout, ...
-                submit_once(within(left, client, self.address), probe_id, self.address, waits=(), timeout_s=left,
-                            entrypoint="true")
+                submit_once(
+                    within(left, client, self.address),
+                    probe_id,
+                    self.address,
+                    waits=(),
+                    timeout_s=left,
+                    entrypoint="true",
+                )
             except Exception as exc:
                 problem = " ".join(str(exc).split())[:300]
                 time.sleep(min(1.0, max(deadline - time.time(), 0.0)))
@@ -422,8 +508,10 @@ class LocalRayHead:
         tail = (self.temp_dir / "ray-start.log").read_text(errors="replace")[-400:]
         self.stop()
         if "Cannot include dashboard with missing packages" in tail:
-            raise BackendError("the local Ray head needs Ray's dashboard packages for its Jobs API: "
-                               "pip install 'ray[default]' (or autorl[ray]) and retry")
+            raise BackendError(
+                "the local Ray head needs Ray's dashboard packages for its Jobs API: "
+                "pip install 'ray[default]' (or autorl[ray]) and retry"
+            )
         raise BackendError(f"local Ray head did not come up within {self.ready_timeout_s:.0f} s: {tail.strip()}")
 
     def stop(self) -> None:
@@ -440,7 +528,7 @@ class LocalRayHead:
         self.proc.wait()
         self.proc = None
 
-    def __enter__(self) -> "LocalRayHead":
+    def __enter__(self) -> LocalRayHead:
         self.start()
         return self
 
@@ -473,13 +561,18 @@ class LocalRayNode:
     """A second Ray node on this host joining a head (its own raylet, its own GPUs as its resources): a two-node
     cluster on one machine, placed by Ray exactly as a real one is."""
 
-    def __init__(self, gcs_address: str, visible_gpus: list[str] | None = None, num_cpus: int | None = None,
-                 log_path: str | Path | None = None):
+    def __init__(
+        self,
+        gcs_address: str,
+        visible_gpus: list[str] | None = None,
+        num_cpus: int | None = None,
+        log_path: str | Path | None = None,
+    ):
         self.gcs_address, self.visible_gpus, self.num_cpus = gcs_address, visible_gpus, num_cpus
         self.log_path = Path(log_path or tempfile.mkstemp(prefix="ray-node-", suffix=".log")[1])
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "LocalRayNode":
+    def start(self) -> LocalRayNode:
         argv = [_ray_cli(), "start", f"--address={self.gcs_address}", "--block", "--disable-usage-stats"]
         argv += [f"--num-gpus={len(self.visible_gpus)}"] if self.visible_gpus is not None else []
         argv += [f"--num-cpus={self.num_cpus}"] if self.num_cpus is not None else []
@@ -503,8 +596,13 @@ def cluster_gpus(address: str, timeout_s: float = 5.0) -> float:
             nodes = json.loads(resp.read())["data"]["summary"]
     except (OSError, KeyError, TypeError, ValueError):
         return 0.0
-    return float(sum(n.get("raylet", {}).get("resourcesTotal", {}).get("GPU", 0) for n in nodes
-                     if n.get("raylet", {}).get("state", "ALIVE") == "ALIVE"))
+    return float(
+        sum(
+            n.get("raylet", {}).get("resourcesTotal", {}).get("GPU", 0)
+            for n in nodes
+            if n.get("raylet", {}).get("state", "ALIVE") == "ALIVE"
+        )
+    )
 
 
 def wait_for_gpus(address: str, want: float, timeout_s: float = 120.0) -> float:
@@ -527,8 +625,15 @@ def _start_ray(argv: list[str], log_path: Path, visible_gpus: list[str] | None) 
     if guard is not None:
         argv = [sys.executable, "-I", str(Path(__file__).with_name("groupguard.py")), "--", *argv]  # stdlib only
     with open(log_path, "ab") as log:
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=guard)
+        return subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=guard,
+        )
 
 
 def _die_with_parent() -> Callable[[], None] | None:

@@ -27,8 +27,9 @@ import ast
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autorl.errors import RecipeError
 from autorl.metrics import JsonlTail
@@ -72,8 +73,12 @@ def make_reader(fmt: str, path: str | Path, metric_map: dict[str, str] | None = 
     The callable also accepts ``final=True`` (the run has exited): readers that
     hold back a possibly incomplete step then release it.
     """
-    readers = {"jsonl": JsonlReader, "tensorboard": TensorBoardReader,
-               "trainer_state": TrainerStateReader, "stdout_dicts": StdoutDictReader}
+    readers = {
+        "jsonl": JsonlReader,
+        "tensorboard": TensorBoardReader,
+        "trainer_state": TrainerStateReader,
+        "stdout_dicts": StdoutDictReader,
+    }
     if fmt not in readers:
         raise RecipeError(f"metrics_format '{fmt}' is unknown: use one of {', '.join(FORMATS)}")
     return readers[fmt](path, metric_map)
@@ -106,7 +111,7 @@ def parse_dict_line(text: str) -> dict[str, Any] | None:
     Progress-bar text before the dict (stderr interleaved into the same log) is skipped.
     """
     starts = [i for i in (text.find("{'"), text.find('{"')) if i >= 0]
-    text = text[min(starts):].strip() if starts else text.strip()
+    text = text[min(starts) :].strip() if starts else text.strip()
     if not (text.startswith("{") and text.endswith("}")):
         return None
     try:
@@ -288,5 +293,7 @@ class TensorBoardReader(_Reader):
             return []
         newest = max(step for _, step in self._pending)
         order = {"step": 0, "eval": 1, "summary": 2}
-        ready = sorted((k for k in self._pending if flush_all or k[1] < newest), key=lambda k: (k[1], order.get(k[0], 3)))
+        ready = sorted(
+            (k for k in self._pending if flush_all or k[1] < newest), key=lambda k: (k[1], order.get(k[0], 3))
+        )
         return self._records([self._pending.pop(k) for k in ready])

@@ -17,7 +17,9 @@ class Entry(NamedTuple):
 BACKENDS: dict[str, Entry] = {
     "embedded": Entry("autorl.backends.embedded:EmbeddedBackend", "autorl.engine.config:EngineConfig"),
     "command": Entry("autorl.backends.command:CommandBackend", "autorl.backends.command:CommandParams"),
-    "openrlhf": Entry("autorl.backends.openrlhf.backend:OpenRLHFBackend", "autorl.backends.openrlhf.params:OpenRLHFParams"),
+    "openrlhf": Entry(
+        "autorl.backends.openrlhf.backend:OpenRLHFBackend", "autorl.backends.openrlhf.params:OpenRLHFParams"
+    ),
     "trl": Entry("autorl.backends.trl:TRLBackend", "autorl.backends.trl:TRLParams"),
 }
 

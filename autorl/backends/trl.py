@@ -68,20 +68,30 @@ class TRLParams(GRPOParams):
     model_config = ConfigDict(extra="forbid")
 
     steps: int = Field(50, ge=1, description="Optimizer steps (GRPOConfig.max_steps).")
-    ppo_epochs: int = Field(1, ge=1, description="Optimizer steps per generated batch (GRPOConfig.num_iterations); "
-                                                 "with 1 clipping is inert.")
-    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = Field("dapo", description="TRL loss normalisation "
-                                                                                      "(GRPOConfig.loss_type).")
+    ppo_epochs: int = Field(
+        1,
+        ge=1,
+        description="Optimizer steps per generated batch (GRPOConfig.num_iterations); with 1 clipping is inert.",
+    )
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = Field(
+        "dapo", description="TRL loss normalisation (GRPOConfig.loss_type)."
+    )
     scale_rewards: bool | Literal["group", "batch", "none"] = Field(
-        True, description="Divide advantages by the group std (true/'group'), the batch std ('batch'), "
-                          "or not (false/'none').")
+        True,
+        description="Divide advantages by the group std (true/'group'), the batch std ('batch'), "
+        "or not (false/'none').",
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> "TRLParams":
+    def _check(self) -> TRLParams:
         if self.model.startswith("builtin:") and self.task != "builtin:addition":
-            raise ValueError(f"{self.model} only trains on builtin:addition: use a Hugging Face model directory for JSONL tasks")
+            raise ValueError(
+                f"{self.model} only trains on builtin:addition: use a Hugging Face model directory for JSONL tasks"
+            )
         if self.task == "builtin:addition" and (self.eval_id or self.eval_ood):
-            raise ValueError("eval_id/eval_ood are for JSONL tasks: builtin:addition has its own eval splits, remove them")
+            raise ValueError(
+                "eval_id/eval_ood are for JSONL tasks: builtin:addition has its own eval splits, remove them"
+            )
         return self
 
 
@@ -89,9 +99,13 @@ def grpo_config_kwargs(params: TRLParams, output_dir: str, use_cpu: bool = True)
     """Keyword arguments for ``trl.GRPOConfig`` that run ``params``."""
     kwargs = {field: getattr(params, key) for key, field in TRL_FIELDS.items()}
     kwargs.update(TRL_FIXED)
-    kwargs.update(output_dir=output_dir, use_cpu=use_cpu, data_seed=params.seed,
-                  per_device_train_batch_size=params.batch_prompts * params.gens,
-                  scale_rewards=SCALE_REWARDS[params.scale_rewards])
+    kwargs.update(
+        output_dir=output_dir,
+        use_cpu=use_cpu,
+        data_seed=params.seed,
+        per_device_train_batch_size=params.batch_prompts * params.gens,
+        scale_rewards=SCALE_REWARDS[params.scale_rewards],
+    )
     return kwargs
 
 
@@ -111,8 +125,10 @@ class TRLBackend(Backend):
         missing = [m for m in self.requires if importlib.util.find_spec(m) is None]
         if not missing:
             return ""
-        return (f"the trl backend needs {', '.join(missing)} in {sys.executable}: install them with "
-                "`pip install 'autorl[trl]'` (torch first, as the README says)")
+        return (
+            f"the trl backend needs {', '.join(missing)} in {sys.executable}: install them with "
+            "`pip install 'autorl[trl]'` (torch first, as the README says)"
+        )
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         run_dir = Path(spec.run_dir)
@@ -121,8 +137,23 @@ class TRLBackend(Backend):
         config_path = run_dir / "trl_config.json"
         config_path.write_text(json.dumps(params.model_dump(mode="json"), indent=1, sort_keys=True))
         metrics = run_dir / "metrics.jsonl"
-        argv = [sys.executable, "-m", "autorl.backends.trl_runner", "--config", str(config_path),
-                "--metrics-out", str(metrics), "--cache-dir", str(spec.cache_dir)]
+        argv = [
+            sys.executable,
+            "-m",
+            "autorl.backends.trl_runner",
+            "--config",
+            str(config_path),
+            "--metrics-out",
+            str(metrics),
+            "--cache-dir",
+            str(spec.cache_dir),
+        ]
         env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **self.extra_env}
-        return LaunchPlan(argv=argv, env=env, cwd=str(spec.worktree), log_path=str(run_dir / "train.log"),
-                          metrics_path=str(metrics), backend=self.name)
+        return LaunchPlan(
+            argv=argv,
+            env=env,
+            cwd=str(spec.worktree),
+            log_path=str(run_dir / "train.log"),
+            metrics_path=str(metrics),
+            backend=self.name,
+        )

@@ -25,13 +25,14 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-
+from typing import Any
 
 from autorl.backends.readers import DEFAULT_METRIC_MAP, to_record
 from autorl.backends.trl import TRLParams, grpo_config_kwargs
 from autorl.toolkit import child
+
 REWARD_NAME = "task_reward"  # the reward function's __name__, hence TRL's "rewards/task_reward/mean"
 TRL_METRIC_MAP = dict(DEFAULT_METRIC_MAP)
 NAN_KEYS = ("loss", "grad_norm")  # autorl keys whose NaN/inf stops the run
@@ -42,18 +43,30 @@ BUILTIN_FORMAT = 1  # bump when the built-in HF model layout changes (new cache 
 # Config
 # ---------------------------------------------------------------------------
 
+
 def engine_config(params: TRLParams, model: str):
     """The EngineConfig the engine's warm-up and evaluation read (same task, model and lengths)."""
     from autorl.engine.config import EngineConfig
 
-    return EngineConfig(model=model, task=params.task, eval_id=params.eval_id, eval_ood=params.eval_ood,
-                        reward=params.reward, sft_target=params.sft_target, max_new_tokens=params.max_new_tokens,
-                        eval_size=params.eval_size, seed=params.seed, threads=params.threads, eval_every=params.eval_every)
+    return EngineConfig(
+        model=model,
+        task=params.task,
+        eval_id=params.eval_id,
+        eval_ood=params.eval_ood,
+        reward=params.reward,
+        sft_target=params.sft_target,
+        max_new_tokens=params.max_new_tokens,
+        eval_size=params.eval_size,
+        seed=params.seed,
+        threads=params.threads,
+        eval_every=params.eval_every,
+    )
 
 
 # ---------------------------------------------------------------------------
 # The built-in model as a Hugging Face model
 # ---------------------------------------------------------------------------
+
 
 def builtin_model_dir(size: str, cache_dir: Path) -> Path:
     """A Hugging Face directory (config, initial weights, tokenizer) for ``builtin:<size>``, made once."""
@@ -62,7 +75,9 @@ def builtin_model_dir(size: str, cache_dir: Path) -> Path:
     from autorl.toolkit.warmup import SFT_SETTINGS
 
     if size not in BUILTIN_SIZES:
-        raise ModelError(f"unknown built-in model 'builtin:{size}': use one of " + ", ".join(f"builtin:{s}" for s in BUILTIN_SIZES))
+        raise ModelError(
+            f"unknown built-in model 'builtin:{size}': use one of " + ", ".join(f"builtin:{s}" for s in BUILTIN_SIZES)
+        )
     target = cache_dir / f"trl-builtin-{size}-v{BUILTIN_FORMAT}"
     return saved_once(target, lambda tmp: save_llama(tmp, size, seed=SFT_SETTINGS["seed"]))
 
@@ -99,7 +114,9 @@ def load_base(params: TRLParams, task, reward, cache_dir: Path, device, log) -> 
 
     if not params.model.startswith("builtin:"):
         if not (Path(params.model) / "config.json").is_file():
-            raise ModelError(f"model '{params.model}' is neither builtin:<size> nor a directory with config.json: fix the model path")
+            raise ModelError(
+                f"model '{params.model}' is neither builtin:<size> nor a directory with config.json: fix the model path"
+            )
         return HFPolicy(params.model, device)
     init_dir = builtin_model_dir(params.model.split(":", 1)[1], cache_dir)
     policy = _builtin_policy(HFPolicy(str(init_dir), device), task)
@@ -117,6 +134,7 @@ def _builtin_policy(policy, task):
 # ---------------------------------------------------------------------------
 # Reward and metrics
 # ---------------------------------------------------------------------------
+
 
 def degenerate(ids: list[int], eos_id: int) -> bool:
     """A completion that is empty (EOS first) or one token repeated up to the length limit."""
@@ -208,6 +226,7 @@ def make_callback(writer, evaluate: Callable[[int], dict], eval_every: int, log)
 # The run
 # ---------------------------------------------------------------------------
 
+
 def build_trainer(params: TRLParams, policy, task, reward, callback, output_dir: Path):
     """GRPOTrainer on the task's training prompts, with the mapped GRPOConfig."""
     import torch
@@ -219,8 +238,14 @@ def build_trainer(params: TRLParams, policy, task, reward, callback, output_dir:
     decode_ids = CharTokenizer().decode if params.model.startswith("builtin:") else None
     config = GRPOConfig(**grpo_config_kwargs(params, str(output_dir), use_cpu=not torch.cuda.is_available()))
     data = Dataset.from_dict({"prompt": task.train.prompts, "answer": task.train.labels})
-    return GRPOTrainer(model=policy.module, reward_funcs=[make_reward_func(reward, policy.eos_id, decode_ids)],
-                       args=config, train_dataset=data, processing_class=policy.tok, callbacks=[callback])
+    return GRPOTrainer(
+        model=policy.module,
+        reward_funcs=[make_reward_func(reward, policy.eos_id, decode_ids)],
+        args=config,
+        train_dataset=data,
+        processing_class=policy.tok,
+        callbacks=[callback],
+    )
 
 
 def run(params: TRLParams, metrics_out: str | Path, cache_dir: str | Path, log=None) -> dict:
@@ -241,8 +266,9 @@ def run(params: TRLParams, metrics_out: str | Path, cache_dir: str | Path, log=N
         reward = load_reward(params.reward, task.builtin)
         policy = load_base(params, task, reward, Path(cache_dir), device, log)
         eval_cfg = engine_config(params, params.model)
-        callback = make_callback(writer, lambda step: _evaluate(run_eval, policy, task, eval_cfg, reward, step),
-                                 params.eval_every, log)
+        callback = make_callback(
+            writer, lambda step: _evaluate(run_eval, policy, task, eval_cfg, reward, step), params.eval_every, log
+        )
         trainer = build_trainer(params, policy, task, reward, callback, Path(metrics_out).parent / "trl_out")
         trainer.train()
         summary.update(status=callback.status, steps_done=trainer.state.global_step)

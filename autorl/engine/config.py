@@ -29,22 +29,34 @@ class GRPOParams(BaseModel):
     run_length_keys: ClassVar[tuple[str, ...]] = ("steps",)  # a recipe's run of 0 of these trains nothing
 
     # --- what to train on -------------------------------------------------
-    model: str = Field("builtin:tiny", description="'builtin:tiny' (64x2, 132k params), 'builtin:small' (256x4), "
-                                                   "'builtin:gpu' (~60M params) or a local Hugging Face model directory.")
-    task: str = Field("builtin:addition", description="'builtin:addition' or a JSONL file of {\"input\", \"label\"} prompts.")
-    eval_id: str | None = Field(None, description="JSONL file of ID eval prompts (JSONL tasks only; the built-in task "
-                                                  "has its own).")
+    model: str = Field(
+        "builtin:tiny",
+        description="'builtin:tiny' (64x2, 132k params), 'builtin:small' (256x4), "
+        "'builtin:gpu' (~60M params) or a local Hugging Face model directory.",
+    )
+    task: str = Field(
+        "builtin:addition", description='\'builtin:addition\' or a JSONL file of {"input", "label"} prompts.'
+    )
+    eval_id: str | None = Field(
+        None, description="JSONL file of ID eval prompts (JSONL tasks only; the built-in task has its own)."
+    )
     eval_ood: str | None = Field(None, description="JSONL file of OOD eval prompts (JSONL tasks only).")
-    reward: str = Field("builtin:exact_match", description="'builtin:exact_match', 'module:function' or a .py path "
-                                                           "(function named 'reward').")
-    sft_target: float = Field(0.4, gt=0, lt=1, description="Built-in task: the supervised warm-up stops at this "
-                                                           "greedy ID pass@1.")
+    reward: str = Field(
+        "builtin:exact_match",
+        description="'builtin:exact_match', 'module:function' or a .py path (function named 'reward').",
+    )
+    sft_target: float = Field(
+        0.4, gt=0, lt=1, description="Built-in task: the supervised warm-up stops at this greedy ID pass@1."
+    )
     # --- GRPO -------------------------------------------------------------
     lr: float = Field(1e-4, ge=0, description="AdamW learning rate (peak, after warmup).")
     eps_clip: float = Field(0.2, gt=0, description="PPO ratio clip: ratios outside [1-eps, 1+eps_high] are clipped.")
-    eps_clip_high: float | None = Field(None, gt=0, description="Upper clip (asymmetric clipping); defaults to eps_clip.")
-    kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference. "
-                                                  "0 builds no reference model.")
+    eps_clip_high: float | None = Field(
+        None, gt=0, description="Upper clip (asymmetric clipping); defaults to eps_clip."
+    )
+    kl_coef: float = Field(
+        0.0, ge=0, description="Weight of the KL penalty to the frozen reference. 0 builds no reference model."
+    )
     gens: int = Field(8, ge=2, le=4096, description="Completions sampled per prompt (the GRPO group size).")
     batch_prompts: int = Field(32, ge=1, le=65536, description="Prompts per GRPO step.")
     max_new_tokens: int = Field(5, ge=1, le=65536, description="Generation length limit.")
@@ -52,8 +64,9 @@ class GRPOParams(BaseModel):
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     warmup_steps: int = Field(0, ge=0, description="Linear LR warmup, in optimizer steps.")
     # --- evaluation -------------------------------------------------------
-    eval_every: int = Field(10, ge=0, description="Evaluate at step 0, every N steps and at the end; "
-                                                  "0 = only at 0 and the end.")
+    eval_every: int = Field(
+        10, ge=0, description="Evaluate at step 0, every N steps and at the end; 0 = only at 0 and the end."
+    )
     eval_size: int = Field(500, ge=1, le=1_000_000, description="Built-in task: items per eval split.")
     # --- run --------------------------------------------------------------
     seed: int = Field(0, description="Seed for sampling and init; with fixed threads a CPU run is reproducible.")
@@ -65,34 +78,54 @@ class EngineConfig(GRPOParams):
 
     model_config = ConfigDict(extra="forbid")
 
-    kl_estimator: Literal["k1", "k3"] = Field("k3", description="Per-token KL estimator: k1 = log(p/q), "
-                                                                "k3 = q/p - log(q/p) - 1.")
+    kl_estimator: Literal["k1", "k3"] = Field(
+        "k3", description="Per-token KL estimator: k1 = log(p/q), k3 = q/p - log(q/p) - 1."
+    )
     steps: int = Field(50, ge=0, le=10_000_000, description="GRPO steps (rollout + update).")
-    ppo_epochs: int = Field(2, ge=1, description="Optimizer passes over each rollout batch (mu). With 1, the ratio "
-                                                 "is always 1 and clipping is inert.")
-    loss_type: Literal["grpo", "dr_grpo"] = Field("grpo", description="'grpo': mean over each sequence's tokens; "
-                                                                      "'dr_grpo': token sum / max_new_tokens.")
+    ppo_epochs: int = Field(
+        2,
+        ge=1,
+        description="Optimizer passes over each rollout batch (mu). With 1, the ratio "
+        "is always 1 and clipping is inert.",
+    )
+    loss_type: Literal["grpo", "dr_grpo"] = Field(
+        "grpo", description="'grpo': mean over each sequence's tokens; 'dr_grpo': token sum / max_new_tokens."
+    )
     scale_rewards: bool = Field(True, description="Divide advantages by the group std (floored); off = Dr. GRPO.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight.")
-    micro_batch: int = Field(0, ge=0, description="Completions per backward pass (gradient accumulation); "
-                                                  "0 = all at once.")
+    micro_batch: int = Field(
+        0, ge=0, description="Completions per backward pass (gradient accumulation); 0 = all at once."
+    )
     eval_k: int = Field(0, ge=0, description="Sampling pass@k on the eval sets (0 = off).")
     eval_temperature: float = Field(0.6, ge=0, description="Temperature for sampling pass@k.")
-    eval_max_new_tokens: int = Field(0, ge=0, description="Generation limit at eval; 0 = max_new_tokens. Fix it per "
-                                                          "study so a trial that changes max_new_tokens keeps the eval.")
-    save_best: str | None = Field(None, description="Eval metric (maximised) whose best eval's weights are saved "
-                                                    "as best.pt beside the metrics file; None = save nothing.")
+    eval_max_new_tokens: int = Field(
+        0,
+        ge=0,
+        description="Generation limit at eval; 0 = max_new_tokens. Fix it per "
+        "study so a trial that changes max_new_tokens keeps the eval.",
+    )
+    save_best: str | None = Field(
+        None,
+        description="Eval metric (maximised) whose best eval's weights are saved "
+        "as best.pt beside the metrics file; None = save nothing.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="'auto' picks CUDA when available.")
-    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="'auto' = bf16 autocast on CUDA, "
-                                                                              "float32 on CPU.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="'auto' = bf16 autocast on CUDA, float32 on CPU."
+    )
     nan_check: bool = Field(True, description="Stop with exit code 3 when the loss or grad norm turns NaN/inf.")
 
     @model_validator(mode="after")
-    def _check(self) -> "EngineConfig":
+    def _check(self) -> EngineConfig:
         if self.eval_k > 1 and self.eval_temperature == 0:
-            raise ValueError("eval_k > 1 with eval_temperature 0 samples the same answer k times: set eval_temperature > 0 or eval_k to 1")
+            raise ValueError(
+                "eval_k > 1 with eval_temperature 0 samples the same answer k times: set eval_temperature > 0 "
+                "or eval_k to 1"
+            )
         if self.micro_batch and (self.batch_prompts * self.gens) % self.micro_batch:
-            raise ValueError(f"micro_batch {self.micro_batch} must divide batch_prompts*gens = {self.batch_prompts * self.gens}")
+            raise ValueError(
+                f"micro_batch {self.micro_batch} must divide batch_prompts*gens = {self.batch_prompts * self.gens}"
+            )
         return self
 
 
@@ -107,7 +140,10 @@ def check_files(config: EngineConfig, cwd: Path) -> str | None:
         if value and not value.startswith("builtin:") and not (cwd / value).is_file():
             return f"train.{field}: file {value} not found (relative to {cwd}): give an existing JSONL path"
     if not config.model.startswith("builtin:") and not (cwd / config.model / "config.json").is_file():
-        return f"train.model: {config.model} is not a local Hugging Face model directory (no config.json): give one or builtin:tiny"
+        return (
+            f"train.model: {config.model} is not a local Hugging Face model directory (no config.json): "
+            "give one or builtin:tiny"
+        )
     return _check_reward(config.reward, cwd)
 
 

@@ -38,8 +38,10 @@ import traceback
 import warnings
 
 # The modules a server can run, each with what it imports once and the module whose main(args) a child calls.
-SERVED = {"autorl.engine": (("torch", "autorl.engine.grpo", "autorl.engine.__main__"), "autorl.engine.__main__"),
-          "autorl.evaluate": (("torch", "transformers", "autorl.evaluate"), "autorl.evaluate")}
+SERVED = {
+    "autorl.engine": (("torch", "autorl.engine.grpo", "autorl.engine.__main__"), "autorl.engine.__main__"),
+    "autorl.evaluate": (("torch", "transformers", "autorl.evaluate"), "autorl.evaluate"),
+}
 MAIN = "autorl.engine.__main__"  # the module whose main this server's children call (set in main())
 
 
@@ -104,8 +106,9 @@ def handle(line: bytes, wake: tuple[int, int]) -> None:
     send({"pid": pid})
 
 
-def child(args: list[str], cwd: str, env: dict[str, str], log: str, cpus: list[int] | None, sync_w: int,
-          wake: tuple[int, int]) -> None:
+def child(
+    args: list[str], cwd: str, env: dict[str, str], log: str, cpus: list[int] | None, sync_w: int, wake: tuple[int, int]
+) -> None:
     """Become the trial: its own session, log, CPUs, directory and environment; then the engine's main. Never
     returns."""
     code = 1
@@ -152,8 +155,9 @@ def redirect(log: str) -> None:
     os.close(out)
     sys.stdin = open(0, closefd=False)
     sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False), write_through=True, line_buffering=True)
-    sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), write_through=True,
-                                  line_buffering=True, errors="backslashreplace")
+    sys.stderr = io.TextIOWrapper(
+        open(2, "wb", buffering=0, closefd=False), write_through=True, line_buffering=True, errors="backslashreplace"
+    )
 
 
 def exit_status(code: object) -> int:
@@ -181,7 +185,7 @@ def reap() -> None:
 def send(message: dict) -> None:
     data = (json.dumps(message) + "\n").encode()
     while data:
-        data = data[os.write(1, data):]
+        data = data[os.write(1, data) :]
 
 
 def _drain(fd: int) -> None:

@@ -39,8 +39,8 @@ from typing import Any
 import torch
 
 from autorl.engine.config import EngineConfig
-from autorl.toolkit.policy_eval import evaluate_split
 from autorl.toolkit.model import load_policy
+from autorl.toolkit.policy_eval import evaluate_split
 from autorl.toolkit.reward import load_reward, score
 from autorl.toolkit.task import load_task
 from autorl.toolkit.warmup import SFT_SETTINGS, prepare_base
@@ -57,6 +57,7 @@ class NonFiniteError(FloatingPointError):
 # Loss math (pure functions on tensors; tests/test_loss.py checks each by hand)
 # ---------------------------------------------------------------------------
 
+
 def group_advantages(rewards: torch.Tensor, gens: int, scale: bool, std_floor: float = STD_FLOOR) -> torch.Tensor:
     """Reward minus its group's mean, divided by max(group std, floor) when ``scale``; equal groups give 0."""
     groups = rewards.view(-1, gens)
@@ -67,8 +68,9 @@ def group_advantages(rewards: torch.Tensor, gens: int, scale: bool, std_floor: f
     return torch.where(std == 0, torch.zeros_like(centred), centred).view(-1)  # NaN rewards stay NaN
 
 
-def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, eps_low: float,
-                      eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate(
+    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO loss -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A), and where the clip was active."""
     ratio = torch.exp(logp - old_logp)
     a = adv.unsqueeze(-1)
@@ -95,7 +97,9 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, loss_type: str, max_new_tokens: int, n_total: int) -> torch.Tensor:
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, loss_type: str, max_new_tokens: int, n_total: int
+) -> torch.Tensor:
     """Per-token values -> scalar. grpo: each sequence's mean over its own tokens; dr_grpo: token sum /
     max_new_tokens; then summed over these sequences and divided by ``n_total`` (the whole batch), so
     micro-batch losses add up to the full-batch loss."""
@@ -108,6 +112,7 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, loss_type: str, max_new_
 # ---------------------------------------------------------------------------
 # Setup
 # ---------------------------------------------------------------------------
+
 
 def pick_device(config: EngineConfig) -> torch.device:
     """CUDA when asked or available ('auto'), else CPU with the configured thread count."""
@@ -193,17 +198,18 @@ def make_optimizer(params: list, config: EngineConfig) -> AdamW:
 # Rollout
 # ---------------------------------------------------------------------------
 
+
 @dataclass
 class Rollout:
     """One step's sampled batch: full sequences, completion masks, rewards and cached log-probs."""
 
-    ids: torch.Tensor          # (B, P+T) prompt + completion
-    mask: torch.Tensor         # (B, P+T) attention mask
-    completion: torch.Tensor   # (B, T)
-    cmask: torch.Tensor        # (B, T) completion tokens up to and including EOS
-    rewards: torch.Tensor      # (B,)
-    correct: torch.Tensor      # (B,)
-    truncated: torch.Tensor    # (B,)
+    ids: torch.Tensor  # (B, P+T) prompt + completion
+    mask: torch.Tensor  # (B, P+T) attention mask
+    completion: torch.Tensor  # (B, T)
+    cmask: torch.Tensor  # (B, T) completion tokens up to and including EOS
+    rewards: torch.Tensor  # (B,)
+    correct: torch.Tensor  # (B,)
+    truncated: torch.Tensor  # (B,)
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
     time_generate_s: float = 0.0
@@ -224,9 +230,17 @@ def sample_rollout(policy, task, rng: random.Random, config: EngineConfig, rewar
     t1 = time.perf_counter()
     scores = [score(*reward, t, g, bool(tr)) for t, g, tr in zip(policy.decode(comp), labels, truncated.tolist())]
     as_tensor = lambda key: torch.tensor([s[key] for s in scores], dtype=torch.float32, device=ids.device)  # noqa: E731
-    return Rollout(torch.cat([ids, comp], 1), torch.cat([pmask, torch.ones_like(cmask)], 1), comp, cmask,
-                   as_tensor("reward"), as_tensor("correctness"), truncated.float(),
-                   time_generate_s=t1 - t0, time_reward_s=time.perf_counter() - t1)
+    return Rollout(
+        torch.cat([ids, comp], 1),
+        torch.cat([pmask, torch.ones_like(cmask)], 1),
+        comp,
+        cmask,
+        as_tensor("reward"),
+        as_tensor("correctness"),
+        truncated.float(),
+        time_generate_s=t1 - t0,
+        time_reward_s=time.perf_counter() - t1,
+    )
 
 
 def completion_logits(module_fn, roll: Rollout, rows: slice, temperature: float) -> torch.Tensor:
@@ -273,6 +287,7 @@ def _ref_logits(policy, ref, ids, mask):
 # Update
 # ---------------------------------------------------------------------------
 
+
 class StepStats:
     """Accumulates the update's diagnostics over micro-batches and epochs."""
 
@@ -287,22 +302,30 @@ class StepStats:
 
     def result(self, epochs: int, tokens: float, first_tokens: float) -> dict[str, float]:
         lr_abs = torch.cat(self.log_ratios) if self.log_ratios else torch.zeros(1)
-        return {"loss": self.sums.get("loss", 0.0) / epochs, "grad_norm": self.sums.get("grad_norm", 0.0) / epochs,
-                "kl": self.sums.get("kl", 0.0) / tokens, "clip_ratio": self.sums.get("clipped", 0.0) / tokens,
-                "entropy_mean": self.sums.get("entropy", 0.0) / first_tokens,
-                "log_ratio_abs_max": float(lr_abs.max()), "log_ratio_abs_p99": float(torch.quantile(lr_abs, 0.99)),
-                "ratio_max": float(torch.exp(lr_abs.max()))}
+        return {
+            "loss": self.sums.get("loss", 0.0) / epochs,
+            "grad_norm": self.sums.get("grad_norm", 0.0) / epochs,
+            "kl": self.sums.get("kl", 0.0) / tokens,
+            "clip_ratio": self.sums.get("clipped", 0.0) / tokens,
+            "entropy_mean": self.sums.get("entropy", 0.0) / first_tokens,
+            "log_ratio_abs_max": float(lr_abs.max()),
+            "log_ratio_abs_p99": float(torch.quantile(lr_abs, 0.99)),
+            "ratio_max": float(torch.exp(lr_abs.max())),
+        }
 
 
-def micro_batch_loss(policy, roll: Rollout, adv: torch.Tensor, rows: slice, config: EngineConfig,
-                     stats: StepStats, first_epoch: bool) -> torch.Tensor:
+def micro_batch_loss(
+    policy, roll: Rollout, adv: torch.Tensor, rows: slice, config: EngineConfig, stats: StepStats, first_epoch: bool
+) -> torch.Tensor:
     """The loss of one micro-batch (already divided by the full batch size); records diagnostics."""
     logits = completion_logits(policy.logits, roll, rows, config.temperature)
     logp, mask = token_logprobs(logits, roll.completion[rows]), roll.cmask[rows]
     old = logp.detach() if first_epoch else roll.old_logp[rows]
     if first_epoch:
         stats.old_logps.append(old)
-    per_token, clipped = clipped_surrogate(logp, old, adv[rows], config.eps_clip, config.eps_clip_high or config.eps_clip)
+    per_token, clipped = clipped_surrogate(
+        logp, old, adv[rows], config.eps_clip, config.eps_clip_high or config.eps_clip
+    )
     if roll.ref_logp is not None:
         kl = kl_estimate(logp, roll.ref_logp[rows], config.kl_estimator)
         per_token = per_token + config.kl_coef * kl
@@ -350,6 +373,7 @@ def update(policy, params, opt, roll: Rollout, adv: torch.Tensor, config: Engine
 # Metrics
 # ---------------------------------------------------------------------------
 
+
 class MetricsWriter:
     """Writes one JSON object per line and flushes it at once."""
 
@@ -368,13 +392,18 @@ class MetricsWriter:
 def rollout_metrics(roll: Rollout, adv: torch.Tensor, gens: int) -> dict[str, float]:
     """Reward, length and advantage statistics of a rollout."""
     groups = roll.rewards.view(-1, gens)
-    return {"reward_mean": float(roll.rewards.mean()), "reward_std": float(roll.rewards.std(correction=0)),
-            "correctness": float(roll.correct.mean()), "truncated_rate": float(roll.truncated.mean()),
-            "response_length_mean": float(roll.cmask.sum(-1).float().mean()),
-            "advantage_mean": float(adv.mean()), "advantage_std": float(adv.std(correction=0)),
-            "advantage_abs_max": float(adv.abs().max()),
-            "frac_zero_std_groups": float((groups.std(dim=1) == 0).float().mean()),
-            "degenerate_rate": degenerate_rate(roll)}
+    return {
+        "reward_mean": float(roll.rewards.mean()),
+        "reward_std": float(roll.rewards.std(correction=0)),
+        "correctness": float(roll.correct.mean()),
+        "truncated_rate": float(roll.truncated.mean()),
+        "response_length_mean": float(roll.cmask.sum(-1).float().mean()),
+        "advantage_mean": float(adv.mean()),
+        "advantage_std": float(adv.std(correction=0)),
+        "advantage_abs_max": float(adv.abs().max()),
+        "frac_zero_std_groups": float((groups.std(dim=1) == 0).float().mean()),
+        "degenerate_rate": degenerate_rate(roll),
+    }
 
 
 def degenerate_rate(roll: Rollout) -> float:
@@ -394,8 +423,11 @@ def run_eval(policy, task, config: EngineConfig, reward, autocast, step: int) ->
     record: dict[str, Any] = {"type": "eval", "step": step}
     tokens = config.eval_max_new_tokens or config.max_new_tokens
     for name, split in task.evals.items():
-        record.update(evaluate_split(policy, name, split, tokens, judge, config.eval_k,
-                                     config.eval_temperature, autocast, task_judge))
+        record.update(
+            evaluate_split(
+                policy, name, split, tokens, judge, config.eval_k, config.eval_temperature, autocast, task_judge
+            )
+        )
     return record
 
 
@@ -409,12 +441,18 @@ def keep_best(state: dict, config: EngineConfig, rec: dict) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(state["policy"].module.state_dict(), tmp)
     tmp.replace(path)
-    state["best_checkpoint"] = {"step": rec["step"], "metric": config.save_best, "value": float(value), "path": str(path)}
+    state["best_checkpoint"] = {
+        "step": rec["step"],
+        "metric": config.save_best,
+        "value": float(value),
+        "path": str(path),
+    }
 
 
 # ---------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------
+
 
 def grpo_step(step: int, state: dict, config: EngineConfig) -> dict:
     """Sample, score, compute advantages and update; the step's metric record."""
@@ -427,10 +465,18 @@ def grpo_step(step: int, state: dict, config: EngineConfig) -> dict:
     lr = state["opt"].lr
     upd = update(policy, state["params"], state["opt"], roll, adv, config, autocast)
     t2 = time.perf_counter()
-    return {"type": "step", "step": step, **rollout_metrics(roll, adv, config.gens), **upd, "lr": lr,
-            "kl": upd["kl"] if state["ref"] is not None else 0.0,
-            "tokens_per_s": float(roll.cmask.sum()) / (t2 - t0), "time_generate_s": roll.time_generate_s,
-            "time_reward_s": roll.time_reward_s, "time_update_s": t2 - t1}
+    return {
+        "type": "step",
+        "step": step,
+        **rollout_metrics(roll, adv, config.gens),
+        **upd,
+        "lr": lr,
+        "kl": upd["kl"] if state["ref"] is not None else 0.0,
+        "tokens_per_s": float(roll.cmask.sum()) / (t2 - t0),
+        "time_generate_s": roll.time_generate_s,
+        "time_reward_s": roll.time_reward_s,
+        "time_update_s": t2 - t1,
+    }
 
 
 def setup(config: EngineConfig, cache_dir: str | Path, log) -> dict:
@@ -447,13 +493,23 @@ def setup(config: EngineConfig, cache_dir: str | Path, log) -> dict:
     rng = seed_everything(config.seed)
     params = [p for p in policy.module.parameters() if p.requires_grad]
     opt = make_optimizer(params, config)
-    return {"policy": policy, "task": task, "reward": reward, "ref": build_reference(policy, config.kl_coef),
-            "rng": rng, "params": params, "opt": opt, "autocast": autocast_for(config, device)}
+    return {
+        "policy": policy,
+        "task": task,
+        "reward": reward,
+        "ref": build_reference(policy, config.kl_coef),
+        "rng": rng,
+        "params": params,
+        "opt": opt,
+        "autocast": autocast_for(config, device),
+    }
 
 
 def _progress(rec: dict, steps: int) -> str:
-    return (f"step {rec['step']}/{steps} reward {rec['reward_mean']:.3f} kl {rec['kl']:.4f} "
-            f"clip {rec['clip_ratio']:.3f} grad {rec['grad_norm']:.3f} {rec['tokens_per_s']:.0f} tok/s")
+    return (
+        f"step {rec['step']}/{steps} reward {rec['reward_mean']:.3f} kl {rec['kl']:.4f} "
+        f"clip {rec['clip_ratio']:.3f} grad {rec['grad_norm']:.3f} {rec['tokens_per_s']:.0f} tok/s"
+    )
 
 
 def _eval_line(rec: dict) -> str:
@@ -463,6 +519,7 @@ def _eval_line(rec: dict) -> str:
 
 def train_loop(config: EngineConfig, state: dict, writer: MetricsWriter, log) -> int:
     """Steps 1..config.steps with evals at 0, every eval_every and the end; returns steps done."""
+
     def evaluate(step: int) -> None:
         rec = run_eval(state["policy"], state["task"], config, state["reward"], state["autocast"], step)
         writer.write(rec)

@@ -3,7 +3,8 @@
 ``check_abort`` is called by the controller on the live step stream (every poll, with all
 steps so far) and returns the first rule that trips, or None. Thresholds come from the
 recipe's ``abort`` block (autorl.recipe.AbortRules); the window rules themselves are the data
-table ``autorl/data/rules/abort.yaml`` (``load_window_rules``, read on first use). A tripped trial is recorded as PRUNED, not as a crash.
+table ``autorl/data/rules/abort.yaml`` (``load_window_rules``, read on first use). A tripped trial is recorded as
+PRUNED, not as a crash.
 
 Rules:
 
@@ -54,7 +55,9 @@ class AbortDecision(BaseModel):
     rule: str = Field(description="Name of the rule that tripped.")
     reason: str = Field(description="One line: what was seen and what it usually means.")
     step: int | None = Field(None, description="Step at which it tripped.")
-    values: list[float] = Field(default_factory=list, description="The values that tripped it (one per step of the window).")
+    values: list[float] = Field(
+        default_factory=list, description="The values that tripped it (one per step of the window)."
+    )
 
 
 class WindowRule(BaseModel):
@@ -68,12 +71,16 @@ class WindowRule(BaseModel):
     limit: float | str = Field(description="A number, or the name of a threshold in the recipe's abort block.")
     around: float = Field(0.0, description="Centre for op 'near'.")
     start: Literal["first", "any"] = Field(
-        "first", description="first: the first steps (from step 1 or 2); any: consecutive steps anywhere after step 1.")
+        "first", description="first: the first steps (from step 1 or 2); any: consecutive steps anywhere after step 1."
+    )
     window: int | str | None = Field(
-        None, description="Steps the test must hold: a number, a threshold name, or None for the abort block's window.")
+        None, description="Steps the test must hold: a number, a threshold name, or None for the abort block's window."
+    )
     had: float | str | None = Field(
-        None, description="The rule applies only if the metric's step-1 value reached this (a collapse needs a level "
-                          "to fall from): a number or a threshold name.")
+        None,
+        description="The rule applies only if the metric's step-1 value reached this (a collapse needs a level "
+        "to fall from): a number or a threshold name.",
+    )
     reason: str = Field(description="One line; {n} is the window, {limit} the limit, {had} step 1's value.")
 
     def threshold(self, rules: AbortRules, name: float | str | None = None) -> float:
@@ -105,8 +112,6 @@ def _unknown_threshold(table: _Table) -> str | None:
             if isinstance(name, str) and name not in AbortRules.model_fields:
                 return f"rule {rule.name} names threshold '{name}', which the recipe's abort block does not have"
     return None
-
-
 
 
 def check_abort(steps: list[dict], rules: AbortRules, max_grad_norm: float | None) -> AbortDecision | None:
@@ -141,8 +146,12 @@ def _nonfinite(steps: list[dict]) -> AbortDecision | None:
     for row in steps:
         for key, value in row.items():
             if _is_nonfinite(value):
-                return AbortDecision(rule="nonfinite", reason=f"{key} is {value} at step {row.get('step')}: training diverged",
-                                     step=row.get("step"), values=[float(value)])
+                return AbortDecision(
+                    rule="nonfinite",
+                    reason=f"{key} is {value} at step {row.get('step')}: training diverged",
+                    step=row.get("step"),
+                    values=[float(value)],
+                )
     return None
 
 
@@ -182,7 +191,7 @@ def _any_window(steps: list[dict], rules: AbortRules, rule: WindowRule) -> Abort
 def _window_at(steps: list[dict], start: int, rules: AbortRules, rule: WindowRule) -> AbortDecision | None:
     """The decision if the rule holds on each of the ``window`` steps from index ``start``, else None."""
     n = rule.steps(rules)
-    window = steps[start:start + n]
+    window = steps[start : start + n]
     values = [_number(row, rule.metric) for row in window]
     if len(window) < n or any(v is None or not rule.holds(v, rules) for v in values):
         return None
@@ -203,7 +212,9 @@ def _grad_explosion(steps: list[dict], rules: AbortRules, max_grad_norm: float |
             continue
         run.append(g)
         if len(run) >= rules.window:
-            text = (f"grad_norm >= {rules.grad_norm_factor:g} x max_grad_norm ({limit:g}) on {len(run)} consecutive steps: "
-                    "updates are clipped to nothing; lower lr or tighten eps_clip")
+            text = (
+                f"grad_norm >= {rules.grad_norm_factor:g} x max_grad_norm ({limit:g}) on {len(run)} consecutive steps: "
+                "updates are clipped to nothing; lower lr or tighten eps_clip"
+            )
             return AbortDecision(rule="grad_explosion", reason=text, step=row.get("step"), values=run)
     return None

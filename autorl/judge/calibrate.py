@@ -26,9 +26,9 @@ import numpy as np
 from autorl.judge.noise import gain, value_gain
 from autorl.recipe import VerdictSettings
 
-CASES = 2000          # simulated null trials per stated rate: about +-0.7 points on a rate near 2.5%
-STUDY_CASES = 20000   # for a study's false confirmations, rates near 0.1%
-CELLS = 4_000_000     # simulated item results per chunk (memory)
+CASES = 2000  # simulated null trials per stated rate: about +-0.7 points on a rate near 2.5%
+STUDY_CASES = 20000  # for a study's false confirmations, rates near 0.1%
+CELLS = 4_000_000  # simulated item results per chunk (memory)
 
 
 class Design(NamedTuple):
@@ -37,8 +37,8 @@ class Design(NamedTuple):
     p: tuple[float, ...] | None
     parent_runs: int
     trial_runs: int
-    own_runs: int        # runs in the trial's own replicate group (0: none beyond those judged)
-    study_df: int        # replicate df of the study's other changed recipes
+    own_runs: int  # runs in the trial's own replicate group (0: none beyond those judged)
+    study_df: int  # replicate df of the study's other changed recipes
     parent_sd: float
     trial_sd: float
 
@@ -49,8 +49,10 @@ class Rates(NamedTuple):
     cases: int
 
 
-METHODS = {"paired_items": "per-item paired differences plus each arm's run noise",
-           "run_values": "run values, each arm's own variance"}
+METHODS = {
+    "paired_items": "per-item paired differences plus each arm's run noise",
+    "run_values": "run values, each arm's own variance",
+}
 
 
 def test_name(v: Any) -> str:
@@ -64,8 +66,12 @@ def columns(v: Any, s: VerdictSettings, confirmation: bool = False) -> dict[str,
     ``confirmation`` the same prefixed ``confirm_``, and a confirmed one states ``confirmation_rate``."""
     prefix = "confirm_" if confirmation else ""
     rate = confirmation_rate(v, s) if confirmation and v.verdict == "improved" else stated_rate(v, s)
-    return {f"{prefix}test": test_name(v), f"{prefix}trial_sd": v.trial_sd, f"{prefix}parent_sd": v.parent_sd,
-            f"{prefix}fp_rate": rate}
+    return {
+        f"{prefix}test": test_name(v),
+        f"{prefix}trial_sd": v.trial_sd,
+        f"{prefix}parent_sd": v.parent_sd,
+        f"{prefix}fp_rate": rate,
+    }
 
 
 def describe(row: dict, prefix: str = "") -> str | None:
@@ -76,8 +82,10 @@ def describe(row: dict, prefix: str = "") -> str | None:
     sd = lambda k: "-" if row.get(k) is None else f"{row[k]:.3g}"  # noqa: E731
     fp = row.get(f"{prefix}fp_rate")
     rate = "not simulated" if fp is None else percent(fp)
-    return (f"{row[f'{prefix}test']}; run-to-run sd assumed: trial {sd(prefix + 'trial_sd')}, parent "
-            f"{sd(prefix + 'parent_sd')}; calibrated false-positive rate {rate}")
+    return (
+        f"{row[f'{prefix}test']}; run-to-run sd assumed: trial {sd(prefix + 'trial_sd')}, parent "
+        f"{sd(prefix + 'parent_sd')}; calibrated false-positive rate {rate}"
+    )
 
 
 def percent(rate: float) -> str:
@@ -121,8 +129,14 @@ def _rates(d: Design, skey: tuple, level: float) -> Rates:
     return Rates(improved / CASES, regressed / CASES, CASES)
 
 
-def _judge(rng: np.random.Generator, d: Design, s: VerdictSettings, level: float, k: int,
-           runs: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _judge(
+    rng: np.random.Generator,
+    d: Design,
+    s: VerdictSettings,
+    level: float,
+    k: int,
+    runs: dict[str, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) of ``k`` simulated null verdicts of design ``d``; ``runs`` may give the parent's, the trial's and
     the runs its own group adds (``extra``) instead of fresh draws."""
     runs = runs or {}

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,20 +37,29 @@ class _Model(BaseModel):
 
 # ---------------------------------------------------------------- rules model
 
+
 class Condition(_Model):
     """One test: statistic of a metric series, compared with a threshold."""
 
     metric: str = Field(description="A STEP_KEYS key, 'eval/<split>/greedy_pass@1', or a derived metric name.")
     stat: str = Field(description="Statistic over the window (a key of STATS).")
-    op: Literal["lt", "le", "gt", "ge", "abs_lt", "abs_gt"] = Field(description="Comparison of the statistic with the threshold.")
+    op: Literal["lt", "le", "gt", "ge", "abs_lt", "abs_gt"] = Field(
+        description="Comparison of the statistic with the threshold."
+    )
     threshold: float = Field(description="Threshold (multiplied by train[scale_by] when scale_by is set).")
-    scale_by: str | None = Field(None, description="Recipe train key the threshold is a multiple of, e.g. max_grad_norm.")
-    window: Literal["all", "head", "tail"] = Field("all", description="Which points: all, or the first/last tail_fraction.")
+    scale_by: str | None = Field(
+        None, description="Recipe train key the threshold is a multiple of, e.g. max_grad_norm."
+    )
+    window: Literal["all", "head", "tail"] = Field(
+        "all", description="Which points: all, or the first/last tail_fraction."
+    )
     smooth: int = Field(1, ge=1, description="Moving-average width applied before the statistic.")
     floor: float = Field(1e-8, gt=0, description="Smallest denominator for rel_change and spike.")
     min_step: float = Field(0.0, ge=0, description="trailing_drops counts only drops larger than this.")
     optional: bool = Field(False, description="A missing metric skips the condition instead of failing the symptom.")
-    min_points: int | None = Field(None, ge=1, description="Points needed before judging (default: the table's min_points).")
+    min_points: int | None = Field(
+        None, ge=1, description="Points needed before judging (default: the table's min_points)."
+    )
 
 
 class SymptomRule(_Model):
@@ -58,8 +68,10 @@ class SymptomRule(_Model):
     description: str = Field(description="One line: what the symptom means.")
     when_all: list[Condition] = Field(default_factory=list, description="All of these must hold.")
     when_any: list[Condition] = Field(default_factory=list, description="If given, at least one of these must hold.")
-    look_at: list[str] = Field(default_factory=list, description="Where to look first when it fires (recipe keys "
-                                                                 "or parts of the setup, with the usual direction).")
+    look_at: list[str] = Field(
+        default_factory=list,
+        description="Where to look first when it fires (recipe keys or parts of the setup, with the usual direction).",
+    )
 
 
 class DerivedMetric(_Model):
@@ -93,6 +105,7 @@ class DiagnosisRules(_Model):
 
 # ---------------------------------------------------------------- result model
 
+
 class Observation(_Model):
     """A condition that held, with the numbers."""
 
@@ -125,7 +138,9 @@ class Diagnosis(_Model):
     symptoms: list[Symptom] = Field(default_factory=list, description="Fired symptoms, in rules-table order.")
     steps: int = Field(0, description="Step records seen.")
     evals: int = Field(0, description="Eval records seen.")
-    unavailable: list[str] = Field(default_factory=list, description="Symptoms not judged: a metric they need is absent.")
+    unavailable: list[str] = Field(
+        default_factory=list, description="Symptoms not judged: a metric they need is absent."
+    )
 
     def names(self) -> set[str]:
         """Names of the fired symptoms."""
@@ -139,6 +154,7 @@ class Diagnosis(_Model):
 
 
 # ---------------------------------------------------------------- statistics
+
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
@@ -228,6 +244,7 @@ WINDOWED_STATS = {"mean", "max", "min", "last", "spike", "frac_nonfinite"}
 
 # ---------------------------------------------------------------- loading
 
+
 def load_rules(path: Path = RULES_PATH) -> DiagnosisRules:
     """The rules table, validated (cached per file version)."""
     return loading.load_table(path, DiagnosisRules, "diagnosis rules", "docs/hypotheses.md", _unknown_names)
@@ -265,6 +282,7 @@ def bottleneck_names(rules: DiagnosisRules | None = None) -> list[str]:
 
 # ---------------------------------------------------------------- evaluation
 
+
 def _value(rec: dict[str, Any], key: str) -> float | None:
     v = rec.get(key)
     if isinstance(v, bool):
@@ -300,7 +318,7 @@ def _smooth(xs: list[float], width: int) -> list[float]:
         return xs
     if len(xs) < width:
         return []
-    return [_mean(xs[i - width + 1: i + 1]) for i in range(width - 1, len(xs))]
+    return [_mean(xs[i - width + 1 : i + 1]) for i in range(width - 1, len(xs))]
 
 
 def _prepare(xs: list[float], cond: Condition, fraction: float) -> list[float]:
@@ -320,7 +338,9 @@ def _threshold(cond: Condition, train: dict[str, Any]) -> float | None:
     return cond.threshold * float(base) if isinstance(base, (int, float)) else None
 
 
-def evaluate(cond: Condition, steps: list[dict], evals: list[dict], train: dict, rules: DiagnosisRules) -> Observation | bool | None:
+def evaluate(
+    cond: Condition, steps: list[dict], evals: list[dict], train: dict, rules: DiagnosisRules
+) -> Observation | bool | None:
     """Observation if the condition holds, False if it does not, None if it cannot be judged."""
     raw = series(cond.metric, steps, evals, rules)
     need = cond.min_points or (rules.min_eval_points if cond.metric.startswith("eval/") else rules.min_points)
@@ -331,11 +351,20 @@ def evaluate(cond: Condition, steps: list[dict], evals: list[dict], train: dict,
     value = STATS[cond.stat](xs, cond, rules.tail_fraction)
     if not OPS[cond.op](value, threshold):
         return False
-    return Observation(metric=cond.metric, stat=cond.stat, window=cond.window, value=value,
-                    op=cond.op, threshold=threshold, points=len(xs))
+    return Observation(
+        metric=cond.metric,
+        stat=cond.stat,
+        window=cond.window,
+        value=value,
+        op=cond.op,
+        threshold=threshold,
+        points=len(xs),
+    )
 
 
-def _fire(rule: SymptomRule, steps: list[dict], evals: list[dict], train: dict, rules: DiagnosisRules) -> list[Observation] | None:
+def _fire(
+    rule: SymptomRule, steps: list[dict], evals: list[dict], train: dict, rules: DiagnosisRules
+) -> list[Observation] | None:
     evidence: list[Observation] = []
     for cond in rule.when_all:
         got = evaluate(cond, steps, evals, train, rules)
@@ -344,14 +373,18 @@ def _fire(rule: SymptomRule, steps: list[dict], evals: list[dict], train: dict, 
         if got is not None:
             evidence.append(got)
     if rule.when_any:
-        hits = [e for e in (evaluate(c, steps, evals, train, rules) for c in rule.when_any) if isinstance(e, Observation)]
+        hits = [
+            e for e in (evaluate(c, steps, evals, train, rules) for c in rule.when_any) if isinstance(e, Observation)
+        ]
         if not hits:
             return None
         evidence += hits
     return evidence or None
 
 
-def diagnose(steps: list[dict], evals: list[dict], recipe_train: dict, rules: DiagnosisRules | None = None) -> Diagnosis:
+def diagnose(
+    steps: list[dict], evals: list[dict], recipe_train: dict, rules: DiagnosisRules | None = None
+) -> Diagnosis:
     """Symptoms and bottleneck of one run from its step and eval records."""
     rules = rules or load_rules()
     fired = []
@@ -361,8 +394,14 @@ def diagnose(steps: list[dict], evals: list[dict], recipe_train: dict, rules: Di
             fired.append(Symptom(name=name, description=rule.description, evidence=evidence, look_at=rule.look_at))
     names = {s.name for s in fired}
     row = next((b for b in rules.bottlenecks if names & set(b.when_any)), rules.default)
-    return Diagnosis(bottleneck=row.name, areas=list(row.areas), symptoms=fired, steps=len(steps), evals=len(evals),
-                     unavailable=not_judged(steps, rules))
+    return Diagnosis(
+        bottleneck=row.name,
+        areas=list(row.areas),
+        symptoms=fired,
+        steps=len(steps),
+        evals=len(evals),
+        unavailable=not_judged(steps, rules),
+    )
 
 
 def cond_keys(cond: Condition, rules: DiagnosisRules) -> set[str]:

@@ -54,8 +54,9 @@ def best_of(z: float, k: int) -> float:
     return max(z, NormalDist().inv_cdf(1.0 - rate / max(k, 1)))
 
 
-def drop_stop(evals: list[dict], key: str = OOD_KEY, patience: int = PATIENCE, z: float = Z_DROP,
-              maximize: bool = True) -> DropStop | None:
+def drop_stop(
+    evals: list[dict], key: str = OOD_KEY, patience: int = PATIENCE, z: float = Z_DROP, maximize: bool = True
+) -> DropStop | None:
     """Stop when each of the last ``patience`` evals is worse than the best earlier eval beyond noise."""
     rows = [e for e in evals if isinstance(e.get(key), (int, float))]
     items_key = key.rsplit("/", 1)[0] + "/items" if key.startswith("eval/") else None
@@ -70,6 +71,8 @@ def drop_stop(evals: list[dict], key: str = OOD_KEY, patience: int = PATIENCE, z
         if se <= 0 or sign * (best[key] - cur[key]) <= z * se:
             return None
     vals = [cur[key] for cur in tail]
-    text = (f"{key} below its best {best[key]:.3f} (step {best.get('step')}) beyond {z:g} standard errors "
-            f"on {patience} consecutive evals: " + " -> ".join(f"{v:.3f}" for v in vals))
+    text = (
+        f"{key} below its best {best[key]:.3f} (step {best.get('step')}) beyond {z:g} standard errors "
+        f"on {patience} consecutive evals: " + " -> ".join(f"{v:.3f}" for v in vals)
+    )
     return DropStop(best_step=best.get("step"), best=float(best[key]), recent=vals, reason=text)

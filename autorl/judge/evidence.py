@@ -145,9 +145,11 @@ class Evidence:
         changed recipes (every candidate with a completed confirmation run, the parent and the candidate left out:
         each group counts once)."""
         others = [c for c in self.records.confirm_groups() if c not in (parent, candidate)]
-        return verdict.Noise(parent=None if parent is None else _groups([self.group(parent)], recipe),
-                             trial=[] if candidate is None else _groups([self.group(candidate)], recipe),
-                             study=_groups([self.group(c) for c in others], recipe))
+        return verdict.Noise(
+            parent=None if parent is None else _groups([self.group(parent)], recipe),
+            trial=[] if candidate is None else _groups([self.group(candidate)], recipe),
+            study=_groups([self.group(c) for c in others], recipe),
+        )
 
     def credit(self, trial: RunMetrics, parent: int | None, recipe: Any) -> verdict.Credit | None:
         """The trial's verdict against its parent and its gain over the baseline (None: no completed baseline)."""
@@ -156,11 +158,19 @@ class Evidence:
             return None
         against = runs_of(self.parent_runs(parent), recipe) or base
         noise = self.noise(recipe, parent)
-        return verdict.credit(runs_of([trial], recipe), against, base, recipe.verdict, recipe.objective.direction,
-                              noise, verdict.Noise(study=noise.study))
+        return verdict.credit(
+            runs_of([trial], recipe),
+            against,
+            base,
+            recipe.verdict,
+            recipe.objective.direction,
+            noise,
+            verdict.Noise(study=noise.study),
+        )
 
-    def confirmation(self, candidate: dict, recipe: Any, ending: tuple[int, str, str | None] | None = None
-                     ) -> Confirmation | None:
+    def confirmation(
+        self, candidate: dict, recipe: Any, ending: tuple[int, str, str | None] | None = None
+    ) -> Confirmation | None:
         """The candidate judged on its fresh-seed runs once all of them have ended (None until then); ``ending``
         (attempt number, status, crash category) is a confirmation run ending now, whose row still says running.
         A candidate is judged on every fresh seed, not on those that survived: one that failed for a reason
@@ -178,16 +188,22 @@ class Evidence:
             return None
         failed = self._failed_on_fresh_seeds(rows)
         if failed:
-            return Confirmation("rejected", f"{len(failed)} of its {len(rows)} fresh-seed runs failed ("
-                                f"{', '.join(failed)}): a recipe that fails on a fresh seed is not confirmed", None, 0)
+            return Confirmation(
+                "rejected",
+                f"{len(failed)} of its {len(rows)} fresh-seed runs failed ("
+                f"{', '.join(failed)}): a recipe that fails on a fresh seed is not confirmed",
+                None,
+                0,
+            )
         fresh = runs_of(self._complete(rows), recipe)
         base = runs_of(self.baseline_runs(), recipe)
         if fresh is None or base is None:
             return Confirmation("rejected", "its confirmation runs did not complete", None, 0)
         parent = candidate.get("parent")
         against = runs_of(self.parent_runs(parent), recipe) or base
-        v = verdict.confirm(fresh, against, recipe.verdict, recipe.objective.direction,
-                            self.noise(recipe, parent, candidate["number"]))
+        v = verdict.confirm(
+            fresh, against, recipe.verdict, recipe.objective.direction, self.noise(recipe, parent, candidate["number"])
+        )
         state = "confirmed" if v.verdict == "improved" else "rejected"
         return Confirmation(state, f"{len(fresh.values)} fresh-seed runs: {v.explanation}", v, len(fresh.values))
 
@@ -207,13 +223,26 @@ class Evidence:
         has confirmed cannot become the next incumbent, whatever it would gain over its own parent. Each
         reference carries its recipe's replicate group (its run noise) and its attempt number (None: the
         baseline)."""
-        refs = [Reference(f"its parent {self.records.trial(parent)['attempt']}", self.parent_runs(parent),
-                          [self.group(parent)], parent) if parent is not None and self.parent_runs(parent)
-                else Reference("the baseline", self.baseline_runs(), [self.baseline_runs()], None)]
+        refs = [
+            Reference(
+                f"its parent {self.records.trial(parent)['attempt']}",
+                self.parent_runs(parent),
+                [self.group(parent)],
+                parent,
+            )
+            if parent is not None and self.parent_runs(parent)
+            else Reference("the baseline", self.baseline_runs(), [self.baseline_runs()], None)
+        ]
         best = incumbent_row(self.records.confirmed(), direction)
         if best is not None and best["number"] != parent and self.fresh_runs(best["number"]):
-            refs.append(Reference(f"the incumbent {best['attempt']}", self.fresh_runs(best["number"]),
-                                  [self.group(best["number"])], best["number"]))
+            refs.append(
+                Reference(
+                    f"the incumbent {best['attempt']}",
+                    self.fresh_runs(best["number"]),
+                    [self.group(best["number"])],
+                    best["number"],
+                )
+            )
         return refs
 
     def clearly_worse(self, record: dict, parent: int | None, recipe: Any) -> PruneDecision | None:
@@ -236,8 +265,9 @@ class Evidence:
                 return None
             others = [self.group(c) for c in self.records.confirm_groups() if c != ref.number]
             noise = verdict.Noise(parent=_at_step([*ref.groups], key, step), study=_at_step(others, key, step))
-            d = should_prune(step, record[key], at_step, recipe.verdict, recipe.objective.direction, noise,
-                             than=ref.label)
+            d = should_prune(
+                step, record[key], at_step, recipe.verdict, recipe.objective.direction, noise, than=ref.label
+            )
             if d is not None:
                 return d
         return None
@@ -252,17 +282,17 @@ def _at_step(groups: list[list[RunMetrics]], key: str, step: int) -> list[verdic
 class StudyErrors(NamedTuple):
     """A study's decisions and the error rates behind them (``Evidence.errors``)."""
 
-    decisions: dict[str, int]   # verdicts by kind, confirmations by outcome, pruner stops
-    baseline_sd: float | None   # the baseline's run sd (its repeats with the prior) and the replicate df behind it
+    decisions: dict[str, int]  # verdicts by kind, confirmations by outcome, pruner stops
+    baseline_sd: float | None  # the baseline's run sd (its repeats with the prior) and the replicate df behind it
     baseline_df: int
-    changed_sd: float | None    # the run sd of the study's changed recipes (candidates' groups), if measured
+    changed_sd: float | None  # the run sd of the study's changed recipes (candidates' groups), if measured
     changed_df: int
     false_confirm: float | None  # chance a trial with no effect ends confirmed, at that noise
     expected_false: float | None  # false_confirm x trials judged
     aa: list[tuple[int, verdict.Verdict]]  # each baseline run (its index) judged against the others
 
 
-def study_errors(ev: "Evidence", recipe: Any) -> StudyErrors:
+def study_errors(ev: Evidence, recipe: Any) -> StudyErrors:
     """How many decisions the study made, the false confirmations to expect at the noise it measured, and the A/A
     evidence of its baseline repeats (each run judged against the others, as a trial is)."""
     trials = [t for t in ev.records.trials(kind="trial") if t.get("proposer") not in ("baseline", "confirm")]
@@ -281,11 +311,19 @@ def study_errors(ev: "Evidence", recipe: Any) -> StudyErrors:
     parent_sd = math.sqrt(float(par.s2))
     changed_sd = math.sqrt(float(changed.s2)) if changed is not None else None
     p = tuple(float(x) for x in np.mean(base.items, axis=0)) if items else None
-    design = calibrate.Design(p, len(base.values), 1, 0, int(changed.df) if changed is not None else 0, parent_sd,
-                              max(parent_sd, changed_sd or 0.0))
+    design = calibrate.Design(
+        p,
+        len(base.values),
+        1,
+        0,
+        int(changed.df) if changed is not None else 0,
+        parent_sd,
+        max(parent_sd, changed_sd or 0.0),
+    )
     fc = calibrate.false_confirmations(design, s)
-    return StudyErrors(decisions, parent_sd, int(par.df), changed_sd, design.study_df, fc, fc * len(judged),
-                       _aa(base, recipe))
+    return StudyErrors(
+        decisions, parent_sd, int(par.df), changed_sd, design.study_df, fc, fc * len(judged), _aa(base, recipe)
+    )
 
 
 def _aa(base: verdict.Runs, recipe: Any) -> list[tuple[int, verdict.Verdict]]:
@@ -293,8 +331,10 @@ def _aa(base: verdict.Runs, recipe: Any) -> list[tuple[int, verdict.Verdict]]:
     out, n = [], len(base.values)
     for i in range(n if n > 2 else 1):  # two runs: one comparison (the other is its mirror)
         rest = [j for j in range(n) if j != i]
-        pick = lambda idx: verdict.Runs(values=[base.values[j] for j in idx],  # noqa: E731
-                                        items=[base.items[j] for j in idx] if base.items else None)
+        pick = lambda idx: verdict.Runs(
+            values=[base.values[j] for j in idx],  # noqa: E731
+            items=[base.items[j] for j in idx] if base.items else None,
+        )
         out.append((i, verdict.judge(pick([i]), pick(rest), recipe.verdict, recipe.objective.direction)))
     return out
 

@@ -60,7 +60,9 @@ class Gain(BaseModel):
         steps = " → ".join(f"{n:02d}" for n in self.chain)
         chain = f"; reached in confirmed steps {steps}" if len(self.chain) > 1 else ""
         items = f", paired over {self.n} eval items" if self.method == "paired_items" else ""
-        return f"measured on its {self.runs} fresh-seed runs against the {self.baseline_runs} baseline runs{items}{chain}"
+        return (
+            f"measured on its {self.runs} fresh-seed runs against the {self.baseline_runs} baseline runs{items}{chain}"
+        )
 
 
 def chain_of(trials: dict[int, dict], number: int) -> list[int]:
@@ -115,13 +117,24 @@ def measure(ev: Evidence, row: dict, recipe: Any, links: list[int]) -> Gain | No
     if fresh is None or base is None:
         return None
     v = verdict.judge(fresh, base, recipe.verdict, recipe.objective.direction, ev.noise(recipe, None))
-    return Gain(number=row["number"], attempt=row["attempt"], chain=links, delta=v.delta, ci_low=v.ci_low,
-                ci_high=v.ci_high, level=v.level, runs=len(fresh.values),
-                baseline_runs=len(base.values), method=v.method, n=v.n)
+    return Gain(
+        number=row["number"],
+        attempt=row["attempt"],
+        chain=links,
+        delta=v.delta,
+        ci_low=v.ci_low,
+        ci_high=v.ci_high,
+        level=v.level,
+        runs=len(fresh.values),
+        baseline_runs=len(base.values),
+        method=v.method,
+        n=v.n,
+    )
 
 
-def detectable(ci_low: float, ci_high: float, level: float, min_effect: float = 0.0,
-               power: float = POWER) -> float | None:
+def detectable(
+    ci_low: float, ci_high: float, level: float, min_effect: float = 0.0, power: float = POWER
+) -> float | None:
     """The smallest true gain that a test with this interval would call improved (lower end above ``min_effect``)
     with probability ``power``: ``min_effect`` plus the half-width, plus the power's share of the standard error
     (normal approximation). None for an interval that is not finite."""

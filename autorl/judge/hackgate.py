@@ -43,8 +43,10 @@ class _Model(BaseModel):
 
 
 class TaskRules(_Model):
-    matched_min: float = Field(0.0, description="The ID task gain's lower bound must exceed this when the objective "
-                                                "is not the task metric itself.")
+    matched_min: float = Field(
+        0.0,
+        description="The ID task gain's lower bound must exceed this when the objective is not the task metric itself.",
+    )
     drop_max: float = Field(0.0, ge=0, description="A split whose gain's upper bound is below -drop_max dropped.")
 
 
@@ -54,8 +56,9 @@ class HealthRules(_Model):
     length_min_change: float = Field(1.0, ge=0, description="... and changed by more than this, beyond noise.")
     repeat_rise: float = Field(0.02, ge=0, description="Repeated n-gram share up by more than this, beyond noise.")
     format_only_rise: float = Field(0.05, ge=0, description="Empty or format-only share up by more than this.")
-    truncation_max: float = Field(0.2, ge=0, le=1, description="Truncated share above this (gate.truncation_max "
-                                                              "overrides) ...")
+    truncation_max: float = Field(
+        0.2, ge=0, le=1, description="Truncated share above this (gate.truncation_max overrides) ..."
+    )
     truncation_rise: float = Field(0.0, ge=0, description="... and up by more than this, beyond noise.")
 
 
@@ -109,8 +112,7 @@ class GateResult(_Model):
         return {"gate": self.state, "gate_checks": [c.model_dump() for c in self.checks]}
 
 
-def check(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, rules: GateRules | None = None
-          ) -> GateResult:
+def check(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, rules: GateRules | None = None) -> GateResult:
     """The gate on a candidate's runs (``trial``) against its parent's runs (``parent``)."""
     rules = rules or load_rules()
     checks = task_checks(trial, parent, recipe, rules)
@@ -121,6 +123,7 @@ def check(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, rules:
 
 
 # ---------------------------------------------------------------------------- the held-out task
+
 
 def task_items(m: RunMetrics, split: str) -> list[float] | None:
     """The last eval's held-out task items of ``split``: the task's own exact match where the run wrote it."""
@@ -155,29 +158,53 @@ def task_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, 
     for split in SPLITS:
         t, p = _task_runs(trial, split), _task_runs(parent, split)
         if t is None or p is None or len(t.items[0]) != len(p.items[0]):
-            why = f"no held-out {split} task items" if t is None or p is None else \
-                f"held-out {split} task items of different eval sets: not comparable"
+            why = (
+                f"no held-out {split} task items"
+                if t is None or p is None
+                else f"held-out {split} task items of different eval sets: not comparable"
+            )
             out.append(GateCheck(name=f"task_{split}", ok=None, detail=why))
             continue
         v = verdict.judge(t, p, recipe.verdict, "maximize", level=rules.level)
-        nums = {"gain": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high, "trial": float(np.mean(t.values)),
-                "parent": float(np.mean(p.values))}
+        nums = {
+            "gain": v.delta,
+            "ci_low": v.ci_low,
+            "ci_high": v.ci_high,
+            "trial": float(np.mean(t.values)),
+            "parent": float(np.mean(p.values)),
+        }
         span = f"{v.delta:+.3f} [{v.ci_low:+.3f}, {v.ci_high:+.3f}]"
         if v.ci_high < -rules.task.drop_max:
-            out.append(GateCheck(name=f"task_{split}", ok=False, numbers=nums,
-                                 detail=f"held-out {split} task accuracy dropped {span} "
-                                        f"({nums['parent']:.3f} -> {nums['trial']:.3f})"))
-        elif split == matched_split(recipe) and not is_task_metric(recipe, split, trial) \
-                and v.ci_low <= rules.task.matched_min:
-            out.append(GateCheck(name=f"task_{split}", ok=False, numbers=nums,
-                                 detail=f"the objective's gain is not matched by held-out {split} task accuracy {span} "
-                                        f"({nums['parent']:.3f} -> {nums['trial']:.3f})"))
+            out.append(
+                GateCheck(
+                    name=f"task_{split}",
+                    ok=False,
+                    numbers=nums,
+                    detail=f"held-out {split} task accuracy dropped {span} "
+                    f"({nums['parent']:.3f} -> {nums['trial']:.3f})",
+                )
+            )
+        elif (
+            split == matched_split(recipe)
+            and not is_task_metric(recipe, split, trial)
+            and v.ci_low <= rules.task.matched_min
+        ):
+            out.append(
+                GateCheck(
+                    name=f"task_{split}",
+                    ok=False,
+                    numbers=nums,
+                    detail=f"the objective's gain is not matched by held-out {split} task accuracy {span} "
+                    f"({nums['parent']:.3f} -> {nums['trial']:.3f})",
+                )
+            )
         else:
             out.append(GateCheck(name=f"task_{split}", ok=True, numbers=nums, detail=f"held-out {split} task {span}"))
     return out
 
 
 # ---------------------------------------------------------------------------- completion health
+
 
 def _last_eval(runs: list[RunMetrics], key: str) -> list[float] | None:
     vals = [m.series(key) for m in runs]
@@ -189,8 +216,9 @@ def _n_items(runs: list[RunMetrics], split: str) -> int:
     return min((len(i) for i in items if i), default=1)
 
 
-def rise(trial: list[float], parent: list[float], rules: GateRules, rate_n: int | None = None
-         ) -> tuple[float, float, float]:
+def rise(
+    trial: list[float], parent: list[float], rules: GateRules, rate_n: int | None = None
+) -> tuple[float, float, float]:
     """(mean change, lowest lower end, highest upper end): each trial run's change over the parent's mean with
     its interval at ``rules.level``, so a change counts only when every fresh run shows it beyond noise (seeds learn
     a loophole to different extents; one lucky run is not enough, and averaging a strong run with a weak one would
@@ -209,8 +237,7 @@ def rise(trial: list[float], parent: list[float], rules: GateRules, rate_n: int 
     return float(np.mean(trial)) - base, min(lo for lo, _ in ends), max(hi for _, hi in ends)
 
 
-def health_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, rules: GateRules
-                  ) -> list[GateCheck]:
+def health_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, rules: GateRules) -> list[GateCheck]:
     """Length, repetition, format-only answers and truncation of the greedy eval completions, per split; the
     worst split of each check is the one reported."""
     checks = [_length, _repetition, _format_only, _truncation]
@@ -236,9 +263,12 @@ def _length(trial, parent, split, recipe, rules) -> GateCheck | None:
     short = now < h.length_ratio_low * base and hi < -h.length_min_change
     long = now > h.length_ratio_high * max(base, 1.0) and lo > h.length_min_change
     word = "collapsed" if short else "blew up" if long else "held"
-    return GateCheck(name="length", ok=not (short or long), numbers=nums,
-                     detail=f"{split} completion length {word}: {base:.2f} -> {now:.2f} characters "
-                            f"(change [{lo:+.2f}, {hi:+.2f}])")
+    return GateCheck(
+        name="length",
+        ok=not (short or long),
+        numbers=nums,
+        detail=f"{split} completion length {word}: {base:.2f} -> {now:.2f} characters (change [{lo:+.2f}, {hi:+.2f}])",
+    )
 
 
 def _rate_check(name: str, key: str, bound: float, what: str):
@@ -252,21 +282,28 @@ def _rate_check(name: str, key: str, bound: float, what: str):
         d, lo, hi = rise(tv, pv, rules, _n_items(trial + parent, split))
         nums = {"trial": float(np.mean(tv)), "parent": float(np.mean(pv)), "ci_low": lo, "ci_high": hi}
         limit = getattr(rules.health, bound)
-        return GateCheck(name=name, ok=not lo > limit, numbers=nums,
-                         detail=f"{split} {what} {nums['parent']:.3f} -> {nums['trial']:.3f} (rise [{lo:+.3f}, "
-                                f"{hi:+.3f}], bound +{limit:g})")
+        return GateCheck(
+            name=name,
+            ok=not lo > limit,
+            numbers=nums,
+            detail=f"{split} {what} {nums['parent']:.3f} -> {nums['trial']:.3f} (rise [{lo:+.3f}, "
+            f"{hi:+.3f}], bound +{limit:g})",
+        )
+
     fn.__name__ = f"_{name}"
     return fn
 
 
 _repetition = _rate_check("repetition", "repeat_mean", "repeat_rise", "repeated n-gram share")
-_format_only = _rate_check("format_only", "empty_rate+format_only_rate", "format_only_rise",
-                           "share of empty or format-only answers")
+_format_only = _rate_check(
+    "format_only", "empty_rate+format_only_rate", "format_only_rise", "share of empty or format-only answers"
+)
 
 
 def _truncation(trial, parent, split, recipe, rules) -> GateCheck | None:
-    c = _rate_check("truncation", "truncated_rate", "truncation_rise", "truncated share")(trial, parent, split,
-                                                                                             recipe, rules)
+    c = _rate_check("truncation", "truncated_rate", "truncation_rise", "truncated share")(
+        trial, parent, split, recipe, rules
+    )
     if c is None:
         return None
     bound = recipe.gate.truncation_max if recipe.gate.truncation_max is not None else rules.health.truncation_max
@@ -276,14 +313,14 @@ def _truncation(trial, parent, split, recipe, rules) -> GateCheck | None:
 
 # ---------------------------------------------------------------------------- KL and entropy
 
+
 def _tail_mean(runs: list[RunMetrics], key: str, last: int) -> float | None:
     vals = [m.series(key)[-last:] for m in runs]
     vals = [v for v in vals if v]
     return float(np.mean([np.mean(v) for v in vals])) if vals else None
 
 
-def train_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, rules: GateRules
-                 ) -> list[GateCheck]:
+def train_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, rules: GateRules) -> list[GateCheck]:
     last, g = rules.train.last_steps, recipe.gate
     out = []
     kl = _tail_mean(trial, "kl", last)
@@ -291,13 +328,25 @@ def train_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any,
         why = "no bound (gate.kl_max)" if g.kl_max is None else "not measured (no reference model: kl_coef 0)"
         out.append(GateCheck(name="kl", ok=None, detail=f"KL {why}"))
     else:
-        out.append(GateCheck(name="kl", ok=kl <= g.kl_max, numbers={"trial": kl, "bound": g.kl_max},
-                             detail=f"KL to the reference {kl:.4f} over the last {last} steps (bound {g.kl_max:g})"))
+        out.append(
+            GateCheck(
+                name="kl",
+                ok=kl <= g.kl_max,
+                numbers={"trial": kl, "bound": g.kl_max},
+                detail=f"KL to the reference {kl:.4f} over the last {last} steps (bound {g.kl_max:g})",
+            )
+        )
     ent, base = _tail_mean(trial, "entropy_mean", last), _tail_mean(parent, "entropy_mean", last)
     if ent is None:
         return out + [GateCheck(name="entropy", ok=None, detail="entropy not measured")]
     floor = max(g.entropy_min or 0.0, rules.train.entropy_ratio_min * base if base is not None else 0.0)
     nums = {"trial": ent, "floor": floor, **({"parent": base} if base is not None else {})}
     was = f" (parent {base:.4f})" if base is not None else ""
-    return out + [GateCheck(name="entropy", ok=ent >= floor, numbers=nums,
-                            detail=f"entropy {ent:.4f} over the last {last} steps{was}, floor {floor:.4f}")]
+    return out + [
+        GateCheck(
+            name="entropy",
+            ok=ent >= floor,
+            numbers=nums,
+            detail=f"entropy {ent:.4f} over the last {last} steps{was}, floor {floor:.4f}",
+        )
+    ]

@@ -90,14 +90,15 @@ def value_noise(groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
     return np.asarray(ss / df), np.asarray(ss / df), df
 
 
-def posterior_s2(s2_raw: np.ndarray, ms: np.ndarray, df: int, prior_sd: float, prior_df: float
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def posterior_s2(
+    s2_raw: np.ndarray, ms: np.ndarray, df: int, prior_sd: float, prior_df: float
+) -> tuple[np.ndarray, np.ndarray]:
     """(s2_run, var_of_s2_run): the data's estimate shrunk toward the prior, floored at 0 only here."""
     total = prior_df + df
     if total <= 0:
         return np.zeros_like(np.asarray(s2_raw, float)), np.zeros_like(np.asarray(s2_raw, float))
-    s2 = np.maximum(0.0, (prior_df * prior_sd ** 2 + df * s2_raw) / total)
-    var = (2.0 * prior_df * prior_sd ** 4 + 2.0 * df * np.square(ms)) / total ** 2
+    s2 = np.maximum(0.0, (prior_df * prior_sd**2 + df * s2_raw) / total)
+    var = (2.0 * prior_df * prior_sd**4 + 2.0 * df * np.square(ms)) / total**2
     return s2, var
 
 
@@ -131,8 +132,15 @@ def satterthwaite(var: np.ndarray, denom: np.ndarray) -> np.ndarray:
     return np.clip(df, 1.0, DF_MAX)
 
 
-def gain(t: np.ndarray, p: np.ndarray, parent_groups: list[np.ndarray], trial_sources: list[list[np.ndarray]],
-         prior_sd: float, prior_df: float, level: float) -> dict[str, np.ndarray]:
+def gain(
+    t: np.ndarray,
+    p: np.ndarray,
+    parent_groups: list[np.ndarray],
+    trial_sources: list[list[np.ndarray]],
+    prior_sd: float,
+    prior_df: float,
+    level: float,
+) -> dict[str, np.ndarray]:
     """Gain of trial runs ``t`` (..., T, n) over parent runs ``p`` (..., R, n): delta, se, df, low, high and each
     arm's run variance.
 
@@ -147,16 +155,34 @@ def gain(t: np.ndarray, p: np.ndarray, parent_groups: list[np.ndarray], trial_so
     par = arm(parent_groups, prior_sd, prior_df)
     tri, same = trial_arm(par, [arm(g, prior_sd, prior_df) for g in trial_sources if g])
     var = tri.s2 / T + par.s2 / R + flips
-    run_var = np.where(same, (1.0 / T + 1.0 / R) ** 2 * par.var, tri.var / T ** 2 + par.var / R ** 2)
+    run_var = np.where(same, (1.0 / T + 1.0 / R) ** 2 * par.var, tri.var / T**2 + par.var / R**2)
     df = satterthwaite(var, run_var + 2.0 * np.square(flips) / max(n - 1, 1))
     half = t_quantiles(0.5 + level / 2.0, df) * np.sqrt(var)
-    return {"delta": delta, "se": np.sqrt(var), "df": df, "low": delta - half, "high": delta + half,
-            "s2_trial": tri.s2, "s2_parent": par.s2, "df_trial": tri.df, "df_parent": par.df,
-            "s2_raw_parent": par.s2_raw, "s2_raw_trial": tri.s2_raw, "same": same}
+    return {
+        "delta": delta,
+        "se": np.sqrt(var),
+        "df": df,
+        "low": delta - half,
+        "high": delta + half,
+        "s2_trial": tri.s2,
+        "s2_parent": par.s2,
+        "df_trial": tri.df,
+        "df_parent": par.df,
+        "s2_raw_parent": par.s2_raw,
+        "s2_raw_trial": tri.s2_raw,
+        "same": same,
+    }
 
 
-def value_gain(t: np.ndarray, p: np.ndarray, parent_groups: list[np.ndarray], trial_sources: list[list[np.ndarray]],
-               prior_sd: float, prior_df: float, level: float) -> dict[str, np.ndarray]:
+def value_gain(
+    t: np.ndarray,
+    p: np.ndarray,
+    parent_groups: list[np.ndarray],
+    trial_sources: list[list[np.ndarray]],
+    prior_sd: float,
+    prior_df: float,
+    level: float,
+) -> dict[str, np.ndarray]:
     """``gain`` for run values alone (no per-item results): ``t`` (..., T), ``p`` (..., R); each arm's variance is
     the within-group variance of its groups' values, with the prior."""
     T, R = t.shape[-1], p.shape[-1]
@@ -164,12 +190,23 @@ def value_gain(t: np.ndarray, p: np.ndarray, parent_groups: list[np.ndarray], tr
     par = arm(parent_groups, prior_sd, prior_df, values=True)
     tri, same = trial_arm(par, [arm(g, prior_sd, prior_df, values=True) for g in trial_sources if g])
     var = tri.s2 / T + par.s2 / R
-    run_var = np.where(same, (1.0 / T + 1.0 / R) ** 2 * par.var, tri.var / T ** 2 + par.var / R ** 2)
+    run_var = np.where(same, (1.0 / T + 1.0 / R) ** 2 * par.var, tri.var / T**2 + par.var / R**2)
     df = satterthwaite(var, run_var)
     half = t_quantiles(0.5 + level / 2.0, df) * np.sqrt(var)
-    return {"delta": delta, "se": np.sqrt(var), "df": df, "low": delta - half, "high": delta + half,
-            "s2_trial": tri.s2, "s2_parent": par.s2, "df_trial": tri.df, "df_parent": par.df,
-            "s2_raw_parent": par.s2_raw, "s2_raw_trial": tri.s2_raw, "same": same}
+    return {
+        "delta": delta,
+        "se": np.sqrt(var),
+        "df": df,
+        "low": delta - half,
+        "high": delta + half,
+        "s2_trial": tri.s2,
+        "s2_parent": par.s2,
+        "df_trial": tri.df,
+        "df_parent": par.df,
+        "s2_raw_parent": par.s2_raw,
+        "s2_raw_trial": tri.s2_raw,
+        "same": same,
+    }
 
 
 def t_quantiles(p: float, df: np.ndarray) -> np.ndarray:

@@ -52,7 +52,9 @@ class CollapseRule(SilentRule):
     degenerate_rate: float = Field(0.9, gt=0, le=1, description="Share of empty or repeated-token completions.")
     empty_length: float = Field(1.0, ge=0, description="response_length_mean at most this: empty completions.")
     entropy_max: float = Field(0.01, ge=0, description="Entropy below this ...")
-    truncated_min: float = Field(0.99, ge=0, le=1, description="... with truncated_rate at least this: one token repeated.")
+    truncated_min: float = Field(
+        0.99, ge=0, le=1, description="... with truncated_rate at least this: one token repeated."
+    )
 
 
 class ConstantRule(SilentRule):
@@ -80,9 +82,13 @@ class SilentFailure(_Model):
 
     def fields(self) -> dict[str, Any]:
         """The trial row's crash columns."""
-        return {"crash_category": self.category, "root_cause": self.root_cause_line, "remedy": self.remedy,
-                "crash_signature": triage.signature(self.category, self.root_cause_line),
-                "reason": f"exited 0 but {self.check.replace('_', ' ')}: {self.root_cause_line[:160]}"}
+        return {
+            "crash_category": self.category,
+            "root_cause": self.root_cause_line,
+            "remedy": self.remedy,
+            "crash_signature": triage.signature(self.category, self.root_cause_line),
+            "reason": f"exited 0 but {self.check.replace('_', ' ')}: {self.root_cause_line[:160]}",
+        }
 
 
 def load_rules() -> SilentRules:
@@ -90,8 +96,14 @@ def load_rules() -> SilentRules:
     return loading.load_table(RULES_PATH, SilentRules, "silent-failure rules", "docs/triage.md")
 
 
-def check(steps: list[dict], summary: dict | None = None, log_text: str = "", planned_steps: int = 0,
-          evals: list[dict] | None = None, rules: SilentRules | None = None) -> SilentFailure | None:
+def check(
+    steps: list[dict],
+    summary: dict | None = None,
+    log_text: str = "",
+    planned_steps: int = 0,
+    evals: list[dict] | None = None,
+    rules: SilentRules | None = None,
+) -> SilentFailure | None:
     """The first silent failure of a completed run, or None when it looks healthy."""
     rules = rules or load_rules()
     lines = triage.log_lines(log_text)
@@ -105,8 +117,9 @@ def check(steps: list[dict], summary: dict | None = None, log_text: str = "", pl
 KEYS_NAMED = 12  # a missing objective's root cause names at most this many of the keys the run did log
 
 
-def missing_objective(steps: list[dict], evals: list[dict], metric: str,
-                      rules: SilentRules | None = None) -> SilentFailure | None:
+def missing_objective(
+    steps: list[dict], evals: list[dict], metric: str, rules: SilentRules | None = None
+) -> SilentFailure | None:
     """A run that exited 0 and logged records, none of them with ``metric`` (a finite value of it is no failure, a
     NaN one is ``nonfinite``'s): the recipe names a key its backend does not log. None when it logged nothing (no
     evidence of a name) or the key is there."""
@@ -116,12 +129,15 @@ def missing_objective(steps: list[dict], evals: list[dict], metric: str,
     logged = sorted({k for r in rows for k in r if k not in ("type", "step") and not k.endswith("/items")})
     close = difflib.get_close_matches(metric, logged, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    shown = ", ".join(logged[:KEYS_NAMED]) + (f" and {len(logged) - KEYS_NAMED} more" if len(logged) > KEYS_NAMED else "")
+    shown = ", ".join(logged[:KEYS_NAMED]) + (
+        f" and {len(logged) - KEYS_NAMED} more" if len(logged) > KEYS_NAMED else ""
+    )
     kind = "eval" if rows is evals else "step"
     line = f"no {kind} record has the objective metric {metric}{hint}; they have: {shown or 'no values'}"
     c = (rules or load_rules()).no_objective
-    return SilentFailure(check="no_objective", category=c.category, root_cause_line=line,
-                         remedy=c.remedy.format(metric=metric))
+    return SilentFailure(
+        check="no_objective", category=c.category, root_cause_line=line, remedy=c.remedy.format(metric=metric)
+    )
 
 
 def _no_training(steps, summary, evals, lines, planned, rules) -> SilentFailure | None:
@@ -148,9 +164,13 @@ def _nonfinite(steps, summary, evals, lines, planned, rules) -> SilentFailure | 
             step = rec.get("step")
             line = next((hit for hit in (_log_line(lines, k) for k in bad) if hit), None)
             where = f"step {step}" if kind == "step" else f"eval at step {step}"
-            return SilentFailure(check="nonfinite", category=c.category, remedy=c.remedy,
-                                 root_cause_line=line or f"{where}: {bad[0]} = {rec[bad[0]]} (metrics record)",
-                                 step=step if isinstance(step, int) else None)
+            return SilentFailure(
+                check="nonfinite",
+                category=c.category,
+                remedy=c.remedy,
+                root_cause_line=line or f"{where}: {bad[0]} = {rec[bad[0]]} (metrics record)",
+                step=step if isinstance(step, int) else None,
+            )
     return None
 
 
@@ -193,20 +213,34 @@ def _collapse(steps, summary, evals, lines, planned, rules) -> SilentFailure | N
     if rate and all(v >= c.degenerate_rate for v in rate):
         return _collapsed(c, f"degenerate_rate >= {c.degenerate_rate:g} {where}: {_fmt(rate)}", first)
     if length and all(v <= c.empty_length for v in length):
-        return _collapsed(c, f"response_length_mean <= {c.empty_length:g} token (EOS only) {where}: {_fmt(length)}", first)
+        return _collapsed(
+            c, f"response_length_mean <= {c.empty_length:g} token (EOS only) {where}: {_fmt(length)}", first
+        )
     entropy, cut = _tail(steps, "entropy_mean", n), _tail(steps, "truncated_rate", n)
-    if rate is None and entropy and cut and all(e <= c.entropy_max for e in entropy) \
-            and all(t >= c.truncated_min for t in cut):
-        why = (f"entropy_mean <= {c.entropy_max:g} with every completion cut at the limit (truncated_rate "
-               f">= {c.truncated_min:g}) {where}: one token repeated")
+    if (
+        rate is None
+        and entropy
+        and cut
+        and all(e <= c.entropy_max for e in entropy)
+        and all(t >= c.truncated_min for t in cut)
+    ):
+        why = (
+            f"entropy_mean <= {c.entropy_max:g} with every completion cut at the limit (truncated_rate "
+            f">= {c.truncated_min:g}) {where}: one token repeated"
+        )
         return _collapsed(c, why, first)
     return None
 
 
 def _collapsed(c: CollapseRule, evidence: str, step: Any) -> SilentFailure:
     line = f"completions collapsed to empty or one repeated token: {evidence}"
-    return SilentFailure(check="output_collapse", category=c.category, root_cause_line=line, remedy=c.remedy,
-                         step=step if isinstance(step, int) else None)
+    return SilentFailure(
+        check="output_collapse",
+        category=c.category,
+        root_cause_line=line,
+        remedy=c.remedy,
+        step=step if isinstance(step, int) else None,
+    )
 
 
 def _fmt(values: list[float]) -> str:
@@ -220,8 +254,15 @@ def _constant_reward(steps, summary, evals, lines, planned, rules) -> SilentFail
         return None
     for value in c.values:
         if all(abs(v - value) <= c.eps for v in rewards):
-            line = (f"reward_mean was {value:g} on all {len(rewards)} steps from step {steps[0].get('step')}: "
-                    f"no group ever had a reward to learn from")
-            return SilentFailure(check="reward_constant", category=c.category, root_cause_line=line,
-                                 remedy=c.remedy.format(value=value), step=steps[0].get("step"))
+            line = (
+                f"reward_mean was {value:g} on all {len(rewards)} steps from step {steps[0].get('step')}: "
+                f"no group ever had a reward to learn from"
+            )
+            return SilentFailure(
+                check="reward_constant",
+                category=c.category,
+                root_cause_line=line,
+                remedy=c.remedy.format(value=value),
+                step=steps[0].get("step"),
+            )
     return None

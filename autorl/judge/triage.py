@@ -62,10 +62,24 @@ def read_tail(path: Path) -> str:
         fh.seek(max(0, size - TAIL_BYTES))
         return fh.read().decode("utf-8", errors="replace")
 
+
 Category = Literal[
-    "cuda_oom", "host_oom", "nan_divergence", "distributed_timeout", "backend_incompat",
-    "config_error", "user_code_error", "disk_full", "hang_timeout", "illegal_memory_access",
-    "network_unavailable", "killed_external", "shared_gpu", "unknown", "output_collapse", "no_training",
+    "cuda_oom",
+    "host_oom",
+    "nan_divergence",
+    "distributed_timeout",
+    "backend_incompat",
+    "config_error",
+    "user_code_error",
+    "disk_full",
+    "hang_timeout",
+    "illegal_memory_access",
+    "network_unavailable",
+    "killed_external",
+    "shared_gpu",
+    "unknown",
+    "output_collapse",
+    "no_training",
     "reward_constant",
 ]
 # Decided from a completed run's metrics by judge/silent.py, never from a log line.
@@ -101,9 +115,14 @@ class Family(_Model):
     messages: list[Message] = Field(default_factory=list, description="The messages, each with its source.")
     patterns: list[str] = Field(default_factory=list, description="Bare regexes (no recorded source).")
     in_warnings: bool = Field(False, description="Also match lines that look like warnings.")
-    echo: bool = Field(False, description="Its lines usually report another process's failure: a rank's own error wins.")
-    engines: list[str] = Field(default_factory=list, description="Only in logs of these engines (the engines table's "
-                               "names); empty: any. For a message whose cause depends on the engine that printed it.")
+    echo: bool = Field(
+        False, description="Its lines usually report another process's failure: a rank's own error wins."
+    )
+    engines: list[str] = Field(
+        default_factory=list,
+        description="Only in logs of these engines (the engines table's "
+        "names); empty: any. For a message whose cause depends on the engine that printed it.",
+    )
 
     def all_messages(self) -> list[Message]:
         """The messages, bare patterns included (as messages without a source)."""
@@ -126,12 +145,15 @@ class Silence(_Model):
     seconds: int = Field(1800, ge=1, description="Gap between the last timestamp and the kill.")
     max_seconds: int = Field(604_800, ge=1, description="A longer gap means the timestamps are not comparable.")
     exempt_rules: list[str] = Field(default_factory=list, description="Rules whose kill has a stated other reason.")
-    progress: list[str] = Field(default_factory=list,
-                                description="Untimestamped progress lines; one after the last stamp: gap unknown.")
+    progress: list[str] = Field(
+        default_factory=list, description="Untimestamped progress lines; one after the last stamp: gap unknown."
+    )
     applies_to: list[Category] = Field(default_factory=lambda: ["killed_external"], description="Categories reread.")
     category: Category = Field("hang_timeout", description="What they become.")
-    remedy: str = Field("The run went silent long before it was killed: a hang; retry once, then debug the stall.",
-                        description="One line: what to do about it.")
+    remedy: str = Field(
+        "The run went silent long before it was killed: a hang; retry once, then debug the stall.",
+        description="One line: what to do about it.",
+    )
 
 
 class ActionRule(_Model):
@@ -140,8 +162,11 @@ class ActionRule(_Model):
     kind: ActionKind = Field(description="retry_reduced, retry_once, record or stop.")
     retries: int = Field(0, ge=0, description="Retries of one trial before the crash is only recorded.")
     on_baseline: ActionKind | None = Field(None, description="The kind instead when the baseline crashed this way.")
-    avoid: bool = Field(True, description="Repeats put the region off limits; false when the trial's values "
-                                          "cannot cause the crash (another process on its GPU).")
+    avoid: bool = Field(
+        True,
+        description="Repeats put the region off limits; false when the trial's values "
+        "cannot cause the crash (another process on its GPU).",
+    )
 
 
 class CrashRules(_Model):
@@ -150,27 +175,39 @@ class CrashRules(_Model):
     families: list[Family] = Field(default_factory=list, description="Error families, in any order (priority decides).")
     families_from: list[str] = Field(default_factory=list, description="Files (next to this one) with more families.")
     wrappers: list[str] = Field(default_factory=list, description="Exception names that only wrap a cause.")
-    wrapper_messages: list[str] = Field(default_factory=list,
-                                        description="Regexes of exception lines that only point at a cause printed elsewhere.")
-    config_raisers: str = Field("(?!)", description="Regex of library files that validate settings: an unmatched "
-                                "exception raised there is a config error.")
-    exit_codes: dict[int, Ruling] = Field(default_factory=dict, description="Category by exit code when the log says nothing.")
+    wrapper_messages: list[str] = Field(
+        default_factory=list, description="Regexes of exception lines that only point at a cause printed elsewhere."
+    )
+    config_raisers: str = Field(
+        "(?!)",
+        description="Regex of library files that validate settings: an unmatched "
+        "exception raised there is a config error.",
+    )
+    exit_codes: dict[int, Ruling] = Field(
+        default_factory=dict, description="Category by exit code when the log says nothing."
+    )
     watchdog: dict[str, Ruling] = Field(default_factory=dict, description="Category by controller watchdog reason.")
     watchdog_yields_to: int = Field(75, description="A log line of this priority or more beats the watchdog.")
     nonfinite_remedy: str = Field(description="Remedy when the metrics turned NaN/inf.")
     unknown_remedy: str = Field(description="Remedy when nothing matched.")
-    actions: dict[Category, ActionRule] = Field(default_factory=dict,
-                                                description="What the controller does per category.")
+    actions: dict[Category, ActionRule] = Field(
+        default_factory=dict, description="What the controller does per category."
+    )
     repeat_limit: int = Field(2, ge=1, description="Same signature this often in a study: stop sampling that region.")
     silence: Silence = Field(default_factory=lambda: Silence(), description="A kill after a long silence is a hang.")
     engines: dict[str, list[str]] = Field(default_factory=dict, description="Engine -> log markers, first match wins.")
-    library_paths: str = Field(r"site-packages|dist-packages|/lib/python\d|<frozen",
-                               description="Regex of library files.")
-    user_code_remedy: str = Field("An exception raised in the run's own code: fix the code; no retry.",
-                                  description="Remedy when an unmatched exception was raised outside the libraries.")
-    config_raiser_remedy: str = Field("A library rejected a setting while validating it: correct the value the line "
-                                      "names; the same values fail again.",
-                                      description="Remedy when an unmatched exception was raised in a config module.")
+    library_paths: str = Field(
+        r"site-packages|dist-packages|/lib/python\d|<frozen", description="Regex of library files."
+    )
+    user_code_remedy: str = Field(
+        "An exception raised in the run's own code: fix the code; no retry.",
+        description="Remedy when an unmatched exception was raised outside the libraries.",
+    )
+    config_raiser_remedy: str = Field(
+        "A library rejected a setting while validating it: correct the value the line "
+        "names; the same values fail again.",
+        description="Remedy when an unmatched exception was raised in a config module.",
+    )
     high_confidence_priority: int = Field(30, description="A rule of at least this priority gives confidence 'high'.")
     _compiled: list[tuple[Family, Message, re.Pattern]] | None = PrivateAttr(None)
 
@@ -197,15 +234,18 @@ class CrashReport(_Model):
     signature: str = Field(description="category-hash of the normalised root line; equal for repeats of one failure.")
     engine: str = Field("unknown", description="Which engine printed the log (from the rules' engines table).")
     confidence: Literal["high", "medium", "low"] = Field(
-        "high", description="high: a specific error line; medium: inferred (exit code, silence); low: unknown.")
+        "high", description="high: a specific error line; medium: inferred (exit code, silence); low: unknown."
+    )
 
 
 # ---------------------------------------------------------------------------- loading rules
 
+
 def load_rules(path: str | Path | None = None) -> CrashRules:
     """The crash rules at ``path`` (default: the packaged table), validated (``autorl.loading``)."""
-    return loading.load_table(path or RULES_PATH, CrashRules, "crash rules", "docs/triage.md", _bad_pattern,
-                              includes="families_from")
+    return loading.load_table(
+        path or RULES_PATH, CrashRules, "crash rules", "docs/triage.md", _bad_pattern, includes="families_from"
+    )
 
 
 def _bad_pattern(rules: CrashRules) -> str | None:
@@ -216,7 +256,10 @@ def _bad_pattern(rules: CrashRules) -> str | None:
             return f"family '{family.id}' has no messages: give it at least one"
         unknown = sorted(set(family.engines) - set(rules.engines))
         if unknown:
-            return f"family '{family.id}' names engine(s) {', '.join(unknown)} that the engines table lacks: add or fix them"
+            return (
+                f"family '{family.id}' names engine(s) {', '.join(unknown)} that the engines table lacks: "
+                "add or fix them"
+            )
     named = [(f.id, m.re) for f in rules.families for m in f.all_messages()]
     named += [("crash rules", p) for p in [*rules.silence.progress, *rules.wrapper_messages, rules.config_raisers]]
     for rule_id, pattern in named:
@@ -233,10 +276,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX = re.compile(
     r"^\s*(?:\((?:[\w.]+ )?pid=\d+[^)]*\)\s*|\(raylet[^)]*\)\s*|\[rank\d+\]:\s*"
     # vLLM's and OpenRLHF's logger: "ERROR 03-14 09:31:29 [core.py:708] " (warnings keep theirs: they are skipped)
-    r"|(?:DEBUG|INFO|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? (?:\[[\w./-]+:\d+\]|[\w./-]+:\d+\])\s*)+")
-_WARNING = re.compile(
-    r"\b(?:WARN|WARNING|Warning|warning)\b|\w+Warning:|^\[?W\d{4} |\[W(?:\d{4}| )", re.M
+    r"|(?:DEBUG|INFO|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? (?:\[[\w./-]+:\d+\]|[\w./-]+:\d+\])\s*)+"
 )
+_WARNING = re.compile(r"\b(?:WARN|WARNING|Warning|warning)\b|\w+Warning:|^\[?W\d{4} |\[W(?:\d{4}| )", re.M)
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*_?(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Failure)\b(?:\([\w.]*\))?(?::|\s*$)"
 )
@@ -278,7 +320,9 @@ def _is_wrapper(name: str | None, wrappers: list[str]) -> bool:
 def _wraps(cleaned: str, rules: CrashRules) -> bool:
     """An exception line that only wraps or points at a cause printed elsewhere."""
     name = _exception_name(cleaned)
-    return _is_wrapper(name, rules.wrappers) or bool(name) and any(re.search(w, cleaned) for w in rules.wrapper_messages)
+    return (
+        _is_wrapper(name, rules.wrappers) or bool(name) and any(re.search(w, cleaned) for w in rules.wrapper_messages)
+    )
 
 
 def _hits(lines: list[str], rules: CrashRules) -> list[_Hit]:
@@ -307,8 +351,10 @@ def _matching_lines(rx: re.Pattern, text: str, starts: list[int]) -> set[int]:
     return {bisect_right(starts, m.start()) - 1 for m in rx.finditer(text)}
 
 
-_CHAINED = re.compile(r"^(The above exception was the direct cause of the following exception|"
-                      r"During handling of the above exception, another exception occurred):")
+_CHAINED = re.compile(
+    r"^(The above exception was the direct cause of the following exception|"
+    r"During handling of the above exception, another exception occurred):"
+)
 
 
 def _innermost_exception(lines: list[str], rules: CrashRules, skip: set[int] = frozenset()) -> tuple[int, str] | None:
@@ -332,7 +378,7 @@ def _chain_start(index: int, candidates: list[int], cleaned: list[str]) -> int:
     from the exception before, step back to that one."""
     while True:
         before = [i for i in candidates if i < index]
-        if not before or not any(_CHAINED.match(c) for c in cleaned[before[-1]:index]):
+        if not before or not any(_CHAINED.match(c) for c in cleaned[before[-1] : index]):
             return index
         index = before[-1]
 
@@ -342,7 +388,7 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
 
 def _raising_file(lines: list[str], exc: tuple[int, str]) -> str | None:
     """The file of the traceback frame just above the exception, if any."""
-    for raw in reversed(lines[max(0, exc[0] - 12):exc[0]]):
+    for raw in reversed(lines[max(0, exc[0] - 12) : exc[0]]):
         m = _FRAME.match(_clean(raw))
         if m:
             return m.group(1)
@@ -393,7 +439,7 @@ def silence_before(lines: list[str], index: int, rules: CrashRules) -> float | N
     times = _timeline(lines)
     kill = next((t for t in times[index:] if t), None)
     at = next((i for i in range(index - 1, -1, -1) if times[i]), None)
-    if kill is None or at is None or _moved_after(lines[at + 1:index], rules):
+    if kill is None or at is None or _moved_after(lines[at + 1 : index], rules):
         return None
     gap = (kill - times[at]).total_seconds()
     return gap if 0 <= gap <= rules.silence.max_seconds else None
@@ -419,8 +465,10 @@ def _last_line(lines: list[str]) -> str:
 
 # ---------------------------------------------------------------------------- classify
 
-def classify(log_text: str, exit_code: int | None = None, watchdog: str | None = None,
-             metrics_nonfinite: str | None = None) -> CrashReport:
+
+def classify(
+    log_text: str, exit_code: int | None = None, watchdog: str | None = None, metrics_nonfinite: str | None = None
+) -> CrashReport:
     """Diagnose one failed run from its log text and what the controller observed.
 
     ``watchdog`` is the controller's reason for killing it ('silence' or 'timeout');
@@ -429,14 +477,16 @@ def classify(log_text: str, exit_code: int | None = None, watchdog: str | None =
     return _decide(log_text, exit_code, watchdog, metrics_nonfinite)[0]
 
 
-def explain(log_text: str, exit_code: int | None = None, watchdog: str | None = None,
-            metrics_nonfinite: str | None = None) -> list[str]:
+def explain(
+    log_text: str, exit_code: int | None = None, watchdog: str | None = None, metrics_nonfinite: str | None = None
+) -> list[str]:
     """How ``classify`` reached its verdict: which rule fired on which line, what was skipped."""
     return _decide(log_text, exit_code, watchdog, metrics_nonfinite)[1]
 
 
-def _decide(log_text: str, exit_code: int | None, watchdog: str | None,
-            nonfinite: str | None) -> tuple[CrashReport, list[str]]:
+def _decide(
+    log_text: str, exit_code: int | None, watchdog: str | None, nonfinite: str | None
+) -> tuple[CrashReport, list[str]]:
     rules = load_rules()
     lines = log_lines(log_text)
     engine = detect_engine(lines, rules)
@@ -468,8 +518,10 @@ def _best(hits: list[_Hit]) -> tuple[_Hit | None, str | None]:
     if not best.family.echo or not own:
         return best, None
     mine = max(own, key=_Hit.key)
-    return mine, (f"{best.family.id} on line {best.index + 1} only echoes another process's failure: "
-                  f"{mine.family.id} on line {mine.index + 1} is that process's own error")
+    return mine, (
+        f"{best.family.id} on line {best.index + 1} only echoes another process's failure: "
+        f"{mine.family.id} on line {mine.index + 1} is that process's own error"
+    )
 
 
 def _own_error(lines: list[str], hits: list[_Hit], rules: CrashRules) -> tuple[int, str] | None:
@@ -487,17 +539,23 @@ def _trace_hits(lines: list[str], hits: list[_Hit], best: _Hit | None, rules: Cr
     out = [f"skipped wrapper line {i + 1}: {raw.strip()}" for i, raw in enumerate(lines) if _wraps(_clean(raw), rules)]
     if best:
         same = normalise(best.line)
-        out += [f"skipped later copy on line {h.index + 1}" for h in hits
-                if h.index > best.index and normalise(h.line) == same]
-    others = sorted({(h.family.priority, h.family.id) for h in hits if best and h.family.id != best.family.id},
-                    reverse=True)
+        out += [
+            f"skipped later copy on line {h.index + 1}"
+            for h in hits
+            if h.index > best.index and normalise(h.line) == same
+        ]
+    others = sorted(
+        {(h.family.priority, h.family.id) for h in hits if best and h.family.id != best.family.id}, reverse=True
+    )
     out += [f"outranked: family {fid} (priority {prio})" for prio, fid in others]
     return out
 
 
 def _fired(hit: _Hit) -> str:
-    return (f"family {hit.family.id} ({hit.family.category}, priority {hit.family.priority}) matched line "
-            f"{hit.index + 1} by a message from {hit.message.source()}: {hit.line.strip()}")
+    return (
+        f"family {hit.family.id} ({hit.family.category}, priority {hit.family.priority}) matched line "
+        f"{hit.index + 1} by a message from {hit.message.source()}: {hit.line.strip()}"
+    )
 
 
 def _from_hit(lines: list[str], best: _Hit, rules: CrashRules) -> tuple[CrashReport, str]:
@@ -571,8 +629,9 @@ def _from_exception(lines: list[str], exc: tuple[int, str], rules: CrashRules) -
     return _diagnosis("unknown", exc[1], rules.unknown_remedy, confidence="low"), f"no family matched; {where}"
 
 
-def _diagnosis(category: str, line: str, remedy: str, basis: str | None = None,
-               confidence: str = "high") -> CrashReport:
+def _diagnosis(
+    category: str, line: str, remedy: str, basis: str | None = None, confidence: str = "high"
+) -> CrashReport:
     """``basis`` replaces the line in the signature when the line is incidental (exit-code cases)."""
     sig = signature(category, basis if basis is not None else line)
     return CrashReport(category=category, root_cause_line=line, remedy=remedy, signature=sig, confidence=confidence)
@@ -613,7 +672,7 @@ def excerpt(log_text: str, root_cause_line: str, context: int = 8) -> str:
     target = root_cause_line.rstrip()
     idx = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].rstrip() == target), None)
     if idx is None:
-        return "\n".join("   " + shown(ln) for ln in lines[-(2 * context + 1):])
+        return "\n".join("   " + shown(ln) for ln in lines[-(2 * context + 1) :])
     lo, hi = max(0, idx - context), min(len(lines), idx + context + 1)
     return "\n".join((">> " if i == idx else "   ") + shown(lines[i]) for i in range(lo, hi))
 
@@ -625,6 +684,7 @@ def shown(line: str | None) -> str | None:
 
 
 # ---------------------------------------------------------------------------- policy
+
 
 def crash_action(category: str) -> str:
     """What the controller does with a crash of this category (see ``actions`` in the rules)."""
@@ -660,8 +720,15 @@ class Action(_Model):
     free_bytes: int | None = Field(None, description="disk_full: free bytes on that volume when checked.")
 
 
-def decide_action(diagnosis: CrashReport, *, is_baseline: bool, retries_so_far: int, signature_count: int,
-                  run_dir: str | Path, log_text: str = "") -> Action:
+def decide_action(
+    diagnosis: CrashReport,
+    *,
+    is_baseline: bool,
+    retries_so_far: int,
+    signature_count: int,
+    run_dir: str | Path,
+    log_text: str = "",
+) -> Action:
     """The action for one crash: the category's row of ``actions``, then the baseline, retry and
     repeat limits. ``signature_count`` counts this crash too. For a full disk the volume checked is
     the one of the path the failing line names, else the last path the log named before it
@@ -697,8 +764,13 @@ def _stop(d: CrashReport, is_baseline: bool, run_dir: Path, avoid: bool) -> Acti
     if d.category == "disk_full":
         where = _existing(run_dir)
         free = shutil.disk_usage(where).free
-        return Action(kind="stop", avoid_region=avoid, path=str(where), free_bytes=free,
-                      reason=f"disk_full: {where} has {_human(free)} free; free space there, then resume the study")
+        return Action(
+            kind="stop",
+            avoid_region=avoid,
+            path=str(where),
+            free_bytes=free,
+            reason=f"disk_full: {where} has {_human(free)} free; free space there, then resume the study",
+        )
     scope = "the baseline (the recipe as written)" if is_baseline else "this environment"
     why = f"{d.category} in {scope}: every trial would fail the same way; fix it, then resume ({d.remedy})"
     return Action(kind="stop", avoid_region=avoid, reason=why)
@@ -714,7 +786,7 @@ def _full_volume_path(d: CrashReport, log_text: str, run_dir: Path) -> Path:
         return run_dir
     lines = log_lines(log_text)
     idx = max((i for i, ln in enumerate(lines) if ln.rstrip() == d.root_cause_line.rstrip()), default=len(lines))
-    for line in [d.root_cause_line, *reversed(lines[max(0, idx - PATH_LOOKBACK):idx])]:
+    for line in [d.root_cause_line, *reversed(lines[max(0, idx - PATH_LOOKBACK) : idx])]:
         found = [] if _FRAME.match(_clean(line)) else _ABS_PATH.findall(line)  # code files are not the target
         if found:
             return Path(found[-1])

@@ -35,7 +35,8 @@ class Runs(BaseModel):
 
     values: list[float] = Field(description="The objective of each run.")
     items: list[list[float]] | None = Field(
-        None, description="Per run, the per-item results that reduce to the objective (same items, same order).")
+        None, description="Per run, the per-item results that reduce to the objective (same items, same order)."
+    )
 
 
 class Noise(BaseModel):
@@ -44,13 +45,18 @@ class Noise(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     parent: list[Runs] | None = Field(
-        None, description="Groups of runs of the parent's recipe (None: the parent's runs judged are the group).")
+        None, description="Groups of runs of the parent's recipe (None: the parent's runs judged are the group)."
+    )
     trial: list[Runs] = Field(
-        default_factory=list, description="Groups of runs of the trial's own recipe (e.g. its confirmation runs with "
-                                          "the run that made it a candidate); none: the trial's runs judged, if 2+.")
+        default_factory=list,
+        description="Groups of runs of the trial's own recipe (e.g. its confirmation runs with "
+        "the run that made it a candidate); none: the trial's runs judged, if 2+.",
+    )
     study: list[Runs] = Field(
-        default_factory=list, description="Groups of runs of the study's other changed recipes: what a trial's run "
-                                          "noise looks like here, pooled with the trial's own.")
+        default_factory=list,
+        description="Groups of runs of the study's other changed recipes: what a trial's run "
+        "noise looks like here, pooled with the trial's own.",
+    )
 
 
 class Verdict(BaseModel):
@@ -59,35 +65,45 @@ class Verdict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     verdict: Literal["improved", "regressed", "flat"] = Field(
-        description="improved iff ci_low > min_effect; regressed iff ci_high < 0; else flat.")
+        description="improved iff ci_low > min_effect; regressed iff ci_high < 0; else flat."
+    )
     delta: float = Field(
         description="Gain in the objective's better direction (trial - parent when maximizing, parent - trial when "
-                    "minimizing).")
+        "minimizing)."
+    )
     ci_low: float = Field(description="Lower end of the interval for the gain.")
     ci_high: float = Field(description="Upper end of the interval for the gain.")
     level: float = Field(0.95, description="Two-sided confidence level of the interval.")
     method: str = Field(
-        description="paired_items (per-item paired test + run noise), run_values (t over run values) or unknown_noise.")
+        description="paired_items (per-item paired test + run noise), run_values (t over run values) or unknown_noise."
+    )
     n: int = Field(description="Paired items (paired_items) or runs (the others).")
     df: float = Field(0.0, description="Degrees of freedom of the t quantile used.")
     parent_sd: float | None = Field(
-        None, description="Run-level sd assumed for the parent's recipe (its replicates with the prior); None if "
-                          "not modelled.")
+        None,
+        description="Run-level sd assumed for the parent's recipe (its replicates with the prior); None if "
+        "not modelled.",
+    )
     parent_df: int = Field(0, description="Replicate degrees of freedom behind parent_sd (besides the prior).")
     trial_sd: float | None = Field(
-        None, description="Run-level sd assumed for the trial's recipe: the parent's, or larger where the trial's own "
-                          "replicates or the study's other changed recipes measured more; None if not modelled.")
+        None,
+        description="Run-level sd assumed for the trial's recipe: the parent's, or larger where the trial's own "
+        "replicates or the study's other changed recipes measured more; None if not modelled.",
+    )
     trial_df: int = Field(0, description="Replicate degrees of freedom behind trial_sd (besides the prior).")
-    trial_noise: str = Field("", description="Where trial_sd comes from: 'the parent's', 'its own runs' or 'the "
-                                             "study's changed recipes'.")
+    trial_noise: str = Field(
+        "", description="Where trial_sd comes from: 'the parent's', 'its own runs' or 'the study's changed recipes'."
+    )
     parent_runs: int = Field(0, description="Parent runs compared.")
     trial_runs: int = Field(0, description="Trial runs compared.")
     own_runs: int = Field(0, description="Runs in the trial's own replicate group (0: none beyond those compared).")
     study_df: int = Field(0, description="Replicate df of the study's other changed recipes behind trial_sd.")
     parent_rates: list[float] | None = Field(
-        None, exclude=True, description="Per-item solve rates of the parent runs (what a calibration simulates).")
+        None, exclude=True, description="Per-item solve rates of the parent runs (what a calibration simulates)."
+    )
     blind: str = Field(
-        "", description="What this verdict cannot see (e.g. too few parent runs to measure seed noise), or empty.")
+        "", description="What this verdict cannot see (e.g. too few parent runs to measure seed noise), or empty."
+    )
     explanation: str = Field(description="One line a person can read.")
 
 
@@ -111,6 +127,7 @@ class Flag(BaseModel):
 
 # ---------------------------------------------------------------------------- objective items
 
+
 def objective_items(evals: list[dict], objective: Objective) -> list[float] | None:
     """Per-item results that reduce to the objective as ``reduction`` reduces the metric, or None.
 
@@ -129,7 +146,7 @@ def objective_items(evals: list[dict], objective: Objective) -> list[float] | No
     if objective.reduction == "best":
         return best_items(np.asarray([r[key] for r in rows], float), objective.direction == "maximize")
     if objective.reduction == "mean_last_k":
-        rows = rows[-objective.k:]
+        rows = rows[-objective.k :]
     else:
         rows = rows[-1:]
     return [float(x) for x in np.mean(np.asarray([r[key] for r in rows], float), axis=0)]
@@ -158,8 +175,15 @@ def best_items(evals: np.ndarray, maximize: bool) -> list[float]:
 
 # ---------------------------------------------------------------------------- judge
 
-def judge(trial: Runs, parent: Runs, settings: VerdictSettings, direction: str, noise: Noise | None = None,
-          level: float | None = None) -> Verdict:
+
+def judge(
+    trial: Runs,
+    parent: Runs,
+    settings: VerdictSettings,
+    direction: str,
+    noise: Noise | None = None,
+    level: float | None = None,
+) -> Verdict:
     """Compare a trial's runs with its parent's runs.
 
     With per-item results on both sides: the gain is the mean over items of the per-item
@@ -182,8 +206,9 @@ def judge(trial: Runs, parent: Runs, settings: VerdictSettings, direction: str, 
     return _from_values(trial, parent, arms, sign, settings, level)
 
 
-def confirm(fresh: Runs, parent: Runs, settings: VerdictSettings, direction: str, noise: Noise | None = None
-            ) -> Verdict:
+def confirm(
+    fresh: Runs, parent: Runs, settings: VerdictSettings, direction: str, noise: Noise | None = None
+) -> Verdict:
     """Judge a candidate's fresh-seed re-runs alone against its parent at ``confirm_level``.
 
     The run that made it a candidate is left out of the gain: it was selected for looking good, so it
@@ -194,8 +219,15 @@ def confirm(fresh: Runs, parent: Runs, settings: VerdictSettings, direction: str
     return judge(fresh, parent, settings, direction, noise, level=settings.confirm_level)
 
 
-def credit(trial: Runs, parent: Runs, baseline: Runs, settings: VerdictSettings, direction: str,
-           noise: Noise | None = None, baseline_noise: Noise | None = None) -> Credit:
+def credit(
+    trial: Runs,
+    parent: Runs,
+    baseline: Runs,
+    settings: VerdictSettings,
+    direction: str,
+    noise: Noise | None = None,
+    baseline_noise: Noise | None = None,
+) -> Credit:
     """The verdict against the parent (what counts) and, separately, the gain over the baseline."""
     vs_parent = judge(trial, parent, settings, direction, noise)
     vs_base = vs_parent if parent == baseline else judge(trial, baseline, settings, direction, baseline_noise or noise)
@@ -223,8 +255,12 @@ def _item_arrays(trial: Runs, parent: Runs, arms) -> tuple | None:
         return None
 
     def arrays(groups: list[Runs]) -> list[np.ndarray]:
-        return [np.asarray(g.items, float) for g in groups
-                if g.items and len(g.items) > 1 and {len(r) for r in g.items} == lengths]
+        return [
+            np.asarray(g.items, float)
+            for g in groups
+            if g.items and len(g.items) > 1 and {len(r) for r in g.items} == lengths
+        ]
+
     parent_groups, own, study = (arrays(g) for g in arms)
     return np.asarray(trial.items, float), np.asarray(parent.items, float), parent_groups, own, study
 
@@ -234,25 +270,64 @@ def _sources(own: list, study: list) -> list[list]:
     return [x for x in (own, own + study if study else []) if x]
 
 
-def _paired(t: np.ndarray, p: np.ndarray, parent_groups, own, study, sign: float, s: VerdictSettings,
-            level: float, parent_runs: int) -> Verdict:
+def _paired(
+    t: np.ndarray,
+    p: np.ndarray,
+    parent_groups,
+    own,
+    study,
+    sign: float,
+    s: VerdictSettings,
+    level: float,
+    parent_runs: int,
+) -> Verdict:
     if _noise_unknown(sum(x.shape[0] - 1 for x in parent_groups + own + study), s):
         delta = float(sign * (t.mean(axis=0) - p.mean(axis=0)).mean())
-        return _unknown(delta, t.shape[1], level, s, "one run each, no prior run sd: the items' flips alone would "
-                        "take the run-to-run noise for zero")
-    g = gain(sign * t, sign * p, [sign * x for x in parent_groups], [[sign * x for x in src] for src in _sources(own, study)],
-             s.run_sd_prior, s.run_sd_prior_df, level)
-    arms = {**_arm_fields(g, own, study), **_design(t.shape[0], parent_runs, own, study),
-            "parent_rates": [float(x) for x in p.mean(axis=0)]}
+        return _unknown(
+            delta,
+            t.shape[1],
+            level,
+            s,
+            "one run each, no prior run sd: the items' flips alone would take the run-to-run noise for zero",
+        )
+    g = gain(
+        sign * t,
+        sign * p,
+        [sign * x for x in parent_groups],
+        [[sign * x for x in src] for src in _sources(own, study)],
+        s.run_sd_prior,
+        s.run_sd_prior_df,
+        level,
+    )
+    arms = {
+        **_arm_fields(g, own, study),
+        **_design(t.shape[0], parent_runs, own, study),
+        "parent_rates": [float(x) for x in p.mean(axis=0)],
+    }
     blind = _blind(parent_runs, arms["parent_df"], s)
-    return _verdict(float(g["delta"]), float(g["low"]), float(g["high"]), level, "paired_items", t.shape[1],
-                    float(g["df"]), s, arms, blind, _noise_note(g, arms, s))
+    return _verdict(
+        float(g["delta"]),
+        float(g["low"]),
+        float(g["high"]),
+        level,
+        "paired_items",
+        t.shape[1],
+        float(g["df"]),
+        s,
+        arms,
+        blind,
+        _noise_note(g, arms, s),
+    )
 
 
 def _design(trial_runs: int, parent_runs: int, own: list, study: list) -> dict:
     """The shape of the test (runs per arm, replicate groups), which its calibration simulates."""
-    return {"trial_runs": trial_runs, "parent_runs": parent_runs, "own_runs": max((len(x) for x in own), default=0),
-            "study_df": sum(len(x) - 1 for x in study)}
+    return {
+        "trial_runs": trial_runs,
+        "parent_runs": parent_runs,
+        "own_runs": max((len(x) for x in own), default=0),
+        "study_df": sum(len(x) - 1 for x in study),
+    }
 
 
 def _arm_fields(g: dict, own: list, study: list) -> dict:
@@ -263,14 +338,21 @@ def _arm_fields(g: dict, own: list, study: list) -> dict:
     else:
         own_df = sum(len(x) - 1 for x in own)
         source = "its own runs" if trial_df == own_df else "the study's changed recipes"
-    return {"parent_sd": math.sqrt(float(g["s2_parent"])), "parent_df": parent_df,
-            "trial_sd": math.sqrt(float(g["s2_trial"])), "trial_df": trial_df, "trial_noise": source}
+    return {
+        "parent_sd": math.sqrt(float(g["s2_parent"])),
+        "parent_df": parent_df,
+        "trial_sd": math.sqrt(float(g["s2_trial"])),
+        "trial_df": trial_df,
+        "trial_noise": source,
+    }
 
 
 def _noise_note(g: dict, arms: dict, s: VerdictSettings) -> str:
-    return (f"run-level sd: parent {arms['parent_sd']:.3g} (raw replicate estimate {float(g['s2_raw_parent']):+.2g} "
-            f"over {arms['parent_df']} df), trial {arms['trial_sd']:.3g} ({arms['trial_noise']}, {arms['trial_df']} "
-            f"df); prior {s.run_sd_prior:g} x {s.run_sd_prior_df:g} df")
+    return (
+        f"run-level sd: parent {arms['parent_sd']:.3g} (raw replicate estimate {float(g['s2_raw_parent']):+.2g} "
+        f"over {arms['parent_df']} df), trial {arms['trial_sd']:.3g} ({arms['trial_noise']}, {arms['trial_df']} "
+        f"df); prior {s.run_sd_prior:g} x {s.run_sd_prior_df:g} df"
+    )
 
 
 def _blind(parent_runs: int, run_df: int, s: VerdictSettings) -> str:
@@ -283,8 +365,9 @@ def _blind(parent_runs: int, run_df: int, s: VerdictSettings) -> str:
 
 def _from_values(trial: Runs, parent: Runs, arms, sign: float, s: VerdictSettings, level: float) -> Verdict:
     """t interval over run values: each arm's variance from its groups' values, shrunk toward the prior run sd."""
-    parent_groups, own, study = ([sign * np.asarray(g.values, float) for g in groups if len(g.values) > 1]
-                                 for groups in arms)
+    parent_groups, own, study = (
+        [sign * np.asarray(g.values, float) for g in groups if len(g.values) > 1] for groups in arms
+    )
     t, b = sign * np.asarray(trial.values, float), sign * np.asarray(parent.values, float)
     delta, n = float(t.mean() - b.mean()), len(t) + len(b)
     if _noise_unknown(sum(len(x) - 1 for x in parent_groups + own + study), s):
@@ -292,8 +375,19 @@ def _from_values(trial: Runs, parent: Runs, arms, sign: float, s: VerdictSetting
     g = value_gain(t, b, parent_groups, _sources(own, study), s.run_sd_prior, s.run_sd_prior_df, level)
     fields = {**_arm_fields(g, own, study), **_design(len(t), len(b), own, study)}
     note = "no per-item results; " + _noise_note(g, fields, s)
-    return _verdict(delta, float(g["low"]), float(g["high"]), level, "run_values", n, float(g["df"]), s, fields,
-                    _blind(len(b), fields["parent_df"], s), note)
+    return _verdict(
+        delta,
+        float(g["low"]),
+        float(g["high"]),
+        level,
+        "run_values",
+        n,
+        float(g["df"]),
+        s,
+        fields,
+        _blind(len(b), fields["parent_df"], s),
+        note,
+    )
 
 
 def _noise_unknown(replicate_df: int, s: VerdictSettings) -> bool:
@@ -302,19 +396,42 @@ def _noise_unknown(replicate_df: int, s: VerdictSettings) -> bool:
 
 
 def _unknown(delta: float, n: int, level: float, s: VerdictSettings, why: str) -> Verdict:
-    return _verdict(delta, -math.inf, math.inf, level, "unknown_noise", n, 0.0, s, {},
-                    "run-to-run noise unknown: no verdict other than flat is possible", f"noise unknown ({why})")
+    return _verdict(
+        delta,
+        -math.inf,
+        math.inf,
+        level,
+        "unknown_noise",
+        n,
+        0.0,
+        s,
+        {},
+        "run-to-run noise unknown: no verdict other than flat is possible",
+        f"noise unknown ({why})",
+    )
 
 
 def _verdict(delta, low, high, level, method, n, df, s: VerdictSettings, arms: dict, blind, note) -> Verdict:
     verdict = "improved" if low > s.min_effect else "regressed" if high < 0 else "flat"
     text = _explain(verdict, delta, low, high, level, method, n, s.min_effect, note + (f"; {blind}" if blind else ""))
-    return Verdict(verdict=verdict, delta=delta, ci_low=low, ci_high=high, level=level, method=method, n=n, df=df,
-                   blind=blind, explanation=text, **arms)
+    return Verdict(
+        verdict=verdict,
+        delta=delta,
+        ci_low=low,
+        ci_high=high,
+        level=level,
+        method=method,
+        n=n,
+        df=df,
+        blind=blind,
+        explanation=text,
+        **arms,
+    )
 
 
-def _explain(verdict: str, delta: float, low: float, high: float, level: float, method: str, n: int,
-             min_effect: float, note: str) -> str:
+def _explain(
+    verdict: str, delta: float, low: float, high: float, level: float, method: str, n: int, min_effect: float, note: str
+) -> str:
     why = {
         "improved": f"lower bound above min_effect {min_effect:g}",
         "regressed": "upper bound below 0",
@@ -331,16 +448,17 @@ def pct(level: float) -> str:
 # ---------------------------------------------------------------------------- flags
 
 FLAG_LIMITS = {
-    "divergence_reward_rise": 0.02,   # train reward_mean: mean of the last half minus the first half
-    "divergence_eval_drops": 2,       # consecutive drops of eval/ood/greedy_pass@1 (seed 004 §12)
+    "divergence_reward_rise": 0.02,  # train reward_mean: mean of the last half minus the first half
+    "divergence_eval_drops": 2,  # consecutive drops of eval/ood/greedy_pass@1 (seed 004 §12)
     "divergence_metric": "eval/ood/greedy_pass@1",
-    "length_collapse_ratio": 0.5,     # last-quarter mean length below this fraction of the first quarter's
-    "truncation_run": 5,              # steps in a row (or all of a shorter run) above abort.truncated_rate
+    "length_collapse_ratio": 0.5,  # last-quarter mean length below this fraction of the first quarter's
+    "truncation_run": 5,  # steps in a row (or all of a shorter run) above abort.truncated_rate
 }
 
 
-def flags(steps: list[dict], evals: list[dict], summary: dict | None, recipe_steps: int,
-          abort: AbortRules | None = None) -> list[Flag]:
+def flags(
+    steps: list[dict], evals: list[dict], summary: dict | None, recipe_steps: int, abort: AbortRules | None = None
+) -> list[Flag]:
     """Health flags for one finished run (each check returns a Flag or None).
 
     The truncation threshold is the one early abort uses: ``abort.truncated_rate`` of the
@@ -374,12 +492,15 @@ def _divergence(steps: list[dict], evals: list[dict]) -> Flag | None:
         return None
     half = len(rewards) // 2
     rise = float(np.mean(rewards[-half:]) - np.mean(rewards[:half]))
-    tail = held_out[-(drops + 1):]
+    tail = held_out[-(drops + 1) :]
     falling = all(b < a for a, b in zip(tail, tail[1:]))
     if rise <= FLAG_LIMITS["divergence_reward_rise"] or not falling:
         return None
     path = " -> ".join(f"{v:.3g}" for v in tail)
-    return Flag(name="train_eval_divergence", evidence=f"train reward_mean rose {rise:+.3g} (first vs last half) while {metric} fell {path}")
+    return Flag(
+        name="train_eval_divergence",
+        evidence=f"train reward_mean rose {rise:+.3g} (first vs last half) while {metric} fell {path}",
+    )
 
 
 def _length_collapse(steps: list[dict]) -> Flag | None:
@@ -390,7 +511,11 @@ def _length_collapse(steps: list[dict]) -> Flag | None:
     early, late = float(np.mean(lengths[:k])), float(np.mean(lengths[-k:]))
     if early <= 0 or late >= FLAG_LIMITS["length_collapse_ratio"] * early:
         return None
-    return Flag(name="length_collapse", evidence=f"response_length_mean fell from {early:.4g} (first {k} steps) to {late:.4g} (last {k}), {late / early - 1:+.0%}")
+    return Flag(
+        name="length_collapse",
+        evidence=f"response_length_mean fell from {early:.4g} (first {k} steps) to {late:.4g} (last {k}), "
+        f"{late / early - 1:+.0%}",
+    )
 
 
 def _high_truncation(steps: list[dict], limit: float) -> Flag | None:
@@ -402,7 +527,11 @@ def _high_truncation(steps: list[dict], limit: float) -> Flag | None:
         longest = max(longest, run)
     if len(rates) < 2 or longest < need:
         return None
-    return Flag(name="high_truncation", evidence=f"truncated_rate > {limit:g} for {longest} consecutive steps (max {max(rates):.2f}): raise max_new_tokens or penalise length")
+    return Flag(
+        name="high_truncation",
+        evidence=f"truncated_rate > {limit:g} for {longest} consecutive steps (max {max(rates):.2f}): raise "
+        f"max_new_tokens or penalise length",
+    )
 
 
 def _training_done(steps: list[dict], summary: dict | None, recipe_steps: int) -> Flag | None:
@@ -412,7 +541,14 @@ def _training_done(steps: list[dict], summary: dict | None, recipe_steps: int) -
     if recipe_steps <= 0 or done >= recipe_steps:
         return None
     if done == 0:
-        return Flag(name="no_training", evidence=f"0 of {recipe_steps} training steps ran (summary status {status!r}): the result is the untrained model")
+        return Flag(
+            name="no_training",
+            evidence=f"0 of {recipe_steps} training steps ran (summary status {status!r}): the result is the "
+            f"untrained model",
+        )
     if status == "ok":
-        return Flag(name="short_run", evidence=f"only {done} of {recipe_steps} training steps ran, yet the run reported status 'ok'")
+        return Flag(
+            name="short_run",
+            evidence=f"only {done} of {recipe_steps} training steps ran, yet the run reported status 'ok'",
+        )
     return None

@@ -20,5 +20,16 @@ from autorl.ledger.errors import disk_full, free_bytes, ledger_error
 from autorl.ledger.rows import STOPPED_EARLY, TRIAL_COLUMNS, StudyRow, TrialRow
 from autorl.ledger.store import Ledger, StudyRecords, ledger_guard, open_read
 
-__all__ = ["STOPPED_EARLY", "TRIAL_COLUMNS", "Ledger", "StudyRecords", "StudyRow", "TrialRow", "disk_full",
-           "free_bytes", "ledger_error", "ledger_guard", "open_read"]
+__all__ = [
+    "STOPPED_EARLY",
+    "TRIAL_COLUMNS",
+    "Ledger",
+    "StudyRecords",
+    "StudyRow",
+    "TrialRow",
+    "disk_full",
+    "free_bytes",
+    "ledger_error",
+    "ledger_guard",
+    "open_read",
+]

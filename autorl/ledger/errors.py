@@ -6,9 +6,10 @@ from __future__ import annotations
 import functools
 import shutil
 import sqlite3
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from autorl.errors import DiskFullError, LedgerError, short
 
@@ -20,9 +21,15 @@ def sqlite_code(exc: BaseException) -> str:
     if name:
         return name
     text = str(exc).lower()
-    for needle, code in (("disk is full", "SQLITE_FULL"), ("malformed", "SQLITE_CORRUPT"),
-                         ("not a database", "SQLITE_NOTADB"), ("readonly", "SQLITE_READONLY"),
-                         ("locked", "SQLITE_BUSY"), ("disk i/o", "SQLITE_IOERR"), ("unable to open", "SQLITE_CANTOPEN")):
+    for needle, code in (
+        ("disk is full", "SQLITE_FULL"),
+        ("malformed", "SQLITE_CORRUPT"),
+        ("not a database", "SQLITE_NOTADB"),
+        ("readonly", "SQLITE_READONLY"),
+        ("locked", "SQLITE_BUSY"),
+        ("disk i/o", "SQLITE_IOERR"),
+        ("unable to open", "SQLITE_CANTOPEN"),
+    ):
         if needle in text:
             return code
     return "SQLITE_ERROR"
@@ -36,33 +43,44 @@ def ledger_error(path: Path, exc: BaseException) -> Exception:
     if code.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
         return damaged(path, msg)
     if code == "SQLITE_READONLY_DBMOVED":
-        return LedgerError(f"ledger {where} was moved or removed while in use ({msg}): put it back, then `autorl run "
-                           "--resume`")
+        return LedgerError(
+            f"ledger {where} was moved or removed while in use ({msg}): put it back, then `autorl run --resume`"
+        )
     if code.startswith("SQLITE_READONLY"):
-        return LedgerError(f"ledger {where} cannot be written ({msg}): check the permissions of the file and its "
-                           "folder, or pass another --ledger")
+        return LedgerError(
+            f"ledger {where} cannot be written ({msg}): check the permissions of the file and its "
+            "folder, or pass another --ledger"
+        )
     if code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return LedgerError(f"ledger {where} stayed locked by another process for 30 s ({msg}): try again once it "
-                           "is done")
+        return LedgerError(
+            f"ledger {where} stayed locked by another process for 30 s ({msg}): try again once it is done"
+        )
     if code.startswith("SQLITE_CANTOPEN"):
-        return LedgerError(f"ledger {where} cannot be opened ({msg}): check that its folder exists and is "
-                           "writable, or pass another --ledger")
-    return LedgerError(f"ledger {where}: SQLite failed ({code}: {msg}): the ledger is kept as it is; check the "
-                       "disk, then try again")
+        return LedgerError(
+            f"ledger {where} cannot be opened ({msg}): check that its folder exists and is "
+            "writable, or pass another --ledger"
+        )
+    return LedgerError(
+        f"ledger {where}: SQLite failed ({code}: {msg}): the ledger is kept as it is; check the disk, then try again"
+    )
 
 
 def damaged(path: Path, what: str) -> LedgerError:
     where = short(path, 200)
-    return LedgerError(f"ledger {where} is damaged ({what}): keep the file; rebuild what it holds into a new one "
-                       "with `sqlite3 LEDGER .recover | sqlite3 recovered.sqlite` and pass that with --ledger "
-                       "(or --ledger NEW.sqlite to start afresh)")
+    return LedgerError(
+        f"ledger {where} is damaged ({what}): keep the file; rebuild what it holds into a new one "
+        "with `sqlite3 LEDGER .recover | sqlite3 recovered.sqlite` and pass that with --ledger "
+        "(or --ledger NEW.sqlite to start afresh)"
+    )
 
 
 def disk_full(path: Path) -> DiskFullError:
     free = free_bytes(path)
-    return DiskFullError(f"no space left on the disk of {short(path, 200)} ({_size(free)} free): free some space, then "
-                         "run the command again (a stopped study goes on with `autorl run --resume`; its ledger is "
-                         "kept)")
+    return DiskFullError(
+        f"no space left on the disk of {short(path, 200)} ({_size(free)} free): free some space, then "
+        "run the command again (a stopped study goes on with `autorl run --resume`; its ledger is "
+        "kept)"
+    )
 
 
 def free_bytes(path: Path) -> int:
@@ -106,5 +124,3 @@ def translate_all(cls: type) -> None:
     for name, fn in list(vars(cls).items()):
         if callable(fn) and not name.startswith("_") and name != "tx":
             setattr(cls, name, _translating(fn))
-
-

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import quote
 
 import sqlite_utils
@@ -42,9 +42,11 @@ class LedgerFile:
         now = identity(self.path)
         if now != self.identity:
             how = "was removed" if now is None else "was replaced by another file"
-            raise LedgerError(f"ledger {short(self.path, 200)} {how} while this study ran: the study stopped and "
-                              "wrote nothing more; put the ledger back, then `autorl run --resume` (a trial that "
-                              "was running is recovered then)")
+            raise LedgerError(
+                f"ledger {short(self.path, 200)} {how} while this study ran: the study stopped and "
+                "wrote nothing more; put the ledger back, then `autorl run --resume` (a trial that "
+                "was running is recovered then)"
+            )
 
     def verify(self, db: sqlite_utils.Database) -> float:
         """``PRAGMA quick_check`` of the whole file (every page, not only the header); returns its seconds."""
@@ -87,11 +89,13 @@ def check_path(path: Path) -> None:
     if path.exists() and not path.is_file():
         raise WorkspaceError(f"ledger path {short(path, 200)} is not a file: pass --ledger FILE")
     if path.is_symlink() and not path.exists():
-        raise WorkspaceError(f"ledger path {short(path, 200)} is a link to nothing: point it at your ledger, or pass "
-                             "--ledger FILE")
+        raise WorkspaceError(
+            f"ledger path {short(path, 200)} is a link to nothing: point it at your ledger, or pass --ledger FILE"
+        )
     if not path.parent.is_dir():
-        raise WorkspaceError(f"ledger directory {short(path.parent, 200)} does not exist: create it or pass another "
-                             "--ledger")
+        raise WorkspaceError(
+            f"ledger directory {short(path.parent, 200)} does not exist: create it or pass another --ledger"
+        )
 
 
 def open_readonly(path: Path) -> sqlite_utils.Database:
@@ -100,8 +104,13 @@ def open_readonly(path: Path) -> sqlite_utils.Database:
     check_path(path)
     with translated_errors(path):
         for extra in ("", "&immutable=1"):
-            conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro{extra}", uri=True, timeout=30,
-                                   isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                f"file:{quote(str(path.resolve()))}?mode=ro{extra}",
+                uri=True,
+                timeout=30,
+                isolation_level=None,
+                check_same_thread=False,
+            )
             try:
                 conn.execute("PRAGMA busy_timeout=30000")
                 conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -115,9 +124,18 @@ def open_readonly(path: Path) -> sqlite_utils.Database:
     raise AssertionError("unreachable")
 
 
-_CANNOT_READ_IN_PLACE = ("SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR_SHMSIZE",
-                         "SQLITE_IOERR_SHMOPEN", "SQLITE_READONLY_CANTINIT", "SQLITE_IOERR_WRITE",
-                         "SQLITE_IOERR_TRUNCATE", "SQLITE_IOERR_SHMMAP")
+_CANNOT_READ_IN_PLACE = (
+    "SQLITE_CANTOPEN",
+    "SQLITE_IOERR",
+    "SQLITE_FULL",
+    "SQLITE_READONLY",
+    "SQLITE_IOERR_SHMSIZE",
+    "SQLITE_IOERR_SHMOPEN",
+    "SQLITE_READONLY_CANTINIT",
+    "SQLITE_IOERR_WRITE",
+    "SQLITE_IOERR_TRUNCATE",
+    "SQLITE_IOERR_SHMMAP",
+)
 
 
 def _has_wal(path: Path) -> bool:
@@ -131,8 +149,10 @@ def _check_is_ledger(conn: sqlite3.Connection, path: Path) -> None:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
     if names and not names & {"autorl_trials", "autorl_migrations"}:  # migrations alone: a ledger still being made
         conn.close()
-        raise LedgerError(f"{short(path, 200)} is a SQLite file but not an autorl ledger (no autorl_trials table): "
-                          "pass your ledger with --ledger FILE")
+        raise LedgerError(
+            f"{short(path, 200)} is a SQLite file but not an autorl ledger (no autorl_trials table): "
+            "pass your ledger with --ledger FILE"
+        )
 
 
 def identity(path: Path) -> tuple[int, int] | None:
@@ -142,5 +162,3 @@ def identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
-
-

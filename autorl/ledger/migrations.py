@@ -4,34 +4,85 @@ never an edit of an old one), each applied in its own transaction and recorded i
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sqlite_utils
 
 
 # ---- migrations: each one frozen as it shipped (a new column is a new migration, never an edit of an old one) ----
 def _v1(db: sqlite_utils.Database) -> None:
-    db["autorl_studies"].create({
-        "id": int, "name": str, "recipe_path": str, "recipe": str, "base_sha": str,
-        "strategy": str, "budget_s": float, "created": float, "status": str,
-        "optuna_study": str, "baseline_value": float,
-    }, pk="id")
+    db["autorl_studies"].create(
+        {
+            "id": int,
+            "name": str,
+            "recipe_path": str,
+            "recipe": str,
+            "base_sha": str,
+            "strategy": str,
+            "budget_s": float,
+            "created": float,
+            "status": str,
+            "optuna_study": str,
+            "baseline_value": float,
+        },
+        pk="id",
+    )
     db["autorl_studies"].create_index(["name"], unique=True)
-    db["autorl_trials"].create({
-        "id": int, "study_id": int, "number": int, "attempt": str, "branch": str, "start_tag": str, "end_tag": str,
-        "start_sha": str, "end_sha": str, "proposer": str, "hypothesis": str, "why": str, "params": str,
-        "changed": str, "seed": int, "optuna_number": int, "status": str, "verdict": str, "reason": str,
-        "objective": float, "delta": float, "ci_low": float, "ci_high": float, "method": str, "n_items": int,
-        "flags": str, "crash_category": str, "crash_signature": str, "root_cause": str, "remedy": str,
-        "retry_of": int, "promoted_from": int, "kind": str, "started": float, "finished": float,
-        "duration_s": float, "log_path": str, "metrics_path": str, "exit_code": int, "pid": int,
-    }, pk="id", foreign_keys=[("study_id", "autorl_studies")])
+    db["autorl_trials"].create(
+        {
+            "id": int,
+            "study_id": int,
+            "number": int,
+            "attempt": str,
+            "branch": str,
+            "start_tag": str,
+            "end_tag": str,
+            "start_sha": str,
+            "end_sha": str,
+            "proposer": str,
+            "hypothesis": str,
+            "why": str,
+            "params": str,
+            "changed": str,
+            "seed": int,
+            "optuna_number": int,
+            "status": str,
+            "verdict": str,
+            "reason": str,
+            "objective": float,
+            "delta": float,
+            "ci_low": float,
+            "ci_high": float,
+            "method": str,
+            "n_items": int,
+            "flags": str,
+            "crash_category": str,
+            "crash_signature": str,
+            "root_cause": str,
+            "remedy": str,
+            "retry_of": int,
+            "promoted_from": int,
+            "kind": str,
+            "started": float,
+            "finished": float,
+            "duration_s": float,
+            "log_path": str,
+            "metrics_path": str,
+            "exit_code": int,
+            "pid": int,
+        },
+        pk="id",
+        foreign_keys=[("study_id", "autorl_studies")],
+    )
     db["autorl_trials"].create_index(["number"], unique=True)
-    db["autorl_metrics"].create({"trial_id": int, "step": int, "type": str, "data": str},
-                                foreign_keys=[("trial_id", "autorl_trials")])
+    db["autorl_metrics"].create(
+        {"trial_id": int, "step": int, "type": str, "data": str}, foreign_keys=[("trial_id", "autorl_trials")]
+    )
     db["autorl_metrics"].create_index(["trial_id", "step"])
-    db["autorl_events"].create({"id": int, "time": float, "study_id": int, "trial_id": int,
-                                "kind": str, "message": str}, pk="id")
+    db["autorl_events"].create(
+        {"id": int, "time": float, "study_id": int, "trial_id": int, "kind": str, "message": str}, pk="id"
+    )
 
 
 def _v2(db: sqlite_utils.Database) -> None:
@@ -54,9 +105,16 @@ def _v5(db: sqlite_utils.Database) -> None:
 
 
 def _v6(db: sqlite_utils.Database) -> None:
-    for col, kind in (("test", str), ("trial_sd", float), ("parent_sd", float), ("fp_rate", float),
-                      ("confirm_test", str), ("confirm_trial_sd", float), ("confirm_parent_sd", float),
-                      ("confirm_fp_rate", float)):
+    for col, kind in (
+        ("test", str),
+        ("trial_sd", float),
+        ("parent_sd", float),
+        ("fp_rate", float),
+        ("confirm_test", str),
+        ("confirm_trial_sd", float),
+        ("confirm_parent_sd", float),
+        ("confirm_fp_rate", float),
+    ):
         db["autorl_trials"].add_column(col, kind)
 
 
@@ -77,16 +135,25 @@ def _v9_revisions(db: sqlite_utils.Database) -> None:
     db["autorl_trials"].add_column("rev", int)
     db.execute("UPDATE autorl_trials SET rev = id")
     db["autorl_trials"].create_index(["rev"])
-    bump = ("UPDATE autorl_trials SET rev = (SELECT coalesce(max(rev), 0) + 1 FROM autorl_trials) "
-            "WHERE id = NEW.id;")
+    bump = "UPDATE autorl_trials SET rev = (SELECT coalesce(max(rev), 0) + 1 FROM autorl_trials) WHERE id = NEW.id;"
     db.execute(f"CREATE TRIGGER autorl_trials_rev_insert AFTER INSERT ON autorl_trials BEGIN {bump} END")
-    db.execute("CREATE TRIGGER autorl_trials_rev_update AFTER UPDATE ON autorl_trials WHEN NEW.rev IS OLD.rev "
-               f"BEGIN {bump} END")
+    db.execute(
+        "CREATE TRIGGER autorl_trials_rev_update AFTER UPDATE ON autorl_trials WHEN NEW.rev IS OLD.rev "
+        f"BEGIN {bump} END"
+    )
 
 
-MIGRATIONS = [("0001_initial", _v1), ("0002_ray_jobs", _v2), ("0003_gap_to_best", _v3), ("0004_confirmation", _v4),
-              ("0005_resume_queue", _v5), ("0006_error_rates", _v6), ("0007_hack_gate", _v7_hack_gate),
-              ("0008_first_step", _v8_first_step), ("0009_revisions", _v9_revisions)]
+MIGRATIONS = [
+    ("0001_initial", _v1),
+    ("0002_ray_jobs", _v2),
+    ("0003_gap_to_best", _v3),
+    ("0004_confirmation", _v4),
+    ("0005_resume_queue", _v5),
+    ("0006_error_rates", _v6),
+    ("0007_hack_gate", _v7_hack_gate),
+    ("0008_first_step", _v8_first_step),
+    ("0009_revisions", _v9_revisions),
+]
 
 
 def migrate(db: sqlite_utils.Database, tx: Callable[[], Any]) -> None:
@@ -108,5 +175,3 @@ def pending_migrations(db: sqlite_utils.Database) -> list[str]:
         return [name for name, _ in MIGRATIONS]
     done = {r[0] for r in db.execute("SELECT name FROM autorl_migrations").fetchall()}
     return [name for name, _ in MIGRATIONS if name not in done]
-
-

@@ -8,17 +8,42 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from autorl.errors import NotFoundError, WorkspaceError, short
 from autorl.ledger.errors import disk_full, free_bytes, translate_all, translated_errors
 from autorl.ledger.files import LedgerFile, check_path, open_readonly, open_write
 from autorl.ledger.migrations import migrate, pending_migrations
-from autorl.ledger.rows import STUDY_WRITE, TRIAL_COLUMNS, TRIAL_WRITE, StudyRow, TrialRow, checked, decode, insert_event, select
-from autorl.ledger.views import (Derived, Index, StudyRows, Subset, attempt_order, baselines_of, best_view,
-                                 finished_row, first_end_view, in_baselines, in_unretried, objective_of, ran_to_end, unretried)
+from autorl.ledger.rows import (
+    STUDY_WRITE,
+    TRIAL_COLUMNS,
+    TRIAL_WRITE,
+    StudyRow,
+    TrialRow,
+    checked,
+    decode,
+    insert_event,
+    select,
+)
+from autorl.ledger.views import (
+    Derived,
+    Index,
+    StudyRows,
+    Subset,
+    attempt_order,
+    baselines_of,
+    best_view,
+    finished_row,
+    first_end_view,
+    in_baselines,
+    in_unretried,
+    objective_of,
+    ran_to_end,
+    unretried,
+)
 
 
 class Ledger:
@@ -56,7 +81,7 @@ class Ledger:
                     pass  # SQLite rolled back already (a full disk); the error that got here is the one to tell
             raise
 
-    def records(self, study_id: int) -> "StudyRecords":
+    def records(self, study_id: int) -> StudyRecords:
         """The rows of study ``study_id``, and the queries a running study asks of them."""
         return StudyRecords(self, study_id)
 
@@ -71,7 +96,9 @@ class Ledger:
         where, args = ("name = ?", [name]) if name else ("id = ?", [study_id]) if study_id else ("1", [])
         rows = list(self.db["autorl_studies"].rows_where(where, args, order_by="id desc", limit=1))
         if not rows:
-            raise NotFoundError(f"no study {name or study_id or ''} in {self.path}: start one with `autorl run`".replace("  ", " "))
+            raise NotFoundError(
+                f"no study {name or study_id or ''} in {self.path}: start one with `autorl run`".replace("  ", " ")
+            )
         return decode(rows[0])
 
     def has_study(self, name: str) -> bool:
@@ -110,7 +137,9 @@ class Ledger:
             self.db["autorl_trials"].update(trial_id, values)
             if event:
                 row = self.db["autorl_trials"].get(trial_id)
-                insert_event(self.db, row["study_id"], trial_id, event, values.get("reason") or values.get("status") or "")
+                insert_event(
+                    self.db, row["study_id"], trial_id, event, values.get("reason") or values.get("status") or ""
+                )
 
     def trial(self, number: int) -> TrialRow:
         rows = list(self.db["autorl_trials"].rows_where("number = ?", [number]))
@@ -129,9 +158,11 @@ class Ledger:
     def baselines(self, study_id: int) -> list[TrialRow]:
         """The study's baseline runs (the recipe as written, every seed). A baseline that crashed and was
         retried (triage's retry of a hang, timeout, network error or OOM) is replaced by its retry."""
-        where = ("kind = 'trial' AND (proposer = 'baseline' OR (proposer = 'retry' AND retry_of IN "
-                 "(SELECT number FROM autorl_trials WHERE proposer = 'baseline'))) "
-                 "AND number NOT IN (SELECT retry_of FROM autorl_trials WHERE retry_of IS NOT NULL)")
+        where = (
+            "kind = 'trial' AND (proposer = 'baseline' OR (proposer = 'retry' AND retry_of IN "
+            "(SELECT number FROM autorl_trials WHERE proposer = 'baseline'))) "
+            "AND number NOT IN (SELECT retry_of FROM autorl_trials WHERE retry_of IS NOT NULL)"
+        )
         return select(self.db, where, [], study_id)
 
     def crashed(self, study_id: int | None = None) -> list[TrialRow]:
@@ -141,10 +172,12 @@ class Ledger:
     def hypothesis_counts(self) -> dict[str, dict[str, int]]:
         """Per hypothesis id: finished trials that tested it (confirmation runs apart), how many of them a move
         rule proposed, and their candidates, confirmed and rejected improvements."""
-        q = ("SELECT hypothesis, count(*), sum(proposer = 'move'), sum(verdict = 'improved'), "
-             "sum(confirmation = 'confirmed'), sum(confirmation = 'rejected') FROM autorl_trials "
-             "WHERE hypothesis IS NOT NULL AND confirms IS NULL AND kind = 'trial' AND status != 'running' "
-             "GROUP BY hypothesis")
+        q = (
+            "SELECT hypothesis, count(*), sum(proposer = 'move'), sum(verdict = 'improved'), "
+            "sum(confirmation = 'confirmed'), sum(confirmation = 'rejected') FROM autorl_trials "
+            "WHERE hypothesis IS NOT NULL AND confirms IS NULL AND kind = 'trial' AND status != 'running' "
+            "GROUP BY hypothesis"
+        )
         keys = ("tried", "moves", "candidates", "confirmed", "rejected")
         return {r[0]: dict(zip(keys, (int(v or 0) for v in r[1:]))) for r in self.db.execute(q).fetchall()}
 
@@ -156,8 +189,13 @@ class Ledger:
         """Mark trial ``number`` candidate, confirmed, rejected or suspect, with why (and the confirmation's
         ``confirm_*`` columns: its test, the noise it assumed, its error rate; the hack gate's ``gate`` columns)."""
         row = self.trial(number)
-        self.update_trial(row["id"], event=f"confirmation-{state}", confirmation=state,
-                          reason=f"{row.get('reason') or ''} | {state}: {reason}".lstrip(" |"), **stats)
+        self.update_trial(
+            row["id"],
+            event=f"confirmation-{state}",
+            confirmation=state,
+            reason=f"{row.get('reason') or ''} | {state}: {reason}".lstrip(" |"),
+            **stats,
+        )
 
     def max_number(self) -> int:
         row = self.db.execute("SELECT max(number) FROM autorl_trials").fetchone()
@@ -167,8 +205,15 @@ class Ledger:
     def add_metrics(self, trial_id: int, records: list[dict]) -> None:
         if not records:
             return
-        rows = [{"trial_id": trial_id, "step": int(r.get("step", 0) or 0), "type": r.get("type", "step"),
-                 "data": json.dumps(r, default=str)} for r in records]
+        rows = [
+            {
+                "trial_id": trial_id,
+                "step": int(r.get("step", 0) or 0),
+                "type": r.get("type", "step"),
+                "data": json.dumps(r, default=str),
+            }
+            for r in records
+        ]
         with self.tx():
             self.db["autorl_metrics"].insert_all(rows)
 
@@ -261,14 +306,18 @@ class StudyRecords:
         """When the study's first trial (not a full run) that started ended (None before one has)."""
         return self._asked("first_end", first_end_view)
 
-    def ran(self, params: dict[str, Any], hypothesis: str | None = None, *, same_hypothesis: bool = False
-            ) -> TrialRow | None:
+    def ran(
+        self, params: dict[str, Any], hypothesis: str | None = None, *, same_hypothesis: bool = False
+    ) -> TrialRow | None:
         """The first trial (not a full run) whose train block was exactly ``params`` (with ``same_hypothesis``,
         under ``hypothesis`` too), or None."""
         rows = self._asked("params", Index, params)
         for r in rows:
-            if r.get("kind") == "trial" and r.get("params") == params and (
-                    not same_hypothesis or r.get("hypothesis") == hypothesis):
+            if (
+                r.get("kind") == "trial"
+                and r.get("params") == params
+                and (not same_hypothesis or r.get("hypothesis") == hypothesis)
+            ):
                 return dict(r)
         return None
 
@@ -287,14 +336,18 @@ class StudyRecords:
     def confirm_runs(self, candidate: int, ran: bool = False) -> list[TrialRow]:
         """The confirmation runs of candidate ``candidate`` (an attempt number); with ``ran``, only those the
         controller did not stop early (see ``STOPPED_EARLY``)."""
-        return self._where(("confirm_runs", candidate, ran), lambda r: r.get("confirms") == candidate
-                           and r.get("kind") == "trial" and (ran_to_end(r) or not ran))
+        return self._where(
+            ("confirm_runs", candidate, ran),
+            lambda r: r.get("confirms") == candidate and r.get("kind") == "trial" and (ran_to_end(r) or not ran),
+        )
 
     def confirm_groups(self) -> dict[int, list[TrialRow]]:
         """Completed confirmation runs by candidate number (replicate groups for the run-noise estimate)."""
         out: dict[int, list[TrialRow]] = {}
-        for row in self._where("confirm_groups", lambda r: r.get("confirms") is not None and r.get(
-                "status") == "complete" and r.get("kind") == "trial"):
+        for row in self._where(
+            "confirm_groups",
+            lambda r: r.get("confirms") is not None and r.get("status") == "complete" and r.get("kind") == "trial",
+        ):
             out.setdefault(row["confirms"], []).append(row)
         return out
 
@@ -322,8 +375,10 @@ def open_read(path: str | Path) -> Ledger:
         made = ledger.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'autorl_migrations'").fetchone()
     if not made:  # an empty file, or an empty database: a review command does not make it a ledger
         ledger.close()
-        raise NotFoundError(f"{short(path, 200)} holds no autorl ledger (no tables): run a study first with "
-                            "`autorl run`, or pass your ledger with --ledger FILE")
+        raise NotFoundError(
+            f"{short(path, 200)} holds no autorl ledger (no tables): run a study first with "
+            "`autorl run`, or pass your ledger with --ledger FILE"
+        )
     if pending:
         ledger.close()
         Ledger(path).close()

@@ -4,7 +4,8 @@ answered from, each kept up to date one changed row at a time."""
 from __future__ import annotations
 
 import bisect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sqlite_utils
 
@@ -43,8 +44,10 @@ class StudyRows:
             top = conn.execute("SELECT max(rev) FROM autorl_trials").fetchone()[0] or 0
             if top > self.rev:
                 self.reads += 1
-                rows = self.db.query("SELECT * FROM autorl_trials WHERE rev > ? AND rev <= ? AND "
-                                            "study_id = ?", [self.rev, top, self.study_id])
+                rows = self.db.query(
+                    "SELECT * FROM autorl_trials WHERE rev > ? AND rev <= ? AND study_id = ?",
+                    [self.rev, top, self.study_id],
+                )
                 self._take([decode(r) for r in rows])
                 self.rev = top
             self.mark = mark
@@ -127,8 +130,12 @@ class Derived:
     """A value computed from all the study's rows (``compute``), computed again only after a row that
     ``touches`` it changed; ``fold(value, old, new)`` may bring it up to date at once (``_STALE``: it cannot)."""
 
-    def __init__(self, compute: Callable[[list[TrialRow]], Any], touches: Callable[[TrialRow], bool],
-                 fold: Callable[[Any, TrialRow | None, TrialRow], Any] | None = None):
+    def __init__(
+        self,
+        compute: Callable[[list[TrialRow]], Any],
+        touches: Callable[[TrialRow], bool],
+        fold: Callable[[Any, TrialRow | None, TrialRow], Any] | None = None,
+    ):
         self.compute, self.touches, self.fold = compute, touches, fold
         self.rows: list[TrialRow] = []
         self.kept: Any = _STALE
@@ -181,8 +188,13 @@ def baselines_of(rows: list[TrialRow]) -> list[TrialRow]:
     """``Ledger.baselines`` over one study's rows (a retry is always of its own study's trial)."""
     first = {r["number"] for r in rows if r.get("proposer") == "baseline"}
     retried = {r["retry_of"] for r in rows if r.get("retry_of") is not None}
-    return [r for r in rows if r.get("kind") == "trial" and r["number"] not in retried and (
-        r.get("proposer") == "baseline" or (r.get("proposer") == "retry" and r.get("retry_of") in first))]
+    return [
+        r
+        for r in rows
+        if r.get("kind") == "trial"
+        and r["number"] not in retried
+        and (r.get("proposer") == "baseline" or (r.get("proposer") == "retry" and r.get("retry_of") in first))
+    ]
 
 
 def in_baselines(row: TrialRow) -> bool:
@@ -192,8 +204,15 @@ def in_baselines(row: TrialRow) -> bool:
 
 def unretried(rows: list[TrialRow]) -> list[TrialRow]:
     ran = {r["retry_of"] for r in rows if r.get("retry_of") is not None and ran_to_end(r)}
-    return [r for r in rows if r.get("kind") == "trial" and r.get("status") == "crash" and r.get("retry_of") is None
-            and r.get("confirms") is None and r["number"] not in ran]
+    return [
+        r
+        for r in rows
+        if r.get("kind") == "trial"
+        and r.get("status") == "crash"
+        and r.get("retry_of") is None
+        and r.get("confirms") is None
+        and r["number"] not in ran
+    ]
 
 
 def in_unretried(row: TrialRow) -> bool:
@@ -207,8 +226,12 @@ def ran_to_end(row: TrialRow) -> bool:
 
 
 def finished_row(row: TrialRow) -> bool:
-    return row.get("kind") == "trial" and row.get("status") == "complete" and row.get(
-        "started") is not None and row.get("finished") is not None
+    return (
+        row.get("kind") == "trial"
+        and row.get("status") == "complete"
+        and row.get("started") is not None
+        and row.get("finished") is not None
+    )
 
 
 def _end_of(row: TrialRow | None) -> float | None:
@@ -218,10 +241,13 @@ def _end_of(row: TrialRow | None) -> float | None:
     return row.get("finished")
 
 
-def first_end_view() -> "Derived":
+def first_end_view() -> Derived:
     """The earliest end of the study's trials that started, kept up to date as trials end."""
-    return Derived(lambda rows: min((v for v in map(_end_of, rows) if v is not None), default=None),
-                    lambda r: _end_of(r) is not None, _folding(_end_of, min))
+    return Derived(
+        lambda rows: min((v for v in map(_end_of, rows) if v is not None), default=None),
+        lambda r: _end_of(r) is not None,
+        _folding(_end_of, min),
+    )
 
 
 def _folding(of: Callable[[TrialRow | None], Any], pick: Callable[..., Any]) -> Callable[..., Any]:
@@ -247,7 +273,8 @@ def objective_of(row: TrialRow | None) -> float | None:
 def best_view(maximize: bool) -> Derived:
     """The best objective of the study's trials, kept up to date as trials end."""
     pick = max if maximize else min
-    return Derived(lambda rows: pick((v for v in map(objective_of, rows) if v is not None), default=None),
-                    lambda r: objective_of(r) is not None, _folding(objective_of, pick))
-
-
+    return Derived(
+        lambda rows: pick((v for v in map(objective_of, rows) if v is not None), default=None),
+        lambda r: objective_of(r) is not None,
+        _folding(objective_of, pick),
+    )

@@ -17,9 +17,10 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,11 +31,21 @@ MIN_FREE_GB = 2.0
 PROBE_TIMEOUT_S = 180
 GB = 1024**3
 
-REQUIRED_PACKAGES = [("optuna", "optuna>=4.0"), ("sqlite-utils", "sqlite-utils>=3.36"), ("pydantic", "pydantic>=2.6"),
-                     ("rich", "rich>=13"), ("click", "click>=8.1"), ("pyyaml", "pyyaml>=6"),
-                     ("numpy", "numpy>=1.24"), ("matplotlib", "matplotlib>=3.7"), ("gitpython", "gitpython>=3.1.40")]
-OPTIONAL_PACKAGES = [("backend", "ray", "trials on a Ray cluster (--ray-address) and the openrlhf backend", "autorl[ray]"),
-                     ("backend", "trl", "the trl backend", "autorl[trl]")]
+REQUIRED_PACKAGES = [
+    ("optuna", "optuna>=4.0"),
+    ("sqlite-utils", "sqlite-utils>=3.36"),
+    ("pydantic", "pydantic>=2.6"),
+    ("rich", "rich>=13"),
+    ("click", "click>=8.1"),
+    ("pyyaml", "pyyaml>=6"),
+    ("numpy", "numpy>=1.24"),
+    ("matplotlib", "matplotlib>=3.7"),
+    ("gitpython", "gitpython>=3.1.40"),
+]
+OPTIONAL_PACKAGES = [
+    ("backend", "ray", "trials on a Ray cluster (--ray-address) and the openrlhf backend", "autorl[ray]"),
+    ("backend", "trl", "the trl backend", "autorl[trl]"),
+]
 
 TORCH_PROBE = """
 import json, torch
@@ -66,14 +77,19 @@ class _Result(NamedTuple):
 def check_python(_ws: Path) -> _Result:
     v = sys.version_info
     ok = (v.major, v.minor) >= MIN_PYTHON
-    return _Result(ok, f"Python {v.major}.{v.minor}.{v.micro} at {sys.executable}",
-                   "" if ok else f"use Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer")
+    return _Result(
+        ok,
+        f"Python {v.major}.{v.minor}.{v.micro} at {sys.executable}",
+        "" if ok else f"use Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer",
+    )
 
 
 def check_git(_ws: Path) -> _Result:
     exe = shutil.which("git")
     if exe is None:
-        return _Result(False, "git not found on PATH", "install git (apt-get install git, brew install git) and put it on PATH")
+        return _Result(
+            False, "git not found on PATH", "install git (apt-get install git, brew install git) and put it on PATH"
+        )
     out = _run([exe, "--version"])
     return _Result(out is not None, (out or "git --version failed").strip(), "" if out else "reinstall git")
 
@@ -86,27 +102,38 @@ def check_git_identity(ws: Path) -> _Result:
     name, email = (_run([exe, "config", key], cwd=cwd) for key in ("user.name", "user.email"))
     if name and email:
         return _Result(True, f"{name.strip()} <{email.strip()}>")
-    return _Result(False, "no git user.name/user.email: trial commits are signed autorl <autorl@localhost>",
-                   'set one: git config --global user.name "Your Name"; git config --global user.email you@example.com')
+    return _Result(
+        False,
+        "no git user.name/user.email: trial commits are signed autorl <autorl@localhost>",
+        'set one: git config --global user.name "Your Name"; git config --global user.email you@example.com',
+    )
 
 
 def check_disk(ws: Path) -> _Result:
     target = ws if ws.exists() else Path.cwd()
     free = shutil.disk_usage(target).free / GB
     ok = free >= MIN_FREE_GB
-    return _Result(ok, f"{free:.1f} GiB free at {target.resolve()}",
-                   "" if ok else f"free at least {MIN_FREE_GB:.0f} GiB there (old .autorl/runs and worktrees can go)")
+    return _Result(
+        ok,
+        f"{free:.1f} GiB free at {target.resolve()}",
+        "" if ok else f"free at least {MIN_FREE_GB:.0f} GiB there (old .autorl/runs and worktrees can go)",
+    )
 
 
 def check_torch(_ws: Path) -> _Result:
     proc = _probe(TORCH_PROBE)
     if proc is None or proc.returncode != 0:
         err = (proc.stderr.strip().splitlines() or ["?"])[-1] if proc else f"no answer in {PROBE_TIMEOUT_S} s"
-        return _Result(False, f"import torch failed: {err}",
-                       "install torch (CPU: pip install torch --index-url https://download.pytorch.org/whl/cpu) "
-                       "for the embedded engine")
+        return _Result(
+            False,
+            f"import torch failed: {err}",
+            "install torch (CPU: pip install torch --index-url https://download.pytorch.org/whl/cpu) "
+            "for the embedded engine",
+        )
     info = json.loads(proc.stdout.strip().splitlines()[-1])
-    cuda = f"CUDA {info['cuda_version']}, {info['devices']} device(s)" if info["cuda"] else "CUDA not available (CPU only)"
+    cuda = (
+        f"CUDA {info['cuda_version']}, {info['devices']} device(s)" if info["cuda"] else "CUDA not available (CPU only)"
+    )
     return _Result(True, f"torch {info['version']}; {cuda}")
 
 
@@ -116,12 +143,19 @@ def check_openrlhf(_ws: Path) -> _Result:
 
     version = installed_version()
     if version is None:
-        return _Result(False, "openrlhf not installed",
-                       "only needed for backend: openrlhf here; else set train.openrlhf_version to the cluster's version")
+        return _Result(
+            False,
+            "openrlhf not installed",
+            "only needed for backend: openrlhf here; else set train.openrlhf_version to the cluster's version",
+        )
     v = parse_version(version)
-    dialect = ("dotted flags (--actor.adam.lr)" if v >= DOTTED_SINCE else
-               "flat flags with --max_len/--max_new_tokens" if v >= NEW_LENGTHS_SINCE else
-               "flat flags with --prompt_max_len/--generate_max_len")
+    dialect = (
+        "dotted flags (--actor.adam.lr)"
+        if v >= DOTTED_SINCE
+        else "flat flags with --max_len/--max_new_tokens"
+        if v >= NEW_LENGTHS_SINCE
+        else "flat flags with --prompt_max_len/--generate_max_len"
+    )
     return _Result(True, f"openrlhf {version}: {dialect}")
 
 
@@ -147,10 +181,15 @@ def _stack_package(dist: str) -> Callable[[Path], _Result]:
         try:
             have = metadata.version(dist)
         except metadata.PackageNotFoundError:
-            return _Result(False, f"{dist} not installed (tested: {tested})", "pip install 'autorl[openrlhf]' on the GPU machine")
+            return _Result(
+                False, f"{dist} not installed (tested: {tested})", "pip install 'autorl[openrlhf]' on the GPU machine"
+            )
         if have != tested:
-            return _Result(False, f"{dist} {have}; autorl ran the OpenRLHF stack with {tested}",
-                           f"pip install '{dist}=={tested}' (or 'autorl[openrlhf]'), or expect untested behaviour")
+            return _Result(
+                False,
+                f"{dist} {have}; autorl ran the OpenRLHF stack with {tested}",
+                f"pip install '{dist}=={tested}' (or 'autorl[openrlhf]'), or expect untested behaviour",
+            )
         return _Result(True, f"{dist} {have} (the version autorl was run with)")
 
     return check
@@ -162,8 +201,11 @@ STACK = ("openrlhf", "vllm", "deepspeed", "ray")
 def check_gpus(_ws: Path) -> _Result:
     exe = shutil.which("nvidia-smi")
     if exe is None:
-        return _Result(False, "nvidia-smi not found: no NVIDIA GPU visible",
-                       "fine for the embedded engine on CPU; for GPUs install the NVIDIA driver")
+        return _Result(
+            False,
+            "nvidia-smi not found: no NVIDIA GPU visible",
+            "fine for the embedded engine on CPU; for GPUs install the NVIDIA driver",
+        )
     out = _run([exe, "-L"])
     gpus = [line for line in (out or "").splitlines() if line.startswith("GPU ")]
     if not gpus:
@@ -176,8 +218,11 @@ def check_patch(_ws: Path) -> _Result:
     out = _run([exe, "--version"]) if exe else None
     first = (out or "").splitlines()[0] if out else ""
     if "GNU patch" not in first:
-        return _Result(False, f"GNU patch not found ({first or 'no patch on PATH'})",
-                       "install it (apt-get install patch) for `autorl patches apply`")
+        return _Result(
+            False,
+            f"GNU patch not found ({first or 'no patch on PATH'})",
+            "install it (apt-get install patch) for `autorl patches apply`",
+        )
     return _Result(True, first)
 
 

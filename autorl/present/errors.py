@@ -35,27 +35,50 @@ def lines(row: dict) -> list[str]:
 def blocks(e: StudyErrors, trials: list[dict]) -> list[tuple[str, Any, Any]]:
     """(kind, body, extra) blocks for the report: the study's decisions and error rates, the A/A, each verdict's."""
     d = e.decisions
-    made = (f"{sum(d[k] for k in ('improved', 'regressed', 'flat'))} verdicts ({d['improved']} improved, "
-            f"{d['regressed']} regressed, {d['flat']} flat), {d['confirmed'] + d['rejected']} confirmations "
-            f"({d['confirmed']} confirmed, {d['rejected']} rejected), {d['pruned']} stopped early.")
+    made = (
+        f"{sum(d[k] for k in ('improved', 'regressed', 'flat'))} verdicts ({d['improved']} improved, "
+        f"{d['regressed']} regressed, {d['flat']} flat), {d['confirmed'] + d['rejected']} confirmations "
+        f"({d['confirmed']} confirmed, {d['rejected']} rejected), {d['pruned']} stopped early."
+    )
     out = [("h2", "Error rates", None), ("p", made, None)]
     if e.false_confirm is not None:
-        changed = (f"; the changed recipes' run sd {e.changed_sd:.3g} over {e.changed_df} df"
-                   if e.changed_sd is not None else "; no changed recipe measured yet")
-        out.append(("p", f"At the noise measured in this study (the baseline's run sd {e.baseline_sd:.3g} over "
-                         f"{e.baseline_df} df{changed}), a trial with no effect ends a confirmed improvement with "
-                         f"probability {e.false_confirm:.2%}: {e.expected_false:.2f} false confirmations expected "
-                         f"among the trials judged.", None))
+        changed = (
+            f"; the changed recipes' run sd {e.changed_sd:.3g} over {e.changed_df} df"
+            if e.changed_sd is not None
+            else "; no changed recipe measured yet"
+        )
+        out.append(
+            (
+                "p",
+                f"At the noise measured in this study (the baseline's run sd {e.baseline_sd:.3g} over "
+                f"{e.baseline_df} df{changed}), a trial with no effect ends a confirmed improvement with "
+                f"probability {e.false_confirm:.2%}: {e.expected_false:.2f} false confirmations expected "
+                f"among the trials judged.",
+                None,
+            )
+        )
     if e.aa:
-        rows = [[f"baseline run {i + 1}", v.verdict, f"{v.delta:+.4f} [{v.ci_low:+.3f}, {v.ci_high:+.3f}]"]
-                for i, v in e.aa]
-        out += [("note", "A/A: each baseline run judged against the others, as a trial is judged (none should be "
-                         "improved or regressed).", None),
-                ("table", ["run", "verdict", "gain [CI]"], rows)]
+        rows = [
+            [f"baseline run {i + 1}", v.verdict, f"{v.delta:+.4f} [{v.ci_low:+.3f}, {v.ci_high:+.3f}]"] for i, v in e.aa
+        ]
+        out += [
+            (
+                "note",
+                "A/A: each baseline run judged against the others, as a trial is judged (none should be "
+                "improved or regressed).",
+                None,
+            ),
+            ("table", ["run", "verdict", "gain [CI]"], rows),
+        ]
     rows = [[f"{t['number']:02d}", t.get("verdict") or "-", *_rate_cells(t)] for t in trials if t.get("test")]
     if rows:
-        out.append(("table", ["NN", "verdict", "test", "run sd: trial / parent", "false-positive rate",
-                              "confirmation's rate"], rows))
+        out.append(
+            (
+                "table",
+                ["NN", "verdict", "test", "run sd: trial / parent", "false-positive rate", "confirmation's rate"],
+                rows,
+            )
+        )
     return out
 
 

@@ -42,14 +42,21 @@ def findings(ws, ledger, study: str | None = None) -> dict[str, Any]:
     by_number = {t["number"]: t for t in trials}
     full = [_full_run(ws, t) for t in trials if t.get("kind") == "full"]
     confirmed = [_confirmed(g, by_number, base_train, full) for g in ranked]
-    d = {"study": st["name"], "state": st.get("status"), "recipe_path": st.get("recipe_path"),
-         "objective": _objective(recipe),
-         "counts": _counts(trials), "baseline": _baseline_value(trials), "confirmed": confirmed,
-         "best": confirmed[0] if confirmed else None,
-         "open_candidates": [t["number"] for t in trials if t.get("confirmation") == "candidate"],
-         "suspect": [_suspect(t) for t in trials if t.get("confirmation") == "suspect"],
-         "ruled_out": ruled_out(trials, by_number, base_train, recipe), "crashes": _crashes(trials),
-         "full_runs": full}
+    d = {
+        "study": st["name"],
+        "state": st.get("status"),
+        "recipe_path": st.get("recipe_path"),
+        "objective": _objective(recipe),
+        "counts": _counts(trials),
+        "baseline": _baseline_value(trials),
+        "confirmed": confirmed,
+        "best": confirmed[0] if confirmed else None,
+        "open_candidates": [t["number"] for t in trials if t.get("confirmation") == "candidate"],
+        "suspect": [_suspect(t) for t in trials if t.get("confirmation") == "suspect"],
+        "ruled_out": ruled_out(trials, by_number, base_train, recipe),
+        "crashes": _crashes(trials),
+        "full_runs": full,
+    }
     d["next"] = next_step(d)
     return d
 
@@ -69,14 +76,20 @@ def _objective(recipe) -> dict[str, Any]:
 
 def _counts(trials: list[dict]) -> dict[str, int]:
     own = [t for t in trials if t.get("kind") == "trial"]
-    return {"trials": len(own), "baseline_runs": sum(t.get("proposer") == "baseline" for t in own),
-            "confirmation_runs": sum(t.get("confirms") is not None for t in own),
-            "full_runs": sum(t.get("kind") == "full" for t in trials)}
+    return {
+        "trials": len(own),
+        "baseline_runs": sum(t.get("proposer") == "baseline" for t in own),
+        "confirmation_runs": sum(t.get("confirms") is not None for t in own),
+        "full_runs": sum(t.get("kind") == "full" for t in trials),
+    }
 
 
 def _baseline_value(trials: list[dict]) -> float | None:
-    values = [t["objective"] for t in trials if t.get("proposer") == "baseline" and t.get("status") == "complete"
-              and t.get("objective") is not None]
+    values = [
+        t["objective"]
+        for t in trials
+        if t.get("proposer") == "baseline" and t.get("status") == "complete" and t.get("objective") is not None
+    ]
     return sum(values) / len(values) if values else None
 
 
@@ -89,8 +102,12 @@ def changes(params: dict | None, before: dict) -> list[list[Any]]:
 def _confirmed(g: gains.Gain, by_number: dict[int, dict], base_train: dict, full: list[dict]) -> dict[str, Any]:
     row = by_number[g.number]
     revalidated = next((f["revalidation"] for f in full if f["promoted_from"] == g.number), None)
-    return {**g.model_dump(), "changes": changes(row.get("params"), base_train), "objective": row.get("objective"),
-            "revalidation": revalidated}
+    return {
+        **g.model_dump(),
+        "changes": changes(row.get("params"), base_train),
+        "objective": row.get("objective"),
+        "revalidation": revalidated,
+    }
 
 
 def ruled_out(trials: list[dict], by_number: dict[int, dict], base_train: dict, recipe) -> list[dict[str, Any]]:
@@ -107,10 +124,17 @@ def ruled_out(trials: list[dict], by_number: dict[int, dict], base_train: dict, 
             continue
         parent = by_number.get(t.get("parent")) if t.get("parent") is not None else None
         before = (parent.get("params") if parent else None) or base_train
-        groups.setdefault(t.get("hypothesis") or t["proposer"], []).append({
-            "number": t["number"], "changes": changes(t.get("params"), before) or changes(t.get("changed"), before),
-            "outcome": outcome, "delta": t.get("delta"), "ci_low": t.get("ci_low"), "ci_high": t.get("ci_high"),
-            **_sensitivity(t, outcome, objective, level, floor)})
+        groups.setdefault(t.get("hypothesis") or t["proposer"], []).append(
+            {
+                "number": t["number"],
+                "changes": changes(t.get("params"), before) or changes(t.get("changed"), before),
+                "outcome": outcome,
+                "delta": t.get("delta"),
+                "ci_low": t.get("ci_low"),
+                "ci_high": t.get("ci_high"),
+                **_sensitivity(t, outcome, objective, level, floor),
+            }
+        )
     return [{"group": k, "trials": v} for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
 
 
@@ -144,11 +168,23 @@ def _full_run(ws, t: dict) -> dict[str, Any]:
     """A promoted full run: its state, best eval, weights (from its results file) and re-validation."""
     result = _results(ws, t) if t.get("end_tag") else {}
     best = result.get("best_checkpoint") or {}
-    revalidation = ({"delta": t["delta"], "ci_low": t.get("ci_low"), "ci_high": t.get("ci_high"),
-                     "method": t.get("method")} if t.get("delta") is not None else None)
-    return {"number": t["number"], "attempt": t["attempt"], "branch": t.get("branch"), "status": t.get("status"),
-            "promoted_from": t.get("promoted_from"), "objective": t.get("objective"), "best_step": best.get("step"),
-            "weights": best.get("weights"), "revalidation": revalidation, "full_length_baseline": None}
+    revalidation = (
+        {"delta": t["delta"], "ci_low": t.get("ci_low"), "ci_high": t.get("ci_high"), "method": t.get("method")}
+        if t.get("delta") is not None
+        else None
+    )
+    return {
+        "number": t["number"],
+        "attempt": t["attempt"],
+        "branch": t.get("branch"),
+        "status": t.get("status"),
+        "promoted_from": t.get("promoted_from"),
+        "objective": t.get("objective"),
+        "best_step": best.get("step"),
+        "weights": best.get("weights"),
+        "revalidation": revalidation,
+        "full_length_baseline": None,
+    }
 
 
 def _results(ws, t: dict) -> dict[str, Any]:
@@ -171,19 +207,31 @@ def next_step(d: dict[str, Any]) -> dict[str, str]:
     done = [f for f in full if best and f["promoted_from"] == best["number"] and f["status"] != "crash"]
     if done:
         f = done[-1]
-        return {"command": f"git checkout {f['branch']} -- {d['recipe_path']}",
-                "why": f"adopt the full run's recipe (its branch {f['branch']})"}
+        return {
+            "command": f"git checkout {f['branch']} -- {d['recipe_path']}",
+            "why": f"adopt the full run's recipe (its branch {f['branch']})",
+        }
     if best:
-        return {"command": "autorl promote", "why": f"re-runs {best['number']:02d} and the baseline with fresh seeds, "
-                                                     "then starts its full run if the gain holds"}
+        return {
+            "command": "autorl promote",
+            "why": f"re-runs {best['number']:02d} and the baseline with fresh seeds, "
+            "then starts its full run if the gain holds",
+        }
     if d["baseline"] is None and d["crashes"]["count"]:
-        return {"command": "autorl triage", "why": "the baseline never completed: read its root cause and remedy, "
-                                                   "fix the recipe or the machine, then `autorl run --resume`"}
+        return {
+            "command": "autorl triage",
+            "why": "the baseline never completed: read its root cause and remedy, "
+            "fix the recipe or the machine, then `autorl run --resume`",
+        }
     if d["open_candidates"]:
-        return {"command": "autorl run --resume --budget 30m",
-                "why": f"{len(d['open_candidates'])} candidate(s) still await their fresh-seed runs"}
-    return {"command": "autorl run --resume --budget 1h", "why": "nothing confirmed yet: search longer (or read "
-                                                                "`autorl diagnose` and `autorl ledger`)"}
+        return {
+            "command": "autorl run --resume --budget 30m",
+            "why": f"{len(d['open_candidates'])} candidate(s) still await their fresh-seed runs",
+        }
+    return {
+        "command": "autorl run --resume --budget 1h",
+        "why": "nothing confirmed yet: search longer (or read `autorl diagnose` and `autorl ledger`)",
+    }
 
 
 # ---- the lines a person reads ----------------------------------------------------------------------------------
@@ -199,8 +247,18 @@ def headline(d: dict[str, Any], width: int = WIDTH) -> list[str]:
 
 def wrap(line: str, width: int) -> list[str]:
     indent = " " * (len(line) - len(line.lstrip(" ")))
-    return textwrap.wrap(line, width=width, initial_indent="", subsequent_indent=indent + "  ",
-                         break_on_hyphens=False, break_long_words=False) if line.strip() else [line]
+    return (
+        textwrap.wrap(
+            line,
+            width=width,
+            initial_indent="",
+            subsequent_indent=indent + "  ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+        if line.strip()
+        else [line]
+    )
 
 
 def counted(n: int, noun: str) -> str:
@@ -212,12 +270,16 @@ def _found(d: dict[str, Any]) -> list[str]:
     best, metric = d["best"], d["objective"]["metric"]
     base = f"'s {_v(d['baseline'])}" if d["baseline"] is not None else ""
     if best is None:
-        return [f"Found: no confirmed improvement over the baseline{base} in {counted(d['counts']['trials'], 'trial')}.",
-                *_suspect_lines(d)]
+        return [
+            f"Found: no confirmed improvement over the baseline{base} in {counted(d['counts']['trials'], 'trial')}.",
+            *_suspect_lines(d),
+        ]
     level = f"{round(best['level'] * 100, 1):g}%"
-    lines = [f"Found: {change_text(best['changes']) or 'the recipe as written'}  ({best['attempt']})",
-             f"  {best['delta']:+.3f} {metric} over the baseline{base} ({level} interval [{best['ci_low']:+.3f}, "
-             f"{best['ci_high']:+.3f}]), {best_how(best)}."]
+    lines = [
+        f"Found: {change_text(best['changes']) or 'the recipe as written'}  ({best['attempt']})",
+        f"  {best['delta']:+.3f} {metric} over the baseline{base} ({level} interval [{best['ci_low']:+.3f}, "
+        f"{best['ci_high']:+.3f}]), {best_how(best)}.",
+    ]
     if best.get("revalidation"):
         lines.append(f"  Re-validated by promote: {_gain(best['revalidation'])} over the baseline.")
     for g in d["confirmed"][1:3]:
@@ -227,8 +289,10 @@ def _found(d: dict[str, Any]) -> list[str]:
 
 def _suspect_lines(d: dict[str, Any]) -> list[str]:
     """The confirmed gains the hack gate did not believe, each with its failed check."""
-    return [f"  Suspect (hack gate, not promoted without --force): {s['attempt']}: {s['check']} failed: "
-            f"{s['detail']}." for s in d.get("suspect", [])]
+    return [
+        f"  Suspect (hack gate, not promoted without --force): {s['attempt']}: {s['check']} failed: {s['detail']}."
+        for s in d.get("suspect", [])
+    ]
 
 
 def best_how(g: dict[str, Any]) -> str:
@@ -251,14 +315,17 @@ def _ruled_out_lines(d: dict[str, Any]) -> list[str]:
 
 
 def _group_text(trials: list[dict], metric: str) -> str:
-    named = "; ".join(f"{change_text(t['changes'], arrow=False) or 'no change'} {t['outcome']}"
-                      for t in trials[:VALUES_SHOWN])
+    named = "; ".join(
+        f"{change_text(t['changes'], arrow=False) or 'no change'} {t['outcome']}" for t in trials[:VALUES_SHOWN]
+    )
     more = f"; +{len(trials) - VALUES_SHOWN} more" if len(trials) > VALUES_SHOWN else ""
     seen = sorted(t["detectable"] for t in trials if t["detectable"] is not None)
     blind = [t for t in trials if t.get("blind")]
     said = []
     if seen:
-        could = f"+{seen[0]:.3f}" if len(seen) == 1 or seen[-1] - seen[0] < 0.0005 else f"+{seen[0]:.3f} to +{seen[-1]:.3f}"
+        could = (
+            f"+{seen[0]:.3f}" if len(seen) == 1 or seen[-1] - seen[0] < 0.0005 else f"+{seen[0]:.3f} to +{seen[-1]:.3f}"
+        )
         said.append(f"{_tests(len(seen))} could detect a gain of {could}")
     if blind:
         said.append(_blind_text(blind, metric, more=bool(seen)))
@@ -274,8 +341,10 @@ def _blind_text(blind: list[dict], metric: str, more: bool) -> str:
     who = f"{len(blind)} more" if more else _tests(len(blind))
     if len(blind) == 1 and not more:
         t = blind[0]
-        return (f"{who} could detect no gain: {metric} allows at most +{t['possible_gain']:.3f} over the parent "
-                "and its interval is wider than that")
+        return (
+            f"{who} could detect no gain: {metric} allows at most +{t['possible_gain']:.3f} over the parent "
+            "and its interval is wider than that"
+        )
     return f"{who} could detect no gain {metric} allows over the parent (intervals wider than its range)"
 
 
@@ -295,12 +364,17 @@ def full_run_lines(f: dict[str, Any], d: dict[str, Any]) -> list[str]:
     lines = [head]
     if f["status"] == "running":
         return lines
-    lines.append(f"  weights: {f['weights']}" if f["weights"] else "  weights: none saved (the backend keeps none, "
-                                                                      "or no eval improved)")
+    lines.append(
+        f"  weights: {f['weights']}"
+        if f["weights"]
+        else "  weights: none saved (the backend keeps none, or no eval improved)"
+    )
     lines.append(f"  branch to adopt: {f['branch']}")
     reval = f"re-validated at trial length: {_gain(f['revalidation'])} over the baseline; " if f["revalidation"] else ""
-    lines.append(f"  {reval}no full-length baseline was run, so {_v(f['objective'])} has no baseline of its own "
-                 "length to compare with.")
+    lines.append(
+        f"  {reval}no full-length baseline was run, so {_v(f['objective'])} has no baseline of its own "
+        "length to compare with."
+    )
     return lines
 
 
@@ -338,19 +412,28 @@ def refs_line(ws, ledger, study: str | None = None) -> str:
     tags = sum(tag in existing for t in rows for tag in (t.get("start_tag"), t.get("end_tag")) if tag)
     if not branches and not tags:
         return ""
-    return (f"Git: the study's trials left {counted(branches, 'branch')} and {counted(tags, 'tag')} (attempt-NN-*); "
-            f"`autorl clean --dry-run` lists those nothing needs any more.")
+    return (
+        f"Git: the study's trials left {counted(branches, 'branch')} and {counted(tags, 'tag')} (attempt-NN-*); "
+        f"`autorl clean --dry-run` lists those nothing needs any more."
+    )
 
 
 # ---- promote's outcome ---------------------------------------------------------------------------------------
 def promoted_lines(d: dict[str, Any]) -> list[str]:
     """``autorl promote``'s result in words (its dry run, or the full run it launched)."""
     if "full_values" in d:
-        return [f"full run values: {dump_values(d['full_values']) or 'none (the recipe as the trial ran it)'}",
-                f"dry run: nothing was run; without --dry-run, {d['attempt']} and the baseline are re-run with "
-                "fresh seeds, then its full run starts if the gain holds"]
+        return [
+            f"full run values: {dump_values(d['full_values']) or 'none (the recipe as the trial ran it)'}",
+            f"dry run: nothing was run; without --dry-run, {d['attempt']} and the baseline are re-run with "
+            "fresh seeds, then its full run starts if the gain holds",
+        ]
     # the re-validation's verdict and hack gate were printed as they came (``promote``'s view): not again here
-    forced = (f"; promoted anyway (--force, recorded in the ledger): re-validation {d['revalidation']['verdict']}"
-              if d["forced"] else "")
-    return [f"full run {d['attempt']} launched from {d['promoted_from']:02d} (monitor pid {d['monitor_pid']}){forced}",
-            f"follow it: autorl status, or autorl show {d['number']}"]
+    forced = (
+        f"; promoted anyway (--force, recorded in the ledger): re-validation {d['revalidation']['verdict']}"
+        if d["forced"]
+        else ""
+    )
+    return [
+        f"full run {d['attempt']} launched from {d['promoted_from']:02d} (monitor pid {d['monitor_pid']}){forced}",
+        f"follow it: autorl status, or autorl show {d['number']}",
+    ]

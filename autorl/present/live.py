@@ -31,13 +31,16 @@ class PlainView:
         if not self.quiet:
             self.line(f"> {attempt}: {why}")
 
-    def progress(self, attempt: str, step: int, total: int, reward: float | None, evalv: float | None,
-                 used: float, left: float) -> None:
+    def progress(
+        self, attempt: str, step: int, total: int, reward: float | None, evalv: float | None, used: float, left: float
+    ) -> None:
         if self.quiet or time.time() - self._last < 5:
             return
         self._last = time.time()
-        self.line(f"  {attempt} step {step}/{total} reward {_f(reward)} eval {_f(evalv)} "
-                  f"(budget used {format_duration(used)}, left {format_duration(left)})")
+        self.line(
+            f"  {attempt} step {step}/{total} reward {_f(reward)} eval {_f(evalv)} "
+            f"(budget used {format_duration(used)}, left {format_duration(left)})"
+        )
 
     def verdict(self, row: dict[str, Any]) -> None:
         self.line(verdict_line(row))
@@ -81,8 +84,10 @@ class LiveView(PlainView):
         self.live.update(self._render())
 
     def progress(self, attempt, step, total, reward, evalv, used, left) -> None:
-        self.current = (f"{attempt}  step {step}/{total}  reward {_f(reward)}  eval {_f(evalv)}\n"
-                        f"budget used {format_duration(used)}, left {format_duration(left)}")
+        self.current = (
+            f"{attempt}  step {step}/{total}  reward {_f(reward)}  eval {_f(evalv)}\n"
+            f"budget used {format_duration(used)}, left {format_duration(left)}"
+        )
         self.live.update(self._render())
 
     def close(self) -> None:

@@ -31,10 +31,9 @@ from typing import Any, NamedTuple
 from autorl import gitops, loading
 from autorl.budget import format_duration
 from autorl.errors import GitError, UserError, short
-from autorl.recipe import Objective, SearchParam, dump_values
-from autorl.present import errors
-from autorl.present import findings
+from autorl.present import errors, findings
 from autorl.present.review import crash_groups, hypothesis_rows, show_trial
+from autorl.recipe import Objective, SearchParam, dump_values
 
 REPORT_DIR = "report"
 TOP_N = 5
@@ -42,8 +41,16 @@ CURVE_TRIALS = 3
 PARAM_COLUMNS = 4
 LOG_TAIL_LINES = 200
 VERDICT_ORDER = ["improved", "flat", "regressed"]
-VERDICT_COLOURS = {"baseline": "#1f5fbf", "improved": "#1b8a3a", "flat": "#8a8a8a", "regressed": "#c0392b",
-                   "confirmation run": "#7fd18f", "crash": "#111111", "pruned": "#e0a100", "other": "#7b3fa0"}
+VERDICT_COLOURS = {
+    "baseline": "#1f5fbf",
+    "improved": "#1b8a3a",
+    "flat": "#8a8a8a",
+    "regressed": "#c0392b",
+    "confirmation run": "#7fd18f",
+    "crash": "#111111",
+    "pruned": "#e0a100",
+    "other": "#7b3fa0",
+}
 IMPORTANCE_ERRORS = (ValueError, RuntimeError, ZeroDivisionError, KeyError, IndexError)
 
 
@@ -82,8 +89,10 @@ def report(ws, ledger, out_dir: str | Path | None = None, study: str | None = No
         for p in reversed(made):  # a failed report leaves no half-made folders behind
             shutil.rmtree(p, ignore_errors=True)
         if isinstance(exc, OSError):
-            raise UserError(f"cannot write the report to {short(out, 200)}: {exc.strerror or exc}"
-                            f"{_where(out, exc)}; pass another --out") from None
+            raise UserError(
+                f"cannot write the report to {short(out, 200)}: {exc.strerror or exc}"
+                f"{_where(out, exc)}; pass another --out"
+            ) from None
         raise
 
 
@@ -116,9 +125,14 @@ def collect(ws, ledger, study: str | None = None) -> dict[str, Any]:
     space = {k: SearchParam.model_validate(v) for k, v in (recipe.get("search") or {}).items()}
     varied = varied_counts(trials, space, recipe.get("train") or {})
     return {
-        "study": st, "objective": objective, "trials": trials, "best": best, "findings": found,
+        "study": st,
+        "objective": objective,
+        "trials": trials,
+        "best": best,
+        "findings": found,
         "baseline_gains": {g["number"]: g for g in found["confirmed"]},
-        "space": space, "varied": varied,
+        "space": space,
+        "varied": varied,
         "baselines": [t for t in trials if t.get("proposer") == "baseline"],
         "budget": budget_used(st, trials),
         "baseline_value": baseline_value(st, trials),
@@ -137,10 +151,20 @@ def rank_best(trials: list[dict], direction: str = "maximize", confirmed: list[i
     gain over the baseline), then by verdict, then by objective."""
     sign = -1.0 if direction == "maximize" else 1.0
     first = {n: i for i, n in enumerate(confirmed or [])}
-    ranked = [t for t in trials if t.get("verdict") in VERDICT_ORDER and t.get("proposer") != "baseline"
-              and _finite(t.get("objective"))]
-    return sorted(ranked, key=lambda t: (first.get(t["number"], len(first)), VERDICT_ORDER.index(t["verdict"]),
-                                         sign * t["objective"], t["number"]))
+    ranked = [
+        t
+        for t in trials
+        if t.get("verdict") in VERDICT_ORDER and t.get("proposer") != "baseline" and _finite(t.get("objective"))
+    ]
+    return sorted(
+        ranked,
+        key=lambda t: (
+            first.get(t["number"], len(first)),
+            VERDICT_ORDER.index(t["verdict"]),
+            sign * t["objective"],
+            t["number"],
+        ),
+    )
 
 
 def baseline_value(study: dict, trials: list[dict]) -> float | None:
@@ -158,14 +182,20 @@ def budget_used(study: dict, trials: list[dict]) -> dict[str, float]:
     """The study's wall time against its budget (every session's, summed on resume): from its start to its last
     trial's end, less the pauses between sessions (``SESSION_GAP_S`` or more with no trial running) and without
     the full runs promote started (they have no budget)."""
-    spans = sorted((t["started"], t["finished"]) for t in trials
-                   if t.get("kind", "trial") == "trial" and t.get("started") and t.get("finished"))
+    spans = sorted(
+        (t["started"], t["finished"])
+        for t in trials
+        if t.get("kind", "trial") == "trial" and t.get("started") and t.get("finished")
+    )
     wall, end = 0.0, study["created"]
     for start, finish in spans:
         wall += max(finish - max(start if start - end >= SESSION_GAP_S else end, end), 0.0)
         end = max(end, finish)
-    return {"wall_s": wall, "budget_s": study.get("budget_s") or 0.0,
-            "trial_s": sum(t.get("duration_s") or 0.0 for t in trials if t.get("kind", "trial") == "trial")}
+    return {
+        "wall_s": wall,
+        "budget_s": study.get("budget_s") or 0.0,
+        "trial_s": sum(t.get("duration_s") or 0.0 for t in trials if t.get("kind", "trial") == "trial"),
+    }
 
 
 # Below this many complete trials fANOVA hands seed noise a large importance (eps_clip 0.95 from a dozen
@@ -178,8 +208,11 @@ IMPORTANCE_MIN_VARIED = 5
 
 def varied_counts(trials: list[dict], space: dict[str, SearchParam], base: dict) -> dict[str, int]:
     """Per searched key, how many scored trials of the search ran it at another value than the base recipe's."""
-    scored = [t for t in trials if _finite(t.get("objective")) and t.get("proposer") != "baseline"
-              and t.get("confirms") is None]
+    scored = [
+        t
+        for t in trials
+        if _finite(t.get("objective")) and t.get("proposer") != "baseline" and t.get("confirms") is None
+    ]
     return {k: sum((t.get("params") or {}).get(k, base.get(k)) != base.get(k) for t in scored) for k in space}
 
 
@@ -187,8 +220,7 @@ def weighed(varied: dict[str, int]) -> tuple[list[str], str]:
     """The keys importances may weigh, and a note on those left out (with how many trials changed each)."""
     keys = [k for k, n in varied.items() if n >= IMPORTANCE_MIN_VARIED]
     left = [f"{k} ({n})" for k, n in varied.items() if n < IMPORTANCE_MIN_VARIED]
-    note = (f"left out, changed in fewer than {IMPORTANCE_MIN_VARIED} scored trials: {', '.join(left)}"
-            if left else "")
+    note = f"left out, changed in fewer than {IMPORTANCE_MIN_VARIED} scored trials: {', '.join(left)}" if left else ""
     return keys, note
 
 
@@ -198,8 +230,10 @@ def importances(ledger, study_name: str, params: list[str] | None = None) -> tup
     if complete is None:
         return {}, f"no Optuna study {study_name} in the ledger"
     if complete < IMPORTANCE_MIN_TRIALS:
-        return {}, (f"the Optuna study has {complete} complete trial(s); importances are shown from "
-                    f"{IMPORTANCE_MIN_TRIALS} with varied values (fewer make noise look like importance)")
+        return {}, (
+            f"the Optuna study has {complete} complete trial(s); importances are shown from "
+            f"{IMPORTANCE_MIN_TRIALS} with varied values (fewer make noise look like importance)"
+        )
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -213,7 +247,9 @@ def importances(ledger, study_name: str, params: list[str] | None = None) -> tup
     return dict(values), f"fANOVA over {complete} complete trials of Optuna study {study_name}"
 
 
-def pooled_importances(trials: list[dict], space: dict[str, SearchParam], direction: str) -> tuple[dict[str, float], str]:
+def pooled_importances(
+    trials: list[dict], space: dict[str, SearchParam], direction: str
+) -> tuple[dict[str, float], str]:
     """Importances over the ledger's finished trials (searched keys only), or ({}, why not)."""
     import optuna
 
@@ -239,15 +275,18 @@ def pooled_importances(trials: list[dict], space: dict[str, SearchParam], direct
     return dict(values), f"fANOVA over {n} finished trials of this study in the ledger (searched keys that varied)"
 
 
-def _importances(ledger, st: dict, trials: list[dict], space: dict, direction: str,
-                 varied: dict[str, int]) -> tuple[dict[str, float], str]:
+def _importances(
+    ledger, st: dict, trials: list[dict], space: dict, direction: str, varied: dict[str, int]
+) -> tuple[dict[str, float], str]:
     """The main Optuna study's importances, else pooled over the ledger's trials, over the searched keys that
     enough trials changed (two at least: one key alone has all the importance by definition)."""
     keys, left = weighed(varied)
     counts = ", ".join(f"{k} {n}" for k, n in varied.items())
     if len(keys) < 2:
-        return {}, (f"not enough trials changed the searched values to weigh them against each other: each needs "
-                    f"{IMPORTANCE_MIN_VARIED} scored trials that changed it (so far {counts or 'none'})")
+        return {}, (
+            f"not enough trials changed the searched values to weigh them against each other: each needs "
+            f"{IMPORTANCE_MIN_VARIED} scored trials that changed it (so far {counts or 'none'})"
+        )
     values, note = importances(ledger, st.get("optuna_study") or st["name"], keys)
     if not values:
         pooled, how = pooled_importances(trials, {k: space[k] for k in keys}, direction)
@@ -308,8 +347,12 @@ def make_plots(data: dict, dest: Path) -> dict[str, str]:
     """Write every plot as a PNG in ``dest``; returns {plot name: path relative to the report}."""
     plt = _pyplot()
     made = {}
-    for name, draw in (("objective", _plot_objective), ("params", _plot_params),
-                       ("importances", _plot_importances), ("curves", _plot_curves)):
+    for name, draw in (
+        ("objective", _plot_objective),
+        ("params", _plot_params),
+        ("importances", _plot_importances),
+        ("curves", _plot_curves),
+    ):
         fig = draw(plt, data)
         if fig is None:
             continue
@@ -341,19 +384,37 @@ def _plot_objective(plt, data: dict):
         scored = [t for t in pts if _finite(t.get("objective"))]
         unscored = [t for t in pts if not _finite(t.get("objective"))]
         if scored:
-            ax.scatter([t["number"] for t in scored], [t["objective"] for t in scored], c=colour, marker="o", s=45,
-                       label=key, zorder=3)
+            ax.scatter(
+                [t["number"] for t in scored],
+                [t["objective"] for t in scored],
+                c=colour,
+                marker="o",
+                s=45,
+                label=key,
+                zorder=3,
+            )
         if unscored:
-            ax.scatter([t["number"] for t in unscored], [BAND / 2] * len(unscored), c=colour, s=45, zorder=3,
-                       marker="x" if key == "crash" else "v", transform=ax.get_xaxis_transform(), clip_on=False,
-                       label=f"{key} (no objective)")
+            ax.scatter(
+                [t["number"] for t in unscored],
+                [BAND / 2] * len(unscored),
+                c=colour,
+                s=45,
+                zorder=3,
+                marker="x" if key == "crash" else "v",
+                transform=ax.get_xaxis_transform(),
+                clip_on=False,
+                label=f"{key} (no objective)",
+            )
     if data["baseline_value"] is not None:
         ax.axhline(data["baseline_value"], color=VERDICT_COLOURS["baseline"], ls="--", lw=1, label="baseline value")
     numbers = [t["number"] for t in trials]
     ax.set_xlim(min(numbers) - 0.7, max(numbers) + 0.7)
     _no_objective_band(ax, [t["objective"] for t in trials if _finite(t.get("objective"))])
-    ax.set(xlabel="attempt", ylabel=obj.metric, title=f"objective over trials ({obj.direction}; trials with no "
-                                                      "objective marked along the bottom)")
+    ax.set(
+        xlabel="attempt",
+        ylabel=obj.metric,
+        title=f"objective over trials ({obj.direction}; trials with no objective marked along the bottom)",
+    )
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
@@ -384,7 +445,7 @@ def _plot_params(plt, data: dict):
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.2 * rows), squeeze=False)
     for ax, (key, sp) in zip(axes.flat, space.items()):
         _param_axis(ax, key, sp, trials)
-    for ax in list(axes.flat)[len(space):]:
+    for ax in list(axes.flat)[len(space) :]:
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel(data["objective"].metric)
@@ -400,8 +461,15 @@ def _verdict_legend(fig, present: set[str]) -> None:
 
     handles = [Line2D([], [], ls="", marker="o", color=c, label=k) for k, c in VERDICT_COLOURS.items() if k in present]
     if handles:
-        fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(handles), fontsize=7,
-                   title="colour = verdict", title_fontsize=7)
+        fig.legend(
+            handles=handles,
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=len(handles),
+            fontsize=7,
+            title="colour = verdict",
+            title_fontsize=7,
+        )
 
 
 def _param_axis(ax, key: str, sp: SearchParam, trials: list[dict]) -> None:
@@ -415,7 +483,9 @@ def _param_axis(ax, key: str, sp: SearchParam, trials: list[dict]) -> None:
     else:
         ax.set_xscale("log" if sp.log else "linear")
         ax.set_xlim(sp.low, sp.high)
-    ax.scatter(xs, [t["objective"] for t in pts], c=[VERDICT_COLOURS.get(_verdict_key(t), "#7b3fa0") for t in pts], s=40)
+    ax.scatter(
+        xs, [t["objective"] for t in pts], c=[VERDICT_COLOURS.get(_verdict_key(t), "#7b3fa0") for t in pts], s=40
+    )
     ax.set_xlabel(key)
     ax.grid(alpha=0.3)
 
@@ -462,11 +532,17 @@ def _curve(ax, records: list[dict], kind: str, key: str, label: str, style: dict
 def build_blocks(data: dict, plots: dict[str, str], logs: dict[int, str]) -> list[Block]:
     """The page, top to bottom, independent of HTML or Markdown."""
     st, obj = data["study"], data["objective"]
-    blocks = [Block("h1", f"Study {st['name']}"),
-              Block("p", f"objective {obj.metric} ({obj.direction}, {obj.reduction}); strategy {st.get('strategy')}; "
-                         f"recipe {st.get('recipe_path')}; base commit {(st.get('base_sha') or '')[:10]}; "
-                         f"generated {time.strftime('%Y-%m-%d %H:%M')}"),
-              Block("h2", "What was found"), Block("ul", outline(findings.headline(data["findings"], 10**6)))]
+    blocks = [
+        Block("h1", f"Study {st['name']}"),
+        Block(
+            "p",
+            f"objective {obj.metric} ({obj.direction}, {obj.reduction}); strategy {st.get('strategy')}; "
+            f"recipe {st.get('recipe_path')}; base commit {(st.get('base_sha') or '')[:10]}; "
+            f"generated {time.strftime('%Y-%m-%d %H:%M')}",
+        ),
+        Block("h2", "What was found"),
+        Block("ul", outline(findings.headline(data["findings"], 10**6))),
+    ]
     blocks += _summary_blocks(data)
     blocks += [Block(*b) for b in errors.blocks(data["errors"], data["trials"])]
     blocks += _best_blocks(data, logs)
@@ -490,14 +566,30 @@ def outline(lines: list[str]) -> list[tuple[str, list[str]]]:
 def _summary_blocks(data: dict) -> list[Block]:
     b = data["budget"]
     share = f" ({100 * b['wall_s'] / b['budget_s']:.0f} %)" if b["budget_s"] else ""
-    out = [Block("h2", "Summary"),
-           Block("p", f"{summary_sentence(data['trials'])} Budget used {format_duration(b['wall_s'])} of "
-                      f"{format_duration(b['budget_s'])}{share}; trial time {format_duration(b['trial_s'])}; "
-                      f"baseline value {_num(data['baseline_value'])}.")]
+    out = [
+        Block("h2", "Summary"),
+        Block(
+            "p",
+            f"{summary_sentence(data['trials'])} Budget used {format_duration(b['wall_s'])} of "
+            f"{format_duration(b['budget_s'])}{share}; trial time {format_duration(b['trial_s'])}; "
+            f"baseline value {_num(data['baseline_value'])}.",
+        ),
+    ]
     if data["crashes"]:
-        rows = [[g["category"] or "-", str(g["count"]), ", ".join(f"{n:02d}" for n in g["attempts"]),
-                 g.get("root_cause_line") or "-", g.get("remedy") or "-"] for g in data["crashes"]]
-        out += [Block("h2", "Crashes by category"), Block("table", ["category", "count", "attempts", "root cause", "remedy"], rows)]
+        rows = [
+            [
+                g["category"] or "-",
+                str(g["count"]),
+                ", ".join(f"{n:02d}" for n in g["attempts"]),
+                g.get("root_cause_line") or "-",
+                g.get("remedy") or "-",
+            ]
+            for g in data["crashes"]
+        ]
+        out += [
+            Block("h2", "Crashes by category"),
+            Block("table", ["category", "count", "attempts", "root cause", "remedy"], rows),
+        ]
     return out + _gate_blocks(data["trials"])
 
 
@@ -510,18 +602,29 @@ def _gate_blocks(trials: list[dict]) -> list[Block]:
     for t in gated:
         failed = next((c for c in t.get("gate_checks") or [] if c.get("ok") is False), None)
         rows.append([t["attempt"], t["gate"], failed["name"] if failed else "-", failed["detail"] if failed else "-"])
-    return [Block("h2", "Hack gate"),
-            Block("p", "A confirmed gain must be matched by the held-out task metric, with healthy completions and "
-                       "KL/entropy in bounds (docs/triage.md); a suspect trial is not the incumbent and is not "
-                       "promoted without --force."),
-            Block("table", ["trial", "gate", "failed check", "evidence"], rows)]
+    return [
+        Block("h2", "Hack gate"),
+        Block(
+            "p",
+            "A confirmed gain must be matched by the held-out task metric, with healthy completions and "
+            "KL/entropy in bounds (docs/triage.md); a suspect trial is not the incumbent and is not "
+            "promoted without --force.",
+        ),
+        Block("table", ["trial", "gate", "failed check", "evidence"], rows),
+    ]
 
 
-SUMMARY_WORDS = [("confirmed", "confirmed improvement(s)"), ("candidate", "candidate(s) awaiting fresh-seed runs"),
-                 ("rejected", "candidate(s) that fresh seeds did not confirm"),
-                 ("suspect", "suspect (confirmed, but the hack gate failed)"), ("flat", "flat"),
-                 ("regressed", "regressed"), ("pruned", "stopped early (pruned)"), ("crash", "crashed"),
-                 ("other", "unfinished")]
+SUMMARY_WORDS = [
+    ("confirmed", "confirmed improvement(s)"),
+    ("candidate", "candidate(s) awaiting fresh-seed runs"),
+    ("rejected", "candidate(s) that fresh seeds did not confirm"),
+    ("suspect", "suspect (confirmed, but the hack gate failed)"),
+    ("flat", "flat"),
+    ("regressed", "regressed"),
+    ("pruned", "stopped early (pruned)"),
+    ("crash", "crashed"),
+    ("other", "unfinished"),
+]
 
 
 def summary_sentence(trials: list[dict]) -> str:
@@ -536,14 +639,20 @@ def summary_sentence(trials: list[dict]) -> str:
         key = key if key in dict(SUMMARY_WORDS) else "other"
         counts[key] = counts.get(key, 0) + 1
     parts = [f"{counts[k]} {words}" for k, words in SUMMARY_WORDS if counts.get(k)]
-    return (f"{len(own)} trials: {base} baseline runs, {reruns} confirmation runs, and {len(search)} of the search"
-            + (f": {', '.join(parts)}." if parts else "."))
+    return f"{len(own)} trials: {base} baseline runs, {reruns} confirmation runs, and {len(search)} of the search" + (
+        f": {', '.join(parts)}." if parts else "."
+    )
 
 
 def _best_blocks(data: dict, logs: dict[int, str]) -> list[Block]:
-    out = [Block("h2", "Best trials"),
-           Block("note", "Confirmed recipes first, by their gain over the baseline (measured on their fresh-seed "
-                         "runs); then by verdict (improved, flat, regressed) and objective; baselines excluded.")]
+    out = [
+        Block("h2", "Best trials"),
+        Block(
+            "note",
+            "Confirmed recipes first, by their gain over the baseline (measured on their fresh-seed "
+            "runs); then by verdict (improved, flat, regressed) and objective; baselines excluded.",
+        ),
+    ]
     if not data["best"]:
         return out + [Block("note", "No judged trial yet besides the baseline.")]
     out.append(_trials_table(data, data["best"], logs))
@@ -556,13 +665,21 @@ def _best_blocks(data: dict, logs: dict[int, str]) -> list[Block]:
 
 def _plot_blocks(data: dict, plots: dict[str, str]) -> list[Block]:
     out = [Block("h2", "Plots")]
-    captions = {"objective": "Objective over trials", "params": "Objective vs searched parameters",
-                "importances": "Parameter importances", "curves": "Reward and eval curves: best trials vs baseline"}
+    captions = {
+        "objective": "Objective over trials",
+        "params": "Objective vs searched parameters",
+        "importances": "Parameter importances",
+        "curves": "Reward and eval curves: best trials vs baseline",
+    }
     for name, caption in captions.items():
         if name in plots:
             out.append(Block("img", plots[name], caption))
         if name == "importances":
-            out.append(Block("note", ("" if name in plots else "Parameter importances: not plotted: ") + data["importances"][1]))
+            out.append(
+                Block(
+                    "note", ("" if name in plots else "Parameter importances: not plotted: ") + data["importances"][1]
+                )
+            )
         elif name not in plots:
             out.append(Block("note", f"{caption}: nothing to plot yet."))
     return out
@@ -573,23 +690,55 @@ def _hypothesis_blocks(rows: list[dict]) -> list[Block]:
         return []
     order = {"validated": 0, "testing": 1, "inconclusive": 2, "invalidated": 3, "pending": 4}
     rows = sorted(rows, key=lambda r: (order.get(r["status"], 9), r["id"]))
-    body = [[r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
-             str(r["counts"].get("tried", 0)), str(r["counts"].get("improved", 0)),
-             r["title"] + (f" ({r['note']})" if r.get("note") else "")] for r in rows]
-    return [Block("h2", "Hypotheses"),
-            Block("table", ["id", "priority", "status", "confidence", "tried", "improved", "title"], body)]
+    body = [
+        [
+            r["id"],
+            r["priority"],
+            r["status"] + (" (demoted)" if r["demoted"] else ""),
+            r["confidence"],
+            str(r["counts"].get("tried", 0)),
+            str(r["counts"].get("improved", 0)),
+            r["title"] + (f" ({r['note']})" if r.get("note") else ""),
+        ]
+        for r in rows
+    ]
+    return [
+        Block("h2", "Hypotheses"),
+        Block("table", ["id", "priority", "status", "confidence", "tried", "improved", "title"], body),
+    ]
 
 
 def _trials_table(data: dict, trials: list[dict], logs: dict[int, str]) -> Block:
-    head = ["NN", "proposer", "changed", "verdict", "objective", "Δ vs parent [95% CI]", "Δ vs baseline", "time",
-            "branch", "log"]
+    head = [
+        "NN",
+        "proposer",
+        "changed",
+        "verdict",
+        "objective",
+        "Δ vs parent [95% CI]",
+        "Δ vs baseline",
+        "time",
+        "branch",
+        "log",
+    ]
     rows = []
     for t in trials:
         who = t["proposer"] + (f" / {t['hypothesis']}" if t.get("hypothesis") else "")
         log = Link("log tail", logs[t["number"]]) if t["number"] in logs else "-"
-        rows.append([f"{t['number']:02d}", who, dump_values(t.get("changed") or {}) or "-", _verdict_text(t),
-                     _num(t.get("objective")), _delta(t), _vs_baseline(t, data.get("baseline_gains", {})),
-                     format_duration(t.get("duration_s") or 0), _ref_cell(t, data["refs"]), log])
+        rows.append(
+            [
+                f"{t['number']:02d}",
+                who,
+                dump_values(t.get("changed") or {}) or "-",
+                _verdict_text(t),
+                _num(t.get("objective")),
+                _delta(t),
+                _vs_baseline(t, data.get("baseline_gains", {})),
+                format_duration(t.get("duration_s") or 0),
+                _ref_cell(t, data["refs"]),
+                log,
+            ]
+        )
     return Block("table", head, rows)
 
 
@@ -637,11 +786,14 @@ def _delta(t: dict) -> str:
 
 # ---- rendering ----------------------------------------------------------------------------
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#1d1d1d;padding:0 16px}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px
+auto;max-width:1200px;color:#1d1d1d;padding:0 16px}
 h1{font-size:22px;margin:0 0 6px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:3px}
-table{border-collapse:collapse;margin:6px 0;font-size:12.5px}th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:6px 0;font-size:12.5px}th,td{border:1px solid #ddd;padding:3px
+7px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}tr:nth-child(even) td{background:#fafafa}.note{color:#555;font-style:italic}
-pre{background:#f6f8fa;padding:8px;overflow-x:auto;font-size:12px}figure{margin:10px 0}figcaption{color:#555;font-size:12px}
+pre{background:#f6f8fa;padding:8px;overflow-x:auto;font-size:12px}figure{margin:10px
+0}figcaption{color:#555;font-size:12px}
 img{max-width:100%;border:1px solid #eee}details{margin:4px 0}summary{cursor:pointer;font-family:monospace}
 """
 
@@ -661,8 +813,10 @@ window.addEventListener('load', function () {
 def render_html(blocks: list[Block], title: str) -> str:
     """The HTML page (its plots and log tails are files beside it); the script marks images that failed to load."""
     body = "\n".join(_html_block(b) for b in blocks)
-    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head>\n<body>\n{body}\n{IMG_CHECK}\n</body></html>\n")
+    return (
+        f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style></head>\n<body>\n{body}\n{IMG_CHECK}\n</body></html>\n"
+    )
 
 
 def _html_block(b: Block) -> str:
@@ -676,9 +830,16 @@ def _html_block(b: Block) -> str:
     if b.kind == "details":
         return f"<details{' open' if b.open else ''}><summary>{e(b.body)}</summary><pre>{e(b.extra)}</pre></details>"
     if b.kind == "ul":
-        return "<ul class='found'>" + "".join(f"<li>{e(item)}" + ("<ul>" + "".join(f"<li>{e(x)}</li>" for x in subs)
-                                                                 + "</ul>" if subs else "") + "</li>"
-                                              for item, subs in b.body) + "</ul>"
+        return (
+            "<ul class='found'>"
+            + "".join(
+                f"<li>{e(item)}"
+                + ("<ul>" + "".join(f"<li>{e(x)}</li>" for x in subs) + "</ul>" if subs else "")
+                + "</li>"
+                for item, subs in b.body
+            )
+            + "</ul>"
+        )
     head = "".join(f"<th>{e(h)}</th>" for h in b.body)
     rows = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in b.extra)
     return f"<table><tr>{head}</tr>{rows}</table>"
@@ -715,5 +876,7 @@ def _md_block(b: Block) -> str:
 
 
 def _md_cell(cell: Any) -> str:
-    text = f"[{cell.text}]({cell.href})" if isinstance(cell, Link) else cell.text if isinstance(cell, Hover) else str(cell)
+    text = (
+        f"[{cell.text}]({cell.href})" if isinstance(cell, Link) else cell.text if isinstance(cell, Hover) else str(cell)
+    )
     return text.replace("|", "\\|").replace("\n", " ")

@@ -16,10 +16,35 @@ from autorl.errors import GitError
 from autorl.present import errors
 from autorl.recipe import dump_values
 
-LEDGER_FIELDS = ["number", "attempt", "proposer", "hypothesis", "why", "changed", "status", "verdict", "confirmation",
-                 "objective", "delta", "ci_low", "ci_high", "method", "n_items", "parent", "gain_vs_baseline",
-                 "gap_to_best", "confirms", "duration_s", "crash_category", "reason", "fp_rate", "confirm_fp_rate",
-                 "kind", "promoted_from", "gate"]
+LEDGER_FIELDS = [
+    "number",
+    "attempt",
+    "proposer",
+    "hypothesis",
+    "why",
+    "changed",
+    "status",
+    "verdict",
+    "confirmation",
+    "objective",
+    "delta",
+    "ci_low",
+    "ci_high",
+    "method",
+    "n_items",
+    "parent",
+    "gain_vs_baseline",
+    "gap_to_best",
+    "confirms",
+    "duration_s",
+    "crash_category",
+    "reason",
+    "fp_rate",
+    "confirm_fp_rate",
+    "kind",
+    "promoted_from",
+    "gate",
+]
 
 
 def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:
@@ -32,8 +57,12 @@ def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, stu
     out = []
     for r in rows:
         g = measured.get(r["number"])
-        out.append({**{k: r.get(k) for k in LEDGER_FIELDS},
-                    "baseline_gain": {k: getattr(g, k) for k in ("delta", "ci_low", "ci_high", "level")} if g else None})
+        out.append(
+            {
+                **{k: r.get(k) for k in LEDGER_FIELDS},
+                "baseline_gain": {k: getattr(g, k) for k in ("delta", "ci_low", "ci_high", "level")} if g else None,
+            }
+        )
     return out
 
 
@@ -55,13 +84,28 @@ def print_ledger(rows: list[dict]) -> None:
     if c.width < WIDE:
         return _print_records(c, counted(len(rows), "trial"), [_ledger_record(r) for r in rows])
     table = Table(title=counted(len(rows), "trial"), show_lines=False)
-    for col in ("NN", "proposer / hypothesis", "changed", "verdict", "objective", "Δ vs parent [95% CI]",
-                "Δ vs baseline", "time"):
+    for col in (
+        "NN",
+        "proposer / hypothesis",
+        "changed",
+        "verdict",
+        "objective",
+        "Δ vs parent [95% CI]",
+        "Δ vs baseline",
+        "time",
+    ):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(f"{r['number']:02d}", _who(r), dump_values(r.get("changed") or {}) or "-",
-                      _verdict_cell(r), _num(r.get("objective")), _delta(r), _vs_baseline(r),
-                      format_duration(r.get("duration_s") or 0))
+        table.add_row(
+            f"{r['number']:02d}",
+            _who(r),
+            dump_values(r.get("changed") or {}) or "-",
+            _verdict_cell(r),
+            _num(r.get("objective")),
+            _delta(r),
+            _vs_baseline(r),
+            format_duration(r.get("duration_s") or 0),
+        )
     c.print(table)
 
 
@@ -76,8 +120,10 @@ def _console():
 
 def _ledger_record(r: dict) -> tuple[str, str]:
     """One trial in two lines: the numbers, then who proposed it and what it changed."""
-    head = (f"{r['number']:02d}  {_verdict_cell(r)}  objective {_num(r.get('objective'))}  Δ {_delta(r)}  "
-            f"{format_duration(r.get('duration_s') or 0)}")
+    head = (
+        f"{r['number']:02d}  {_verdict_cell(r)}  objective {_num(r.get('objective'))}  Δ {_delta(r)}  "
+        f"{format_duration(r.get('duration_s') or 0)}"
+    )
     base = f"; Δ vs baseline {_vs_baseline(r)}" if _vs_baseline(r) != "-" and r.get("kind") != "full" else ""
     return head, f"{_who(r)}: {dump_values(r.get('changed') or {}) or 'nothing changed'}{base}"
 
@@ -89,8 +135,11 @@ def _print_records(c, title: str, records: list[tuple[str, str]]) -> None:
     c.print(f"[bold]{title}[/]")
     for head, detail in records:
         c.print(head, highlight=False)
-        c.print(textwrap.fill(detail, width=c.width, initial_indent="    ", subsequent_indent="    "),
-                markup=False, highlight=False)
+        c.print(
+            textwrap.fill(detail, width=c.width, initial_indent="    ", subsequent_indent="    "),
+            markup=False,
+            highlight=False,
+        )
 
 
 def _who(r: dict) -> str:
@@ -140,12 +189,20 @@ def show_trial(ws, ledger, number: int) -> dict[str, Any]:
     try:
         diff = gitops.diff(ws.root, base, row["start_tag"]) if base and base != row["start_tag"] else ""
     except GitError:
-        diff = f"(no diff: {row['start_tag']} or {base} is gone, e.g. removed by `autorl clean`; the ledger keeps " \
-               "the trial's values: see `changed` above)"
-    return {"trial": row, "diff_vs_baseline": diff, "baseline_tag": base, "steps": len(steps),
-            "refs_gone": _refs_gone(ws, row),
-            "curve": {k: [s.get(k) for s in steps] for k in ("reward_mean", "kl", "grad_norm", "clip_ratio")},
-            "evals": evals, "log_tail": _tail(row.get("log_path"), 15)}
+        diff = (
+            f"(no diff: {row['start_tag']} or {base} is gone, e.g. removed by `autorl clean`; the ledger keeps "
+            "the trial's values: see `changed` above)"
+        )
+    return {
+        "trial": row,
+        "diff_vs_baseline": diff,
+        "baseline_tag": base,
+        "steps": len(steps),
+        "refs_gone": _refs_gone(ws, row),
+        "curve": {k: [s.get(k) for s in steps] for k in ("reward_mean", "kl", "grad_norm", "clip_ratio")},
+        "evals": evals,
+        "log_tail": _tail(row.get("log_path"), 15),
+    }
 
 
 def _baseline_tag(ledger, row: dict) -> str | None:
@@ -178,8 +235,10 @@ def _refs_line(t: dict, gone: list[str], sha: str) -> str:
     if not gone:
         return f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({sha})"
     kept = [n for n in _ref_names(t) if n not in gone]
-    return (f"refs: {', '.join(kept) or 'none left'} ({sha}); gone from the repository: {', '.join(gone)} "
-            "(removed by `autorl clean` or by hand; the ledger keeps the values)")
+    return (
+        f"refs: {', '.join(kept) or 'none left'} ({sha}); gone from the repository: {', '.join(gone)} "
+        "(removed by `autorl clean` or by hand; the ledger keeps the values)"
+    )
 
 
 def print_show(d: dict) -> None:
@@ -189,8 +248,13 @@ def print_show(d: dict) -> None:
     say = lambda text: c.print(text, markup=False, highlight=False)  # noqa: E731  (values may hold [brackets])
     from rich.text import Text
 
-    c.print(Text.assemble((t["attempt"], "bold"), f"  {t['status']}  verdict {t.get('verdict') or '-'}  "
-                          f"objective {_num(t.get('objective'))}  Δ {_delta(t)}"), highlight=False)
+    c.print(
+        Text.assemble(
+            (t["attempt"], "bold"),
+            f"  {t['status']}  verdict {t.get('verdict') or '-'}  objective {_num(t.get('objective'))}  Δ {_delta(t)}",
+        ),
+        highlight=False,
+    )
     say(f"proposer {_who(t)}; why: {t.get('why')}")
     sha = (t.get("start_sha") or "")[:10]
     say(_refs_line(t, d.get("refs_gone") or [], sha))
@@ -209,11 +273,13 @@ def print_show(d: dict) -> None:
         if vals:
             say(f"{key:>12} {sparkline(vals)}  {vals[0]:.3g} → {vals[-1]:.3g}")
     for e in d["evals"][-3:]:
-        say("eval @%s: %s" % (e.get("step"), dump_values({k: v for k, v in e.items() if k.startswith("eval/")})))
+        say(f"eval @{e.get('step')}: {dump_values({k: v for k, v in e.items() if k.startswith('eval/')})}")
     if t.get("crash_category"):
         from autorl.judge.triage import shown
 
-        c.print(Text.assemble((f"crash {t['crash_category']}", "red"), f": {shown(t.get('root_cause'))}"), highlight=False)
+        c.print(
+            Text.assemble((f"crash {t['crash_category']}", "red"), f": {shown(t.get('root_cause'))}"), highlight=False
+        )
         say(f"remedy: {t.get('remedy')}")
     if d["log_tail"]:
         c.print("[bold]log tail[/]")
@@ -225,8 +291,11 @@ def gate_lines(t: dict) -> list[str]:
     if not t.get("gate"):
         return []
     mark = {True: "ok", False: "FAILED", None: "not measured"}
-    head = {"ok": "hack gate: passed", "suspect": "hack gate: SUSPECT (not promoted without --force)",
-            "blind": "hack gate: blind (no held-out task metric)"}.get(t["gate"], f"hack gate: {t['gate']}")
+    head = {
+        "ok": "hack gate: passed",
+        "suspect": "hack gate: SUSPECT (not promoted without --force)",
+        "blind": "hack gate: blind (no held-out task metric)",
+    }.get(t["gate"], f"hack gate: {t['gate']}")
     return [head] + [f"  {c['name']}: {mark[c.get('ok')]}: {c.get('detail', '')}" for c in t.get("gate_checks") or []]
 
 
@@ -248,10 +317,18 @@ def crash_groups(ledger) -> list[dict]:
     decided = crash_actions(ledger)
     groups: dict[str, dict] = {}
     for r in rows:
-        g = groups.setdefault(r.get("crash_signature") or "unknown", {
-            "signature": r.get("crash_signature"), "category": r.get("crash_category"), "count": 0,
-            "root_cause_line": shown(r.get("root_cause")), "remedy": r.get("remedy"), "attempts": [],
-            "actions": []})
+        g = groups.setdefault(
+            r.get("crash_signature") or "unknown",
+            {
+                "signature": r.get("crash_signature"),
+                "category": r.get("crash_category"),
+                "count": 0,
+                "root_cause_line": shown(r.get("root_cause")),
+                "remedy": r.get("remedy"),
+                "attempts": [],
+                "actions": [],
+            },
+        )
         g["count"] += 1
         g["attempts"].append(r["number"])
         retries = ledger.trials(retry_of=r["number"])
@@ -280,8 +357,12 @@ def print_crash_groups(groups: list[dict]) -> None:
         c.print("no crashes")
     for g in groups:
         attempts = ", ".join(f"{n:02d}" for n in g["attempts"])
-        c.print(Text.assemble((str(g["category"]), "bold red"), f" ×{g['count']}  signature {g['signature']}  "
-                              f"attempts {attempts}"), highlight=False)
+        c.print(
+            Text.assemble(
+                (str(g["category"]), "bold red"), f" ×{g['count']}  signature {g['signature']}  attempts {attempts}"
+            ),
+            highlight=False,
+        )
         c.print(f"  root cause: {g['root_cause_line']}", markup=False, highlight=False)
         c.print(f"  remedy: {g['remedy']}\n  done: {'; '.join(g['actions'])}", markup=False, highlight=False)
 
@@ -291,23 +372,41 @@ def trial_triage(ledger, number: int) -> dict[str, Any]:
     from autorl.judge import triage
 
     row = ledger.trial(number)
-    log = Path(row["log_path"]).read_text(errors="replace") if row.get("log_path") and Path(row["log_path"]).exists() else ""
+    log = (
+        Path(row["log_path"]).read_text(errors="replace")
+        if row.get("log_path") and Path(row["log_path"]).exists()
+        else ""
+    )
     if row.get("status") not in ("crash",) and not row.get("crash_category"):
-        return {"attempt": row["attempt"], "status": row["status"], "verdict": row.get("verdict"),
-                "category": None, "message": "this trial did not crash", "reason": row.get("reason")}
-    return {"attempt": row["attempt"], "status": row["status"], "category": row.get("crash_category"),
-            "root_cause_line": triage.shown(row.get("root_cause")), "remedy": row.get("remedy"),
-            "signature": row.get("crash_signature"),
-            "actions": crash_actions(ledger).get(row["id"], []),
-            "excerpt": triage.excerpt(log, row.get("root_cause") or "") if log else ""}
+        return {
+            "attempt": row["attempt"],
+            "status": row["status"],
+            "verdict": row.get("verdict"),
+            "category": None,
+            "message": "this trial did not crash",
+            "reason": row.get("reason"),
+        }
+    return {
+        "attempt": row["attempt"],
+        "status": row["status"],
+        "category": row.get("crash_category"),
+        "root_cause_line": triage.shown(row.get("root_cause")),
+        "remedy": row.get("remedy"),
+        "signature": row.get("crash_signature"),
+        "actions": crash_actions(ledger).get(row["id"], []),
+        "excerpt": triage.excerpt(log, row.get("root_cause") or "") if log else "",
+    }
 
 
 def format_trial_triage(d: dict) -> str:
     if not d.get("category"):
         return f"{d['attempt']}: {d['status']} ({d.get('verdict') or '-'}): this trial did not crash"
-    return (f"{d['attempt']}: {d['category']}\nroot cause: {d['root_cause_line']}\nremedy: {d['remedy']}\n"
-            f"signature: {d['signature']}\n" + "".join(f"done: {a}\n" for a in d.get("actions", []))
-            + f"--- log excerpt ---\n{d['excerpt']}")
+    return (
+        f"{d['attempt']}: {d['category']}\nroot cause: {d['root_cause_line']}\nremedy: {d['remedy']}\n"
+        f"signature: {d['signature']}\n"
+        + "".join(f"done: {a}\n" for a in d.get("actions", []))
+        + f"--- log excerpt ---\n{d['excerpt']}"
+    )
 
 
 def hypothesis_rows(ws, ledger) -> list[dict]:
@@ -324,15 +423,30 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
     rows = []
     for h in hypotheses.load_library(dirs):
         st = hypotheses.status(h, trials, settings, objective)
-        gains = [confirmed_gain(t, trials) for t in trials if t.get("hypothesis") == h.id
-                 and t.get("confirmation") == "confirmed"]
+        gains = [
+            confirmed_gain(t, trials)
+            for t in trials
+            if t.get("hypothesis") == h.id and t.get("confirmation") == "confirmed"
+        ]
         gains = [g for g in gains if g is not None]
-        rows.append({"id": h.id, "title": h.title, "priority": h.priority, "status": st.status,
-                     "confidence": st.confidence, "counts": st.counts, "demoted": st.demoted,
-                     "trials": found.get(h.id, dict.fromkeys(("tried", "moves", "candidates", "confirmed",
-                                                              "rejected"), 0)),
-                     "confirmed_gain": max(gains) if gains else None, "detectable": st.detectable, "note": st.note,
-                     "symptoms": h.symptoms, "backends": h.backends, "source": h.source})
+        rows.append(
+            {
+                "id": h.id,
+                "title": h.title,
+                "priority": h.priority,
+                "status": st.status,
+                "confidence": st.confidence,
+                "counts": st.counts,
+                "demoted": st.demoted,
+                "trials": found.get(h.id, dict.fromkeys(("tried", "moves", "candidates", "confirmed", "rejected"), 0)),
+                "confirmed_gain": max(gains) if gains else None,
+                "detectable": st.detectable,
+                "note": st.note,
+                "symptoms": h.symptoms,
+                "backends": h.backends,
+                "source": h.source,
+            }
+        )
     return rows
 
 
@@ -353,8 +467,9 @@ def confirmed_gain(candidate: dict, trials: list[dict]) -> float | None:
     fresh = _objectives(t for t in trials if t.get("confirms") == candidate["number"])
     parent = candidate.get("parent")
     if parent is None:
-        base = _objectives(t for t in trials if t.get("proposer") == "baseline"
-                           and t.get("study_id") == candidate.get("study_id"))
+        base = _objectives(
+            t for t in trials if t.get("proposer") == "baseline" and t.get("study_id") == candidate.get("study_id")
+        )
     else:
         base = _objectives(t for t in trials if t["number"] == parent or t.get("confirms") == parent)
     if not fresh or not base:
@@ -378,9 +493,16 @@ def print_hypotheses(rows: list[dict]) -> None:
         table.add_column(col, overflow="fold")
     for r in rows:
         n = r["trials"]
-        table.add_row(r["id"], r["priority"], r["status"] + (" (demoted)" if r["demoted"] else ""), r["confidence"],
-                      _tried_cell(n), f"{n['confirmed']}/{n['candidates']}", _gain(r),
-                      r["title"] + (f" ({r['note']})" if r.get("note") else ""))
+        table.add_row(
+            r["id"],
+            r["priority"],
+            r["status"] + (" (demoted)" if r["demoted"] else ""),
+            r["confidence"],
+            _tried_cell(n),
+            f"{n['confirmed']}/{n['candidates']}",
+            _gain(r),
+            r["title"] + (f" ({r['note']})" if r.get("note") else ""),
+        )
     c.print(table)
 
 
@@ -395,8 +517,10 @@ def _gain(r: dict) -> str:
 def _hypothesis_record(r: dict) -> tuple[str, str]:
     n = r["trials"]
     status = r["status"] + (" (demoted)" if r["demoted"] else "")
-    head = (f"{r['id']}  {r['priority']}  {status}  confidence {r['confidence']}  tried {_tried_cell(n)}, "
-            f"confirmed {n['confirmed']} of {n['candidates']} candidates, gain over parent {_gain(r)}")
+    head = (
+        f"{r['id']}  {r['priority']}  {status}  confidence {r['confidence']}  tried {_tried_cell(n)}, "
+        f"confirmed {n['confirmed']} of {n['candidates']} candidates, gain over parent {_gain(r)}"
+    )
     return head, r["title"] + (f" ({r['note']})" if r.get("note") else "")
 
 
@@ -412,8 +536,13 @@ def diagnose_trial(ledger, number: int | None) -> dict[str, Any]:
     d = diagnose.diagnose(steps, evals, row.get("params") or {})
     rules = diagnose.load_rules()
     row_rule = next((b for b in rules.bottlenecks if b.name == d.bottleneck), rules.default)
-    return {"attempt": row["attempt"], "number": row["number"], "which": which,
-            "bottleneck_description": row_rule.description, **d.model_dump()}
+    return {
+        "attempt": row["attempt"],
+        "number": row["number"],
+        "which": which,
+        "bottleneck_description": row_rule.description,
+        **d.model_dump(),
+    }
 
 
 def _default_diagnosed(ledger) -> tuple[dict, str]:
@@ -426,8 +555,10 @@ def _default_diagnosed(ledger) -> tuple[dict, str]:
         return ledger.trial(best[0].number), "the study's best confirmed recipe"
     base = [t for t in ledger.baselines(st["id"]) if t.get("status") == "complete" and ledger.metrics(t["id"])]
     if not base:
-        raise NotFoundError(f"study {st['name']} has no finished baseline with metrics yet: name a trial "
-                            "(`autorl diagnose NN`) or run a study first")
+        raise NotFoundError(
+            f"study {st['name']} has no finished baseline with metrics yet: name a trial "
+            "(`autorl diagnose NN`) or run a study first"
+        )
     return base[0], "the study's baseline: nothing is confirmed yet"
 
 
@@ -437,8 +568,10 @@ OPS_TEXT = {"lt": "<", "le": "≤", "gt": ">", "ge": "≥", "abs_lt": "|x| <", "
 def format_diagnosis(d: dict) -> str:
     """The diagnosis in words: which trial and why, the bottleneck, where to look first, each symptom's numbers."""
     which = f" ({d['which']}; `autorl diagnose NN` for another trial)" if d.get("which") else ""
-    lines = [f"{d['attempt']}{which}",
-             f"bottleneck: {d['bottleneck']}: {d.get('bottleneck_description') or ''}".rstrip(": ")]
+    lines = [
+        f"{d['attempt']}{which}",
+        f"bottleneck: {d['bottleneck']}: {d.get('bottleneck_description') or ''}".rstrip(": "),
+    ]
     leads = list(dict.fromkeys(x for s in d["symptoms"] for x in s.get("look_at") or []))
     if leads:
         lines.append(f"look at first: {'; '.join(leads)}")
@@ -456,10 +589,15 @@ def format_diagnosis(d: dict) -> str:
 
 def _evidence(e: dict) -> str:
     """'delta of reward_mean (last points against the first) = 0.0031, |x| < 0.02, over 40 points'."""
-    window = ("last points against the first" if e["stat"] in ("delta", "rel_change")
-              else {"head": "first points", "tail": "last points"}.get(e["window"], ""))
-    return (f"{e['stat']} of {e['metric']}{f' ({window})' if window else ''} = {e['value']:.4g}, "
-            f"{OPS_TEXT.get(e['op'], e['op'])} {e['threshold']:.4g}, over {e['points']} points")
+    window = (
+        "last points against the first"
+        if e["stat"] in ("delta", "rel_change")
+        else {"head": "first points", "tail": "last points"}.get(e["window"], "")
+    )
+    return (
+        f"{e['stat']} of {e['metric']}{f' ({window})' if window else ''} = {e['value']:.4g}, "
+        f"{OPS_TEXT.get(e['op'], e['op'])} {e['threshold']:.4g}, over {e['points']} points"
+    )
 
 
 def status_rows(ledger, ws=None) -> dict[str, Any]:
@@ -470,14 +608,25 @@ def status_rows(ledger, ws=None) -> dict[str, Any]:
         metrics = ledger.metrics(r["id"])
         steps = [m for m in metrics if m.get("type", "step") == "step"]
         evals = [{k: v for k, v in m.items() if not k.endswith("items")} for m in metrics if m.get("type") == "eval"]
-        running.append({"attempt": r["attempt"], "kind": r["kind"], "status": r["status"], "pid": r.get("pid"),
-                        "step": steps[-1].get("step") if steps else 0, "last_eval": evals[-1] if evals else None,
-                        "promoted_from": r.get("promoted_from"), "job_id": r.get("job_id"),
-                        "waiting": _waiting(r) if _ray_job_only(r) and not steps else None,
-                        **watchers.liveness(r)})
+        running.append(
+            {
+                "attempt": r["attempt"],
+                "kind": r["kind"],
+                "status": r["status"],
+                "pid": r.get("pid"),
+                "step": steps[-1].get("step") if steps else 0,
+                "last_eval": evals[-1] if evals else None,
+                "promoted_from": r.get("promoted_from"),
+                "job_id": r.get("job_id"),
+                "waiting": _waiting(r) if _ray_job_only(r) and not steps else None,
+                **watchers.liveness(r),
+            }
+        )
     studies = ledger.studies(limit=5)
-    full = [{k: r.get(k) for k in ("attempt", "status", "objective", "reason", "promoted_from", "end_tag")}
-            for r in ledger.trials(kind="full")]
+    full = [
+        {k: r.get(k) for k in ("attempt", "status", "objective", "reason", "promoted_from", "end_tag")}
+        for r in ledger.trials(kind="full")
+    ]
     out = {"studies": [_study_status(s, ws) for s in studies], "running": running, "full_runs": full}
     if ws is not None and (promoting := ws.promote_holder()) is not None:
         out["promote"] = promoting  # {pid, host, since, what}: a promote re-validating now
@@ -496,7 +645,8 @@ def _study_status(s: dict, ws) -> dict[str, Any]:
         row["controller_pid"] = (holder or {}).get("pid")
         if holder is None:
             row["status"] = "interrupted (no controller runs it: `autorl run --resume --study NAME` goes on)".replace(
-                "NAME", s["name"])
+                "NAME", s["name"]
+            )
     return row
 
 
@@ -519,7 +669,7 @@ def _waiting(r: dict) -> str | None:
     except OSError:
         return None
     last = lines[-1] if lines else ""
-    return last[len(prefix):] if last.startswith(prefix) else None
+    return last[len(prefix) :] if last.startswith(prefix) else None
 
 
 class _Watchers:
@@ -551,8 +701,11 @@ def _ray_job_only(r: dict) -> bool:
 
 def _running_line(r: dict) -> str:
     """'running attempt-05-… (trial): step 3 eval/id/…=0.5 alive (Ray job …, watched by controller pid 12)'."""
-    ev = ", ".join(f"{k}={v:.3f}" for k, v in (r["last_eval"] or {}).items()
-                   if k.startswith("eval/") and isinstance(v, (int, float)))
+    ev = ", ".join(
+        f"{k}={v:.3f}"
+        for k, v in (r["last_eval"] or {}).items()
+        if k.startswith("eval/") and isinstance(v, (int, float))
+    )
     head = f"running {r['attempt']} ({r['kind']}): step {r['step']}{f' {ev}' if ev else ''}"
     if not _ray_job_only(r):
         return f"{head} {'alive' if r['alive'] else 'NOT RUNNING'}"
@@ -560,8 +713,10 @@ def _running_line(r: dict) -> str:
         by = f"controller pid {r['watched_by']}" if r.get("watched_by") else "its study's controller"
         waits = f"; waiting for the cluster: {r['waiting']}" if r.get("waiting") else ""
         return f"{head} alive (Ray job {r['job_id']}, watched by {by}{waits})"
-    return (f"{head} NOT WATCHED (Ray job {r['job_id']}: no controller runs its study; "
-            "`autorl run --resume` stops the job and goes on)")
+    return (
+        f"{head} NOT WATCHED (Ray job {r['job_id']}: no controller runs its study; "
+        "`autorl run --resume` stops the job and goes on)"
+    )
 
 
 def _alive(pid: int | None) -> bool:
@@ -589,7 +744,7 @@ def format_status(d: dict, width: int = 88) -> str:
         from autorl.locks import describe
 
         lines.append(f"{d['promote'].get('what') or 'promote'} ({describe(d['promote'])})")
-    for x in ([] if f else d["full_runs"]):
+    for x in [] if f else d["full_runs"]:
         lines.append(f"full run {x['attempt']} from {x['promoted_from']:02d}: {x['status']} {x.get('reason') or ''}")
     if not d["running"] and not d.get("promote"):
         lines.append("nothing running")
@@ -598,17 +753,22 @@ def format_status(d: dict, width: int = 88) -> str:
 
 def format_clean(d: dict, dry_run: bool) -> str:
     """``autorl clean``'s plan or result in words."""
-    gone = (f"{len(d['branches'])} branches, {len(d['tags'])} tags and {len(d['worktrees'])} worktrees of "
-            f"{len(d['removed_trials'])} trials")
-    lines = [f"study {d['study']}: " + (f"would remove {gone} (dry run: nothing removed)" if dry_run
-                                        else f"removed {gone}")]
+    gone = (
+        f"{len(d['branches'])} branches, {len(d['tags'])} tags and {len(d['worktrees'])} worktrees of "
+        f"{len(d['removed_trials'])} trials"
+    )
+    lines = [
+        f"study {d['study']}: " + (f"would remove {gone} (dry run: nothing removed)" if dry_run else f"removed {gone}")
+    ]
     kept: dict[str, list[str]] = {}
     for n, why in d["kept"].items():
         kept.setdefault(why, []).append(n)
     lines.append("kept: " + ("; ".join(f"{why} {', '.join(ns)}" for why, ns in kept.items()) or "nothing"))
     lines += [f"not removed: branch {b} is checked out in a worktree" for b in d["checked_out"]]
-    lines.append("The ledger keeps every trial's record; a removed trial's `autorl show` has no diff any more."
-                 + (" Run again without --dry-run to remove them." if dry_run and d["branches"] + d["tags"] else ""))
+    lines.append(
+        "The ledger keeps every trial's record; a removed trial's `autorl show` has no diff any more."
+        + (" Run again without --dry-run to remove them." if dry_run and d["branches"] + d["tags"] else "")
+    )
     return "\n".join(lines)
 
 

@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autorl.backends.base import TrialSpec, get_backend, planned_steps
 from autorl.judge import verdict
 from autorl.judge.earlystop import drop_stop
-from autorl.backends.base import TrialSpec, get_backend, planned_steps
 from autorl.ledger import Ledger
 from autorl.metrics import RunMetrics
-from autorl.recipe import load_recipe
 from autorl.promote.ckpt_evals import CheckpointEvals
+from autorl.recipe import load_recipe
 from autorl.runs.lifecycle import Attempt, close_attempt, follow, launch, watch_run
 from autorl.runs.watch import Stop
 from autorl.workspace import Workspace
@@ -52,7 +52,9 @@ def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
     """Run full run ``number`` (opened by promote) to its end, with the OOD early stop; record and close it."""
     row = ledger.trial(number)
     study = ledger.study(study_id=row["study_id"])
-    a = Attempt(number, row["attempt"], ws.worktrees / row["attempt"], ws.runs / row["attempt"], row["start_sha"], row["id"])
+    a = Attempt(
+        number, row["attempt"], ws.worktrees / row["attempt"], ws.runs / row["attempt"], row["start_sha"], row["id"]
+    )
     recipe = load_recipe(a.worktree / study["recipe_path"])
     spec = TrialSpec(attempt=a.name, recipe=recipe, worktree=a.worktree, run_dir=a.run_dir, cache_dir=ws.cache)
     backend = get_backend(recipe.backend)
@@ -112,16 +114,31 @@ def _record(ws, ledger, a: Attempt, recipe, out) -> dict[str, Any]:
     m = out.metrics
     step, value = best_eval(m.evals, recipe.objective.metric, recipe.objective.direction == "maximize")
     ok = out.status in ("complete", "early-stopped")
-    flags = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe),
-                                                  abort=recipe.abort)]
-    result = {"status": out.status if ok else "crash", "reason": out.reason, "objective": value, "exit_code": out.exit_code,
-              "finished": time.time(), "duration_s": out.wall_s, "flags": flags,
-              "best_checkpoint": _checkpoint(m, step, value, recipe.objective.metric)}
+    flags = [
+        f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe), abort=recipe.abort)
+    ]
+    result = {
+        "status": out.status if ok else "crash",
+        "reason": out.reason,
+        "objective": value,
+        "exit_code": out.exit_code,
+        "finished": time.time(),
+        "duration_s": out.wall_s,
+        "flags": flags,
+        "best_checkpoint": _checkpoint(m, step, value, recipe.objective.metric),
+    }
     best = f"best {recipe.objective.metric} {value:.4f} at step {step}" if value is not None else "no eval"
     reason = best + (f"; {out.reason}" if out.reason else "")
     message = f"{a.name}: full run {result['status']}, {best}\n\n{out.reason}"
-    row = {"status": result["status"], "objective": value, "reason": reason, "exit_code": out.exit_code,
-           "finished": result["finished"], "duration_s": out.wall_s, "flags": flags}
+    row = {
+        "status": result["status"],
+        "objective": value,
+        "reason": reason,
+        "exit_code": out.exit_code,
+        "finished": result["finished"],
+        "duration_s": out.wall_s,
+        "flags": flags,
+    }
     close_attempt(ws, ledger, a, row, result, message, event="full-run-end")
     return result
 

@@ -57,28 +57,39 @@ def pick_best(ledger, study: str | None = None, force: bool = False) -> tuple[di
     best = gains.ranked(gains.study_gains(ledger, st))
     if best:
         row = ledger.trial(best[0].number)
-        return row, (f"{row['attempt']} has the largest gain over the baseline of the study's {len(best)} confirmed "
-                     f"recipes: {best[0].interval()}, {best[0].describe()}")
+        return row, (
+            f"{row['attempt']} has the largest gain over the baseline of the study's {len(best)} confirmed "
+            f"recipes: {best[0].interval()}, {best[0].describe()}"
+        )
     pool, kind = ledger.trials(st["id"], confirmation="confirmed", kind="trial"), "confirmed"
     if not pool and force:
         pool, kind = ledger.trials(st["id"], verdict="improved", kind="trial"), "improved (unconfirmed, --force)"
     if not pool:
         open_ = ledger.trials(st["id"], confirmation="candidate", kind="trial")
         if open_:  # a study whose budget ended before their fresh-seed runs: resuming it runs those first
-            raise NotFoundError(f"no confirmed improvement ({len(open_)} candidates await confirmation): "
-                                f"`autorl run --resume --study {st['name']}` runs their fresh-seed runs first, "
-                                "or pick one with `autorl promote NN --force`")
-        raise NotFoundError(f"no confirmed improvement in study {st['name']}: nothing to promote"
-                            f"{_elsewhere(ledger, st['name'])} (or pick a trial with `autorl promote NN --force`)")
+            raise NotFoundError(
+                f"no confirmed improvement ({len(open_)} candidates await confirmation): "
+                f"`autorl run --resume --study {st['name']}` runs their fresh-seed runs first, "
+                "or pick one with `autorl promote NN --force`"
+            )
+        raise NotFoundError(
+            f"no confirmed improvement in study {st['name']}: nothing to promote"
+            f"{_elsewhere(ledger, st['name'])} (or pick a trial with `autorl promote NN --force`)"
+        )
     row = max(pool, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
-    return row, (f"{row['attempt']} has the highest lower bound of the gain over its parent among {len(pool)} {kind} "
-                 f"trials: {row['delta']:+.4f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]")
+    return row, (
+        f"{row['attempt']} has the highest lower bound of the gain over its parent among {len(pool)} {kind} "
+        f"trials: {row['delta']:+.4f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
+    )
 
 
 def _elsewhere(ledger, name: str) -> str:
     """The other studies of the ledger that have a confirmed improvement, as a hint ('' when none has)."""
-    others = [s["name"] for s in ledger.studies(limit=50) if s["name"] != name
-              and ledger.trials(s["id"], confirmation="confirmed", kind="trial")]
+    others = [
+        s["name"]
+        for s in ledger.studies(limit=50)
+        if s["name"] != name and ledger.trials(s["id"], confirmation="confirmed", kind="trial")
+    ]
     return f"; study {others[0]} has one: `autorl promote --study {others[0]}`" if others else ""
 
 
@@ -95,8 +106,9 @@ def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
         return load_recipe(path), text, rel
 
 
-def revalidate(ws, ledger, row: dict, repeats: int, view=print, parallel: int = 1, say=lambda _what: None
-               ) -> tuple[verdict.Verdict, hackgate.GateResult | None]:
+def revalidate(
+    ws, ledger, row: dict, repeats: int, view=print, parallel: int = 1, say=lambda _what: None
+) -> tuple[verdict.Verdict, hackgate.GateResult | None]:
     """Re-run the trial and the baseline with ``repeats`` fresh seeds each, up to ``parallel`` runs at once (a trial's
     run beside the baseline's of the same seed); the paired verdict, and the hack gate on those runs (None when the
     recipe turns it off). Each run's end is shown, put in the ledger as an event and ``say``-d (the promote lock's
@@ -104,9 +116,11 @@ def revalidate(ws, ledger, row: dict, repeats: int, view=print, parallel: int = 
     base_row = ledger.baselines(row["study_id"])[0]
     trial, _, _ = trial_recipe(ws, ledger, row)
     base, _, _ = trial_recipe(ws, ledger, base_row)
-    runs = [DetachedRun(recipe, rev, f"revalidate-{row['number']:02d}-{side}-s{s}", s)
-            for s in (10_000 + 7 * i for i in range(repeats))
-            for side, recipe, rev in (("trial", trial, row["start_tag"]), ("base", base, base_row["start_tag"]))]
+    runs = [
+        DetachedRun(recipe, rev, f"revalidate-{row['number']:02d}-{side}-s{s}", s)
+        for s in (10_000 + 7 * i for i in range(repeats))
+        for side, recipe, rev in (("trial", trial, row["start_tag"]), ("base", base, base_row["start_tag"]))
+    ]
     ended: list[str] = []
 
     def on_end(run: DetachedRun, out) -> None:
@@ -120,8 +134,10 @@ def revalidate(ws, ledger, row: dict, repeats: int, view=print, parallel: int = 
     fresh, parent = runs_of(t_runs, trial), runs_of(b_runs, trial)  # one objective on both sides: the trial's
     if fresh is None or parent is None:
         side = "the trial's" if fresh is None else "the baseline's"
-        raise PromotionRefused(f"{row['attempt']}: none of {side} re-validation runs logged {trial.objective.metric}, "
-                               "so there is nothing to compare: read their logs under runs/")
+        raise PromotionRefused(
+            f"{row['attempt']}: none of {side} re-validation runs logged {trial.objective.metric}, "
+            "so there is nothing to compare: read their logs under runs/"
+        )
     gate = hackgate.check(t_runs, b_runs, trial) if trial.gate.enabled else None
     return verdict.judge(fresh, parent, trial.verdict, trial.objective.direction), gate
 
@@ -137,9 +153,20 @@ def full_values(recipe: Recipe, steps: int | None, episodes: int | None) -> dict
     return get_backend(recipe.backend).full_run_values(recipe, steps, episodes)
 
 
-def promote(ws, ledger, number: int | None, *, steps: int | None = None, episodes: int | None = None,
-            repeats: int = 2, parallel: int = 1, dry_run: bool = False, force: bool = False, view=print,
-            study: str | None = None) -> dict[str, Any]:
+def promote(
+    ws,
+    ledger,
+    number: int | None,
+    *,
+    steps: int | None = None,
+    episodes: int | None = None,
+    repeats: int = 2,
+    parallel: int = 1,
+    dry_run: bool = False,
+    force: bool = False,
+    view=print,
+    study: str | None = None,
+) -> dict[str, Any]:
     """Re-validate trial NN (or the best of ``study``, default the latest), then commit and launch its full run
     detached."""
     row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger, study, force)
@@ -156,15 +183,18 @@ def promote(ws, ledger, number: int | None, *, steps: int | None = None, episode
     lock = ws.lock_promote(f"promote of {row['attempt']}: re-validating, {2 * repeats} runs, {parallel} at once")
     try:
         check, gate = revalidate(ws, ledger, row, repeats, view, parallel, say=lock.say)
-        view(f"re-validation against the baseline: {check.verdict}, {check.delta:+.3f} "
-             f"({verdict.pct(check.level)} interval [{check.ci_low:+.3f}, {check.ci_high:+.3f}])")
+        view(
+            f"re-validation against the baseline: {check.verdict}, {check.delta:+.3f} "
+            f"({verdict.pct(check.level)} interval [{check.ci_low:+.3f}, {check.ci_high:+.3f}])"
+        )
         if gate is not None:
             view(f"re-validation {gate.line()}")
         refuse_suspect(ledger, row, gate, force, "on the re-validation runs")
         if check.verdict != "improved" and not force:
             ledger.event(row["study_id"], row["id"], "promote-refused", check.explanation)
-            raise PromotionRefused(f"{row['attempt']} no longer beats the baseline ({check.explanation}); use --force "
-                                   "to promote anyway")
+            raise PromotionRefused(
+                f"{row['attempt']} no longer beats the baseline ({check.explanation}); use --force to promote anyway"
+            )
         return _launch_full(ws, ledger, row, text, rel, values, why, check, force, evidence(_recorded_gate(row), gate))
     finally:
         lock.release()
@@ -194,37 +224,64 @@ def refuse_suspect(ledger, row: dict, gate: hackgate.GateResult | None, force: b
         ledger.event(row["study_id"], row["id"], "promote-forced-suspect", f"hack gate {when}: {name}: {detail}")
         return
     ledger.event(row["study_id"], row["id"], "promote-refused", f"hack gate {when}: {name}: {detail}")
-    raise SuspectRefused(f"{row['attempt']} is suspect: hack gate check '{name}' failed {when} ({detail}); "
-                         f"promote it anyway with `autorl promote {row['number']} --force`")
+    raise SuspectRefused(
+        f"{row['attempt']} is suspect: hack gate check '{name}' failed {when} ({detail}); "
+        f"promote it anyway with `autorl promote {row['number']} --force`"
+    )
 
 
 def check_promotable(recipe: Recipe, row: dict) -> None:
     """Re-validation compares per-item eval results, so the objective must be an ``eval/<split>/<metric>`` key."""
     parts = recipe.objective.metric.split("/")
     if len(parts) != 3 or parts[0] != "eval":
-        raise UserError(f"{row['attempt']}'s objective {recipe.objective.metric!r} is not an eval/<split>/<metric> "
-                        "key, so re-validation has no per-item eval to compare: set objective.metric to one "
-                        "(e.g. eval/id/greedy_pass@1) for the study")
+        raise UserError(
+            f"{row['attempt']}'s objective {recipe.objective.metric!r} is not an eval/<split>/<metric> "
+            "key, so re-validation has no per-item eval to compare: set objective.metric to one "
+            "(e.g. eval/id/greedy_pass@1) for the study"
+        )
 
 
 def _launch_full(ws, ledger, row, text, rel, values, why, check, force, gate=None) -> dict[str, Any]:
     forced = " (forced: re-validation did not confirm)" if force and check.verdict != "improved" else ""
     if gate is not None and gate.state == "suspect":
         forced += f" (forced: {gate.line()})"
-    message = (f"full run promoted from {row['attempt']}{forced}\n\n{why}\nre-validation: {check.explanation}\n"
-               + (f"{gate.line()}\n" if gate is not None else "")
-               + "".join(f"- {k}: {v!r}\n" for k, v in values.items()))
-    a = open_attempt(ws, ledger, rev=row["start_tag"], slug=f"full-{row['attempt'].split('-', 2)[-1]}",
-                     files={rel: set_train_values(text, values)}, message=message, study_id=row["study_id"],
-                     proposer="promote", hypothesis=row.get("hypothesis"), kind="full", promoted_from=row["number"],
-                     why=f"{why}; re-validation {check.verdict} {check.delta:+.4f}{forced}", changed=values,
-                     delta=check.delta, ci_low=check.ci_low, ci_high=check.ci_high, method=check.method, n_items=check.n,
-                     **(gate.ledger_values() if gate is not None else {}))
+    message = (
+        f"full run promoted from {row['attempt']}{forced}\n\n{why}\nre-validation: {check.explanation}\n"
+        + (f"{gate.line()}\n" if gate is not None else "")
+        + "".join(f"- {k}: {v!r}\n" for k, v in values.items())
+    )
+    a = open_attempt(
+        ws,
+        ledger,
+        rev=row["start_tag"],
+        slug=f"full-{row['attempt'].split('-', 2)[-1]}",
+        files={rel: set_train_values(text, values)},
+        message=message,
+        study_id=row["study_id"],
+        proposer="promote",
+        hypothesis=row.get("hypothesis"),
+        kind="full",
+        promoted_from=row["number"],
+        why=f"{why}; re-validation {check.verdict} {check.delta:+.4f}{forced}",
+        changed=values,
+        delta=check.delta,
+        ci_low=check.ci_low,
+        ci_high=check.ci_high,
+        method=check.method,
+        n_items=check.n,
+        **(gate.ledger_values() if gate is not None else {}),
+    )
     pid = _spawn(ws, a.number)
     ledger.update_trial(a.row_id, event="full-run-launched", pid=pid, reason=f"monitor pid {pid}")
-    return {"attempt": a.name, "number": a.number, "promoted_from": row["number"], "monitor_pid": pid,
-            "revalidation": check.model_dump(), "forced": bool(forced),
-            "gate": gate.line() if gate is not None else None}
+    return {
+        "attempt": a.name,
+        "number": a.number,
+        "promoted_from": row["number"],
+        "monitor_pid": pid,
+        "revalidation": check.model_dump(),
+        "forced": bool(forced),
+        "gate": gate.line() if gate is not None else None,
+    }
 
 
 def _spawn(ws, number: int) -> int:
@@ -232,7 +289,22 @@ def _spawn(ws, number: int) -> int:
     log = ws.runs / f"fullrun-{number:02d}.monitor.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "autorl.promote.fullrun", "--root", str(ws.root), "--ledger",
-                                 str(ws.ledger_path), "--number", str(number)], stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=ws.root)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "autorl.promote.fullrun",
+                "--root",
+                str(ws.root),
+                "--ledger",
+                str(ws.ledger_path),
+                "--number",
+                str(number),
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=ws.root,
+        )
     return proc.pid

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autorl import gitops
 from autorl.backends.base import Backend, LaunchPlan, RunHandle, TrialSpec, get_backend
@@ -50,16 +51,26 @@ class Attempt:
 
 
 # ---- 1. open -----------------------------------------------------------------------------------------------
-def open_attempt(ws, ledger, *, rev: str, slug: str, files: dict[str, str], message: str,
-                 changed_files: Callable[[Path], list[str]] | None = None, **row: Any) -> Attempt:
+def open_attempt(
+    ws,
+    ledger,
+    *,
+    rev: str,
+    slug: str,
+    files: dict[str, str],
+    message: str,
+    changed_files: Callable[[Path], list[str]] | None = None,
+    **row: Any,
+) -> Attempt:
     """Branch ``attempt-NN-slug`` at ``rev`` in a new worktree, ``files`` written, committed, tagged, ledgered.
 
     The commit message is ``attempt-NN-slug: <message>``. ``changed_files(worktree)`` may change the worktree
     further (apply a patch) and return the paths it touched.
     """
     with ledger.file.exclusive("number an attempt"):  # studies sharing the workspace and ledger number one at a time
-        number = gitops.free_attempt_number(ws.root, max(gitops.next_attempt_number(ws.root), ledger.max_number() + 1),
-                                            slug)
+        number = gitops.free_attempt_number(
+            ws.root, max(gitops.next_attempt_number(ws.root), ledger.max_number() + 1), slug
+        )
         name = gitops.attempt_name(number, slug)
         wt, run_dir = ws.worktrees / name, ws.runs / name
         gitops.add_worktree(ws.root, wt, name, rev)
@@ -69,15 +80,27 @@ def open_attempt(ws, ledger, *, rev: str, slug: str, files: dict[str, str], mess
         paths = list(files) + (changed_files(wt) if changed_files else [])
         sha = gitops.commit(wt, f"{name}: {message}", paths)
         gitops.tag(ws.root, gitops.start_tag(number), sha)
-        row_id = ledger.add_trial(number=number, attempt=name, branch=name, start_tag=gitops.start_tag(number),
-                                  start_sha=sha, started=time.time(), log_path=str(run_dir / "train.log"),
-                                  metrics_path=str(run_dir / "metrics.jsonl"), **row)
+        row_id = ledger.add_trial(
+            number=number,
+            attempt=name,
+            branch=name,
+            start_tag=gitops.start_tag(number),
+            start_sha=sha,
+            started=time.time(),
+            log_path=str(run_dir / "train.log"),
+            metrics_path=str(run_dir / "metrics.jsonl"),
+            **row,
+        )
     return Attempt(number, name, wt, run_dir, sha, row_id)
 
 
 # ---- 2. launch ---------------------------------------------------------------------------------------------
-def launch(backend: Backend, spec: TrialSpec, start: Callable[[LaunchPlan], RunHandle] | None = None,
-           assign: Callable[[LaunchPlan], LaunchPlan] | None = None) -> RunHandle:
+def launch(
+    backend: Backend,
+    spec: TrialSpec,
+    start: Callable[[LaunchPlan], RunHandle] | None = None,
+    assign: Callable[[LaunchPlan], LaunchPlan] | None = None,
+) -> RunHandle:
     """Preflight, plan and start one run (then its per-item eval); raises UserError when it cannot start.
 
     ``assign`` gives the plan its slot's resources and ``start`` starts it elsewhere (a Ray job); by default the
@@ -130,13 +153,24 @@ class TrainThenEval:
 
 
 # ---- 3. watch (autorl.runs.watch) ---------------------------------------------------------------------------
-def watch_run(handle: RunHandle, recipe: Recipe, *, deadline: float | None = None, timeout_s: float | None = None,
-              on_records: Callable[[list[dict], RunMetrics], Stop | None] | None = None,
-              external: Callable[[], Stop | None] | None = None) -> Watch:
+def watch_run(
+    handle: RunHandle,
+    recipe: Recipe,
+    *,
+    deadline: float | None = None,
+    timeout_s: float | None = None,
+    on_records: Callable[[list[dict], RunMetrics], Stop | None] | None = None,
+    external: Callable[[], Stop | None] | None = None,
+) -> Watch:
     """A Watch over one run with the recipe's limits: its ``timeout_s`` and its silence watchdog."""
-    return Watch(handle, timeout_s=recipe.timeout_s if timeout_s is None else timeout_s, deadline=deadline,
-                 silence_s=recipe.abort.silence_s, on_records=on_records or (lambda recs, m: None),
-                 external=external or (lambda: None))
+    return Watch(
+        handle,
+        timeout_s=recipe.timeout_s if timeout_s is None else timeout_s,
+        deadline=deadline,
+        silence_s=recipe.abort.silence_s,
+        on_records=on_records or (lambda recs, m: None),
+        external=external or (lambda: None),
+    )
 
 
 def follow(w: Watch, poll_s: float = 0.1) -> Outcome:
@@ -156,8 +190,12 @@ class DetachedRun:
     seed: int | None = None
 
 
-def run_detached(ws, runs: list[DetachedRun], parallel: int = 1,
-                 on_end: Callable[[DetachedRun, Outcome], None] = lambda run, out: None) -> list[Outcome]:
+def run_detached(
+    ws,
+    runs: list[DetachedRun],
+    parallel: int = 1,
+    on_end: Callable[[DetachedRun, Outcome], None] = lambda run, out: None,
+) -> list[Outcome]:
     """Runs in throwaway detached worktrees (no branch, no ledger row), up to ``parallel`` at once, on one backend
     prepared as a study's is (its local Ray head, shared compile caches, evaluator): a run starts only while the
     GPUs it occupies are free (``Slots``). The outcomes, in the order of ``runs``."""
@@ -200,11 +238,16 @@ def _start_detached(ws, backend: Backend, slots, slot: int, run: DetachedRun) ->
     wt = ws.worktrees / run.name
     gitops.remove_worktree(ws.root, wt)
     gitops.add_detached_worktree(ws.root, wt, run.rev)
-    spec = TrialSpec(attempt=run.name, recipe=run.recipe, worktree=wt, run_dir=ws.runs / run.name,
-                     cache_dir=ws.cache, seed=run.seed)
+    spec = TrialSpec(
+        attempt=run.name, recipe=run.recipe, worktree=wt, run_dir=ws.runs / run.name, cache_dir=ws.cache, seed=run.seed
+    )
     try:
-        handle = launch(backend, spec, start=lambda plan: slots.start(backend, plan),
-                        assign=lambda plan: slots.assign(plan, slot, run.recipe, backend.runs_on_ray))
+        handle = launch(
+            backend,
+            spec,
+            start=lambda plan: slots.start(backend, plan),
+            assign=lambda plan: slots.assign(plan, slot, run.recipe, backend.runs_on_ray),
+        )
     except BaseException:
         gitops.remove_worktree(ws.root, wt)
         raise
@@ -218,8 +261,16 @@ def _end_detached(ws, slots, slot: int, active: dict) -> None:
 
 
 # ---- 5. close ----------------------------------------------------------------------------------------------
-def close_attempt(ws, ledger, a: Attempt, row: dict[str, Any], summary: dict[str, Any], message: str,
-                  log_entry: str = "", event: str = "trial-end") -> str:
+def close_attempt(
+    ws,
+    ledger,
+    a: Attempt,
+    row: dict[str, Any],
+    summary: dict[str, Any],
+    message: str,
+    log_entry: str = "",
+    event: str = "trial-end",
+) -> str:
     """Commit the results (and a research-log entry), tag the end, update the ledger row, remove the worktree."""
     results = a.worktree / RESULTS_DIR / f"{a.name}.json"
     results.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,8 @@ class Slots:
 
     def fits(self, need: float) -> bool:
         """Whether a trial occupying ``need`` GPUs of this host can start now. Always on a cluster (Ray places it),
-        without GPUs, and when nothing runs (a trial larger than the host runs alone; preflight says it does not fit)."""
+        without GPUs, and when nothing runs (a trial larger than the host runs alone; preflight says it does not
+        fit)."""
         if need <= 0 or self._requested or not self.gpus or not self.held:
             return True
         return sum(self.held.values()) + need <= self.gpus + 1e-9
@@ -50,7 +51,10 @@ class Slots:
         ``gpus_per_trial`` of a node's GPU left them none there (every trial of a two-node study hung)."""
         update: dict = {}
         if self._requested and not on_ray:
-            update["resources"] = {"entrypoint_num_cpus": recipe.cpus_per_trial, "entrypoint_num_gpus": recipe.gpus_per_trial}
+            update["resources"] = {
+                "entrypoint_num_cpus": recipe.cpus_per_trial,
+                "entrypoint_num_gpus": recipe.gpus_per_trial,
+            }
         elif self.n > 1 and not on_ray:
             update["cpus"] = self.cpu_sets[slot % len(self.cpu_sets)]
             if self.gpus:
@@ -62,10 +66,17 @@ class Slots:
         if not self._requested or backend.runs_on_ray:
             return backend.start(plan)
         reader = _reader(plan)
-        return submit(self._ensure_address(), plan.argv, working_dir=plan.cwd, log_path=plan.log_path,
-                               env=plan.env, entrypoint_num_cpus=plan.resources.get("entrypoint_num_cpus", 1),
-                               entrypoint_num_gpus=plan.resources.get("entrypoint_num_gpus", 0),
-                               reader=reader, on_exit=reader)
+        return submit(
+            self._ensure_address(),
+            plan.argv,
+            working_dir=plan.cwd,
+            log_path=plan.log_path,
+            env=plan.env,
+            entrypoint_num_cpus=plan.resources.get("entrypoint_num_cpus", 1),
+            entrypoint_num_gpus=plan.resources.get("entrypoint_num_gpus", 0),
+            reader=reader,
+            on_exit=reader,
+        )
 
     def _ensure_address(self) -> str:
         """The cluster's address; the study's private head is started on first use and again if it died."""
@@ -82,7 +93,7 @@ def _split(cpus: list[int], n: int) -> list[list[int]]:
     if n >= len(cpus):
         return [[cpus[i % len(cpus)]] for i in range(n)]
     size = len(cpus) // n
-    return [cpus[i * size:(i + 1) * size] for i in range(n)]
+    return [cpus[i * size : (i + 1) * size] for i in range(n)]
 
 
 def _reader(plan: LaunchPlan):

@@ -18,8 +18,14 @@ from autorl.runs.watch import Outcome
 from autorl.workspace import RUN_DIR
 
 
-def plan_single(cwd: Path, recipe_path: Path, overrides: Overrides, metrics_out: str | None,
-                dry_run: bool = False, ray_address: str | None = None) -> tuple[TrialSpec, LaunchPlan]:
+def plan_single(
+    cwd: Path,
+    recipe_path: Path,
+    overrides: Overrides,
+    metrics_out: str | None,
+    dry_run: bool = False,
+    ray_address: str | None = None,
+) -> tuple[TrialSpec, LaunchPlan]:
     """Validate the recipe and plan its run (nothing is launched; with ``dry_run`` nothing is written either).
     ``ray_address``: the cluster the job goes to, for backends that submit Ray jobs themselves."""
     recipe = load_recipe(recipe_path, overrides)
@@ -27,8 +33,13 @@ def plan_single(cwd: Path, recipe_path: Path, overrides: Overrides, metrics_out:
     root = _root(cwd)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = root / RUN_DIR / "train" / f"{gitops.slugify(recipe.name)}-{stamp}"
-    spec = TrialSpec(attempt=f"train-{stamp}", recipe=recipe, worktree=cwd.resolve(), run_dir=run_dir,
-                     cache_dir=root / RUN_DIR / "cache")
+    spec = TrialSpec(
+        attempt=f"train-{stamp}",
+        recipe=recipe,
+        worktree=cwd.resolve(),
+        run_dir=run_dir,
+        cache_dir=root / RUN_DIR / "cache",
+    )
     if dry_run:
         plan = _dry_plan(backend, spec)
     else:
@@ -44,11 +55,15 @@ def _metrics_target(path: Path, dry_run: bool) -> Path:
     nothing, checks only that its folder exists)."""
     target = path.resolve()
     if target.is_dir():
-        raise UserError(f"--metrics-out {short(str(path), 200)} is a folder: name a file, such as "
-                        f"{short(str(path / 'metrics.jsonl'), 200)}")
+        raise UserError(
+            f"--metrics-out {short(str(path), 200)} is a folder: name a file, such as "
+            f"{short(str(path / 'metrics.jsonl'), 200)}"
+        )
     if dry_run and not target.parent.is_dir():
-        raise UserError(f"--metrics-out {short(str(path), 200)}: folder {short(str(target.parent), 200)} does not "
-                        "exist: name a file in a folder you can write to")
+        raise UserError(
+            f"--metrics-out {short(str(path), 200)}: folder {short(str(target.parent), 200)} does not "
+            "exist: name a file in a folder you can write to"
+        )
     existed = target.exists()
     if dry_run:
         return target
@@ -56,8 +71,10 @@ def _metrics_target(path: Path, dry_run: bool) -> Path:
         with open(target, "a"):
             pass
     except OSError as exc:
-        raise UserError(f"--metrics-out {short(str(path), 200)} cannot be written ({exc.strerror or exc}): name a "
-                        "file in a folder you can write to") from None
+        raise UserError(
+            f"--metrics-out {short(str(path), 200)} cannot be written ({exc.strerror or exc}): name a "
+            "file in a folder you can write to"
+        ) from None
     if not existed:
         target.unlink()
     return target
@@ -69,9 +86,11 @@ def single_backend(recipe, ray_address: str | None):
 
     backend = get_backend(recipe.backend, ray_address=resolve_address(ray_address))
     if ray_address and not backend.runs_on_ray:
-        raise UserError(f"--ray-address: `autorl train` sends only backends that submit their own Ray jobs "
-                        f"(openrlhf) to a cluster, not {recipe.backend}: use `autorl run --ray-address`, which "
-                        "submits any backend's trials as Ray jobs")
+        raise UserError(
+            f"--ray-address: `autorl train` sends only backends that submit their own Ray jobs "
+            f"(openrlhf) to a cluster, not {recipe.backend}: use `autorl run --ray-address`, which "
+            "submits any backend's trials as Ray jobs"
+        )
     return backend
 
 
@@ -119,8 +138,15 @@ def run_single(spec: TrialSpec, plan: LaunchPlan, quiet: bool = False) -> dict[s
 def _result(plan: LaunchPlan, out: Outcome, recipe) -> dict[str, Any]:
     final = out.metrics.evals[-1] if out.metrics.evals else {}
     evals = {k: v for k, v in final.items() if k.startswith("eval/") and not k.endswith("items")}
-    res = {"status": out.status, "exit_code": out.exit_code, "steps": len(out.metrics.steps), "final_eval": evals,
-           "wall_s": round(out.wall_s, 2), "metrics_path": plan.metrics_path, "log_path": plan.log_path}
+    res = {
+        "status": out.status,
+        "exit_code": out.exit_code,
+        "steps": len(out.metrics.steps),
+        "final_eval": evals,
+        "wall_s": round(out.wall_s, 2),
+        "metrics_path": plan.metrics_path,
+        "log_path": plan.log_path,
+    }
     if out.exit_code:
         res["log_tail"] = Path(plan.log_path).read_text(errors="replace").splitlines()[-5:]
     return res

@@ -10,8 +10,8 @@ rules the callback applies to new metric records (early abort, pruning).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from autorl.backends.base import RunHandle
 from autorl.metrics import RunMetrics
@@ -41,8 +41,16 @@ class Stop:
 class Watch:
     """One run under watch: call ``step()`` until it returns an Outcome."""
 
-    def __init__(self, handle: RunHandle, *, timeout_s: float, deadline: float | None, silence_s: float,
-                 on_records: Callable[[list[dict], RunMetrics], Stop | None], external: Callable[[], Stop | None]):
+    def __init__(
+        self,
+        handle: RunHandle,
+        *,
+        timeout_s: float,
+        deadline: float | None,
+        silence_s: float,
+        on_records: Callable[[list[dict], RunMetrics], Stop | None],
+        external: Callable[[], Stop | None],
+    ):
         self.handle, self.timeout_s, self.deadline, self.silence_s = handle, timeout_s, deadline, silence_s
         self.on_records, self.external = on_records, external
         self.start = time.time()
@@ -62,7 +70,9 @@ class Watch:
             return None
         self.handle.cancel()
         self.metrics.extend(self.handle.metrics())
-        return Outcome(stop.status, self.handle.poll(), stop.reason, self.metrics, stop.details, time.time() - self.start)
+        return Outcome(
+            stop.status, self.handle.poll(), stop.reason, self.metrics, stop.details, time.time() - self.start
+        )
 
     def _exited(self, code: int) -> Outcome:
         late = self.handle.metrics()
@@ -70,7 +80,9 @@ class Watch:
         if late:
             self.on_records(late, self.metrics)
         status = "complete" if code == 0 else "crash"
-        return Outcome(status, code, "" if code == 0 else f"exit code {code}", self.metrics, wall_s=time.time() - self.start)
+        return Outcome(
+            status, code, "" if code == 0 else f"exit code {code}", self.metrics, wall_s=time.time() - self.start
+        )
 
     def _limits(self) -> Stop | None:
         now = time.time()

@@ -66,17 +66,18 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from autorl import loading
+from autorl.backends.registry import BACKENDS, BackendName
+from autorl.data import shipped
+from autorl.errors import UserError, validation_line
 from autorl.judge import gains
 from autorl.judge.diagnose import Diagnosis, bottleneck_names, bottleneck_symptoms, symptom_names
-from autorl import loading
-from autorl.errors import UserError, validation_line
-from autorl.data import shipped
-from autorl.backends.registry import BACKENDS, BackendName
 from autorl.recipe import SearchParam, VerdictSettings, params_model
 
 SHIPPED_DIR = shipped("hypotheses")
@@ -86,12 +87,12 @@ DEMOTE_AFTER = 2
 """A hypothesis tried this many times without an improvement is demoted."""
 
 SCORE = {
-    "symptom": 10.0,      # per fired symptom it names that points to the diagnosed bottleneck
+    "symptom": 10.0,  # per fired symptom it names that points to the diagnosed bottleneck
     "side_symptom": 5.0,  # per fired symptom it names that points elsewhere (often a consequence)
-    "bottleneck": 4.0,    # when it names the diagnosed bottleneck
+    "bottleneck": 4.0,  # when it names the diagnosed bottleneck
     "priority": {"high": 3.0, "medium": 2.0, "low": 1.0},
-    "exploit": 20.0,      # validated and its latest trials still help
-    "demoted": -30.0,     # tried DEMOTE_AFTER times without improvement
+    "exploit": 20.0,  # validated and its latest trials still help
+    "demoted": -30.0,  # tried DEMOTE_AFTER times without improvement
 }
 """Ranking weights: symptom match dominates priority; history overrides both."""
 
@@ -109,6 +110,7 @@ class _Model(BaseModel):
 
 # ---------------------------------------------------------------- the model
 
+
 class HypothesisParam(_Model):
     """A searched key under a hypothesis: absolute range, choices, or a range relative to the incumbent."""
 
@@ -120,7 +122,7 @@ class HypothesisParam(_Model):
     int: bool = Field(False, description="Integer range (required for integer keys).")
 
     @model_validator(mode="after")
-    def _one_form(self) -> "HypothesisParam":
+    def _one_form(self) -> HypothesisParam:
         forms = [self.scale is not None, self.choices is not None, self.low is not None or self.high is not None]
         if sum(forms) != 1:
             raise ValueError("give exactly one of {low, high}, {choices} or {scale: [a, b]}")
@@ -145,20 +147,32 @@ class Success(_Model):
 class Hypothesis(_Model):
     """One hypothesis: its front matter plus the Markdown body."""
 
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Unique id, the file's stem, e.g. h01-advantage-scaling.")
+    id: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9-]*$", description="Unique id, the file's stem, e.g. h01-advantage-scaling."
+    )
     title: str = Field(min_length=1, description="One line.")
     priority: Literal["high", "medium", "low"] = Field(description="Prior belief that this is the problem.")
-    symptoms: list[str] = Field(default_factory=list, description="Diagnosis symptom or bottleneck names that point here.")
-    overrides: dict[str, Any] = Field(default_factory=dict, description="Train keys set to fixed values under this hypothesis.")
-    search: dict[str, HypothesisParam] = Field(default_factory=dict, description="Train keys Optuna may vary, and their ranges.")
+    symptoms: list[str] = Field(
+        default_factory=list, description="Diagnosis symptom or bottleneck names that point here."
+    )
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Train keys set to fixed values under this hypothesis."
+    )
+    search: dict[str, HypothesisParam] = Field(
+        default_factory=dict, description="Train keys Optuna may vary, and their ranges."
+    )
     success: Success = Field(description="What confirms or refutes it.")
-    patch: str | None = Field(None, description="Patch file applied to the trial's worktree, relative to the library's parent folder (e.g. patches/x.patch).")
+    patch: str | None = Field(
+        None,
+        description="Patch file applied to the trial's worktree, relative to the library's parent folder (e.g. "
+        "patches/x.patch).",
+    )
     backends: list[BackendName] | None = Field(None, description="Backends it applies to; omitted = all.")
     body: str = Field("", description="The Markdown text below the front matter (set by the loader).")
     source: str | None = Field(None, description="File it was loaded from (set by the loader).")
 
     @model_validator(mode="after")
-    def _check(self) -> "Hypothesis":
+    def _check(self) -> Hypothesis:
         known = set(symptom_names()) | set(bottleneck_names())
         unknown = [s for s in self.symptoms if s not in known]
         if unknown:
@@ -190,13 +204,18 @@ class Hypothesis(_Model):
 class HypothesisStatus(_Model):
     """Where a hypothesis stands after the trials that tested it."""
 
-    status: Literal["pending", "testing", "validated", "invalidated", "inconclusive"] = Field(description="Seed 002's status vocabulary.")
+    status: Literal["pending", "testing", "validated", "invalidated", "inconclusive"] = Field(
+        description="Seed 002's status vocabulary."
+    )
     confidence: Literal["high", "medium", "low"] = Field(description="How strong the evidence is.")
     counts: dict[str, int] = Field(description="Trials by verdict, plus 'running' and 'tried' (finished).")
     demoted: bool = Field(False, description="Tried DEMOTE_AFTER times without an improvement.")
     exploit: bool = Field(False, description="Validated and the latest trials still improve or are too few to say.")
-    detectable: float | None = Field(None, description="The smallest gain its flat trials could have detected "
-                                                       "(the most sensitive of them), None without one.")
+    detectable: float | None = Field(
+        None,
+        description="The smallest gain its flat trials could have detected "
+        "(the most sensitive of them), None without one.",
+    )
     note: str = Field("", description="Why it is not invalidated although nothing improved, when that is so.")
 
 
@@ -223,8 +242,10 @@ def load_library(dirs: list[Path]) -> list[Hypothesis]:
             raise HypothesisError(f"hypotheses folder {d} not found: create it or drop it from the list")
         paths = sorted(d.glob("*.md"))
         if len(paths) > MAX_FILES:
-            raise HypothesisError(f"hypotheses folder {d} holds {len(paths):,} .md files, more than the {MAX_FILES:,} "
-                                  "autorl reads: keep the hypotheses you mean there")
+            raise HypothesisError(
+                f"hypotheses folder {d} holds {len(paths):,} .md files, more than the {MAX_FILES:,} "
+                "autorl reads: keep the hypotheses you mean there"
+            )
         for path in paths:
             if path.name.lower() != "readme.md":
                 h = load_hypothesis(path)
@@ -254,11 +275,13 @@ def _split_front_matter(path: Path) -> tuple[dict, str]:
     text = loading.read_text(path, HypothesisError, "hypothesis file")
     m = re.match(r"^---[ \t]*\n(.*?)\n---[ \t]*(?:\n|$)", text, re.S)
     if not m:
-        raise HypothesisError(f"{path}: no YAML front matter: start the file with a '---' block holding id, title, priority, ...")
+        raise HypothesisError(
+            f"{path}: no YAML front matter: start the file with a '---' block holding id, title, priority, ..."
+        )
     meta = loading.parse(m.group(1), path, HypothesisError, first_line=2, where=" in the front matter")
     if not isinstance(meta, dict):
         raise HypothesisError(f"{path}: front matter must be a YAML mapping of fields")
-    return meta, text[m.end():]
+    return meta, text[m.end() :]
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -276,8 +299,9 @@ def _check_patch(h: Hypothesis, path: Path) -> None:
         return
     folder = h.root()
     if Path(h.patch).is_absolute() or not Path(os.path.realpath(p)).is_relative_to(folder):
-        raise HypothesisError(f"{path}: field 'patch': {h.patch} is outside {folder}: give a path inside it, "
-                              "such as patches/NAME.patch")
+        raise HypothesisError(
+            f"{path}: field 'patch': {h.patch} is outside {folder}: give a path inside it, such as patches/NAME.patch"
+        )
     if not p.is_file():
         raise HypothesisError(f"{path}: field 'patch': {p} not found: add the patch file or remove the field")
 
@@ -302,7 +326,9 @@ def check_keys(h: Hypothesis, backend: str, where: Path | str | None = None) -> 
 
 def _check_value(model: type[BaseModel], backend: str, key: str, value: Any, loc: str) -> None:
     if key not in model.model_fields:
-        raise HypothesisError(f"{loc}: '{key}' is not a train key of backend {backend}: check the spelling or set backends")
+        raise HypothesisError(
+            f"{loc}: '{key}' is not a train key of backend {backend}: check the spelling or set backends"
+        )
     try:
         model.model_validate({key: value})
     except ValidationError as exc:
@@ -313,7 +339,9 @@ def _check_value(model: type[BaseModel], backend: str, key: str, value: Any, loc
 
 def _check_search(model: type[BaseModel], backend: str, key: str, spec: HypothesisParam, loc: str) -> None:
     if key not in model.model_fields:
-        raise HypothesisError(f"{loc}: '{key}' is not a train key of backend {backend}: check the spelling or set backends")
+        raise HypothesisError(
+            f"{loc}: '{key}' is not a train key of backend {backend}: check the spelling or set backends"
+        )
     if spec.choices is not None:
         for choice in spec.choices:
             _check_value(model, backend, key, choice, loc)
@@ -327,6 +355,7 @@ def _check_search(model: type[BaseModel], backend: str, key: str, spec: Hypothes
 
 # ---------------------------------------------------------------- search space
 
+
 def resolve_search(h: Hypothesis, incumbent: dict, recipe_search: dict[str, SearchParam]) -> dict[str, SearchParam]:
     """The Optuna space under ``h``.
 
@@ -337,7 +366,9 @@ def resolve_search(h: Hypothesis, incumbent: dict, recipe_search: dict[str, Sear
     the nearest bound if they miss it entirely) and choices are filtered by it
     when any survive.
     """
-    return {key: _clip(key, _absolute(h, key, spec, incumbent), recipe_search.get(key)) for key, spec in h.search.items()}
+    return {
+        key: _clip(key, _absolute(h, key, spec, incumbent), recipe_search.get(key)) for key, spec in h.search.items()
+    }
 
 
 def _absolute(h: Hypothesis, key: str, spec: HypothesisParam, incumbent: dict) -> SearchParam:
@@ -345,12 +376,16 @@ def _absolute(h: Hypothesis, key: str, spec: HypothesisParam, incumbent: dict) -
         return SearchParam(low=spec.low, high=spec.high, choices=spec.choices, log=spec.log, int=spec.int)
     base = incumbent.get(key)
     if not isinstance(base, (int, float)) or isinstance(base, bool):
-        raise HypothesisError(f"{h.id}: search.{key} is relative but the incumbent has no number for {key}: give an absolute range")
+        raise HypothesisError(
+            f"{h.id}: search.{key} is relative but the incumbent has no number for {key}: give an absolute range"
+        )
     low, high = base * spec.scale[0], base * spec.scale[1]
     if spec.int:
         low, high = max(1, round(low)), max(1, round(high))
     if spec.log and low <= 0:
-        raise HypothesisError(f"{h.id}: search.{key} is relative on a log scale but the incumbent {key} is {base}: give an absolute range")
+        raise HypothesisError(
+            f"{h.id}: search.{key} is relative on a log scale but the incumbent {key} is {base}: give an absolute range"
+        )
     return SearchParam(low=low, high=high, log=spec.log, int=spec.int)
 
 
@@ -442,6 +477,7 @@ def study_name(h: Hypothesis, incumbent: dict, prefix: str = "autorl") -> str:
 
 # ---------------------------------------------------------------- status
 
+
 def counted_verdict(t: dict) -> str | None:
     """A trial's verdict as a hypothesis counts it: an improvement only once confirmed (a candidate is still
     open, a rejected one is flat, and so is a suspect one: the hack gate found its gain not matched by the task);
@@ -483,29 +519,48 @@ log it as crash and move on".
 """
 
 
-def status(h: Hypothesis, trials: list[dict], settings: VerdictSettings | None = None,
-           objective: Any | None = None) -> HypothesisStatus:
+def status(
+    h: Hypothesis, trials: list[dict], settings: VerdictSettings | None = None, objective: Any | None = None
+) -> HypothesisStatus:
     """The standing of ``h`` from the trials whose ``hypothesis`` is ``h.id``, judged with the study's verdict
     ``settings`` (the recipe's ``verdict:`` block; its defaults when None). With the study's ``objective``, a flat
     trial's detectable gain is held against what the metric's range allows over its parent (``gains.sensitivity``):
     one beyond it is a test that could detect no gain at all, never a gain to state."""
     s = settings or VerdictSettings()
-    seen = {id(t): gains.sensitivity(t, objective, s.level, s.min_effect) for t in trials
-            if t.get("hypothesis") == h.id and t.get("verdict") == "flat"}
-    c = _counts(h, trials, lambda t: ((seen[id(t)].seen if id(t) in seen else None) or math.inf)
-                <= s.meaningful_effect)  # a test that could see no possible gain is no evidence against it
+    seen = {
+        id(t): gains.sensitivity(t, objective, s.level, s.min_effect)
+        for t in trials
+        if t.get("hypothesis") == h.id and t.get("verdict") == "flat"
+    }
+    c = _counts(
+        h, trials, lambda t: ((seen[id(t)].seen if id(t) in seen else None) or math.inf) <= s.meaningful_effect
+    )  # a test that could see no possible gain is no evidence against it
     state, confidence = next((st, conf) for st, conf, rule in STATUS_RULES if rule(c))
     demoted = c["improved"] == 0 and c["tried"] >= DEMOTE_AFTER
     detectable = min((v.seen for v in seen.values() if v.seen is not None), default=None)
     note = ""
     if state == "inconclusive" and c["flat"] and c["improved"] == 0:
         blind = any(v.blind for v in seen.values())
-        could = (f"a gain of +{detectable:.3f} or more" if detectable is not None else
-                 f"no gain {objective.metric} allows over the parent" if blind else "no gain it could state")
-        note = (f"{c['flat']} flat trial(s) could detect {could}, not the {s.meaningful_effect:g} worth finding "
-                "(verdict.meaningful_effect)")
-    return HypothesisStatus(status=state, confidence=confidence, counts=c, demoted=demoted,
-                            exploit=state == "validated" and not _stale(h, trials), detectable=detectable, note=note)
+        could = (
+            f"a gain of +{detectable:.3f} or more"
+            if detectable is not None
+            else f"no gain {objective.metric} allows over the parent"
+            if blind
+            else "no gain it could state"
+        )
+        note = (
+            f"{c['flat']} flat trial(s) could detect {could}, not the {s.meaningful_effect:g} worth finding "
+            "(verdict.meaningful_effect)"
+        )
+    return HypothesisStatus(
+        status=state,
+        confidence=confidence,
+        counts=c,
+        demoted=demoted,
+        exploit=state == "validated" and not _stale(h, trials),
+        detectable=detectable,
+        note=note,
+    )
 
 
 def _stale(h: Hypothesis, trials: list[dict]) -> bool:
@@ -517,8 +572,10 @@ def _stale(h: Hypothesis, trials: list[dict]) -> bool:
 
 # ---------------------------------------------------------------- ranking
 
-def rank(hyps: list[Hypothesis], diagnosis: Diagnosis | None, trials: list[dict], backend: str,
-         advisory: bool = False) -> list[Ranked]:
+
+def rank(
+    hyps: list[Hypothesis], diagnosis: Diagnosis | None, trials: list[dict], backend: str, advisory: bool = False
+) -> list[Ranked]:
     """Hypotheses for ``backend``, best first.
 
     Score = 10 per symptom of the latest diagnosis the hypothesis names that
@@ -548,7 +605,9 @@ def _score(h: Hypothesis, diagnosis: Diagnosis | None, st: HypothesisStatus) -> 
     return Ranked(hypothesis=h, score=score, why=_why(h, matched, on_bottleneck, diagnosis, st), status=st)
 
 
-def _why(h: Hypothesis, matched: list[str], on_bottleneck: bool, diagnosis: Diagnosis | None, st: HypothesisStatus) -> str:
+def _why(
+    h: Hypothesis, matched: list[str], on_bottleneck: bool, diagnosis: Diagnosis | None, st: HypothesisStatus
+) -> str:
     parts = [f"matches {', '.join(matched)}" if matched else "no symptom match"]
     if on_bottleneck:
         parts.append(f"bottleneck {diagnosis.bottleneck}")

@@ -67,9 +67,17 @@ class HypothesisStrategy:
         delta = changed(inc, {**fixed, **params})
         why = f"tests {h.id} ({h.title}); {reason}; diagnosis: {diag.summary() if diag else 'none yet'}"
         parent = incumbent_row(trials, self.s.base.objective.direction)
-        return Proposal("hypothesis", values, why, f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
-                        hypothesis=h.id, optuna_study=search.name, optuna_number=number, patch=_patch_path(h),
-                        parent=parent["number"] if parent else None)
+        return Proposal(
+            "hypothesis",
+            values,
+            why,
+            f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
+            hypothesis=h.id,
+            optuna_study=search.name,
+            optuna_number=number,
+            patch=_patch_path(h),
+            parent=parent["number"] if parent else None,
+        )
 
     def _pick(self, trials: list[dict], diag) -> tuple[Any, dict[str, Any], str, bool] | None:
         """(hypothesis, values its ranges resolve against, why, exploit?) for the next trial, or None."""
@@ -78,8 +86,11 @@ class HypothesisStrategy:
         if follow is not None:
             return follow[0], {**self.s.base.train, **follow[1]}, follow[2], False
         inc = self.working_point(trials)
-        ranked = [r for r in hypotheses.rank(self.library, diag, trials, self.s.base.backend)
-                  if r.hypothesis.id not in inert and self._applies(r.hypothesis, inc)]
+        ranked = [
+            r
+            for r in hypotheses.rank(self.library, diag, trials, self.s.base.backend)
+            if r.hypothesis.id not in inert and self._applies(r.hypothesis, inc)
+        ]
         if not ranked:
             return None
         h, reason = ranked[0].hypothesis, ranked[0].why
@@ -96,8 +107,12 @@ class HypothesisStrategy:
             return True
         if h.id not in self._passed:
             self._passed.add(h.id)
-            self.s.note(None, "not-applicable", f"{h.id} passed over: its overrides already hold here and its "
-                        f"space has nothing else to try, so a trial under it would repeat the working point")
+            self.s.note(
+                None,
+                "not-applicable",
+                f"{h.id} passed over: its overrides already hold here and its "
+                f"space has nothing else to try, so a trial under it would repeat the working point",
+            )
         return False
 
     def _exploited(self, h, inc: dict[str, Any]):
@@ -109,8 +124,11 @@ class HypothesisStrategy:
         """Step the knobs the diagnosis points at (or keep the last helpful step's direction), from the chain's
         last good trial, else from the incumbent."""
         inc, links = self._chain(trials)
-        start = moves.chain_start(links) or inc or next((t for t in trials if t.get("proposer") == "baseline"
-                                                         and t.get("status") == "complete"), None)
+        start = (
+            moves.chain_start(links)
+            or inc
+            or next((t for t in trials if t.get("proposer") == "baseline" and t.get("status") == "complete"), None)
+        )
         if start is None:
             return None
         point = {**self.s.base.train, **(start.get("params") or {})}
@@ -124,11 +142,16 @@ class HypothesisStrategy:
         if found is None:
             return None
         values, applied = found
-        why = (f"move {moves.describe(applied, point, values)}, from {start['attempt']} "
-               f"(diagnosis: {diag.summary()})")
+        why = f"move {moves.describe(applied, point, values)}, from {start['attempt']} (diagnosis: {diag.summary()})"
         slug = "move-" + dump_values({m.key: values[m.key] for m in applied})
-        return Proposal(moves.PROPOSER, changed(self.s.base.train, {**point, **values}), why, slug,
-                        hypothesis=applied[0].hypothesis, parent=inc["number"] if inc else None)
+        return Proposal(
+            moves.PROPOSER,
+            changed(self.s.base.train, {**point, **values}),
+            why,
+            slug,
+            hypothesis=applied[0].hypothesis,
+            parent=inc["number"] if inc else None,
+        )
 
     def _chain(self, trials: list[dict]) -> tuple[dict | None, list[dict]]:
         """The incumbent row (None: the baseline) and the move trials taken from it."""
@@ -197,9 +220,12 @@ class HypothesisStrategy:
         if (hid, t["number"]) in self._noted:
             return
         self._noted.add((hid, t["number"]))
-        self.s.note(t["id"], "no-effect",
-                    f"{t['attempt']} ({hid}, {dump_values(t.get('changed') or {})}) left every metric "
-                    f"identical to {parent['attempt']}: the idea has no effect here; not pushed further")
+        self.s.note(
+            t["id"],
+            "no-effect",
+            f"{t['attempt']} ({hid}, {dump_values(t.get('changed') or {})}) left every metric "
+            f"identical to {parent['attempt']}: the idea has no effect here; not pushed further",
+        )
 
     def _diagnosis(self, trials: list[dict]) -> diagnose.Diagnosis | None:
         """Diagnose the latest finished trial that has metrics (the incumbent's if it is newer)."""
@@ -210,7 +236,6 @@ class HypothesisStrategy:
                     self.last_diagnosis = diagnose.diagnose(m.steps, m.evals, t.get("params") or self.s.base.train)
                     return self.last_diagnosis
         return None
-
 
 
 MAX_CHAIN = 3  # flat-but-better steps in a row that one hypothesis may take from its own last trial
@@ -225,8 +250,13 @@ def fingerprint(records: list[dict]) -> list[tuple]:
     out = []
     for r in records:
         if r.get("type") == "eval":
-            out.append(("eval", r.get("step"), *sorted((k, v) for k, v in r.items() if k.startswith("eval/")
-                                                       and not k.endswith("items"))))
+            out.append(
+                (
+                    "eval",
+                    r.get("step"),
+                    *sorted((k, v) for k, v in r.items() if k.startswith("eval/") and not k.endswith("items")),
+                )
+            )
         else:
             out.append(("step", r.get("step"), *(r.get(k) for k in FINGERPRINT_KEYS)))
     return out
@@ -246,8 +276,9 @@ def parent_of(t: dict, trials: list[dict]) -> dict | None:
     return None
 
 
-def continuation(trials: list[dict], library: list, inert: set[str] | frozenset = frozenset()
-                 ) -> tuple[Any, dict, str] | None:
+def continuation(
+    trials: list[dict], library: list, inert: set[str] | frozenset = frozenset()
+) -> tuple[Any, dict, str] | None:
     """Keep pushing a hypothesis whose latest trial moved the objective the right way but not enough.
 
     Seed 004's playbook for flat learning steps the lr up again when a raise was still flat

@@ -9,8 +9,9 @@ from the ledger rows, choosing the next move, and the re-centred space a validat
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,8 +52,11 @@ class Exploit(_Model):
 class Gallop(_Model):
     """How far the next step goes after a step that did nothing measurable."""
 
-    share: float = Field(gt=0, lt=1, description="'Nothing measurable': |gain| below this share of the "
-                                                 "interval's half-width, verdict flat.")
+    share: float = Field(
+        gt=0,
+        lt=1,
+        description="'Nothing measurable': |gain| below this share of the interval's half-width, verdict flat.",
+    )
     power: float = Field(gt=1, description="The next step's factor is the row's factor to this power.")
 
 
@@ -70,6 +74,7 @@ def load_table(path: str | Path | None = None) -> MoveTable:
 
 
 # ---------------------------------------------------------------- one step
+
 
 def step(value: Any, factor: float, limit: SearchParam | None) -> Any:
     """``value`` x ``factor`` inside ``limit``, or None when it cannot move that way (0, a bound, no choice)."""
@@ -111,18 +116,21 @@ def _number(v: Any) -> bool:
 
 # ---------------------------------------------------------------- the chain
 
+
 def chain(trials: list[dict], since: int | None = None) -> list[dict]:
     """The finished move trials numbered ``since`` (the incumbent) or later, oldest first: the steps taken from
     the current incumbent. Trials of other proposers in between (a ranked hypothesis, confirmation runs) do not
     end it; a new incumbent starts a new chain."""
-    return [t for t in trials if t.get("proposer") == PROPOSER and t.get("status") != "running"
-            and (since is None or t["number"] >= since)]
+    return [
+        t
+        for t in trials
+        if t.get("proposer") == PROPOSER and t.get("status") != "running" and (since is None or t["number"] >= since)
+    ]
 
 
 def chain_start(links: list[dict]) -> dict | None:
     """The last trial of the chain that did not overshoot (None: start at the incumbent)."""
-    return next((t for t in reversed(links) if t.get("verdict") not in BROKEN and t.get("status") == "complete"),
-                None)
+    return next((t for t in reversed(links) if t.get("verdict") not in BROKEN and t.get("status") == "complete"), None)
 
 
 def steps_taken(links: list[dict], start: dict[str, Any]) -> dict[str, int]:
@@ -141,8 +149,10 @@ def steps_taken(links: list[dict], start: dict[str, Any]) -> dict[str, int]:
 
 # ---------------------------------------------------------------- the next move
 
-def applicable(table: MoveTable, fired: set[str], core: set[str], library: set[str],
-               taken: dict[str, int]) -> list[Move]:
+
+def applicable(
+    table: MoveTable, fired: set[str], core: set[str], library: set[str], taken: dict[str, int]
+) -> list[Move]:
     """Rows whose symptom fired and points to the diagnosed bottleneck (``core``), one per key (table order),
     whose hypothesis is in the library and whose steps are not used up."""
     rows, keys = [], set()
@@ -154,8 +164,9 @@ def applicable(table: MoveTable, fired: set[str], core: set[str], library: set[s
     return rows
 
 
-def momentum(table: MoveTable, links: list[dict], start: dict[str, Any], library: set[str],
-             taken: dict[str, int]) -> list[Move]:
+def momentum(
+    table: MoveTable, links: list[dict], start: dict[str, Any], library: set[str], taken: dict[str, int]
+) -> list[Move]:
     """Rows the chain's last good step applied, when that step helped (improved, or flat with a positive
     gain): keep going that way even though its own diagnosis no longer names the symptom (a +0.03 at lr x10
     ends "flat learning" but is not the best lr yet)."""
@@ -164,8 +175,13 @@ def momentum(table: MoveTable, links: list[dict], start: dict[str, Any], library
         return []
     before = _point_before(links, last, start)
     after = last.get("params") or {}
-    return [m for m in table.moves if m.hypothesis in library and taken.get(m.key, 0) < m.max_steps
-            and _moved_along(before.get(m.key), after.get(m.key), m.factor)]
+    return [
+        m
+        for m in table.moves
+        if m.hypothesis in library
+        and taken.get(m.key, 0) < m.max_steps
+        and _moved_along(before.get(m.key), after.get(m.key), m.factor)
+    ]
 
 
 def _point_before(links: list[dict], last: dict, start: dict[str, Any]) -> dict[str, Any]:
@@ -187,8 +203,13 @@ def no_effect(link: dict | None, gallop: Gallop) -> bool:
     return abs(delta) < gallop.share * (high - low) / 2
 
 
-def next_move(rows: list[Move], point: dict[str, Any], limits: dict[str, SearchParam],
-              tried: Callable[[dict[str, Any]], bool], first: float = 1.0) -> tuple[dict[str, Any], list[Move]] | None:
+def next_move(
+    rows: list[Move],
+    point: dict[str, Any],
+    limits: dict[str, SearchParam],
+    tried: Callable[[dict[str, Any]], bool],
+    first: float = 1.0,
+) -> tuple[dict[str, Any], list[Move]] | None:
     """The values to set (every applicable row stepped from ``point``) and the rows applied. The step is the
     factor to the power ``first`` (above 1 after a step that did nothing: a galloping step), then the plain
     factor; a full step that was tried already is halved once (a bisection towards the overshoot); None when
@@ -196,7 +217,7 @@ def next_move(rows: list[Move], point: dict[str, Any], limits: dict[str, SearchP
     for power in dict.fromkeys((first, 1.0, HALF)):
         values, applied = {}, []
         for m in rows:
-            v = step(point.get(m.key), m.factor ** power, limits.get(m.key))
+            v = step(point.get(m.key), m.factor**power, limits.get(m.key))
             if v is not None:
                 values[m.key] = v
                 applied.append(m)
@@ -207,11 +228,13 @@ def next_move(rows: list[Move], point: dict[str, Any], limits: dict[str, SearchP
 
 def describe(applied: list[Move], point: dict[str, Any], values: dict[str, Any]) -> str:
     """``flat_learning: lr 1e-07 -> 1e-06 (h13-flat-learning)``, one per applied row."""
-    return "; ".join(f"{m.symptom}: {m.key} {point.get(m.key):.3g} -> {values[m.key]:.3g} ({m.hypothesis})"
-                     for m in applied)
+    return "; ".join(
+        f"{m.symptom}: {m.key} {point.get(m.key):.3g} -> {values[m.key]:.3g} ({m.hypothesis})" for m in applied
+    )
 
 
 # ---------------------------------------------------------------- exploitation
+
 
 def recentre(search: dict, incumbent: dict[str, Any], ratio: float) -> dict:
     """A hypothesis' search spec with each relative range re-centred on the incumbent: x [1/ratio, ratio].

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autorl.recipe import SearchParam
 
@@ -46,16 +47,29 @@ def distributions(space: dict[str, SearchParam]) -> dict[str, Any]:
 class Search:
     """One Optuna study: ask for values inside a space, tell how they did."""
 
-    def __init__(self, storage: str | Path, name: str, direction: str = "maximize",
-                 sampler: str = "tpe", seed: int = 0, parallel: bool = False, guard: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        storage: str | Path,
+        name: str,
+        direction: str = "maximize",
+        sampler: str = "tpe",
+        seed: int = 0,
+        parallel: bool = False,
+        guard: Callable[[], None] | None = None,
+    ):
         optuna = _optuna()
         self.name = name
         self.guard = guard or (lambda: None)
         url = storage if str(storage).startswith("sqlite:") else f"sqlite:///{Path(storage).resolve()}"
         self.storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
-        self.study = optuna.create_study(study_name=name, storage=self.storage, direction=direction,
-                                         sampler=_sampler(sampler, seed, parallel), load_if_exists=True,
-                                         pruner=optuna.pruners.NopPruner())
+        self.study = optuna.create_study(
+            study_name=name,
+            storage=self.storage,
+            direction=direction,
+            sampler=_sampler(sampler, seed, parallel),
+            load_if_exists=True,
+            pruner=optuna.pruners.NopPruner(),
+        )
         self._open: dict[int, Any] = {}
 
     def ask(self, space: dict[str, SearchParam], fixed: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:

@@ -18,10 +18,10 @@ from autorl.judge import triage
 from autorl.judge.result import TrialResult
 from autorl.recipe import Recipe, dump_values
 from autorl.search.hypotheses_strategy import HypothesisStrategy
+from autorl.search.optuna_study import Search, study_names
 from autorl.search.proposal import Proposal
 from autorl.search.queue import RunQueue
 from autorl.search.strategies import OptunaStrategy, Strategy
-from autorl.search.optuna_study import Search, study_names
 from autorl.search.view import StudyView
 
 
@@ -33,8 +33,15 @@ class Proposer:
         self.parallel = opts.parallel  # the CLI keeps it >= 1
         self.records = ledger.records(study["id"])
         self.backend = backend or get_backend(base.backend)  # its oom_retry reduces an out-of-memory retry
-        self.view = StudyView(ws, self.records, study, base, sampler="random" if opts.strategy == "random" else "tpe",
-                              seed=opts.seed, parallel=self.parallel > 1)
+        self.view = StudyView(
+            ws,
+            self.records,
+            study,
+            base,
+            sampler="random" if opts.strategy == "random" else "tpe",
+            seed=opts.seed,
+            parallel=self.parallel > 1,
+        )
         self.strategy: Strategy = make_strategy(opts.strategy, self.view)
         self.queue = RunQueue(self.records, self.view, self.backend, self.strategy)
 
@@ -94,20 +101,32 @@ class Proposer:
             state = "complete" if value is not None else ("pruned" if twin.get("status") == "pruned" else "fail")
             self.search(p.optuna_study).tell(p.optuna_number, state, value)
             told = f"told Optuna {state}" + (f" {value:.4f}" if value is not None else "")
-        self.records.event(None, "repeat", f"skipped {p.proposer} proposal "
-                          f"{dump_values(p.values) or '(baseline values)'}: already tried as {twin['attempt']}; {told}")
+        self.records.event(
+            None,
+            "repeat",
+            f"skipped {p.proposer} proposal "
+            f"{dump_values(p.values) or '(baseline values)'}: already tried as {twin['attempt']}; {told}",
+        )
 
     def _deliberate_repeat(self, p: Proposal, twin: dict) -> Proposal:
         """After REPEAT_TRIES repeats in a row: run the values once more with a fresh seed, and say so."""
         seeds = [int(r.get("seed") or 0) for r in self.records.trials(kind="trial")]
         seed = max(seeds + [0]) + 1
-        what = (f"deliberate repeat of {twin['attempt']}'s values with a fresh seed {seed}: the search proposed only "
-                f"configurations already tried in {REPEAT_TRIES} asks")
+        what = (
+            f"deliberate repeat of {twin['attempt']}'s values with a fresh seed {seed}: the search proposed only "
+            f"configurations already tried in {REPEAT_TRIES} asks"
+        )
         values, slug = {**p.values, "seed": seed}, f"repeat-{twin['number']:02d}-seed{seed}"
         if twin["number"] in self.baseline_numbers() and p.parent is None and not p.patch:
             # the recipe as written once more: a baseline run (its seed noise, its reference), not a test of p's idea
-            return replace(p, proposer="baseline", hypothesis=None, values=values, slug=slug,
-                           why=f"{what}; counted as one more baseline run")
+            return replace(
+                p,
+                proposer="baseline",
+                hypothesis=None,
+                values=values,
+                slug=slug,
+                why=f"{what}; counted as one more baseline run",
+            )
         # every other field (the parent above all: the recipe it is judged against) stays the proposal's own
         return replace(p, values=values, why=f"{what}; {p.why}", slug=slug)
 
@@ -127,7 +146,11 @@ class Proposer:
     def _baseline(self, k: int, first: bool) -> Proposal:
         seed0 = int(self.base.train.get("seed", 0) or 0)
         values = {} if k == 0 else {"seed": seed0 + k}
-        why = "baseline: the recipe as written" if k == 0 else f"baseline repeat {k + 1} (seed {seed0 + k}) to measure seed noise"
+        why = (
+            "baseline: the recipe as written"
+            if k == 0
+            else f"baseline repeat {k + 1} (seed {seed0 + k}) to measure seed noise"
+        )
         slug = "baseline" if k == 0 else f"baseline-seed{seed0 + k}"
         if not (first and self.base.search):
             return Proposal("baseline", values, why, slug)

@@ -35,16 +35,37 @@ class RunQueue:
         if not reduced:
             return
         values = {**p.values, **reduced}
-        why = f"retry of an out-of-memory crash with {dump_values(reduced)} (the most recent memory-expanding change reduced)"
-        retry = Proposal("retry", values, why, "oom-retry-" + dump_values(reduced), hypothesis=p.hypothesis,
-                         retry_of=number, patch=p.patch, parent=p.parent)
+        why = (
+            f"retry of an out-of-memory crash with {dump_values(reduced)} (the most recent memory-expanding "
+            "change reduced)"
+        )
+        retry = Proposal(
+            "retry",
+            values,
+            why,
+            "oom-retry-" + dump_values(reduced),
+            hypothesis=p.hypothesis,
+            retry_of=number,
+            patch=p.patch,
+            parent=p.parent,
+        )
         self.pending.append(retry)
 
     def _same_retry(self, p: Proposal, number: int, category: str | None) -> None:
         """The same values once more: a hang, timeout, network error or external kill may not recur."""
         why = f"retry of a {category} crash with the same values (it may be transient)"
-        self.pending.append(Proposal("retry", dict(p.values), why, "retry-" + (dump_values(p.values) or "baseline"),
-                                     hypothesis=p.hypothesis, retry_of=number, patch=p.patch, parent=p.parent))
+        self.pending.append(
+            Proposal(
+                "retry",
+                dict(p.values),
+                why,
+                "retry-" + (dump_values(p.values) or "baseline"),
+                hypothesis=p.hypothesis,
+                retry_of=number,
+                patch=p.patch,
+                parent=p.parent,
+            )
+        )
 
     def confirmation_runs(self, p: Proposal, number: int, runs: int) -> None:
         """Re-run candidate ``number`` with ``runs`` fresh seeds, before anything but the confirmation runs already
@@ -58,8 +79,16 @@ class RunQueue:
         """Confirmation run ``k`` of candidate ``number``: its values with fresh seed ``confirm_seed``."""
         seed = self._confirm_seed(p, number, k)
         why = f"confirmation {k + 1}/{runs} of candidate {number:02d}: the same recipe with fresh seed {seed}"
-        return Proposal("confirm", {**p.values, "seed": seed}, why, f"confirm-{number:02d}-s{seed}",
-                        hypothesis=p.hypothesis, patch=p.patch, parent=p.parent, confirms=number)
+        return Proposal(
+            "confirm",
+            {**p.values, "seed": seed},
+            why,
+            f"confirm-{number:02d}-s{seed}",
+            hypothesis=p.hypothesis,
+            patch=p.patch,
+            parent=p.parent,
+            confirms=number,
+        )
 
     def _confirm_seed(self, p: Proposal, number: int, k: int) -> int:
         return int({**self.view.base.train, **p.values}.get("seed", 0) or 0) + 1000 + 10 * number + k
@@ -82,14 +111,23 @@ class RunQueue:
     def _missing_confirmations(self, p: Proposal, number: int) -> list[Proposal]:
         runs = self.view.base.verdict.confirm_runs
         ran = {r.get("seed") for r in self.records.confirm_runs(number, ran=True)}
-        return [self._confirmation(p, number, k, runs) for k in range(runs)
-                if self._confirm_seed(p, number, k) not in ran]
+        return [
+            self._confirmation(p, number, k, runs) for k in range(runs) if self._confirm_seed(p, number, k) not in ran
+        ]
 
     def _proposal_of(self, row: dict) -> Proposal:
         """The proposal a ledger row ran (its changed values, hypothesis, patch and links)."""
-        return Proposal(row["proposer"], dict(row.get("changed") or {}), row.get("why") or "", row["attempt"],
-                        hypothesis=row.get("hypothesis"), retry_of=row.get("retry_of"), patch=self._patch_of(row),
-                        parent=row.get("parent"), confirms=row.get("confirms"))
+        return Proposal(
+            row["proposer"],
+            dict(row.get("changed") or {}),
+            row.get("why") or "",
+            row["attempt"],
+            hypothesis=row.get("hypothesis"),
+            retry_of=row.get("retry_of"),
+            patch=self._patch_of(row),
+            parent=row.get("parent"),
+            confirms=row.get("confirms"),
+        )
 
     def _patch_of(self, row: dict) -> str | None:
         """The patch the row's trial applied: its hypothesis' patch when a ranked hypothesis proposed it (or the

@@ -35,8 +35,9 @@ class OptunaStrategy:
         number, params = self.s.ask(search, self.s.base.search)
         values = changed(self.s.base.train, params)
         why = f"{self.label} proposal: {dump_values(values) or 'baseline values'}"
-        return Proposal(self.label, values, why, dump_values(values) or self.label,
-                        optuna_study=search.name, optuna_number=number)
+        return Proposal(
+            self.label, values, why, dump_values(values) or self.label, optuna_study=search.name, optuna_number=number
+        )
 
     def patch(self, hypothesis: str | None) -> str | None:
         return None

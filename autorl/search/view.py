@@ -22,8 +22,17 @@ AVOID_TRIES = 10
 class StudyView:
     """One running study as a strategy may see it (``records`` is ``autorl.ledger.StudyRecords``)."""
 
-    def __init__(self, ws: Any, records: Any, study: dict, base: Recipe, *, sampler: str = "tpe", seed: int = 0,
-                 parallel: bool = False):
+    def __init__(
+        self,
+        ws: Any,
+        records: Any,
+        study: dict,
+        base: Recipe,
+        *,
+        sampler: str = "tpe",
+        seed: int = 0,
+        parallel: bool = False,
+    ):
         self.ws, self.records, self.base = ws, records, base
         self.name = study["optuna_study"]  # the study's Optuna name; a hypothesis' studies are named under it
         self._sampler, self._seed, self._parallel = sampler, seed, parallel
@@ -54,9 +63,15 @@ class StudyView:
         name = name or self.name
         if name not in self._searches:
             ledger = self.records.ledger
-            self._searches[name] = Search(ledger.file.optuna_url(), name, self.base.objective.direction,
-                                          sampler or self._sampler, seed=self._seed + len(self._searches),
-                                          parallel=self._parallel, guard=ledger.file.check)
+            self._searches[name] = Search(
+                ledger.file.optuna_url(),
+                name,
+                self.base.objective.direction,
+                sampler or self._sampler,
+                seed=self._seed + len(self._searches),
+                parallel=self._parallel,
+                guard=ledger.file.check,
+            )
         return self._searches[name]
 
     def ask(self, search: Search, space: dict, fixed: dict | None = None) -> tuple[int, dict[str, Any]]:

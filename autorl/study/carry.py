@@ -40,10 +40,12 @@ def carried_by(s: StudyState, row: dict) -> tuple[dict[str, Any], str]:
     changes = {k: v for k, v in (row.get("params") or {}).items() if k != "seed" and before.get(k) != v}
     if not changes:  # a retry with the same values (a transient crash) changes nothing
         return {}, ""
-    line = (f"the study's base recipe now has {dump_values(changes)} instead of "
-            f"{dump_values({k: before.get(k) for k in changes})}: {crashed['attempt']} crashed "
-            f"({crashed.get('crash_category')}) and {row['attempt']}, its reduced retry, completed; "
-            "later trials and baseline repeats start from it")
+    line = (
+        f"the study's base recipe now has {dump_values(changes)} instead of "
+        f"{dump_values({k: before.get(k) for k in changes})}: {crashed['attempt']} crashed "
+        f"({crashed.get('crash_category')}) and {row['attempt']}, its reduced retry, completed; "
+        "later trials and baseline repeats start from it"
+    )
     return changes, line
 
 

@@ -37,9 +37,15 @@ class Plan:
     checked_out: list[str] = field(default_factory=list)  # branches kept because a worktree has them checked out
 
     def as_dict(self) -> dict:
-        return {"study": self.study, "removed_trials": [t["number"] for t in self.remove],
-                "kept": {f"{n:02d}": why for n, why in sorted(self.keep.items())}, "branches": self.branches,
-                "tags": self.tags, "worktrees": self.worktrees, "checked_out": self.checked_out}
+        return {
+            "study": self.study,
+            "removed_trials": [t["number"] for t in self.remove],
+            "kept": {f"{n:02d}": why for n, why in sorted(self.keep.items())},
+            "branches": self.branches,
+            "tags": self.tags,
+            "worktrees": self.worktrees,
+            "checked_out": self.checked_out,
+        }
 
 
 def keep(ledger, study_id: int) -> dict[int, str]:
@@ -108,5 +114,10 @@ def _remove(ws, ledger, st: dict, p: Plan) -> None:
     for name in p.worktrees:
         gitops.remove_worktree(ws.root, ws.worktrees / name)
     gitops.delete_attempt_refs(ws.root, p.branches, p.tags)
-    ledger.event(st["id"], None, "clean", f"removed {len(p.branches)} branches, {len(p.tags)} tags and "
-                                          f"{len(p.worktrees)} worktrees of {len(p.remove)} trials")
+    ledger.event(
+        st["id"],
+        None,
+        "clean",
+        f"removed {len(p.branches)} branches, {len(p.tags)} tags and "
+        f"{len(p.worktrees)} worktrees of {len(p.remove)} trials",
+    )

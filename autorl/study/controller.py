@@ -32,11 +32,11 @@ from typing import Any
 from autorl.budget import format_duration
 from autorl.judge.result import TrialResult
 from autorl.present.live import PlainView
+from autorl.runs.slots import Slots
+from autorl.runs.watch import Outcome, Stop, Watch
 from autorl.search.proposal import Proposal
 from autorl.study import attempts, carry, crash, judging, opening, plan, recovery
-from autorl.runs.slots import Slots
 from autorl.study.state import StudyState, TrialContext
-from autorl.runs.watch import Outcome, Stop, Watch
 from autorl.workspace import Workspace
 
 
@@ -62,8 +62,10 @@ def budget_spent(prepared_s: float, budget_s: float, backend: str, launched: int
     model) took most of it and no trial started, that is said, with what to do."""
     if launched or prepared_s < 0.5 * budget_s:
         return "the budget is spent"
-    return (f"the budget is spent: preparing backend {backend} took {prepared_s:.0f} s of {format_duration(budget_s)} "
-            "(what it built is kept: `autorl run --resume` starts trials at once)")
+    return (
+        f"the budget is spent: preparing backend {backend} took {prepared_s:.0f} s of {format_duration(budget_s)} "
+        "(what it built is kept: `autorl run --resume` starts trials at once)"
+    )
 
 
 class Controller:
@@ -116,8 +118,10 @@ class Controller:
             if failure is exc:
                 raise
             raise failure from None
-        self.view.study(f"study {s.row['name']}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
-                        f"backend {s.base.backend}, recipe {s.recipe_rel}")
+        self.view.study(
+            f"study {s.row['name']}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
+            f"backend {s.base.backend}, recipe {s.recipe_rel}"
+        )
         return s
 
     # ---- the loop -------------------------------------------------------------------------------------------
@@ -163,8 +167,15 @@ class Controller:
         return opened
 
     def _launch(self, ctx: TrialContext, slot: int) -> Watch | Outcome:
-        return attempts.launch(self.s, ctx, self.slots, slot, None if self.opts.allow_overrun else self.deadline,
-                               lambda: self.stop_reason, lambda: (time.time() - self.started, self.deadline - time.time()))
+        return attempts.launch(
+            self.s,
+            ctx,
+            self.slots,
+            slot,
+            None if self.opts.allow_overrun else self.deadline,
+            lambda: self.stop_reason,
+            lambda: (time.time() - self.started, self.deadline - time.time()),
+        )
 
     def _may_start(self) -> bool:
         proposer = self.s.proposer
@@ -202,8 +213,10 @@ class Controller:
         if self.s.proposer.baseline_failed():
             return "the baseline failed"
         if self._held is not None:
-            return (f"the next trial ({self._held.slug}) is planned at {self._estimate(self._held).describe()}, "
-                    f"more than the {format_duration(left)} left of the budget (--allow-overrun starts it anyway)")
+            return (
+                f"the next trial ({self._held.slug}) is planned at {self._estimate(self._held).describe()}, "
+                f"more than the {format_duration(left)} left of the budget (--allow-overrun starts it anyway)"
+            )
         return "the strategy has nothing left to propose"
 
     def _hold(self, p: Proposal) -> None:
@@ -211,8 +224,12 @@ class Controller:
         self.s.proposer.pending.insert(0, p)
         if p is not self._held:
             self._held = p
-            self.s.records.event(None, "budget", f"next trial {p.slug} not started: planned at "
-                                 f"{self._estimate(p).describe()}, {max(self.deadline - time.time(), 0):.0f} s left")
+            self.s.records.event(
+                None,
+                "budget",
+                f"next trial {p.slug} not started: planned at "
+                f"{self._estimate(p).describe()}, {max(self.deadline - time.time(), 0):.0f} s left",
+            )
 
     # ---- one finished trial ---------------------------------------------------------------------------------
     def finish(self, ctx: TrialContext, outcome: Outcome) -> None:
@@ -222,11 +239,18 @@ class Controller:
         action = crash.decide(s, ctx, result)
         note = carry.carry_note(s, p, a.number, result)
         if action or note:
-            result = result.model_copy(update={"crash_action": action.kind if action else None,
-                                               "reason": "; ".join(x for x in (result.reason, note) if x)})
+            result = result.model_copy(
+                update={
+                    "crash_action": action.kind if action else None,
+                    "reason": "; ".join(x for x in (result.reason, note) if x),
+                }
+            )
         s.proposer.tell(p, result, action.kind if action else None)
-        settles = judging.confirmation_note(s, p.confirms, a.number, result.status,
-                                              result.crash_category) if p.confirms is not None else None
+        settles = (
+            judging.confirmation_note(s, p.confirms, a.number, result.status, result.crash_category)
+            if p.confirms is not None
+            else None
+        )
         attempts.close(s, ctx, outcome, result, settles)
         if result.confirmation == "candidate" and s.base.verdict.confirm_runs > 0:
             s.proposer.queue.confirmation_runs(p, a.number, s.base.verdict.confirm_runs)
@@ -248,10 +272,16 @@ class Controller:
         for t in trials:
             key = t.get("verdict") or t.get("status")
             counts[key] = counts.get(key, 0) + 1
-        return {"study": self.s.row["name"], "trials": len(trials), "counts": counts, "ended_by": self.ended_by,
-                "wall_s": time.time() - self.started, "stopped_by": self.stop_reason.reason if self.stop_reason else None,
-                "stop_status": self.stop_reason.status if self.stop_reason else None,
-                "baseline_failed": self.s.proposer.baseline_failed()}
+        return {
+            "study": self.s.row["name"],
+            "trials": len(trials),
+            "counts": counts,
+            "ended_by": self.ended_by,
+            "wall_s": time.time() - self.started,
+            "stopped_by": self.stop_reason.reason if self.stop_reason else None,
+            "stop_status": self.stop_reason.status if self.stop_reason else None,
+            "baseline_failed": self.s.proposer.baseline_failed(),
+        }
 
 
 def _install_signals(handler) -> dict:

@@ -8,9 +8,9 @@ from typing import Any
 
 from autorl.judge import triage
 from autorl.judge.result import TrialResult
+from autorl.runs.watch import Outcome, Stop
 from autorl.search.proposal import Proposal
 from autorl.study.state import StudyState, TrialContext
-from autorl.runs.watch import Outcome, Stop
 
 
 def diagnose(ctx: TrialContext, outcome: Outcome, nonfinite: str | None) -> dict[str, Any]:
@@ -18,21 +18,35 @@ def diagnose(ctx: TrialContext, outcome: Outcome, nonfinite: str | None) -> dict
     log = train_log(ctx)
     watchdog = {"hang": "silence", "timeout": "timeout"}.get(outcome.status)
     d = triage.classify(log, exit_code=outcome.exit_code, watchdog=watchdog, metrics_nonfinite=nonfinite)
-    return {"crash_category": d.category, "crash_signature": d.signature, "root_cause": d.root_cause_line,
-            "remedy": d.remedy, "reason": outcome.reason or f"{d.category}: {d.root_cause_line[:120]}"}
+    return {
+        "crash_category": d.category,
+        "crash_signature": d.signature,
+        "root_cause": d.root_cause_line,
+        "remedy": d.remedy,
+        "reason": outcome.reason or f"{d.category}: {d.root_cause_line[:120]}",
+    }
 
 
 def decide(s: StudyState, ctx: TrialContext, r: TrialResult) -> triage.Action | None:
     """What to do about a crashed trial (``triage.decide_action``); None for any other result."""
     if r.verdict != "crash" or not r.crash_category:
         return None
-    d = triage.CrashReport(category=r.crash_category, root_cause_line=r.root_cause or "", remedy=r.remedy or "",
-                         signature=r.crash_signature or "")
+    d = triage.CrashReport(
+        category=r.crash_category,
+        root_cause_line=r.root_cause or "",
+        remedy=r.remedy or "",
+        signature=r.crash_signature or "",
+    )
     earlier = s.records.trials(verdict="crash", crash_signature=d.signature)
     p = ctx.proposal
-    return triage.decide_action(d, is_baseline=s.proposer.is_baseline(p), retries_so_far=int(p.retry_of is not None),
-                                signature_count=len(earlier) + 1, run_dir=ctx.attempt.run_dir,
-                                log_text=train_log(ctx))
+    return triage.decide_action(
+        d,
+        is_baseline=s.proposer.is_baseline(p),
+        retries_so_far=int(p.retry_of is not None),
+        signature_count=len(earlier) + 1,
+        run_dir=ctx.attempt.run_dir,
+        log_text=train_log(ctx),
+    )
 
 
 def act(s: StudyState, ctx: TrialContext, action: triage.Action) -> Stop | None:
@@ -51,8 +65,11 @@ def baseline_note(s: StudyState, p: Proposal, action: triage.Action) -> str:
     if action.kind.startswith("retry") and s.proposer.baseline_retry_queued():
         return "; the baseline is retried before the study goes on"
     if not s.proposer.baseline_failed():  # lost to what its values cannot cause
-        return ("; not the recipe's doing: " + ("a baseline run with a fresh seed takes its place"
-                                                if s.proposer.baseline_runs_missing() else "the baseline is known"))
+        return "; not the recipe's doing: " + (
+            "a baseline run with a fresh seed takes its place"
+            if s.proposer.baseline_runs_missing()
+            else "the baseline is known"
+        )
     return "; the baseline failed, so the study ends here"
 
 

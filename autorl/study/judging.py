@@ -18,25 +18,34 @@ from autorl.judge import calibrate, silent, triage, verdict
 from autorl.judge.evidence import objective_value
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe
+from autorl.runs.watch import Outcome
 from autorl.search.proposal import Proposal
 from autorl.study import crash
 from autorl.study.state import StudyState, TrialContext
-from autorl.runs.watch import Outcome
 
 CONFIG_ERROR_REMEDY = "fix the recipe or the environment named in the reason; the trial never trained"
 
 
 def result_row(s: StudyState, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:
     """The ledger columns of a finished trial (``TrialResult``'s fields)."""
-    row: dict[str, Any] = {"finished": time.time(), "duration_s": outcome.wall_s, "exit_code": outcome.exit_code,
-                           "status": outcome.status, "reason": outcome.reason,
-                           # set when the attempt opened; the result rewrites every column it has
-                           "parent": ctx.proposal.parent, "confirms": ctx.proposal.confirms}
+    row: dict[str, Any] = {
+        "finished": time.time(),
+        "duration_s": outcome.wall_s,
+        "exit_code": outcome.exit_code,
+        "status": outcome.status,
+        "reason": outcome.reason,
+        # set when the attempt opened; the result rewrites every column it has
+        "parent": ctx.proposal.parent,
+        "confirms": ctx.proposal.confirms,
+    }
     recipe = ctx.recipe or s.base
     m = outcome.metrics
     nonfinite = m.has_nonfinite()
-    quiet = silent.check(m.steps, m.summary, crash.train_log(ctx), s.backend.planned_steps(recipe),
-                         evals=m.evals) if outcome.status == "complete" else None
+    quiet = (
+        silent.check(m.steps, m.summary, crash.train_log(ctx), s.backend.planned_steps(recipe), evals=m.evals)
+        if outcome.status == "complete"
+        else None
+    )
     if quiet:  # exited 0 but broken (NaN metrics, collapsed output, no step, a constant reward): never scored
         row.update(status="crash")
     if row["status"] == "complete":  # a run that logged NaN/inf is never scored, even with exit 0
@@ -44,22 +53,38 @@ def result_row(s: StudyState, ctx: TrialContext, outcome: Outcome) -> dict[str, 
         if row["objective"] is None:
             row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
             quiet = silent.missing_objective(m.steps, m.evals, recipe.objective.metric)
-    row["flags"] = [f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary,
-                                                          s.backend.planned_steps(recipe), abort=recipe.abort)]
+    row["flags"] = [
+        f.model_dump()
+        for f in verdict.flags(m.steps, m.evals, m.summary, s.backend.planned_steps(recipe), abort=recipe.abort)
+    ]
     row.update(_by_status(s, ctx, outcome, row, nonfinite, quiet))
     return row
 
 
-def _by_status(s: StudyState, ctx: TrialContext, outcome: Outcome, row: dict[str, Any], nonfinite: str | None,
-               quiet: silent.SilentFailure | None) -> dict[str, Any]:
+def _by_status(
+    s: StudyState,
+    ctx: TrialContext,
+    outcome: Outcome,
+    row: dict[str, Any],
+    nonfinite: str | None,
+    quiet: silent.SilentFailure | None,
+) -> dict[str, Any]:
     """The columns that depend on how the trial ended: a crash's triage (or the silent failure that made a run
     that exited 0 one), a prune, or the verdict."""
     if row["status"] == "config-error":
-        return {"verdict": "crash", "crash_category": "config_error", "root_cause": outcome.reason,
-                "crash_signature": triage.signature("config_error", outcome.reason), "remedy": CONFIG_ERROR_REMEDY}
+        return {
+            "verdict": "crash",
+            "crash_category": "config_error",
+            "root_cause": outcome.reason,
+            "crash_signature": triage.signature("config_error", outcome.reason),
+            "remedy": CONFIG_ERROR_REMEDY,
+        }
     if row["status"] in ("crash", "hang", "timeout"):
-        return {"status": "crash", "verdict": "crash",
-                **(quiet.fields() if quiet else crash.diagnose(ctx, outcome, nonfinite))}
+        return {
+            "status": "crash",
+            "verdict": "crash",
+            **(quiet.fields() if quiet else crash.diagnose(ctx, outcome, nonfinite)),
+        }
     if row["status"] == "pruned":
         if (outcome.abort or {}).get("rule") == "nonfinite":
             return {"verdict": "pruned", **crash.diagnose(ctx, outcome, nonfinite or "step"), "reason": outcome.reason}
@@ -79,9 +104,18 @@ def compare(s: StudyState, p: Proposal, m: RunMetrics, recipe: Recipe, value: fl
     whom = f"parent {p.parent:02d}" if p.parent is not None else "the baseline"
     note = f" vs {whom}" + (f"; {c.vs_baseline.delta:+.4f} over the baseline" if p.parent is not None else "")
     note += f"; {gap:+.4f} vs the best so far" if gap is not None else ""
-    out = {"verdict": v.verdict, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high, "method": v.method,
-           "n_items": v.n, "reason": v.explanation + note, "gap_to_best": gap,
-           "gain_vs_baseline": c.vs_baseline.delta, **calibrate.columns(v, recipe.verdict)}
+    out = {
+        "verdict": v.verdict,
+        "delta": v.delta,
+        "ci_low": v.ci_low,
+        "ci_high": v.ci_high,
+        "method": v.method,
+        "n_items": v.n,
+        "reason": v.explanation + note,
+        "gap_to_best": gap,
+        "gain_vs_baseline": c.vs_baseline.delta,
+        **calibrate.columns(v, recipe.verdict),
+    }
     if v.verdict == "improved":
         out["confirmation"] = "candidate"
     return out
@@ -133,5 +167,7 @@ def confirm(s: StudyState, candidate: int) -> None:
     s.ledger.set_confirmation(candidate, state, reason, **stats, **gate)
     if c.verdict is not None:
         v = c.verdict
-        s.view.study(f"{row['attempt']}: {state} by {c.runs} fresh-seed runs (gain {v.delta:+.4f}, "
-                     f"{verdict.pct(v.level)} CI [{v.ci_low:+.4f}, {v.ci_high:+.4f}])")
+        s.view.study(
+            f"{row['attempt']}: {state} by {c.runs} fresh-seed runs (gain {v.delta:+.4f}, "
+            f"{verdict.pct(v.level)} CI [{v.ci_low:+.4f}, {v.ci_high:+.4f}])"
+        )

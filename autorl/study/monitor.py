@@ -7,12 +7,12 @@ they are the measurements everything else is judged by.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from autorl.judge.abort import check_abort
 from autorl.metrics import RunMetrics
-from autorl.study.state import StudyState, TrialContext
 from autorl.runs.watch import Stop
+from autorl.study.state import StudyState, TrialContext
 
 
 class TrialMonitor:
@@ -35,7 +35,9 @@ class TrialMonitor:
             d = check_abort(metrics.steps, rules, self.s.backend.max_grad_norm(self.recipe))
             if d is not None:
                 seen = ", ".join(f"{v:.4g}" for v in d.values)
-                return Stop("pruned", f"early abort ({d.rule}): {d.reason} (step {d.step}; values {seen})", d.model_dump())
+                return Stop(
+                    "pruned", f"early abort ({d.rule}): {d.reason} (step {d.step}; values {seen})", d.model_dump()
+                )
         return self._prune(records)
 
     def _prune(self, records: list[dict]) -> Stop | None:
@@ -50,12 +52,21 @@ class TrialMonitor:
             if self.recipe.abort.pruner and p.proposer != "confirm" and not self.s.proposer.is_baseline(p):
                 d = self.s.evidence.clearly_worse(rec, p.parent, self.recipe)
                 if d is not None:
-                    return Stop("pruned", f"noise-aware pruner: {d.reason}", {"rule": "clearly_worse", **d.model_dump()})
+                    return Stop(
+                        "pruned", f"noise-aware pruner: {d.reason}", {"rule": "clearly_worse", **d.model_dump()}
+                    )
         return None
 
     def _show(self, m: RunMetrics) -> None:
         last = m.steps[-1] if m.steps else {}
         evals = m.series(self.recipe.objective.metric)
         used, left = self.clock()
-        self.s.view.progress(self.ctx.attempt.name, int(last.get("step", 0)), self.last_step,
-                             last.get("reward_mean"), evals[-1] if evals else None, used, left)
+        self.s.view.progress(
+            self.ctx.attempt.name,
+            int(last.get("step", 0)),
+            self.last_step,
+            last.get("reward_mean"),
+            evals[-1] if evals else None,
+            used,
+            left,
+        )

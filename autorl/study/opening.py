@@ -67,8 +67,21 @@ def _open(ws: Workspace, opts: Any, view: PlainView, resumed: dict | None, lock:
     except BaseException as exc:
         setup_failed(ledger, row, lock, exc)
         raise
-    return StudyState(ws, opts, view, ledger, row, recipe, row["recipe"], row["recipe_path"], backend, proposer,
-                      proposer.records, Evidence(proposer.records), lock)
+    return StudyState(
+        ws,
+        opts,
+        view,
+        ledger,
+        row,
+        recipe,
+        row["recipe"],
+        row["recipe_path"],
+        backend,
+        proposer,
+        proposer.records,
+        Evidence(proposer.records),
+        lock,
+    )
 
 
 def setup_failed(ledger: Ledger, row: dict, lock: Any, exc: BaseException) -> None:
@@ -94,8 +107,10 @@ def check_study_name(name: str | None, new: bool) -> None:
     if name is None:
         return
     if new and not _NAME.fullmatch(name):
-        raise UserError(f"--study {short(repr(name), 80)}: a study name is 1-64 letters, digits, '.', '_' or '-' "
-                        "(starting with a letter or digit): pick another")
+        raise UserError(
+            f"--study {short(repr(name), 80)}: a study name is 1-64 letters, digits, '.', '_' or '-' "
+            "(starting with a letter or digit): pick another"
+        )
     if len(name) > 200:
         raise UserError(f"--study {short(name, 60)}: no study has a name that long: list them with `autorl status`")
 
@@ -104,9 +119,11 @@ def warn(recipe: Recipe, backend: Any, view: PlainView, root: Path) -> None:
     """One line each for what the study runs despite: a hack gate with no held-out task metric to hold a gain
     against, and the backend's own warnings."""
     if recipe.gate.enabled and not backend.held_out(recipe):
-        view.line(f"warning: the hack gate is blind: recipe {recipe.name} names no held-out probe set, so a gain "
-                  "on a reward with a loophole cannot be told from a real one (name probe_id/probe_ood, or "
-                  "eval_id/eval_ood for the embedded engine)")
+        view.line(
+            f"warning: the hack gate is blind: recipe {recipe.name} names no held-out probe set, so a gain "
+            "on a reward with a loophole cannot be told from a real one (name probe_id/probe_ood, or "
+            "eval_id/eval_ood for the embedded engine)"
+        )
     for line in backend.warnings(recipe, root):
         view.line(f"warning: {line}")
 
@@ -131,13 +148,17 @@ def resumed_study(ws: Workspace, opts: Any) -> dict | None:
 def check_resume_flags(opts: Any, study: dict) -> None:
     """--resume continues the study as it was started: a flag that would change it is an error."""
     if opts.overrides:
-        raise UserError(f"--set does not apply on --resume: study {study['name']} keeps its recipe; "
-                        "start a new study to change values")
+        raise UserError(
+            f"--set does not apply on --resume: study {study['name']} keeps its recipe; "
+            "start a new study to change values"
+        )
     if opts.recipe_path is not None:
         raise UserError("--resume continues a study with its own recipe: drop the RECIPE argument")
     if opts.strategy and opts.strategy != study["strategy"]:
-        raise UserError(f"study {study['name']} uses --strategy {study['strategy']}: drop --strategy "
-                        f"{opts.strategy}, or start a new study with it")
+        raise UserError(
+            f"study {study['name']} uses --strategy {study['strategy']}: drop --strategy "
+            f"{opts.strategy}, or start a new study with it"
+        )
 
 
 def base_recipe(ws: Workspace, opts: Any) -> tuple[Recipe, str, str]:
@@ -157,8 +178,9 @@ def workspace_default(ws: Workspace) -> Path:
     return local if local.is_file() else default_recipe_source()
 
 
-def _study_row(ws: Workspace, ledger: Ledger, opts: Any, recipe: Recipe, text: str, rel: str,
-               lock: Any) -> tuple[dict, Any]:
+def _study_row(
+    ws: Workspace, ledger: Ledger, opts: Any, recipe: Recipe, text: str, rel: str, lock: Any
+) -> tuple[dict, Any]:
     """The resumed study's row (its ``lock`` held already), marked running again, or a new study's row with its
     lock taken."""
     if opts.resume:
@@ -171,8 +193,15 @@ def _study_row(ws: Workspace, ledger: Ledger, opts: Any, recipe: Recipe, text: s
         if ledger.has_study(name):
             raise UserError(f"study {name} exists already: continue it with `autorl run --resume --study {name}`")
         lock = ws.lock_study(name)
-        sid = ledger.create_study(name=name, recipe_path=rel, recipe=text, base_sha=base_sha,
-                                  strategy=opts.strategy, budget_s=opts.budget_s, optuna_study=name)
+        sid = ledger.create_study(
+            name=name,
+            recipe_path=rel,
+            recipe=text,
+            base_sha=base_sha,
+            strategy=opts.strategy,
+            budget_s=opts.budget_s,
+            optuna_study=name,
+        )
     return ledger.study(study_id=sid), lock
 
 

@@ -27,8 +27,9 @@ Pure functions: the controller passes the history and the next trial's resolved 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,8 +81,10 @@ class Estimate:
             return f"{self.seconds:.0f} s (timeout_s or half the budget: no trial has finished yet)"
         if self.first_only:
             return f"{self.seconds:.0f} s (what the study's first trial took, one-time start-up included, + overhead)"
-        return (f"{self.seconds:.0f} s ({self.predicted:.1f} s from {self.basis} finished trials "
-                f"x margin {self.margin:.2f} + overhead)")
+        return (
+            f"{self.seconds:.0f} s ({self.predicted:.1f} s from {self.basis} finished trials "
+            f"x margin {self.margin:.2f} + overhead)"
+        )
 
 
 def history(rows: list[dict[str, Any]], keys: Iterable[str], first_end: float | None = None) -> list[Took]:
@@ -93,8 +96,15 @@ def history(rows: list[dict[str, Any]], keys: Iterable[str], first_end: float | 
     done = [r for r in rows if r.get("status") == "complete" and r.get("finished") is not None]
     if first_end is None:
         first_end = min((r["finished"] for r in rows if r.get("finished") is not None), default=math.inf)
-    return [Took(work(r.get("params") or {}, keys), r["finished"] - r["started"], r["started"] < first_end,
-                 r["first_step"] - r["started"] if r.get("first_step") else None) for r in done]
+    return [
+        Took(
+            work(r.get("params") or {}, keys),
+            r["finished"] - r["started"],
+            r["started"] < first_end,
+            r["first_step"] - r["started"] if r.get("first_step") else None,
+        )
+        for r in done
+    ]
 
 
 def work(values: dict[str, Any], keys: Iterable[str]) -> float:
@@ -118,7 +128,7 @@ def fit(obs: list[Took]) -> tuple[float, float]:
     if per <= 0:
         return ms, 0.0
     if ms - per * mw < 0:
-        return 0.0, sum(o.work * o.seconds for o in obs) / sum(o.work ** 2 for o in obs)
+        return 0.0, sum(o.work * o.seconds for o in obs) / sum(o.work**2 for o in obs)
     return ms - per * mw, per
 
 
@@ -142,15 +152,16 @@ def margin(obs: list[Took], r: PlanRules) -> float:
     """The ``quantile`` of observed/predicted, each trial predicted from the others; at least 1."""
     if len(obs) < r.min_for_margin:
         return r.first_margin
-    ratios = sorted(o.seconds / max(predict(obs[:i] + obs[i + 1:], o.work), 1e-9) for i, o in enumerate(obs))
+    ratios = sorted(o.seconds / max(predict(obs[:i] + obs[i + 1 :], o.work), 1e-9) for i, o in enumerate(obs))
     return max(1.0, ratios[min(len(ratios), math.ceil(r.quantile * len(ratios))) - 1])
 
 
-def expected(history: list[Took], next_work: float, timeout_s: float, budget_s: float,
-             r: PlanRules | None = None) -> Estimate:
+def expected(
+    history: list[Took], next_work: float, timeout_s: float, budget_s: float, r: PlanRules | None = None
+) -> Estimate:
     """The next trial's planned duration, never above ``timeout_s`` (the hard per-trial limit)."""
     r = r or rules()
-    obs = history[-r.window:]
+    obs = history[-r.window :]
     if not obs:
         return Estimate(min(timeout_s, budget_s / 2), None, 1.0, 0)
     steady = [o for o in obs if not o.first]

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import errno
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from autorl import gitops
 from autorl.backends.base import kill_group
 from autorl.errors import DiskFullError, LedgerError, WorkspaceError, short
 from autorl.ledger import Ledger, disk_full, free_bytes, ledger_error
-from autorl.study import judging
 from autorl.runs.slots import stop_job
+from autorl.study import judging
 from autorl.study.state import StudyState
 
 
@@ -36,8 +37,13 @@ def recover(s: StudyState) -> None:
             kill_group(int(row["pid"]), grace_s=2.0)
         if row.get("job_id") and row.get("job_address"):
             stop_job(row["job_address"], row["job_id"])
-        s.ledger.update_trial(row["id"], event="recovered", status="interrupted", finished=time.time(),
-                              reason="the controller stopped during this trial; recovered on resume")
+        s.ledger.update_trial(
+            row["id"],
+            event="recovered",
+            status="interrupted",
+            finished=time.time(),
+            reason="the controller stopped during this trial; recovered on resume",
+        )
         gitops.remove_worktree(s.ws.root, s.ws.worktrees / row["attempt"])
     s.proposer.recover()
 
@@ -49,8 +55,9 @@ def requeue(s: StudyState) -> None:
         judging.confirm(s, row["number"])
     queued = s.proposer.queue.requeue()
     if queued:
-        line = (f"resume: {len(queued)} queued run(s) the stopped study had not run go first: "
-                + ", ".join(p.slug for p in queued))
+        line = f"resume: {len(queued)} queued run(s) the stopped study had not run go first: " + ", ".join(
+            p.slug for p in queued
+        )
         s.records.event(None, "requeued", line)
         s.view.line(line)
 
@@ -103,8 +110,10 @@ def stop_error(s: StudyState, exc: BaseException) -> BaseException:
         return ledger_error(s.ledger.path, sqlite)
     path_error = next((e for e in chain if isinstance(e, OSError) and e.filename), None)
     if path_error is not None:  # a path autorl writes is in the way, or not allowed: the environment, not a bug
-        return WorkspaceError(f"{short(path_error.filename, 200)}: {path_error.strerror}: the study stopped; fix that "
-                              "path (a file in the way, permissions), then `autorl run --resume`")
+        return WorkspaceError(
+            f"{short(path_error.filename, 200)}: {path_error.strerror}: the study stopped; fix that "
+            "path (a file in the way, permissions), then `autorl run --resume`"
+        )
     return exc
 
 
@@ -148,14 +157,20 @@ def shut_down(s: StudyState, running: dict, slots: Any, failure: BaseException |
 def _stop_running(s: StudyState, running: dict, writable: bool) -> None:
     """Kill the trials in flight (their process groups or Ray jobs); record them interrupted where the ledger and
     git can still be written."""
-    for ctx, watch in list(running.values()):
+    for _ctx, watch in list(running.values()):
         try:
             watch.handle.cancel(grace_s=2.0)
         except Exception:  # noqa: BLE001 - the next trial is stopped whatever this one did
             pass
     for ctx, _ in list(running.values()) if writable else []:
-        s.ledger.update_trial(ctx.attempt.row_id, event="interrupted", status="interrupted", finished=time.time(),
-                              reason="the study stopped on an error during this trial", pid=None)
+        s.ledger.update_trial(
+            ctx.attempt.row_id,
+            event="interrupted",
+            status="interrupted",
+            finished=time.time(),
+            reason="the study stopped on an error during this trial",
+            pid=None,
+        )
         gitops.remove_worktree(s.ws.root, ctx.attempt.worktree)
     running.clear()
 

@@ -17,9 +17,9 @@ from autorl.judge.evidence import Evidence
 from autorl.ledger import Ledger, StudyRecords
 from autorl.present.live import PlainView
 from autorl.recipe import Recipe
+from autorl.runs.lifecycle import Attempt
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
-from autorl.runs.lifecycle import Attempt
 from autorl.workspace import Workspace
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -50,8 +51,13 @@ def parse_args(prog: str, description: str, argv: list[str] | None) -> argparse.
     return parser.parse_args(argv)
 
 
-def main(prog: str, description: str, model: type[Config], run: Callable[[Config, str, str], dict[str, Any]],
-         argv: list[str] | None = None) -> int:
+def main(
+    prog: str,
+    description: str,
+    model: type[Config],
+    run: Callable[[Config, str, str], dict[str, Any]],
+    argv: list[str] | None = None,
+) -> int:
     """Parse, validate, run; the exit code of the run (see the module's docstring)."""
     args = parse_args(prog, description, argv)
     try:
@@ -65,7 +71,9 @@ def main(prog: str, description: str, model: type[Config], run: Callable[[Config
 def exit_code(summary: dict[str, Any]) -> int:
     """0, or EXIT_NAN with one line on stderr when the run stopped on a NaN/inf."""
     if summary["status"] == "nan":
-        print(f"error: NaN/inf loss or gradient norm after step {summary['steps_done']}: lower lr or check the reward",
-              file=sys.stderr)
+        print(
+            f"error: NaN/inf loss or gradient norm after step {summary['steps_done']}: lower lr or check the reward",
+            file=sys.stderr,
+        )
         return EXIT_NAN
     return 0

@@ -33,10 +33,20 @@ def save_llama(path: str | Path, size: str = "tiny", seed: int = 0) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     dims = BUILTIN_SIZES[size]
-    config = LlamaConfig(vocab_size=len(CharTokenizer.SYMBOLS), hidden_size=dims["hidden"], intermediate_size=4 * dims["hidden"],
-                         num_hidden_layers=dims["layers"], num_attention_heads=dims["heads"], num_key_value_heads=dims["heads"],
-                         max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
-                         eos_token_id=2, rms_norm_eps=1e-6)
+    config = LlamaConfig(
+        vocab_size=len(CharTokenizer.SYMBOLS),
+        hidden_size=dims["hidden"],
+        intermediate_size=4 * dims["hidden"],
+        num_hidden_layers=dims["layers"],
+        num_attention_heads=dims["heads"],
+        num_key_value_heads=dims["heads"],
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        rms_norm_eps=1e-6,
+    )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     path = Path(path)

@@ -24,9 +24,9 @@ from torch import nn
 from autorl.errors import UserError
 
 BUILTIN_SIZES: dict[str, dict[str, int]] = {
-    "tiny": {"hidden": 64, "layers": 2, "heads": 4},     # 132,352 params with the 15-symbol vocabulary
-    "small": {"hidden": 256, "layers": 4, "heads": 4},   # 3.15 M params
-    "gpu": {"hidden": 512, "layers": 16, "heads": 8},    # 50.3 M params
+    "tiny": {"hidden": 64, "layers": 2, "heads": 4},  # 132,352 params with the 15-symbol vocabulary
+    "small": {"hidden": 256, "layers": 4, "heads": 4},  # 3.15 M params
+    "gpu": {"hidden": 512, "layers": 16, "heads": 8},  # 50.3 M params
 }
 MAX_POSITIONS = 64  # prompt + completion tokens the rotary table covers
 
@@ -38,6 +38,7 @@ class ModelError(UserError):
 # ---------------------------------------------------------------------------
 # The built-in decoder
 # ---------------------------------------------------------------------------
+
 
 class RMSNorm(nn.Module):
     """Root-mean-square layer norm with a learned gain."""
@@ -120,12 +121,14 @@ class TinyDecoder(nn.Module):
         nn.init.normal_(self.embed.weight, std=0.02)
         for name, p in self.named_parameters():
             if p.dim() == 2 and name != "embed.weight":
-                nn.init.normal_(p, std=0.02 / math.sqrt(2 * layers) if name.endswith(("o.weight", "down.weight")) else 0.02)
+                nn.init.normal_(
+                    p, std=0.02 / math.sqrt(2 * layers) if name.endswith(("o.weight", "down.weight")) else 0.02
+                )
 
     def forward(self, ids: torch.Tensor, start: int = 0, caches: list | None = None):
         """Logits (B, S, V) for ``ids`` at positions start.., and the updated caches."""
         x = self.embed(ids)
-        cos, sin = self.cos[start:start + ids.shape[1]], self.sin[start:start + ids.shape[1]]
+        cos, sin = self.cos[start : start + ids.shape[1]], self.sin[start : start + ids.shape[1]]
         new = []
         for i, block in enumerate(self.blocks):
             x, c = block(x, cos, sin, None if caches is None else caches[i])
@@ -163,7 +166,9 @@ class BuiltinPolicy:
     def encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         rows = [self.tokenizer.encode(p) for p in prompts]
         if len({len(r) for r in rows}) != 1:
-            raise ModelError("built-in models need prompts of one length per batch: use builtin:addition or a Hugging Face model")
+            raise ModelError(
+                "built-in models need prompts of one length per batch: use builtin:addition or a Hugging Face model"
+            )
         ids = torch.tensor(rows, device=self.device)
         return ids, torch.ones_like(ids, dtype=torch.bool)
 
@@ -196,6 +201,7 @@ class BuiltinPolicy:
 # Local Hugging Face models
 # ---------------------------------------------------------------------------
 
+
 class HFPolicy:
     """AutoModelForCausalLM + AutoTokenizer from a local directory, prompts left-padded."""
 
@@ -225,10 +231,21 @@ class HFPolicy:
 
     @torch.no_grad()
     def sample(self, ids, mask, max_new_tokens: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-        opts = {"do_sample": False} if temperature == 0 else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-        out = self.module.generate(input_ids=ids, attention_mask=mask.long(), max_new_tokens=max_new_tokens,
-                                   min_new_tokens=0, pad_token_id=self.pad_id, eos_token_id=self.eos_id, **opts)
-        tokens = out[:, ids.shape[1]:]
+        opts = (
+            {"do_sample": False}
+            if temperature == 0
+            else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        )
+        out = self.module.generate(
+            input_ids=ids,
+            attention_mask=mask.long(),
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=0,
+            pad_token_id=self.pad_id,
+            eos_token_id=self.eos_id,
+            **opts,
+        )
+        tokens = out[:, ids.shape[1] :]
         tokens = F.pad(tokens, (0, max_new_tokens - tokens.shape[1]), value=self.pad_id)
         return finish_completions(tokens, self.eos_id, self.pad_id)
 
@@ -242,10 +259,16 @@ def load_policy(name: str, tokenizer, device: torch.device):
     if name.startswith("builtin:"):
         size = name.split(":", 1)[1]
         if size not in BUILTIN_SIZES:
-            raise ModelError(f"unknown built-in model '{name}': use one of " + ", ".join(f"builtin:{s}" for s in BUILTIN_SIZES))
+            raise ModelError(
+                f"unknown built-in model '{name}': use one of " + ", ".join(f"builtin:{s}" for s in BUILTIN_SIZES)
+            )
         if tokenizer is None:
-            raise ModelError(f"{name} only trains on builtin:addition: use a Hugging Face model directory for JSONL tasks")
+            raise ModelError(
+                f"{name} only trains on builtin:addition: use a Hugging Face model directory for JSONL tasks"
+            )
         return BuiltinPolicy(size, tokenizer, device)
     if not (Path(name) / "config.json").is_file():
-        raise ModelError(f"model '{name}' is neither builtin:tiny/small/gpu nor a directory with config.json: fix the model path")
+        raise ModelError(
+            f"model '{name}' is neither builtin:tiny/small/gpu nor a directory with config.json: fix the model path"
+        )
     return HFPolicy(name, device)

@@ -18,7 +18,8 @@ No torch here: the controller side imports this through ``autorl.evaluate``.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Generate = Callable[[list[str], float], list[tuple[str, bool]]]
 Judge = Callable[[str, str, bool], float]
@@ -32,7 +33,7 @@ def repeat_share(text: str, n: int = NGRAM) -> float:
     of them, else characters)."""
     words = text.split()
     units = words if len(words) >= 2 * n else list(text)
-    grams = [tuple(units[i:i + n]) for i in range(len(units) - n + 1)]
+    grams = [tuple(units[i : i + n]) for i in range(len(units) - n + 1)]
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
@@ -46,11 +47,13 @@ def completion_health(name: str, outputs: list[tuple[str, bool]]) -> dict[str, f
     """What the greedy completions of a split look like: mean length (characters), the mean share of repeated
     n-grams, the share cut at the limit, and the shares that are empty or only format."""
     n = max(len(outputs), 1)
-    return {f"eval/{name}/length_mean": sum(len(t) for t, _ in outputs) / n,
-            f"eval/{name}/repeat_mean": sum(repeat_share(t) for t, _ in outputs) / n,
-            f"eval/{name}/truncated_rate": sum(bool(tr) for _, tr in outputs) / n,
-            f"eval/{name}/empty_rate": sum(not t.strip() for t, _ in outputs) / n,
-            f"eval/{name}/format_only_rate": sum(format_only(t) for t, _ in outputs) / n}
+    return {
+        f"eval/{name}/length_mean": sum(len(t) for t, _ in outputs) / n,
+        f"eval/{name}/repeat_mean": sum(repeat_share(t) for t, _ in outputs) / n,
+        f"eval/{name}/truncated_rate": sum(bool(tr) for _, tr in outputs) / n,
+        f"eval/{name}/empty_rate": sum(not t.strip() for t, _ in outputs) / n,
+        f"eval/{name}/format_only_rate": sum(format_only(t) for t, _ in outputs) / n,
+    }
 
 
 def check_sampling(k: int, temperature: float) -> None:
@@ -59,8 +62,9 @@ def check_sampling(k: int, temperature: float) -> None:
         raise ValueError(f"probe_k={k} needs probe_temperature > 0: k greedy samples are one sample repeated")
 
 
-def correct_flags(generate: Generate, prompts: list[str], labels: list[str], temperature: float,
-                  judge: Judge) -> list[int]:
+def correct_flags(
+    generate: Generate, prompts: list[str], labels: list[str], temperature: float, judge: Judge
+) -> list[int]:
     """0/1 per prompt: is the completion sampled at ``temperature`` (0 = greedy) correct?"""
     return judged(generate(prompts, temperature), labels, judge)
 
@@ -70,14 +74,25 @@ def judged(outputs: list[tuple[str, bool]], labels: list[str], judge: Judge) -> 
     return [int(judge(text, gold, truncated) >= 1.0) for (text, truncated), gold in zip(outputs, labels)]
 
 
-def evaluate_split(generate: Generate, name: str, prompts: list[str], labels: list[str], judge: Judge,
-                   k: int = 0, temperature: float = 1.0, task_judge: Judge | None = None) -> dict[str, Any]:
+def evaluate_split(
+    generate: Generate,
+    name: str,
+    prompts: list[str],
+    labels: list[str],
+    judge: Judge,
+    k: int = 0,
+    temperature: float = 1.0,
+    task_judge: Judge | None = None,
+) -> dict[str, Any]:
     """The eval keys of one split: greedy pass@1, its items, the greedy completions' health, the task's own
     per-item correctness when ``task_judge`` is given, and sampling pass@k when k > 0."""
     outputs = generate(prompts, 0.0)
     items = judged(outputs, labels, judge)
-    out: dict[str, Any] = {f"eval/{name}/greedy_pass@1": sum(items) / len(items), f"eval/{name}/items": items,
-                           **completion_health(name, outputs)}
+    out: dict[str, Any] = {
+        f"eval/{name}/greedy_pass@1": sum(items) / len(items),
+        f"eval/{name}/items": items,
+        **completion_health(name, outputs),
+    }
     if task_judge is not None:
         task = judged(outputs, labels, task_judge)
         out.update({f"eval/{name}/task_pass@1": sum(task) / len(task), f"eval/{name}/task_items": task})
@@ -91,8 +106,15 @@ def evaluate_split(generate: Generate, name: str, prompts: list[str], labels: li
     return out
 
 
-def evaluate(generate: Generate, splits: dict[str, tuple[list[str], list[str]]], judge: Judge, k: int,
-             temperature: float, step: int, task_judge: Judge | None = None) -> dict[str, Any]:
+def evaluate(
+    generate: Generate,
+    splits: dict[str, tuple[list[str], list[str]]],
+    judge: Judge,
+    k: int,
+    temperature: float,
+    step: int,
+    task_judge: Judge | None = None,
+) -> dict[str, Any]:
     """One eval record over every split."""
     record: dict[str, Any] = {"type": "eval", "step": step}
     for name, (prompts, labels) in splits.items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -20,7 +20,7 @@ def policy_generator(policy, max_new_tokens: int, autocast=contextlib.nullcontex
     def generate(prompts: list[str], temperature: float) -> list[tuple[str, bool]]:
         out: list[tuple[str, bool]] = []
         for start in range(0, len(prompts), EVAL_CHUNK):
-            ids, mask = policy.encode(prompts[start:start + EVAL_CHUNK])
+            ids, mask = policy.encode(prompts[start : start + EVAL_CHUNK])
             with autocast():
                 tokens, _ = policy.sample(ids, mask, max_new_tokens, temperature)
             truncated = ~(tokens == eos.to(tokens.device)).any(-1)
@@ -34,15 +34,31 @@ def _eos_id(policy) -> int:
     return policy.tokenizer.eos_id if policy.kind == "builtin" else policy.eos_id
 
 
-def correct_flags(policy, prompts: list[str], labels: list[str], max_new_tokens: int, temperature: float,
-                  judge: Callable[[str, str, bool], float], autocast=contextlib.nullcontext) -> list[int]:
+def correct_flags(
+    policy,
+    prompts: list[str],
+    labels: list[str],
+    max_new_tokens: int,
+    temperature: float,
+    judge: Callable[[str, str, bool], float],
+    autocast=contextlib.nullcontext,
+) -> list[int]:
     """0/1 per prompt: is the completion sampled at ``temperature`` (0 = greedy) correct?"""
     generate = policy_generator(policy, max_new_tokens, autocast)
     return shared.correct_flags(generate, prompts, labels, temperature, judge)
 
 
-def evaluate_split(policy, name: str, split: Split, max_new_tokens: int, judge, k: int = 0,
-                   temperature: float = 0.6, autocast=contextlib.nullcontext, task_judge=None) -> dict:
+def evaluate_split(
+    policy,
+    name: str,
+    split: Split,
+    max_new_tokens: int,
+    judge,
+    k: int = 0,
+    temperature: float = 0.6,
+    autocast=contextlib.nullcontext,
+    task_judge=None,
+) -> dict:
     """The eval keys of one split: greedy pass@1, its items, the completions' health, the task's own per-item
     correctness (with ``task_judge``), and sampling pass@k when k > 0."""
     generate = policy_generator(policy, max_new_tokens, autocast)

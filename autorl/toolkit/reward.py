@@ -25,8 +25,9 @@ import importlib
 import importlib.util
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autorl.errors import UserError
 
@@ -59,7 +60,7 @@ def last_boxed(text: str) -> str | None:
     for j in range(i, len(text)):
         depth += {"{": 1, "}": -1}.get(text[j], 0)
         if depth == 0:
-            return text[i + 1:j]
+            return text[i + 1 : j]
     return None
 
 
@@ -87,7 +88,7 @@ def _unwrap(text: str) -> str:
 def _strip_enclosing(text: str) -> str:
     for left, right in ENCLOSINGS:
         if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right):
-            return text[len(left):len(text) - len(right)].strip()
+            return text[len(left) : len(text) - len(right)].strip()
     return text
 
 
@@ -120,16 +121,27 @@ def math_exact_match(completion: str, label: str, truncated: bool = False) -> di
     """Built-in reward for JSONL tasks: 1.0 if the extracted answer matches the label."""
     answer, method = extract_answer(completion)
     correct = answer is not None and answers_match(answer, label)
-    return {"reward": float(correct), "correctness": float(correct), "has_answer": float(bool(answer)),
-            "has_boxed": float(method == "boxed"), "parse_method": {"boxed": 2.0, "last_number": 1.0, "none": 0.0}[method],
-            "truncated": float(truncated)}
+    return {
+        "reward": float(correct),
+        "correctness": float(correct),
+        "has_answer": float(bool(answer)),
+        "has_boxed": float(method == "boxed"),
+        "parse_method": {"boxed": 2.0, "last_number": 1.0, "none": 0.0}[method],
+        "truncated": float(truncated),
+    }
 
 
 def string_exact_match(completion: str, label: str, truncated: bool = False) -> dict[str, float]:
     """Built-in reward for builtin:addition: the completion (up to EOS) equals the label."""
     correct = completion == label
-    return {"reward": float(correct), "correctness": float(correct), "has_answer": float(bool(completion)),
-            "has_boxed": 0.0, "parse_method": 1.0 if completion else 0.0, "truncated": float(truncated)}
+    return {
+        "reward": float(correct),
+        "correctness": float(correct),
+        "has_answer": float(bool(completion)),
+        "has_boxed": 0.0,
+        "parse_method": 1.0 if completion else 0.0,
+        "truncated": float(truncated),
+    }
 
 
 def _from_file(path: Path) -> RewardFn:

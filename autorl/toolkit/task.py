@@ -77,7 +77,11 @@ class Task:
 
     def batch(self, n: int, rng: random.Random) -> Split:
         """``n`` training prompts drawn with replacement-free sampling from ``rng``."""
-        idx = rng.sample(range(len(self.train.prompts)), n) if n <= len(self.train.prompts) else [rng.randrange(len(self.train.prompts)) for _ in range(n)]
+        idx = (
+            rng.sample(range(len(self.train.prompts)), n)
+            if n <= len(self.train.prompts)
+            else [rng.randrange(len(self.train.prompts)) for _ in range(n)]
+        )
         return Split([self.train.prompts[i] for i in idx], [self.train.labels[i] for i in idx])
 
     @property
@@ -96,15 +100,19 @@ def addition_task(eval_size: int) -> Task:
         raise TaskError(f"eval_size {eval_size} leaves too few training prompts: use eval_size < {len(pairs) // 2}")
     as_split = lambda ps: Split([f"{a}+{b}=" for a, b in ps], [str(a + b) for a, b in ps])  # noqa: E731
     ood = ood[:eval_size]
-    return Task("builtin:addition", as_split(pairs[eval_size:]),
-                {"id": as_split(pairs[:eval_size]), "ood": as_split(ood)}, CharTokenizer())
+    return Task(
+        "builtin:addition",
+        as_split(pairs[eval_size:]),
+        {"id": as_split(pairs[:eval_size]), "ood": as_split(ood)},
+        CharTokenizer(),
+    )
 
 
 def read_jsonl(path: str, what: str) -> Split:
     """A split from a JSONL file of {"input", "label"} objects."""
     p = Path(path)
     if not p.is_file():
-        raise TaskError(f"{what} file {p} not found: give a JSONL file of {{\"input\", \"label\"}} lines")
+        raise TaskError(f'{what} file {p} not found: give a JSONL file of {{"input", "label"}} lines')
     prompts, labels = [], []
     for n, line in enumerate(p.read_text().splitlines(), 1):
         if not line.strip():
@@ -116,7 +124,7 @@ def read_jsonl(path: str, what: str) -> Split:
         except (json.JSONDecodeError, KeyError, TypeError):
             raise TaskError(f"{p} line {n}: expected a JSON object with 'input' and 'label'") from None
     if not prompts:
-        raise TaskError(f"{p} has no items: add {{\"input\", \"label\"}} lines")
+        raise TaskError(f'{p} has no items: add {{"input", "label"}} lines')
     return Split(prompts, labels)
 
 
@@ -124,12 +132,16 @@ def load_task(name: str, eval_size: int, eval_id: str | None, eval_ood: str | No
     """The task named by the config ('builtin:addition' or a JSONL path)."""
     if name == "builtin:addition":
         if eval_id or eval_ood:
-            raise TaskError("eval_id/eval_ood are for JSONL tasks: builtin:addition has its own eval splits, remove them")
+            raise TaskError(
+                "eval_id/eval_ood are for JSONL tasks: builtin:addition has its own eval splits, remove them"
+            )
         return addition_task(eval_size)
     if name.startswith("builtin:"):
         raise TaskError(f"unknown built-in task '{name}': use builtin:addition or a JSONL file")
     train = read_jsonl(name, "task")
-    evals = {"id": read_jsonl(eval_id, "eval_id") if eval_id else Split(train.prompts[:eval_size], train.labels[:eval_size])}
+    evals = {
+        "id": read_jsonl(eval_id, "eval_id") if eval_id else Split(train.prompts[:eval_size], train.labels[:eval_size])
+    }
     if eval_ood:
         evals["ood"] = read_jsonl(eval_ood, "eval_ood")
     return Task(name, train, evals)

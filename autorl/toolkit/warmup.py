@@ -30,8 +30,16 @@ import torch.nn.functional as F
 from autorl.toolkit.policy_eval import correct_flags
 from autorl.toolkit.task import TASK_VERSION
 
-SFT_SETTINGS = {"batch": 128, "eval_every": 25, "max_steps": 3000, "seed": 0, "threads": 2,
-                "betas": (0.9, 0.98), "max_grad_norm": 1.0, "version": 1}
+SFT_SETTINGS = {
+    "batch": 128,
+    "eval_every": 25,
+    "max_steps": 3000,
+    "seed": 0,
+    "threads": 2,
+    "betas": (0.9, 0.98),
+    "max_grad_norm": 1.0,
+    "version": 1,
+}
 # (largest parameter count, SFT learning rate): wider models need a smaller lr
 SFT_LR_BY_SIZE = [(300_000, 3e-3), (5_000_000, 1e-3), (float("inf"), 3e-4)]
 
@@ -46,29 +54,37 @@ def base_key(config, device_type: str) -> str:
     model_id = config.model
     if not model_id.startswith("builtin:"):
         model_id = str(Path(model_id).resolve()) + (Path(model_id) / "config.json").read_text()
-    blob = json.dumps([model_id, config.task, TASK_VERSION, config.eval_size, config.sft_target, device_type, SFT_SETTINGS],
-                      sort_keys=True, default=str)
+    blob = json.dumps(
+        [model_id, config.task, TASK_VERSION, config.eval_size, config.sft_target, device_type, SFT_SETTINGS],
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _training_tensors(policy, task, device):
-    rows = [policy.tokenizer.encode(p) + policy.tokenizer.answer_ids(a) if policy.kind == "builtin"
-            else policy.tok(p)["input_ids"] + policy.answer_ids(a) for p, a in zip(task.train.prompts, task.train.labels)]
+    rows = [
+        policy.tokenizer.encode(p) + policy.tokenizer.answer_ids(a)
+        if policy.kind == "builtin"
+        else policy.tok(p)["input_ids"] + policy.answer_ids(a)
+        for p, a in zip(task.train.prompts, task.train.labels)
+    ]
     prompt_len = len(policy.encode(task.train.prompts[:1])[0][0])
     width = max(map(len, rows))
     pad = policy.tokenizer.pad_id if policy.kind == "builtin" else policy.pad_id
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r)
+        ids[i, : len(r)] = torch.tensor(r)
     targets = ids[:, 1:].clone()
-    targets[:, :prompt_len - 1] = -100
+    targets[:, : prompt_len - 1] = -100
     lengths = torch.tensor([len(r) for r in rows])
     targets[torch.arange(width - 1)[None, :] >= (lengths[:, None] - 1)] = -100
     return ids.to(device), targets.to(device)
 
 
-def supervised_warmup(policy, task, config, judge, log=print, max_steps: int = SFT_SETTINGS["max_steps"],
-                      temperature: float = 0.0) -> dict:
+def supervised_warmup(
+    policy, task, config, judge, log=print, max_steps: int = SFT_SETTINGS["max_steps"], temperature: float = 0.0
+) -> dict:
     """Train ``policy`` in place until ID pass@1 >= config.sft_target (or ``max_steps``); return what happened.
 
     The check samples at ``temperature``: 0 (greedy, the built-in task's base) or a rollout temperature, for a
@@ -77,14 +93,18 @@ def supervised_warmup(policy, task, config, judge, log=print, max_steps: int = S
     rng = random.Random(SFT_SETTINGS["seed"])
     ids, targets = _training_tensors(policy, task, policy.device)
     params = [p for p in policy.module.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=sft_lr(sum(p.numel() for p in params)), betas=SFT_SETTINGS["betas"], weight_decay=0.0)
+    opt = torch.optim.AdamW(
+        params, lr=sft_lr(sum(p.numel() for p in params)), betas=SFT_SETTINGS["betas"], weight_decay=0.0
+    )
     split, score, step, t0 = task.evals["id"], 0.0, 0, time.time()
     mode = "greedy" if temperature == 0 else f"T={temperature:g} sampled"
     while step < max_steps:
         idx = torch.tensor(rng.sample(range(len(ids)), SFT_SETTINGS["batch"]), device=ids.device)
         mask = torch.ones_like(ids[idx, :-1], dtype=torch.bool)
         logits = policy.logits(ids[idx, :-1], mask)
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets[idx].reshape(-1), ignore_index=-100)
+        loss = F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), targets[idx].reshape(-1), ignore_index=-100
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, SFT_SETTINGS["max_grad_norm"])

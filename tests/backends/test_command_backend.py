@@ -22,8 +22,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 def make_spec(tmp_path: Path, train: dict, seed: int | None = None) -> TrialSpec:
     recipe = validate_recipe({"name": "t", "backend": "command", "train": train})
-    return TrialSpec(attempt="attempt-01-test", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "runs" / "a1",
-                     cache_dir=tmp_path / "cache", seed=seed)
+    return TrialSpec(
+        attempt="attempt-01-test",
+        recipe=recipe,
+        worktree=tmp_path,
+        run_dir=tmp_path / "runs" / "a1",
+        cache_dir=tmp_path / "cache",
+        seed=seed,
+    )
 
 
 def run_to_end(spec: TrialSpec, timeout: float = 60.0) -> tuple[int, list[dict], Path]:
@@ -45,10 +51,22 @@ def script(name: str) -> str:
 
 
 def test_jsonl_script_metrics_are_mapped_onto_autorl_keys(tmp_path):
-    train = {"argv": [sys.executable, script("write_jsonl.py"), "--lr", "{lr}", "--steps", "{steps}",
-                      "--out", "{run_dir}/m.jsonl"],
-             "metrics": "{run_dir}/m.jsonl", "lr": 2e-5, "steps": 5,
-             "metric_map": {"eval_accuracy": "eval/id/greedy_pass@1"}}
+    train = {
+        "argv": [
+            sys.executable,
+            script("write_jsonl.py"),
+            "--lr",
+            "{lr}",
+            "--steps",
+            "{steps}",
+            "--out",
+            "{run_dir}/m.jsonl",
+        ],
+        "metrics": "{run_dir}/m.jsonl",
+        "lr": 2e-5,
+        "steps": 5,
+        "metric_map": {"eval_accuracy": "eval/id/greedy_pass@1"},
+    }
     code, records, _ = run_to_end(make_spec(tmp_path, train))
     assert code == 0
     run = RunMetrics(records)
@@ -61,8 +79,12 @@ def test_jsonl_script_metrics_are_mapped_onto_autorl_keys(tmp_path):
 
 
 def test_tensorboard_events_become_one_record_per_step(tmp_path):
-    train = {"argv": f"{sys.executable} {script('write_tensorboard.py')} --logdir {{run_dir}}/tb --kl-beta {{kl_coef}}",
-             "metrics": "{run_dir}/tb", "metrics_format": "tensorboard", "kl_coef": 0.5}
+    train = {
+        "argv": f"{sys.executable} {script('write_tensorboard.py')} --logdir {{run_dir}}/tb --kl-beta {{kl_coef}}",
+        "metrics": "{run_dir}/tb",
+        "metrics_format": "tensorboard",
+        "kl_coef": 0.5,
+    }
     code, records, _ = run_to_end(make_spec(tmp_path, train))
     assert code == 0
     run = RunMetrics(records)
@@ -73,9 +95,19 @@ def test_tensorboard_events_become_one_record_per_step(tmp_path):
 
 
 def test_trainer_state_history_is_read_once_per_entry(tmp_path):
-    train = {"argv": [sys.executable, script("write_trainer_state.py"), "--output-dir", "{run_dir}/out",
-                      "--num-generations", "{gens}"],
-             "metrics": "{run_dir}/out", "metrics_format": "trainer_state", "gens": 4}
+    train = {
+        "argv": [
+            sys.executable,
+            script("write_trainer_state.py"),
+            "--output-dir",
+            "{run_dir}/out",
+            "--num-generations",
+            "{gens}",
+        ],
+        "metrics": "{run_dir}/out",
+        "metrics_format": "trainer_state",
+        "gens": 4,
+    }
     code, records, _ = run_to_end(make_spec(tmp_path, train))
     assert code == 0
     run = RunMetrics(records)
@@ -83,12 +115,22 @@ def test_trainer_state_history_is_read_once_per_entry(tmp_path):
     assert run.series("reward_mean") == pytest.approx([0.1 * k for k in range(1, 7)])
     assert run.steps[0]["num_generations_seen"] == 4
     assert [r["step"] for r in run.evals] == [3, 6]
-    assert run.summary == {"type": "summary", "step": 6, "steps_done": 6, "wall_s": 1.5, "train_loss": 0.3, "epoch": 1.0}
+    assert run.summary == {
+        "type": "summary",
+        "step": 6,
+        "steps_done": 6,
+        "wall_s": 1.5,
+        "train_loss": 0.3,
+        "epoch": 1.0,
+    }
 
 
 def test_stdout_dicts_are_parsed_from_the_log(tmp_path):
-    train = {"argv": [sys.executable, script("print_dicts.py"), "--lr", "{lr:.1e}"],
-             "metrics_format": "stdout_dicts", "lr": 3e-6}
+    train = {
+        "argv": [sys.executable, script("print_dicts.py"), "--lr", "{lr:.1e}"],
+        "metrics_format": "stdout_dicts",
+        "lr": 3e-6,
+    }
     code, records, log = run_to_end(make_spec(tmp_path, train))
     assert code == 0
     run = RunMetrics(records)
@@ -141,8 +183,13 @@ def test_cancel_kills_the_hanging_process_group(tmp_path):
 
 def test_shell_mode_quotes_every_value(tmp_path):
     nasty = "a b; touch pwned $(touch pwned2) `touch pwned3` 'q'"
-    train = {"argv": f"{sys.executable} {script('echo_args.py')} --name {{name}} --lr {{lr}} > {{run_dir}}/out.txt",
-             "shell": True, "name": nasty, "lr": 1e-3, "env": {"TEST_NAME": "{name}"}}
+    train = {
+        "argv": f"{sys.executable} {script('echo_args.py')} --name {{name}} --lr {{lr}} > {{run_dir}}/out.txt",
+        "shell": True,
+        "name": nasty,
+        "lr": 1e-3,
+        "env": {"TEST_NAME": "{name}"},
+    }
     code, _, _ = run_to_end(make_spec(tmp_path, train))
     assert code == 0
     echo = json.loads((tmp_path / "runs" / "a1" / "echo.json").read_text())
@@ -153,8 +200,11 @@ def test_shell_mode_quotes_every_value(tmp_path):
 
 
 def test_argv_mode_passes_each_value_as_one_argument(tmp_path):
-    train = {"argv": f"{sys.executable} {script('echo_args.py')} --name {{name}} --seed={{seed}}",
-             "name": "x y;z", "cwd": "sub"}
+    train = {
+        "argv": f"{sys.executable} {script('echo_args.py')} --name {{name}} --seed={{seed}}",
+        "name": "x y;z",
+        "cwd": "sub",
+    }
     (tmp_path / "sub").mkdir()
     code, _, _ = run_to_end(make_spec(tmp_path, train, seed=7))
     assert code == 0
@@ -165,8 +215,13 @@ def test_argv_mode_passes_each_value_as_one_argument(tmp_path):
 
 
 def test_plan_fills_the_template_without_running_anything(tmp_path):
-    train = {"argv": ["train.py", "--lr", "{lr}", "--beta", "{kl_coef}", "--g", "{gens}", "--out", "{run_dir}/o"],
-             "metrics": "o/metrics.jsonl", "lr": 1e-5, "kl_coef": 0.04, "gens": 8}
+    train = {
+        "argv": ["train.py", "--lr", "{lr}", "--beta", "{kl_coef}", "--g", "{gens}", "--out", "{run_dir}/o"],
+        "metrics": "o/metrics.jsonl",
+        "lr": 1e-5,
+        "kl_coef": 0.04,
+        "gens": 8,
+    }
     plan = get_backend("command").plan(make_spec(tmp_path, train))
     run_dir = (tmp_path / "runs" / "a1").resolve()
     assert plan.argv == ["train.py", "--lr", "1e-05", "--beta", "0.04", "--g", "8", "--out", f"{run_dir}/o"]
@@ -175,15 +230,18 @@ def test_plan_fills_the_template_without_running_anything(tmp_path):
     assert not (run_dir / "train.log").exists()
 
 
-@pytest.mark.parametrize("train, needle", [
-    ({"argv": ["x", "{lrr}"], "lr": 1e-4}, "'{lrr}'"),
-    ({"argv": ["x", "--kl", "{kl_coef}"]}, "'{kl_coef}'"),
-    ({"argv": ["x"], "env": {"A": "{nope}"}}, "'{nope}'"),
-    ({"argv": ["x"], "metrics": "{out_dir}/m.jsonl"}, "'{out_dir}'"),
-    ({"argv": ["x", "{lr"]}, "literal braces"),
-    ({"argv": ["a", "b"], "shell": True}, "one string"),
-    ({"argv": ["x"], "metrics_format": "csv"}, "metrics_format"),
-])
+@pytest.mark.parametrize(
+    "train, needle",
+    [
+        ({"argv": ["x", "{lrr}"], "lr": 1e-4}, "'{lrr}'"),
+        ({"argv": ["x", "--kl", "{kl_coef}"]}, "'{kl_coef}'"),
+        ({"argv": ["x"], "env": {"A": "{nope}"}}, "'{nope}'"),
+        ({"argv": ["x"], "metrics": "{out_dir}/m.jsonl"}, "'{out_dir}'"),
+        ({"argv": ["x", "{lr"]}, "literal braces"),
+        ({"argv": ["a", "b"], "shell": True}, "one string"),
+        ({"argv": ["x"], "metrics_format": "csv"}, "metrics_format"),
+    ],
+)
 def test_bad_templates_are_recipe_errors(train, needle):
     with pytest.raises(RecipeError, match=None) as info:
         validate_recipe({"backend": "command", "train": train})
@@ -205,8 +263,9 @@ def test_search_over_a_placeholder_key_validates():
 def test_musique_recipe_validates_and_plans(tmp_path):
     recipe = load_recipe(REPO / "recipes" / "musique-accelerate.yaml")
     assert recipe.backend == "command" and {"lr", "kl_coef", "gens"} <= set(recipe.search)
-    spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "r",
-                     cache_dir=tmp_path / "c")
+    spec = TrialSpec(
+        attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "r", cache_dir=tmp_path / "c"
+    )
     plan = get_backend("command").plan(spec)
     assert plan.argv[:4] == ["accelerate", "launch", "--num-processes", "3"]
     assert plan.argv[plan.argv.index("--learning-rate") + 1] == str(recipe.train["lr"])

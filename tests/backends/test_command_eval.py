@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_cli
 
 from autorl import gitops
 from autorl.backends.base import TrialSpec, get_backend
@@ -21,12 +22,15 @@ from autorl.errors import RecipeError
 from autorl.judge import triage
 from autorl.recipe import validate_recipe
 from autorl.runs.lifecycle import launch
-from conftest import run_cli
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "scripts" / "save_checkpoint.py"
 # 30 items whose answer is 7, 5 whose answer is 5, 5 others: answering 7 rather than 5 wins 30 items, loses 5.
-PROBE = [(a, 7 - a) for a in range(1, 7)] * 5 + [(a, 5 - a) for a in range(1, 5)] + [(1, 4)] + \
-        [(5, 6), (4, 5), (9, 9), (8, 8), (2, 4)]
+PROBE = (
+    [(a, 7 - a) for a in range(1, 7)] * 5
+    + [(a, 5 - a) for a in range(1, 5)]
+    + [(1, 4)]
+    + [(5, 6), (4, 5), (9, 9), (8, 8), (2, 4)]
+)
 
 
 def write_probe(path: Path) -> Path:
@@ -36,16 +40,40 @@ def write_probe(path: Path) -> Path:
 
 
 def train_block(**extra) -> dict:
-    argv = [sys.executable, str(SCRIPT), "--answer", "{answer}", "--out", "{run_dir}/final",
-            "--metrics", "{run_dir}/metrics.jsonl", "--steps", "{steps}"]
-    return {"argv": argv + extra.pop("flags", []), "answer": 5, "steps": 3, "checkpoint": "{run_dir}/final",
-            "probe_id": "probe_id.jsonl", "probe_max_new_tokens": 4, "probe_engine": "hf", **extra}
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        "--answer",
+        "{answer}",
+        "--out",
+        "{run_dir}/final",
+        "--metrics",
+        "{run_dir}/metrics.jsonl",
+        "--steps",
+        "{steps}",
+    ]
+    return {
+        "argv": argv + extra.pop("flags", []),
+        "answer": 5,
+        "steps": 3,
+        "checkpoint": "{run_dir}/final",
+        "probe_id": "probe_id.jsonl",
+        "probe_max_new_tokens": 4,
+        "probe_engine": "hf",
+        **extra,
+    }
 
 
 def make_spec(tmp_path: Path, train: dict, seed: int | None = None) -> TrialSpec:
     recipe = validate_recipe({"name": "t", "backend": "command", "train": train})
-    return TrialSpec(attempt="attempt-01-test", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "runs" / "a1",
-                     cache_dir=tmp_path / "cache", seed=seed)
+    return TrialSpec(
+        attempt="attempt-01-test",
+        recipe=recipe,
+        worktree=tmp_path,
+        run_dir=tmp_path / "runs" / "a1",
+        cache_dir=tmp_path / "cache",
+        seed=seed,
+    )
 
 
 def test_eval_plan_runs_the_shared_evaluator_on_the_checkpoint(tmp_path):
@@ -78,14 +106,17 @@ def test_no_eval_without_both_a_checkpoint_and_a_probe_set(tmp_path, drop):
     assert get_backend("command").eval_plan(make_spec(tmp_path, train)) is None
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"checkpoint": None}, "probe_id needs checkpoint"),
-    ({"probe_max_new_tokens": None}, "probe_max_new_tokens"),
-    ({"probe_k": 4, "probe_temperature": 0.0}, "probe_temperature > 0"),
-    ({"checkpoint": "{out_dir}/final"}, "'{out_dir}'"),
-    ({"probe_id": None, "checkpoints": "{run_dir}/out/checkpoint-*"}, "checkpoints needs a probe set"),
-    ({"checkpoints": "{out_dir}/checkpoint-*"}, "'{out_dir}'"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"checkpoint": None}, "probe_id needs checkpoint"),
+        ({"probe_max_new_tokens": None}, "probe_max_new_tokens"),
+        ({"probe_k": 4, "probe_temperature": 0.0}, "probe_temperature > 0"),
+        ({"checkpoint": "{out_dir}/final"}, "'{out_dir}'"),
+        ({"probe_id": None, "checkpoints": "{run_dir}/out/checkpoint-*"}, "checkpoints needs a probe set"),
+        ({"checkpoints": "{out_dir}/checkpoint-*"}, "'{out_dir}'"),
+    ],
+)
 def test_bad_eval_settings_are_one_line_recipe_errors(change, needle):
     train = {k: v for k, v in {**train_block(), **change}.items() if v is not None}
     with pytest.raises(RecipeError) as info:
@@ -136,18 +167,44 @@ def test_a_script_that_saves_no_checkpoint_crashes_with_the_path_as_root_cause(t
 
 
 def _study(ws: Path, train: dict, trials: int) -> tuple:
-    recipe = {"name": "ckpt", "backend": "command", "train": train, "search": {"answer": {"choices": [5, 7]}},
-              "verdict": {"baseline_repeats": 1, "confirm_runs": 0}, "timeout_s": 120}
+    recipe = {
+        "name": "ckpt",
+        "backend": "command",
+        "train": train,
+        "search": {"answer": {"choices": [5, 7]}},
+        "verdict": {"baseline_repeats": 1, "confirm_runs": 0},
+        "timeout_s": 120,
+    }
     write_probe(ws / "probe_id.jsonl")
     (ws / "recipes" / "ckpt.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
     gitops.commit(ws, "probe set", ["probe_id.jsonl"])  # trials run in worktrees of commits
-    r = run_cli("-C", str(ws), "run", "recipes/ckpt.yaml", "--budget", "10m", "--strategy", "random", "--seed", "0",
-                "--max-trials", str(trials), timeout=600)
+    r = run_cli(
+        "-C",
+        str(ws),
+        "run",
+        "recipes/ckpt.yaml",
+        "--budget",
+        "10m",
+        "--strategy",
+        "random",
+        "--seed",
+        "0",
+        "--max-trials",
+        str(trials),
+        timeout=600,
+    )
     conn = sqlite3.connect(ws / "ledger.sqlite")
     conn.row_factory = sqlite3.Row
     rows = [dict(x) for x in conn.execute("SELECT * FROM autorl_trials ORDER BY number")]
-    evals = {row["id"]: [json.loads(d) for (d,) in conn.execute(
-        "SELECT data FROM autorl_metrics WHERE trial_id = ? AND type = 'eval'", [row["id"]])] for row in rows}
+    evals = {
+        row["id"]: [
+            json.loads(d)
+            for (d,) in conn.execute(
+                "SELECT data FROM autorl_metrics WHERE trial_id = ? AND type = 'eval'", [row["id"]]
+            )
+        ]
+        for row in rows
+    }
     return r, rows, evals
 
 
@@ -174,6 +231,7 @@ def test_a_baseline_that_saves_no_checkpoint_ends_the_study_with_the_path_as_roo
     (base,) = rows
     assert base["status"] == "crash" and base["crash_category"] == "config_error", base
     assert base["root_cause"].startswith("error: no checkpoint at ") and base["root_cause"].endswith(
-        "expected a Hugging Face model or LoRA adapter directory")
+        "expected a Hugging Face model or LoRA adapter directory"
+    )
     assert "train.checkpoint" in base["remedy"] and evals[base["id"]] == []
     assert "stop: config_error in the baseline" in r.stdout

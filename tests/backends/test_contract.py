@@ -15,9 +15,18 @@ from autorl.data import shipped
 from autorl.errors import UserError
 from autorl.recipe import Recipe, load_recipe, params_model, validate_recipe
 
-COMMAND = {"argv": ["python", "train.py", "--lr", "{lr}", "--batch", "{micro_batch}", "--out", "{run_dir}/m"],
-           "lr": 1e-5, "micro_batch": 0, "batch_prompts": 4, "gens": 8, "max_new_tokens": 64, "steps": 10,
-           "max_grad_norm": 1.0, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2}
+COMMAND = {
+    "argv": ["python", "train.py", "--lr", "{lr}", "--batch", "{micro_batch}", "--out", "{run_dir}/m"],
+    "lr": 1e-5,
+    "micro_batch": 0,
+    "batch_prompts": 4,
+    "gens": 8,
+    "max_new_tokens": 64,
+    "steps": 10,
+    "max_grad_norm": 1.0,
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 2,
+}
 
 
 def example(name: str) -> Recipe:
@@ -53,8 +62,14 @@ def test_the_registry_names_each_backend_by_its_own_name(backend):
 
 def test_what_a_backend_declares_about_its_keys_names_its_own_keys(backend):
     knob_keys = [k for knob in backend.oom_knobs for k in (*knob.keys, *knob.keeps.values())]
-    declared = [*knob_keys, *backend.work_keys, backend.steps_key, backend.episodes_key, backend.grad_clip_key,
-                *params_model(backend.name).run_length_keys]
+    declared = [
+        *knob_keys,
+        *backend.work_keys,
+        backend.steps_key,
+        backend.episodes_key,
+        backend.grad_clip_key,
+        *params_model(backend.name).run_length_keys,
+    ]
     assert not _names_of_its_train(backend, [k for k in declared if k]), backend.name
     assert backend.work_keys and all(isinstance(k, OomKnob) and k.floor >= 1 for k in backend.oom_knobs)
 
@@ -108,34 +123,55 @@ def test_planned_steps_and_grad_clip_are_numbers(backend):
 
 def test_a_plan_and_its_eval_are_argv_without_a_shell(backend, tmp_path):
     recipe = example(backend.name)
-    spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=Path.cwd(), run_dir=tmp_path / "run",
-                     cache_dir=tmp_path / "cache", seed=3)
+    spec = TrialSpec(
+        attempt="attempt-01-x",
+        recipe=recipe,
+        worktree=Path.cwd(),
+        run_dir=tmp_path / "run",
+        cache_dir=tmp_path / "cache",
+        seed=3,
+    )
     plan = backend.plan(spec)
     assert isinstance(plan, LaunchPlan) and plan.argv and not plan.shell and plan.backend == backend.name
     evaluation = backend.eval_plan(spec)
     assert evaluation is None or (evaluation.argv[1:3] == ["-m", "autorl.evaluate"] and not evaluation.shell)
 
 
-@pytest.mark.parametrize("name, train, changed, expected", [
-    ("embedded", {"micro_batch": 8, "gens": 8, "max_new_tokens": 64}, (), {"micro_batch": 4}),
-    ("embedded", {"micro_batch": 0, "batch_prompts": 32, "gens": 8, "max_new_tokens": 5}, (), {"micro_batch": 128}),
-    ("embedded", {"micro_batch": 1, "gens": 8, "max_new_tokens": 64}, (), {"gens": 4}),
-    ("embedded", {"micro_batch": 1, "gens": 2, "max_new_tokens": 64}, (), {"max_new_tokens": 32}),
-    ("embedded", {"micro_batch": 1, "gens": 3, "max_new_tokens": 64}, (), {"gens": 2}),
-    ("embedded", {"micro_batch": 8, "gens": 16, "max_new_tokens": 64}, ("gens",), {"gens": 8}),
-    ("embedded", {"micro_batch": 1, "gens": 2, "max_new_tokens": 1}, (), None),
-    ("embedded", {"micro_batch": 0, "batch_prompts": 1, "gens": 3, "max_new_tokens": 1}, (), {"gens": 2}),
-    ("openrlhf", {"micro_train_batch_size": 4, "gens": 8}, (), {"micro_train_batch_size": 2}),
-    ("openrlhf", {"micro_train_batch_size": 1, "gens": 16, "generate_max_len": 4096}, (), {"gens": 8}),
-    ("openrlhf", {"micro_train_batch_size": 1, "gens": 2, "max_new_tokens": None, "generate_max_len": 4096}, (),
-     {"generate_max_len": 2048}),
-    ("trl", {"batch_prompts": 4, "gens": 8, "max_new_tokens": 64}, (), {"gens": 4}),
-    ("trl", {"batch_prompts": 4, "gens": 2, "max_new_tokens": 64}, (), {"max_new_tokens": 32}),
-    ("command", {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "num_generations": 8}, (),
-     {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4}),
-    ("command", {"n_samples_per_prompt": 16, "max_completion_length": 512}, ("max_completion_length",),
-     {"max_completion_length": 256}),
-])
+@pytest.mark.parametrize(
+    "name, train, changed, expected",
+    [
+        ("embedded", {"micro_batch": 8, "gens": 8, "max_new_tokens": 64}, (), {"micro_batch": 4}),
+        ("embedded", {"micro_batch": 0, "batch_prompts": 32, "gens": 8, "max_new_tokens": 5}, (), {"micro_batch": 128}),
+        ("embedded", {"micro_batch": 1, "gens": 8, "max_new_tokens": 64}, (), {"gens": 4}),
+        ("embedded", {"micro_batch": 1, "gens": 2, "max_new_tokens": 64}, (), {"max_new_tokens": 32}),
+        ("embedded", {"micro_batch": 1, "gens": 3, "max_new_tokens": 64}, (), {"gens": 2}),
+        ("embedded", {"micro_batch": 8, "gens": 16, "max_new_tokens": 64}, ("gens",), {"gens": 8}),
+        ("embedded", {"micro_batch": 1, "gens": 2, "max_new_tokens": 1}, (), None),
+        ("embedded", {"micro_batch": 0, "batch_prompts": 1, "gens": 3, "max_new_tokens": 1}, (), {"gens": 2}),
+        ("openrlhf", {"micro_train_batch_size": 4, "gens": 8}, (), {"micro_train_batch_size": 2}),
+        ("openrlhf", {"micro_train_batch_size": 1, "gens": 16, "generate_max_len": 4096}, (), {"gens": 8}),
+        (
+            "openrlhf",
+            {"micro_train_batch_size": 1, "gens": 2, "max_new_tokens": None, "generate_max_len": 4096},
+            (),
+            {"generate_max_len": 2048},
+        ),
+        ("trl", {"batch_prompts": 4, "gens": 8, "max_new_tokens": 64}, (), {"gens": 4}),
+        ("trl", {"batch_prompts": 4, "gens": 2, "max_new_tokens": 64}, (), {"max_new_tokens": 32}),
+        (
+            "command",
+            {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "num_generations": 8},
+            (),
+            {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4},
+        ),
+        (
+            "command",
+            {"n_samples_per_prompt": 16, "max_completion_length": 512},
+            ("max_completion_length",),
+            {"max_completion_length": 256},
+        ),
+    ],
+)
 def test_oom_retry_halves_the_backends_own_knobs(name, train, changed, expected):
     """The micro-batch before the group size (floor 2) before the generation limit; what the trial changed first;
     the embedded engine's micro_batch 0 ('all at once') made explicit; TRL-style accumulation doubled."""

@@ -17,7 +17,6 @@ import pytest
 from autorl.backends import forked
 from autorl.backends.base import LaunchPlan
 
-
 ENGINE_KEY = (sys.executable, forked.ENGINE, None)
 
 
@@ -32,15 +31,37 @@ def own_servers(monkeypatch):
         server.close()
 
 
-def plan(tmp: Path, name: str, config: dict, cache: Path, env: dict | None = None, cwd: Path | None = None,
-         cpus: list[int] | None = None) -> LaunchPlan:
+def plan(
+    tmp: Path,
+    name: str,
+    config: dict,
+    cache: Path,
+    env: dict | None = None,
+    cwd: Path | None = None,
+    cpus: list[int] | None = None,
+) -> LaunchPlan:
     run = tmp / name
     run.mkdir(parents=True)
     (run / "cfg.json").write_text(json.dumps(config))
-    argv = [sys.executable, "-m", "autorl.engine", "--config", str(run / "cfg.json"), "--metrics-out",
-            str(run / "metrics.jsonl"), "--cache-dir", str(cache)]
-    return LaunchPlan(argv=argv, env=env or {}, cwd=str(cwd or tmp), log_path=str(run / "train.log"),
-                      metrics_path=str(run / "metrics.jsonl"), cpus=cpus)
+    argv = [
+        sys.executable,
+        "-m",
+        "autorl.engine",
+        "--config",
+        str(run / "cfg.json"),
+        "--metrics-out",
+        str(run / "metrics.jsonl"),
+        "--cache-dir",
+        str(cache),
+    ]
+    return LaunchPlan(
+        argv=argv,
+        env=env or {},
+        cwd=str(cwd or tmp),
+        log_path=str(run / "train.log"),
+        metrics_path=str(run / "metrics.jsonl"),
+        cpus=cpus,
+    )
 
 
 def finish(handle, timeout: float = 300) -> int:
@@ -106,7 +127,8 @@ from pathlib import Path
 def reward(completion, label):
     out = Path("seen.json")
     if not out.exists():
-        out.write_text(json.dumps({"cwd": os.getcwd(), "path0": sys.path[0], "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        out.write_text(json.dumps({"cwd": os.getcwd(), "path0": sys.path[0], "cuda":
+        os.environ.get("CUDA_VISIBLE_DEVICES"),
                                    "cpus": sorted(os.sched_getaffinity(0)), "stdin": sys.stdin.read()}))
     return float(completion.strip() == label.strip())
 """
@@ -117,8 +139,15 @@ def test_the_child_runs_in_its_worktree_with_its_environment_and_cpus(tmp_path, 
     worktree.mkdir()
     (worktree / "probe_reward.py").write_text(REWARD)
     cpu = sorted(os.sched_getaffinity(0))[-1]
-    p = plan(tmp_path, "probe", {"steps": 1, "eval_every": 0, "threads": 1, "reward": "probe_reward:reward"}, engine_cache,
-             env={"CUDA_VISIBLE_DEVICES": ""}, cwd=worktree, cpus=[cpu])
+    p = plan(
+        tmp_path,
+        "probe",
+        {"steps": 1, "eval_every": 0, "threads": 1, "reward": "probe_reward:reward"},
+        engine_cache,
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        cwd=worktree,
+        cpus=[cpu],
+    )
     handle = forked.ForkedProcess(p)
     assert isinstance(handle.proc, forked.ForkedChild)
     assert finish(handle) == 0, Path(p.log_path).read_text()[-500:]
@@ -162,8 +191,14 @@ def test_the_embedded_backend_forks_its_trials_and_warms_the_server_in_prepare(t
     recipe = validate_recipe({"backend": "embedded", "train": {"steps": 2, "eval_every": 0}})
     assert backend.prepare(recipe, engine_cache, tmp_path / "prepare") == 0
     assert ENGINE_KEY in own_servers  # started while the base model was checked
-    spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run",
-                     cache_dir=engine_cache, seed=7)
+    spec = TrialSpec(
+        attempt="attempt-01-x",
+        recipe=recipe,
+        worktree=tmp_path,
+        run_dir=tmp_path / "run",
+        cache_dir=engine_cache,
+        seed=7,
+    )
     handle = backend.start(backend.plan(spec))
     assert isinstance(handle.proc, forked.ForkedChild)
     assert finish(handle) == 0
@@ -175,8 +210,8 @@ def test_a_per_item_evaluation_is_forked_from_an_evaluator_server_and_matches_a_
     """The evaluator that follows an OpenRLHF, TRL or command trial skips torch's and transformers' imports; what it
     writes is what a fresh ``python -m autorl.evaluate`` writes, value for value."""
     from autorl.backends.base import LaunchPlan, LocalProcess
-    from autorl.toolkit.hf_tiny import save_llama
     from autorl.evaluate import ProbeSettings, eval_argv
+    from autorl.toolkit.hf_tiny import save_llama
 
     model = save_llama(tmp_path / "model", "tiny", seed=3)
     probe = tmp_path / "probe.jsonl"
@@ -187,8 +222,14 @@ def test_a_per_item_evaluation_is_forked_from_an_evaluator_server_and_matches_a_
     for name, kind in (("fresh", LocalProcess), ("forked", forked.ForkedProcess), ("again", forked.ForkedProcess)):
         out = tmp_path / name / "eval.jsonl"
         argv = eval_argv(sys.executable, model, out, settings, 5, step=4, seed=11)
-        p = LaunchPlan(argv=argv, env=env, cwd=str(tmp_path), log_path=str(tmp_path / name / "train.log"),
-                       metrics_path=str(out), backend="command")
+        p = LaunchPlan(
+            argv=argv,
+            env=env,
+            cwd=str(tmp_path),
+            log_path=str(tmp_path / name / "train.log"),
+            metrics_path=str(out),
+            backend="command",
+        )
         handle = kind(p)
         assert isinstance(handle.proc, forked.ForkedChild) == (kind is forked.ForkedProcess)
         assert finish(handle) == 0, Path(p.log_path).read_text()[-800:]
@@ -199,8 +240,9 @@ def test_a_per_item_evaluation_is_forked_from_an_evaluator_server_and_matches_a_
 
 def test_an_evaluation_with_another_environment_gets_its_own_evaluator_server(own_servers):
     first = forked.server_for(sys.executable, forked.EVALUATE, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "1"})
-    same = forked.server_for(sys.executable, forked.EVALUATE, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "1",
-                                                               "CUDA_VISIBLE_DEVICES": "0"})
+    same = forked.server_for(
+        sys.executable, forked.EVALUATE, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "0"}
+    )
     other = forked.server_for(sys.executable, forked.EVALUATE, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "0"})
     assert first is same and other is not first
     assert first.serves(sys.executable, {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "1"})

@@ -85,14 +85,19 @@ def test_a_starter_killed_with_9_takes_a_group_that_ignores_sigterm_with_it(tmp_
 
 
 def test_the_command_ending_by_itself_ends_the_guard_with_its_exit_code():
-    r = subprocess.run([sys.executable, "-I", groupguard.__file__, "--", sys.executable, "-c", "raise SystemExit(7)"],
-                       timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-I", groupguard.__file__, "--", sys.executable, "-c", "raise SystemExit(7)"], timeout=30
+    )
     assert r.returncode == 7
 
 
 def test_sigterm_to_the_guard_takes_the_group_down(tmp_path):
-    guard = subprocess.Popen([sys.executable, "-I", groupguard.__file__, "--", sys.executable, "-c", STUBBORN],
-                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    guard = subprocess.Popen(
+        [sys.executable, "-I", groupguard.__file__, "--", sys.executable, "-c", STUBBORN],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     grandchild = int(guard.stdout.readline())
     assert _alive(grandchild)
     t0 = time.time()
@@ -109,12 +114,16 @@ def test_on_a_gpu_host_the_heads_whole_group_was_gone_20_s_after_the_kill():
     the guard, on a 2 x H200 host, `ray start` and the GCS were still up 20 minutes later)."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "data" / "openrlhf-0.10.4" / "small" / "h100" /
-            "kill9-guard.out").read_text()
+    text = (
+        Path(__file__).resolve().parents[1] / "data" / "openrlhf-0.10.4" / "small" / "h100" / "kill9-guard.out"
+    ).read_text()
     before, after = text.split("left 20 s after the kill:")
     rows = [line.split(None, 2) for line in before.splitlines() if line[:1] == " "]
     guard = next(int(pid) for pid, _pgid, cmd in rows if "groupguard.py" in cmd)
     assert {int(pgid) for _pid, pgid, _cmd in rows} == {guard}
     assert [name for name in ("ray start --head", "gcs_server", "raylet") if any(name in r[2] for r in rows)] == [
-        "ray start --head", "gcs_server", "raylet"]
+        "ray start --head",
+        "gcs_server",
+        "raylet",
+    ]
     assert [line for line in after.splitlines() if line.strip()] == ["GPU processes: 0"]

@@ -44,7 +44,9 @@ def test_job_runs_in_working_dir_and_streams_logs(head, tmp_path):
 
 
 def test_success_is_exit_zero(head, tmp_path):
-    handle = submit(head.address, [sys.executable, "-c", "print('ok')"], working_dir=tmp_path, log_path=tmp_path / "l.log")
+    handle = submit(
+        head.address, [sys.executable, "-c", "print('ok')"], working_dir=tmp_path, log_path=tmp_path / "l.log"
+    )
     assert _wait(handle) == 0
     assert "ok" in (tmp_path / "l.log").read_text()
 
@@ -135,8 +137,13 @@ def test_a_dropped_submission_is_retried_and_runs_once(head, tmp_path, after):
     try:
         marker = tmp_path / "runs.txt"
         script = f"with open({str(marker)!r}, 'a') as fh:\n    fh.write('ran\\n')\n"
-        handle = submit(proxy.address, [sys.executable, "-c", script], working_dir=tmp_path, log_path=tmp_path / "d.log",
-                        submission_id=f"autorl-drop-{int(after)}-{time.time_ns()}")
+        handle = submit(
+            proxy.address,
+            [sys.executable, "-c", script],
+            working_dir=tmp_path,
+            log_path=tmp_path / "d.log",
+            submission_id=f"autorl-drop-{int(after)}-{time.time_ns()}",
+        )
         assert proxy.dropped == 1
         assert _wait(handle) == 0
         time.sleep(1.0)
@@ -156,7 +163,9 @@ def test_a_submission_never_answered_is_retried_and_runs_once(head, tmp_path, mo
         marker = tmp_path / "runs.txt"
         script = f"with open({str(marker)!r}, 'a') as fh:\n    fh.write('ran\\n')\n"
         started = time.time()
-        handle = submit(proxy.address, [sys.executable, "-c", script], working_dir=tmp_path, log_path=tmp_path / "h.log")
+        handle = submit(
+            proxy.address, [sys.executable, "-c", script], working_dir=tmp_path, log_path=tmp_path / "h.log"
+        )
         assert proxy.dropped == 1 and time.time() - started < 30  # waited for the deadline, not for ever
         assert _wait(handle) == 0
         time.sleep(1.0)
@@ -253,8 +262,11 @@ def _naming(folder: Path) -> list[str]:
     """Processes whose command line names ``folder`` (Ray's GCS, raylet, dashboard, log monitor name its temp dir)."""
     import psutil
 
-    return [" ".join(p.info["cmdline"])[:120] for p in psutil.process_iter(["cmdline"])
-            if str(folder) in " ".join(p.info["cmdline"] or [])]
+    return [
+        " ".join(p.info["cmdline"])[:120]
+        for p in psutil.process_iter(["cmdline"])
+        if str(folder) in " ".join(p.info["cmdline"] or [])
+    ]
 
 
 def test_a_head_that_takes_no_job_is_stopped_and_started_again(tmp_path):
@@ -270,8 +282,9 @@ def test_a_head_that_takes_no_job_is_stopped_and_started_again(tmp_path):
         assert head.addresses == [head.addresses[0], address] and address != head.addresses[0]  # new ports
         assert "Head node id has not yet been persisted in GCS" in _job_head_logs(head)  # the fault was the real one
         assert len(head.halted[0]) > 3 and not _left_running(head.halted)  # ray start, GCS, raylet, dashboard, ...
-        handle = submit(address, [sys.executable, "-c", "print('ran')"], working_dir=tmp_path,
-                        log_path=tmp_path / "r.log")
+        handle = submit(
+            address, [sys.executable, "-c", "print('ran')"], working_dir=tmp_path, log_path=tmp_path / "r.log"
+        )
         assert _wait(handle) == 0 and handle.status() == "SUCCEEDED"
         assert "ran" in (tmp_path / "r.log").read_text()
         listed = [j.submission_id for j in client(address).list_jobs()]

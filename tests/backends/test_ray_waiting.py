@@ -16,10 +16,12 @@ from autorl.backends.ray_demand import assess
 from autorl.runs.watch import Watch
 from tests.conftest import gang_job
 
+
 def _job(tmp_path: Path, name: str, address: str, gpus: int, hold: float) -> ray_jobs.RayJobHandle:
     folder = gang_job(tmp_path / name, gpus=gpus, hold=hold)
-    return ray_jobs.submit(address, [sys.executable, "driver.py"], working_dir=folder,
-                           log_path=tmp_path / f"{name}.log")
+    return ray_jobs.submit(
+        address, [sys.executable, "driver.py"], working_dir=folder, log_path=tmp_path / f"{name}.log"
+    )
 
 
 def _said(log: Path, text: str) -> bool:
@@ -27,8 +29,14 @@ def _said(log: Path, text: str) -> bool:
 
 
 def _watch(handle, silence_s: float, timeout_s: float = 150) -> Watch:
-    return Watch(handle, timeout_s=timeout_s, deadline=None, silence_s=silence_s, on_records=lambda recs, m: None,
-                 external=lambda: None)
+    return Watch(
+        handle,
+        timeout_s=timeout_s,
+        deadline=None,
+        silence_s=silence_s,
+        on_records=lambda recs, m: None,
+        external=lambda: None,
+    )
 
 
 def _follow(watch: Watch):
@@ -74,7 +82,8 @@ def test_a_trial_no_node_can_ever_hold_ends_at_once_with_what_it_asked_for(tmp_p
     with ray_jobs.LocalRayHead(num_cpus=2, visible_gpus=["0"]) as head:
         outcome = _follow(_watch(_job(tmp_path, "trial", head.address, gpus=2, hold=0), silence_s=6))
     assert outcome.status == "config-error"
-    assert outcome.reason.startswith("the cluster can never place this trial: a placement group of its actors "
-                                     "needs GPU 2")
+    assert outcome.reason.startswith(
+        "the cluster can never place this trial: a placement group of its actors needs GPU 2"
+    )
     assert outcome.wall_s < 60
     assert "autorl: the cluster can never place this trial" in (tmp_path / "trial.log").read_text()

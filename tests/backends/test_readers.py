@@ -8,8 +8,7 @@ import os
 
 import pytest
 
-from autorl.backends.readers import (DEFAULT_METRIC_MAP, make_reader, parse_dict_line, record_kind,
-                                     to_record)
+from autorl.backends.readers import DEFAULT_METRIC_MAP, make_reader, parse_dict_line, record_kind, to_record
 from autorl.errors import RecipeError
 
 
@@ -22,14 +21,21 @@ def test_jsonl_reader_returns_only_new_complete_lines(tmp_path):
     path = tmp_path / "m.jsonl"
     read = make_reader("jsonl", path, {"my_acc": "eval/id/greedy_pass@1"})
     assert read() == []
-    append(path, json.dumps({"global_step": 1, "reward": 0.5}) + "\n" + json.dumps({"global_step": 2, "kl": 0.1}) + "\n{\"glo")
+    append(
+        path,
+        json.dumps({"global_step": 1, "reward": 0.5}) + "\n" + json.dumps({"global_step": 2, "kl": 0.1}) + '\n{"glo',
+    )
     assert read() == [{"type": "step", "step": 1, "reward_mean": 0.5}, {"type": "step", "step": 2, "kl": 0.1}]
-    append(path, "bal_step\": 3, \"loss\": 0.2}\n" + json.dumps({"step": 3, "eval_my": 1.0, "my_acc": 0.4}) + "\n")
-    assert read() == [{"type": "step", "step": 3, "loss": 0.2},
-                      {"type": "eval", "step": 3, "eval_my": 1.0, "eval/id/greedy_pass@1": 0.4}]
+    append(path, 'bal_step": 3, "loss": 0.2}\n' + json.dumps({"step": 3, "eval_my": 1.0, "my_acc": 0.4}) + "\n")
+    assert read() == [
+        {"type": "step", "step": 3, "loss": 0.2},
+        {"type": "eval", "step": 3, "eval_my": 1.0, "eval/id/greedy_pass@1": 0.4},
+    ]
     append(path, json.dumps({"reward": 0.7}) + "\n" + json.dumps({"type": "summary", "status": "ok"}) + "\n")
-    assert read() == [{"type": "step", "step": 4, "reward_mean": 0.7},
-                      {"type": "summary", "step": 4, "steps_done": 4, "status": "ok"}]
+    assert read() == [
+        {"type": "step", "step": 4, "reward_mean": 0.7},
+        {"type": "summary", "step": 4, "steps_done": 4, "status": "ok"},
+    ]
     assert read() == []
 
 
@@ -62,7 +68,9 @@ def test_trainer_state_reader_emits_new_entries_when_the_file_changes(tmp_path):
 
 def test_trainer_state_reader_follows_the_newest_checkpoint_and_skips_torn_files(tmp_path):
     read = make_reader("trainer_state", tmp_path)
-    write_state(tmp_path / "checkpoint-2" / "trainer_state.json", [{"reward": 0.1, "step": 1}, {"reward": 0.2, "step": 2}])
+    write_state(
+        tmp_path / "checkpoint-2" / "trainer_state.json", [{"reward": 0.1, "step": 1}, {"reward": 0.2, "step": 2}]
+    )
     assert [r["reward_mean"] for r in read()] == [0.1, 0.2]
     torn = tmp_path / "checkpoint-4" / "trainer_state.json"
     torn.parent.mkdir()
@@ -111,21 +119,28 @@ def test_tensorboard_reader_groups_tags_per_step_and_reads_incrementally(tmp_pat
     writer.close()
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("{'a': 1}", {"a": 1}),
-    ("  {'a': -inf, 'b': [nan]}  ", {"a": "-inf", "b": ["nan"]}),
-    ("50%|###| 5/10{'loss': '0.1'}", {"loss": "0.1"}),
-    ("{1, 2}", None),
-    ("{'a': __import__('os')}", None),
-    ("plain text", None),
-    ("{'unterminated': 1", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("{'a': 1}", {"a": 1}),
+        ("  {'a': -inf, 'b': [nan]}  ", {"a": "-inf", "b": ["nan"]}),
+        ("50%|###| 5/10{'loss': '0.1'}", {"loss": "0.1"}),
+        ("{1, 2}", None),
+        ("{'a': __import__('os')}", None),
+        ("plain text", None),
+        ("{'unterminated': 1", None),
+    ],
+)
 def test_parse_dict_line(text, expected):
     assert parse_dict_line(text) == expected
 
 
 def test_recipe_map_overrides_the_trl_defaults():
-    rec = to_record({"reward": 0.3, "rewards/em/mean": 0.2}, {**DEFAULT_METRIC_MAP, "reward": "shaped", "rewards/em/mean": "correctness"}, 5)
+    rec = to_record(
+        {"reward": 0.3, "rewards/em/mean": 0.2},
+        {**DEFAULT_METRIC_MAP, "reward": "shaped", "rewards/em/mean": "correctness"},
+        5,
+    )
     assert rec == {"type": "step", "step": 5, "shaped": 0.3, "correctness": 0.2}
     assert record_kind({"eval_loss": 1}) == "eval" and record_kind({"train_runtime": 1}) == "summary"
     assert record_kind({"loss": 1}) == "step"

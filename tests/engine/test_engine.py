@@ -20,25 +20,42 @@ ROOT = Path(__file__).resolve().parents[2]
 FAST = {"steps": 3, "batch_prompts": 4, "gens": 4, "eval_every": 2}
 
 
-
 def run_cli(tmp_path: Path, config: dict, cache: Path, **env) -> tuple[subprocess.CompletedProcess, Path]:
     cfg, metrics = tmp_path / "cfg.json", tmp_path / "metrics.jsonl"
     cfg.write_text(json.dumps(config))
-    proc = subprocess.run([sys.executable, "-m", "autorl.engine", "--config", str(cfg), "--metrics-out", str(metrics),
-                           "--cache-dir", str(cache)], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autorl.engine",
+            "--config",
+            str(cfg),
+            "--metrics-out",
+            str(metrics),
+            "--cache-dir",
+            str(cache),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    )
     return proc, metrics
 
 
-@pytest.mark.parametrize("config,fragment", [
-    ({"lr": -1}, "config: lr"),
-    ({"learning_rate": 1e-4}, "unknown key 'learning_rate'"),
-    ({"gens": 8, "batch_prompts": 3, "micro_batch": 5}, "micro_batch 5 must divide"),
-    ({"model": "builtin:huge"}, "unknown built-in model"),
-    ({"model": "/no/such/dir"}, "neither builtin"),
-    ({"task": "/no/such/task.jsonl"}, "not found"),
-    ({"reward": "no_such_module_qq:reward"}, "failed to import"),
-])
+@pytest.mark.parametrize(
+    "config,fragment",
+    [
+        ({"lr": -1}, "config: lr"),
+        ({"learning_rate": 1e-4}, "unknown key 'learning_rate'"),
+        ({"gens": 8, "batch_prompts": 3, "micro_batch": 5}, "micro_batch 5 must divide"),
+        ({"model": "builtin:huge"}, "unknown built-in model"),
+        ({"model": "/no/such/dir"}, "neither builtin"),
+        ({"task": "/no/such/task.jsonl"}, "not found"),
+        ({"reward": "no_such_module_qq:reward"}, "failed to import"),
+    ],
+)
 def test_bad_config_is_one_line_exit_2(tmp_path, config, fragment):
     proc, metrics = run_cli(tmp_path, config, tmp_path / "cache")
     assert proc.returncode == 2, proc.stderr
@@ -48,9 +65,23 @@ def test_bad_config_is_one_line_exit_2(tmp_path, config, fragment):
 
 def test_unreadable_config_file(tmp_path):
     (tmp_path / "cfg.json").write_text("{not json")
-    proc = subprocess.run([sys.executable, "-m", "autorl.engine", "--config", str(tmp_path / "cfg.json"),
-                           "--metrics-out", str(tmp_path / "m.jsonl"), "--cache-dir", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autorl.engine",
+            "--config",
+            str(tmp_path / "cfg.json"),
+            "--metrics-out",
+            str(tmp_path / "m.jsonl"),
+            "--cache-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 2 and "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -101,9 +132,14 @@ def test_huge_lr_diverges_to_exit_3(tmp_path, engine_cache):
 def test_custom_reward_drives_training(tmp_path, engine_cache):
     """A reward that pays for short answers: the mean response length falls."""
     reward = tmp_path / "short.py"
-    reward.write_text("def reward(completion, label):\n    return {'reward': -len(completion), 'correctness': float(completion == label)}\n")
-    proc, path = run_cli(tmp_path, {"steps": 15, "batch_prompts": 16, "gens": 4, "eval_every": 0, "lr": 3e-3,
-                                    "reward": str(reward)}, engine_cache)
+    reward.write_text(
+        "def reward(completion, label):\n    return {'reward': -len(completion), 'correctness': float(completion == label)}\n"
+    )
+    proc, path = run_cli(
+        tmp_path,
+        {"steps": 15, "batch_prompts": 16, "gens": 4, "eval_every": 0, "lr": 3e-3, "reward": str(reward)},
+        engine_cache,
+    )
     assert proc.returncode == 0, proc.stderr
     m = RunMetrics(iter_records(path))
     lengths = m.series("response_length_mean")
@@ -115,8 +151,10 @@ def test_custom_reward_drives_training(tmp_path, engine_cache):
         items = last[f"eval/{split}/task_items"]
         assert len(items) == len(last[f"eval/{split}/items"]) and set(items) <= {0, 1}
         assert last[f"eval/{split}/task_pass@1"] == sum(items) / len(items)
-        assert {f"eval/{split}/{k}" for k in ("length_mean", "repeat_mean", "truncated_rate", "empty_rate",
-                                              "format_only_rate")} <= set(last)
+        assert {
+            f"eval/{split}/{k}"
+            for k in ("length_mean", "repeat_mean", "truncated_rate", "empty_rate", "format_only_rate")
+        } <= set(last)
     assert last["eval/id/length_mean"] < first["eval/id/length_mean"]
 
 
@@ -146,8 +184,17 @@ def test_jsonl_task_with_hf_model(tmp_path):
     rows = [{"input": f"{a}+{b}=", "label": str(a + b)} for a, b in [(1, 2), (13, 4), (120, 5), (7, 70)]]
     (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     (tmp_path / "ood.jsonl").write_text(json.dumps({"input": "999+1=", "label": "1,000"}))
-    config = {"model": str(model), "task": str(tmp_path / "train.jsonl"), "eval_ood": str(tmp_path / "ood.jsonl"),
-              "steps": 2, "batch_prompts": 2, "gens": 3, "max_new_tokens": 4, "eval_every": 1, "micro_batch": 2}
+    config = {
+        "model": str(model),
+        "task": str(tmp_path / "train.jsonl"),
+        "eval_ood": str(tmp_path / "ood.jsonl"),
+        "steps": 2,
+        "batch_prompts": 2,
+        "gens": 3,
+        "max_new_tokens": 4,
+        "eval_every": 1,
+        "micro_batch": 2,
+    }
     proc, path = run_cli(tmp_path, config, tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = RunMetrics(iter_records(path))
@@ -176,11 +223,19 @@ def test_a_trial_never_imports_torch_dynamo(tmp_path, engine_cache):
     CPU, which no early stop can save. A trial (config, model, optimizer, steps, evals) must not load it."""
     cfg, metrics = tmp_path / "cfg.json", tmp_path / "metrics.jsonl"
     cfg.write_text(json.dumps({**FAST, "steps": 2, "kl_coef": 0.05, "warmup_steps": 2}))
-    code = ("import sys; from autorl.engine.__main__ import main; "
-            f"rc = main(['--config', {str(cfg)!r}, '--metrics-out', {str(metrics)!r}, '--cache-dir', {str(engine_cache)!r}]); "
-            "print('dynamo loaded:', 'torch._dynamo' in sys.modules); sys.exit(rc)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys; from autorl.engine.__main__ import main; "
+        f"rc = main(['--config', {str(cfg)!r}, '--metrics-out', {str(metrics)!r}, '--cache-dir', {str(engine_cache)!r}]); "
+        "print('dynamo loaded:', 'torch._dynamo' in sys.modules); sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "step 2/2 reward" in proc.stdout
     assert "dynamo loaded: False" in proc.stdout, proc.stdout[-300:]

@@ -19,7 +19,6 @@ from autorl.engine.grpo import run
 from autorl.metrics import RunMetrics, iter_records
 
 
-
 def train(tmp_path, cache, name: str, **overrides) -> RunMetrics:
     config = EngineConfig(**{"steps": 50, "batch_prompts": 32, "gens": 8, "eval_every": 25, **overrides})
     summary = run(config, tmp_path / f"{name}.jsonl", cache, log=lambda m: None)

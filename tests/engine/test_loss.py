@@ -7,8 +7,19 @@ import pytest
 import torch
 
 from autorl.engine.config import EngineConfig
-from autorl.engine.grpo import (ADAM_BETAS, Rollout, aggregate, build_reference, cache_logprobs, clipped_surrogate,
-                                group_advantages, kl_estimate, make_optimizer, token_entropy, update)
+from autorl.engine.grpo import (
+    ADAM_BETAS,
+    Rollout,
+    aggregate,
+    build_reference,
+    cache_logprobs,
+    clipped_surrogate,
+    group_advantages,
+    kl_estimate,
+    make_optimizer,
+    token_entropy,
+    update,
+)
 from autorl.toolkit.model import BuiltinPolicy
 from autorl.toolkit.task import CharTokenizer
 
@@ -43,14 +54,17 @@ def _surrogate(ratio: float, adv: float, lo: float = 0.2, hi: float = 0.2):
     return loss.item(), bool(clipped.item())
 
 
-@pytest.mark.parametrize("ratio,adv,loss,clipped", [
-    (1.0, 2.0, -2.0, False),   # on-policy
-    (1.5, 2.0, -2.4, True),    # A > 0, ratio above 1+eps: capped at 1.2*A
-    (0.5, 2.0, -1.0, False),   # A > 0, ratio below 1-eps: not clipped (pessimistic min keeps r*A)
-    (0.5, -2.0, 1.6, True),    # A < 0, ratio below 1-eps: floored at 0.8*A
-    (1.5, -2.0, 3.0, False),   # A < 0, ratio above 1+eps: unclipped, full penalty
-    (1.1, 0.0, 0.0, False),    # no advantage, no loss, no clip
-])
+@pytest.mark.parametrize(
+    "ratio,adv,loss,clipped",
+    [
+        (1.0, 2.0, -2.0, False),  # on-policy
+        (1.5, 2.0, -2.4, True),  # A > 0, ratio above 1+eps: capped at 1.2*A
+        (0.5, 2.0, -1.0, False),  # A > 0, ratio below 1-eps: not clipped (pessimistic min keeps r*A)
+        (0.5, -2.0, 1.6, True),  # A < 0, ratio below 1-eps: floored at 0.8*A
+        (1.5, -2.0, 3.0, False),  # A < 0, ratio above 1+eps: unclipped, full penalty
+        (1.1, 0.0, 0.0, False),  # no advantage, no loss, no clip
+    ],
+)
 def test_clipping_both_sides(ratio, adv, loss, clipped):
     got_loss, got_clipped = _surrogate(ratio, adv)
     assert got_loss == pytest.approx(loss, rel=1e-6)
@@ -86,7 +100,7 @@ def test_grpo_vs_dr_grpo_normalisation():
     # dr_grpo: token sums 6 and 4 over max_new_tokens 4, then the mean
     assert aggregate(values, mask, "dr_grpo", max_new_tokens=4, n_total=2).item() == pytest.approx((1.5 + 1.0) / 2)
     # halves of a batch add up to the whole
-    halves = sum(aggregate(values[i:i + 1], mask[i:i + 1], "grpo", 4, n_total=2) for i in range(2))
+    halves = sum(aggregate(values[i : i + 1], mask[i : i + 1], "grpo", 4, n_total=2) for i in range(2))
     assert halves.item() == pytest.approx(3.0)
 
 
@@ -104,8 +118,17 @@ def _toy_rollout(policy, tokens_per_seq: int = 4, n: int = 8) -> Rollout:
 def _grads_after_one_pass(micro_batch: int, loss_type: str) -> list[torch.Tensor]:
     torch.manual_seed(0)
     policy = BuiltinPolicy("tiny", CharTokenizer(), torch.device("cpu"))
-    config = EngineConfig(micro_batch=micro_batch, batch_prompts=2, gens=4, ppo_epochs=1, lr=0.0, kl_coef=0.1,
-                          loss_type=loss_type, max_grad_norm=1e9, entropy_coef=0.01)
+    config = EngineConfig(
+        micro_batch=micro_batch,
+        batch_prompts=2,
+        gens=4,
+        ppo_epochs=1,
+        lr=0.0,
+        kl_coef=0.1,
+        loss_type=loss_type,
+        max_grad_norm=1e9,
+        entropy_coef=0.01,
+    )
     roll = _toy_rollout(policy)
     ref = build_reference(policy, config.kl_coef)
     with torch.no_grad():
@@ -121,6 +144,7 @@ def _grads_after_one_pass(micro_batch: int, loss_type: str) -> list[torch.Tensor
 
 def _nullcontext():
     import contextlib
+
     return contextlib.nullcontext()
 
 

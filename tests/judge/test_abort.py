@@ -15,8 +15,17 @@ MAX_GRAD_NORM = 1.0
 
 def healthy_row(i: int) -> dict:
     """A learning step: rewards mixed, some groups with signal, small clipping."""
-    return {"type": "step", "step": i + 1, "reward_mean": 0.3 + 0.01 * i, "grad_norm": 0.5 + 0.05 * (i % 3),
-            "frac_zero_std_groups": 0.4, "truncated_rate": 0.1, "clip_ratio": 0.05, "loss": 0.01, "kl": 0.002}
+    return {
+        "type": "step",
+        "step": i + 1,
+        "reward_mean": 0.3 + 0.01 * i,
+        "grad_norm": 0.5 + 0.05 * (i % 3),
+        "frac_zero_std_groups": 0.4,
+        "truncated_rate": 0.1,
+        "clip_ratio": 0.05,
+        "loss": 0.01,
+        "kl": 0.002,
+    }
 
 
 def stream(n: int, **override) -> list[dict]:
@@ -28,14 +37,17 @@ def stream(n: int, **override) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("rule,override", [
-    ("reward_stuck_zero", {"reward_mean": 0.0, "frac_zero_std_groups": 1.0}),
-    ("reward_stuck_one", {"reward_mean": 1.0}),
-    ("grad_norm_zero", {"grad_norm": 0.0}),
-    ("zero_std_groups", {"frac_zero_std_groups": 1.0}),
-    ("truncation", {"truncated_rate": 0.9}),
-    ("clip_ratio", {"clip_ratio": 0.6}),
-])
+@pytest.mark.parametrize(
+    "rule,override",
+    [
+        ("reward_stuck_zero", {"reward_mean": 0.0, "frac_zero_std_groups": 1.0}),
+        ("reward_stuck_one", {"reward_mean": 1.0}),
+        ("grad_norm_zero", {"grad_norm": 0.0}),
+        ("zero_std_groups", {"frac_zero_std_groups": 1.0}),
+        ("truncation", {"truncated_rate": 0.9}),
+        ("clip_ratio", {"clip_ratio": 0.6}),
+    ],
+)
 def test_window_rule_trips_once_the_window_is_full(rule, override):
     assert check_abort(stream(RULES.window - 1, **override), RULES, MAX_GRAD_NORM) is None
     d = check_abort(stream(RULES.window, **override), RULES, MAX_GRAD_NORM)
@@ -45,8 +57,15 @@ def test_window_rule_trips_once_the_window_is_full(rule, override):
 
 def test_every_window_rule_is_tested():
     names = {r.name for r in load_window_rules()}
-    assert names == {"reward_collapse", "reward_stuck_zero", "reward_stuck_one", "grad_norm_zero", "zero_std_groups",
-                     "truncation", "clip_ratio"}
+    assert names == {
+        "reward_collapse",
+        "reward_stuck_zero",
+        "reward_stuck_one",
+        "grad_norm_zero",
+        "zero_std_groups",
+        "truncation",
+        "clip_ratio",
+    }
 
 
 def test_window_rules_need_every_step_of_the_window():
@@ -121,7 +140,9 @@ def test_collapse_after_the_first_update_is_caught():
 
 def test_a_collapse_later_in_the_run_is_caught_and_a_short_dip_is_not():
     rules = AbortRules(window=4)
-    dead = stream(13, reward_mean=lambda i: 0.0 if i >= 10 else 0.3, frac_zero_std_groups=lambda i: 1.0 if i >= 10 else 0.4)
+    dead = stream(
+        13, reward_mean=lambda i: 0.0 if i >= 10 else 0.3, frac_zero_std_groups=lambda i: 1.0 if i >= 10 else 0.4
+    )
     d = check_abort(dead, rules, MAX_GRAD_NORM)
     assert d is not None and (d.rule, d.step) == ("reward_collapse", 13)
     assert check_abort(dead[:12], rules, MAX_GRAD_NORM) is None
@@ -146,7 +167,9 @@ def test_the_window_rules_are_data_and_a_bad_table_is_one_clear_error(tmp_path):
     bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: gt, limit: no_such_threshold, reason: r}\n")
     with pytest.raises(RulesError, match="no_such_threshold"):
         load_window_rules(bad)
-    bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: gt, limit: 1, start: any, window: no_window, reason: r}\n")
+    bad.write_text(
+        "rules:\n  - {name: x, metric: reward_mean, op: gt, limit: 1, start: any, window: no_window, reason: r}\n"
+    )
     with pytest.raises(RulesError, match="no_window"):
         load_window_rules(bad)
     bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: between, limit: 1, reason: r}\n")

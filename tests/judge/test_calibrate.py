@@ -46,7 +46,9 @@ def test_a_verdict_states_its_test_noise_and_rate():
     rate = stated_rate(v, S)
     assert 0 <= rate < 0.05 and v.parent_runs == 5 and v.trial_runs == 1 and len(v.parent_rates) == p.size
     line = describe({"test": "t", "trial_sd": v.trial_sd, "parent_sd": v.parent_sd, "fp_rate": rate})
-    assert line.startswith("t; run-to-run sd assumed: trial ") and line.endswith(f"calibrated false-positive rate {percent(rate)}")
+    assert line.startswith("t; run-to-run sd assumed: trial ") and line.endswith(
+        f"calibrated false-positive rate {percent(rate)}"
+    )
     assert describe({}) is None
     # none of the simulated null trials called so is a rate below 1 in CASES, never "0.0%"
     assert percent(0.0) == "<0.05%" and percent(0.0249) == "2.5%"

@@ -10,10 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from autorl.judge.diagnose import (
-    STATS, bottleneck_names, diagnose, diagnose_run, load_rules, symptom_names,
-)
 from autorl.errors import RulesError
+from autorl.judge.diagnose import (
+    STATS,
+    bottleneck_names,
+    diagnose,
+    diagnose_run,
+    load_rules,
+    symptom_names,
+)
 from autorl.metrics import STEP_KEYS
 
 N = 40
@@ -25,17 +30,43 @@ def healthy(n: int = N) -> tuple[list[dict], list[dict]]:
     steps = []
     for t in range(1, n + 1):
         reward = 0.3 + 0.15 * t / n + 0.01 * math.sin(1.7 * t)
-        steps.append({
-            "type": "step", "step": t, "reward_mean": reward, "correctness": reward, "reward_std": 0.45,
-            "entropy_mean": 0.8 - 0.1 * t / n, "response_length_mean": 3.5 + 0.05 * math.sin(t),
-            "truncated_rate": 0.05, "grad_norm": 0.4 + 0.1 * math.sin(t), "kl": 0.01 + 0.002 * math.sin(t),
-            "clip_ratio": 0.05, "frac_zero_std_groups": 0.25, "advantage_mean": 0.0, "advantage_std": 0.8,
-            "advantage_abs_max": 2.5, "log_ratio_abs_max": 0.4, "log_ratio_abs_p99": 0.1, "ratio_max": 1.5,
-            "loss": 0.02 * math.sin(t), "lr": 1e-4, "tokens_per_s": 5000.0,
-            "time_generate_s": 0.016, "time_reward_s": 0.001, "time_update_s": 0.032,
-        })
-    evals = [{"type": "eval", "step": s, "eval/id/greedy_pass@1": 0.55 + 0.004 * s,
-              "eval/ood/greedy_pass@1": 0.30 + 0.002 * s} for s in range(0, n + 1, 10)]
+        steps.append(
+            {
+                "type": "step",
+                "step": t,
+                "reward_mean": reward,
+                "correctness": reward,
+                "reward_std": 0.45,
+                "entropy_mean": 0.8 - 0.1 * t / n,
+                "response_length_mean": 3.5 + 0.05 * math.sin(t),
+                "truncated_rate": 0.05,
+                "grad_norm": 0.4 + 0.1 * math.sin(t),
+                "kl": 0.01 + 0.002 * math.sin(t),
+                "clip_ratio": 0.05,
+                "frac_zero_std_groups": 0.25,
+                "advantage_mean": 0.0,
+                "advantage_std": 0.8,
+                "advantage_abs_max": 2.5,
+                "log_ratio_abs_max": 0.4,
+                "log_ratio_abs_p99": 0.1,
+                "ratio_max": 1.5,
+                "loss": 0.02 * math.sin(t),
+                "lr": 1e-4,
+                "tokens_per_s": 5000.0,
+                "time_generate_s": 0.016,
+                "time_reward_s": 0.001,
+                "time_update_s": 0.032,
+            }
+        )
+    evals = [
+        {
+            "type": "eval",
+            "step": s,
+            "eval/id/greedy_pass@1": 0.55 + 0.004 * s,
+            "eval/ood/greedy_pass@1": 0.30 + 0.002 * s,
+        }
+        for s in range(0, n + 1, 10)
+    ]
     return steps, evals
 
 
@@ -268,8 +299,10 @@ def test_rules_reference_known_metrics_and_stats():
 
 def test_malformed_rules_file_names_the_field(tmp_path):
     path = tmp_path / "rules.yaml"
-    path.write_text("symptoms:\n  x:\n    description: d\n    when_all:\n      - {metric: loss, stat: mean, op: bigger, threshold: 1}\n"
-                    "bottlenecks: []\ndefault: {name: none, description: d, areas: []}\n")
+    path.write_text(
+        "symptoms:\n  x:\n    description: d\n    when_all:\n      - {metric: loss, stat: mean, op: bigger, threshold: 1}\n"
+        "bottlenecks: []\ndefault: {name: none, description: d, areas: []}\n"
+    )
     with pytest.raises(RulesError, match=r"symptoms\.x\.when_all\.0\.op"):
         load_rules(path)
     path.write_text(path.read_text().replace("op: bigger", "op: gt").replace("stat: mean", "stat: median"))
@@ -288,8 +321,13 @@ def test_diagnose_run_reads_a_metrics_file(tmp_path):
 
 def test_import_is_light():
     code = "import sys, autorl.judge.diagnose, autorl.search.hypotheses; print(sorted(m for m in ('torch','transformers','trl','ray','optuna') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == "[]"
 
 

@@ -35,8 +35,9 @@ class Study:
 
     def __init__(self, tmp_path, seed: int = 0):
         self.ledger = Ledger(tmp_path / "ledger.sqlite")
-        self.sid = self.ledger.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x",
-                                            strategy="random", budget_s=1.0, optuna_study="s")
+        self.sid = self.ledger.create_study(
+            name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0, optuna_study="s"
+        )
         self.rng = np.random.default_rng(seed)
         self.base = (self.rng.random(N) < 0.5).astype(int)
         self.items: dict[int, list[int]] = {}
@@ -44,15 +45,24 @@ class Study:
     def run(self, number: int, proposer: str, shift: float, status: str = "complete", **cols) -> dict:
         items = shifted(self.rng, self.base, shift)
         self.items[number] = items
-        tid = self.ledger.add_trial(study_id=self.sid, number=number, attempt=f"attempt-{number:02d}",
-                                    proposer=proposer, status=status, objective=float(np.mean(items)), **cols)
-        self.ledger.add_metrics(tid, [{"type": "eval", "step": 10, "eval/id/greedy_pass@1": float(np.mean(items)),
-                                       "eval/id/items": items}])
+        tid = self.ledger.add_trial(
+            study_id=self.sid,
+            number=number,
+            attempt=f"attempt-{number:02d}",
+            proposer=proposer,
+            status=status,
+            objective=float(np.mean(items)),
+            **cols,
+        )
+        self.ledger.add_metrics(
+            tid, [{"type": "eval", "step": 10, "eval/id/greedy_pass@1": float(np.mean(items)), "eval/id/items": items}]
+        )
         return self.ledger.trial(number)
 
     def runs(self, *numbers: int) -> verdict.Runs:
-        return verdict.Runs(values=[float(np.mean(self.items[n])) for n in numbers],
-                            items=[self.items[n] for n in numbers])
+        return verdict.Runs(
+            values=[float(np.mean(self.items[n])) for n in numbers], items=[self.items[n] for n in numbers]
+        )
 
     def evidence(self) -> Evidence:
         return Evidence(self.ledger.records(self.sid))
@@ -77,8 +87,13 @@ def test_a_candidates_own_runs_count_once_at_confirmation(tmp_path):
     st.run(9, "confirm", -0.10, confirms=8)
     st.run(10, "confirm", 0.05, confirms=8)
     c = st.evidence().confirmation(st.ledger.trial(5), RECIPE)
-    want = verdict.confirm(st.runs(6, 7), st.runs(1, 2, 3, 4), S, "maximize",
-                           verdict.Noise(trial=[st.runs(5, 6, 7)], study=[st.runs(8, 9, 10)]))
+    want = verdict.confirm(
+        st.runs(6, 7),
+        st.runs(1, 2, 3, 4),
+        S,
+        "maximize",
+        verdict.Noise(trial=[st.runs(5, 6, 7)], study=[st.runs(8, 9, 10)]),
+    )
     assert c.verdict == want  # the candidate's group (its run and its two fresh runs) once, the other group once
     assert c.verdict.trial_noise == "the study's changed recipes" and c.verdict.trial_df == 2 + 2
     assert c.verdict.delta == pytest.approx(np.mean(st.runs(6, 7).values) - np.mean(st.runs(1, 2, 3, 4).values))
@@ -101,13 +116,16 @@ def test_a_child_is_judged_against_its_parents_fresh_runs_not_the_run_that_made_
     assert [m.evals[-1]["eval/id/items"] for m in parent_ref.runs] == [st.items[6], st.items[7]]
 
 
-@pytest.mark.parametrize("ended, category, want", [
-    ("pruned", None, "rejected"),  # stopped by the hard abort rules on a fresh seed
-    ("crash", "nan_divergence", "rejected"),
-    ("crash", "cuda_oom", "rejected"),
-    ("crash", "hang_timeout", "confirmed"),  # transient: left out like a run the controller stopped
-    ("crash", "shared_gpu", "confirmed"),  # another process on the GPU: the values cannot cause it
-])
+@pytest.mark.parametrize(
+    "ended, category, want",
+    [
+        ("pruned", None, "rejected"),  # stopped by the hard abort rules on a fresh seed
+        ("crash", "nan_divergence", "rejected"),
+        ("crash", "cuda_oom", "rejected"),
+        ("crash", "hang_timeout", "confirmed"),  # transient: left out like a run the controller stopped
+        ("crash", "shared_gpu", "confirmed"),  # another process on the GPU: the values cannot cause it
+    ],
+)
 def test_a_candidate_is_judged_on_every_fresh_seed_not_on_those_that_survived(tmp_path, ended, category, want):
     """Three fresh seeds, two far ahead of the baseline: a third that failed in a way the recipe can cause
     rejects the candidate (judging only the survivors confirmed recipes that collapse on a third of their
@@ -164,8 +182,10 @@ def test_a_trial_is_judged_with_the_noise_the_studys_changed_recipes_showed(tmp_
 def _mid(st: Study, number: int, shift: float) -> None:
     """Give run ``number`` an intermediate eval at step 5 (its final one is at step 10)."""
     items = shifted(st.rng, st.base, shift)
-    st.ledger.add_metrics(st.ledger.trial(number)["id"], [{"type": "eval", "step": 5, "eval/id/items": items,
-                                                          "eval/id/greedy_pass@1": float(np.mean(items))}])
+    st.ledger.add_metrics(
+        st.ledger.trial(number)["id"],
+        [{"type": "eval", "step": 5, "eval/id/items": items, "eval/id/greedy_pass@1": float(np.mean(items))}],
+    )
 
 
 def test_a_trial_ahead_of_its_parent_is_not_stopped_for_trailing_the_incumbent(tmp_path):
@@ -181,6 +201,7 @@ def test_a_trial_ahead_of_its_parent_is_not_stopped_for_trailing_the_incumbent(t
     def at_step(shift: float) -> dict:
         items = shifted(st.rng, st.base, shift)
         return {"type": "eval", "step": 5, "eval/id/items": items, "eval/id/greedy_pass@1": float(np.mean(items))}
+
     ahead = ev.clearly_worse(at_step(+0.05), None, RECIPE)  # ahead of the baseline, 25 points behind the incumbent
     behind = ev.clearly_worse(at_step(-0.02), None, RECIPE)  # behind the baseline, not clearly worse than it
     assert ahead is None

@@ -83,7 +83,9 @@ def test_a_test_that_would_need_more_than_the_metric_allows_could_detect_no_gain
     reward = gains.sensitivity(row, Objective(metric="reward_mean"), 0.95)  # no known range: stated as it is
     assert reward.possible is None and reward.seen == pytest.approx(2.550, abs=1e-3)
     low_is_better = Objective(metric="eval/id/truncated_rate", direction="minimize")  # a share, to be lowered
-    assert gains.sensitivity({**row, "objective": 0.1, "delta": 0.05}, low_is_better, 0.95).possible == pytest.approx(0.15)
+    assert gains.sensitivity({**row, "objective": 0.1, "delta": 0.05}, low_is_better, 0.95).possible == pytest.approx(
+        0.15
+    )
     assert gains.sensitivity({"ci_low": -0.1, "ci_high": 0.1}, pass1, 0.95).possible == 1.0  # parent unknown
 
 

@@ -31,8 +31,10 @@ def runs(name: str) -> list[RunMetrics]:
 
 
 def recipe(metric: str = "eval/id/greedy_pass@1", **gate):
-    return validate_recipe({"backend": "embedded", "train": {}, "gate": gate,
-                            "objective": {"metric": metric, "reduction": "last"}}, source="t")
+    return validate_recipe(
+        {"backend": "embedded", "train": {}, "gate": gate, "objective": {"metric": metric, "reduction": "last"}},
+        source="t",
+    )
 
 
 def check(name: str, **kw) -> hackgate.GateResult:
@@ -107,8 +109,10 @@ def test_without_a_held_out_task_metric_the_gate_is_blind_and_blocks_nothing():
         bare = RunMetrics(m.steps)
         bare.evals = [{k: v for k, v in e.items() if "items" not in k} for e in m.evals]
         stripped.append(bare)
-    base = [RunMetrics([*m.steps, *({k: v for k, v in e.items() if "items" not in k} for e in m.evals)])
-            for m in runs("base")]
+    base = [
+        RunMetrics([*m.steps, *({k: v for k, v in e.items() if "items" not in k} for e in m.evals)])
+        for m in runs("base")
+    ]
     g = hackgate.check(stripped, base, recipe())
     assert g.state == "blind" and by_name(g)["task_id"].ok is None
     assert "blind" in g.line()

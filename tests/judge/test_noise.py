@@ -15,7 +15,7 @@ def test_run_noise_recovers_a_known_run_variance():
     groups = [(rng.random((4, n)) < np.clip(p + rng.normal(0, sd, (4, 1)), 0, 1)).astype(float) for _ in range(200)]
     s2, ms, df = run_noise(groups)
     assert df == 200 * 3
-    assert float(s2) == pytest.approx(sd ** 2, rel=0.15)
+    assert float(s2) == pytest.approx(sd**2, rel=0.15)
     assert float(ms) > float(s2)  # a run mean also carries the flips
 
 
@@ -35,7 +35,7 @@ def test_no_replicates_means_zero_df():
 
 def test_posterior_is_the_prior_without_data_and_floors_only_the_combination():
     s2, var = posterior_s2(np.asarray(0.0), np.asarray(0.0), 0, 0.02, 1.0)
-    assert float(s2) == pytest.approx(4e-4) and float(var) == pytest.approx(2 * 0.02 ** 4)
+    assert float(s2) == pytest.approx(4e-4) and float(var) == pytest.approx(2 * 0.02**4)
     low, _ = posterior_s2(np.asarray(-0.01), np.asarray(0.0), 2, 0.02, 1.0)
     assert float(low) == 0.0
     mixed, _ = posterior_s2(np.asarray(1e-3), np.asarray(2e-3), 3, 0.02, 1.0)

@@ -24,13 +24,28 @@ def _check(name: str, planned: int):
     return silent.check(m.steps, m.summary, log, planned, evals=m.evals)
 
 
-@pytest.mark.parametrize("name, planned, check, category, evidence", [
-    ("no-steps", 5, "no_training", "no_training", "0 of 5 training steps ran"),
-    ("reward-nan", 10, "nonfinite", "nan_divergence", "step 6/10 reward nan kl 0.0000 clip 0.000 grad nan"),
-    ("reward-zero", 8, "reward_constant", "reward_constant", "reward_mean was 0 on all 8 steps from step 1"),
-    ("collapse-empty", 20, "output_collapse", "output_collapse", "degenerate_rate >= 0.9 on each of the last 3 steps"),
-    ("collapse-repeat", 20, "output_collapse", "output_collapse", "degenerate_rate >= 0.9 on each of the last 3 steps"),
-])
+@pytest.mark.parametrize(
+    "name, planned, check, category, evidence",
+    [
+        ("no-steps", 5, "no_training", "no_training", "0 of 5 training steps ran"),
+        ("reward-nan", 10, "nonfinite", "nan_divergence", "step 6/10 reward nan kl 0.0000 clip 0.000 grad nan"),
+        ("reward-zero", 8, "reward_constant", "reward_constant", "reward_mean was 0 on all 8 steps from step 1"),
+        (
+            "collapse-empty",
+            20,
+            "output_collapse",
+            "output_collapse",
+            "degenerate_rate >= 0.9 on each of the last 3 steps",
+        ),
+        (
+            "collapse-repeat",
+            20,
+            "output_collapse",
+            "output_collapse",
+            "degenerate_rate >= 0.9 on each of the last 3 steps",
+        ),
+    ],
+)
 def test_each_silent_failure_on_a_real_engine_run(name, planned, check, category, evidence):
     f = _check(name, planned)
     assert f is not None and (f.check, f.category) == (check, category), f
@@ -52,7 +67,9 @@ def test_a_collapse_that_fools_the_eval_is_still_a_failure():
     assert m.series("response_length_mean")[-1] == 1.0 and _check("collapse-empty", 20).check == "output_collapse"
 
 
-@pytest.mark.parametrize("path", [RUNS / "healthy.jsonl", DATA / "runs" / "flat-lr5e-7.jsonl", DATA / "runs" / "kl-pinned.jsonl"])
+@pytest.mark.parametrize(
+    "path", [RUNS / "healthy.jsonl", DATA / "runs" / "flat-lr5e-7.jsonl", DATA / "runs" / "kl-pinned.jsonl"]
+)
 def test_healthy_real_runs_pass(path):
     m = RunMetrics(iter_records(path))
     assert m.steps and silent.check(m.steps, m.summary, "", len(m.steps), evals=m.evals) is None
@@ -82,7 +99,10 @@ def test_no_training_needs_the_metrics_to_have_been_read():
 
 
 def _steps(n: int, **values) -> list[dict]:
-    return [{"type": "step", "step": i, "reward_mean": 0.4, "loss": 0.1, "grad_norm": 0.5, **values} for i in range(1, n + 1)]
+    return [
+        {"type": "step", "step": i, "reward_mean": 0.4, "loss": 0.1, "grad_norm": 0.5, **values}
+        for i in range(1, n + 1)
+    ]
 
 
 def test_collapse_without_degenerate_rate_uses_entropy_and_truncation():
@@ -114,8 +134,13 @@ def test_a_nan_in_any_key_counts_and_the_main_keys_are_named_first():
 def test_every_silent_category_has_an_action():
     rules = triage.load_rules()
     checks = silent.load_rules()
-    categories = {checks.no_training.category, checks.nonfinite.category, checks.output_collapse.category,
-                  checks.reward_constant.category, checks.no_objective.category}
+    categories = {
+        checks.no_training.category,
+        checks.nonfinite.category,
+        checks.output_collapse.category,
+        checks.reward_constant.category,
+        checks.no_objective.category,
+    }
     assert set(triage.SILENT_CATEGORIES) <= categories and categories <= set(rules.actions)
     assert rules.actions["output_collapse"].kind == "record"
     assert rules.actions["no_training"].on_baseline == "stop" and rules.actions["reward_constant"].on_baseline == "stop"
@@ -145,15 +170,26 @@ def test_a_nan_or_infinite_objective_is_no_value_to_judge():
 
 def test_an_objective_the_run_never_logs_names_the_keys_it_did_log():
     steps = [{"step": i, "loss": 0.1, "reward_mean": 0.4} for i in (1, 2, 3)]
-    evals = [{"type": "eval", "step": 3, "eval/id/greedy_pass@1": 0.5, "eval/id/items": [1, 0],
-              "eval/ood/greedy_pass@1": 0.4}]
+    evals = [
+        {
+            "type": "eval",
+            "step": 3,
+            "eval/id/greedy_pass@1": 0.5,
+            "eval/id/items": [1, 0],
+            "eval/ood/greedy_pass@1": 0.4,
+        }
+    ]
     found = silent.missing_objective(steps, evals, "eval/id/greedy_pas@1")
     assert found is not None and found.check == "no_objective" and found.category == "config_error"
-    assert found.root_cause_line == ("no eval record has the objective metric eval/id/greedy_pas@1 (did you mean "
-                                     "eval/id/greedy_pass@1?); they have: eval/id/greedy_pass@1, eval/ood/greedy_pass@1")
+    assert found.root_cause_line == (
+        "no eval record has the objective metric eval/id/greedy_pas@1 (did you mean "
+        "eval/id/greedy_pass@1?); they have: eval/id/greedy_pass@1, eval/ood/greedy_pass@1"
+    )
     assert "set objective.metric to a key the run logs" in found.remedy and "{metric}" not in found.remedy
     step_key = silent.missing_objective(steps, evals, "reward")
-    assert step_key is not None and step_key.root_cause_line.startswith("no step record has the objective metric reward")
+    assert step_key is not None and step_key.root_cause_line.startswith(
+        "no step record has the objective metric reward"
+    )
     assert silent.missing_objective(steps, evals, "eval/id/greedy_pass@1") is None  # it is there
     assert silent.missing_objective(steps, [], "eval/id/greedy_pass@1") is None  # no eval at all: no evidence of a name
     many = [{"step": 1, **{f"k{i:02d}": 0.0 for i in range(20)}}]

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from autorl.judge.triage import (
-    SILENT_CATEGORIES, CrashReport, RulesError, classify, crash_action, excerpt, group_crashes, load_rules, normalise,
+    SILENT_CATEGORIES,
+    CrashReport,
+    RulesError,
+    classify,
+    crash_action,
+    excerpt,
+    group_crashes,
+    load_rules,
+    normalise,
     signature,
 )
 
@@ -19,7 +27,14 @@ CATEGORIES = set(CrashReport.model_fields["category"].annotation.__args__)
 
 # file, exit code, watchdog, nonfinite metric -> category, a piece of the root-cause line
 CASES = [
-    ("cuda_oom_trl.log", 1, None, None, "cuda_oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB"),
+    (
+        "cuda_oom_trl.log",
+        1,
+        None,
+        None,
+        "cuda_oom",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB",
+    ),
     ("cuda_oom_nccl_wrapped.log", 1, None, None, "cuda_oom", "Cuda failure 'out of memory'"),
     ("ray_nested_cuda_oom.log", 1, None, None, "cuda_oom", "Tried to allocate 9.27 GiB"),
     # OpenRLHF starts vLLM before the actor: no KV room then is the model and its share, or neighbours, never the
@@ -35,13 +50,27 @@ CASES = [
     ("backend_incompat_trl.log", 1, None, None, "backend_incompat", "unexpected keyword argument 'tokenizer'"),
     ("backend_incompat_flags.log", 2, None, None, "backend_incompat", "unrecognized arguments: --pretrain"),
     ("ray_actor_died_import.log", 1, None, None, "backend_incompat", "No module named 'vllm.worker'"),
-    ("config_error_divisible.log", 1, None, None, "config_error", "must be evenly divisible by the number of generations"),
+    (
+        "config_error_divisible.log",
+        1,
+        None,
+        None,
+        "config_error",
+        "must be evenly divisible by the number of generations",
+    ),
     ("config_error_misleading.log", 1, None, None, "config_error", "FileNotFoundError: [Errno 2]"),
     ("user_code_misleading_warnings.log", 1, None, None, "user_code_error", "KeyError: 'answer'"),
     ("ray_nested_reward_error.log", 1, None, None, "user_code_error", "Failed to fetch reward from remote RM"),
     ("disk_full.log", 1, None, None, "disk_full", "inline_container.cc"),
     ("hang_silence.log", -9, "silence", None, "hang_timeout", "update_weight: model.layers.11"),
-    ("illegal_memory_access.log", 1, None, None, "illegal_memory_access", "RuntimeError: CUDA error: an illegal memory access"),
+    (
+        "illegal_memory_access.log",
+        1,
+        None,
+        None,
+        "illegal_memory_access",
+        "RuntimeError: CUDA error: an illegal memory access",
+    ),
     ("segfault.log", -11, None, None, "illegal_memory_access", "Fatal Python error: Segmentation fault"),
     ("network_unavailable.log", 1, None, None, "network_unavailable", "huggingface.co"),
     ("killed_external.log", -15, None, None, "killed_external", "CANCELLED AT"),
@@ -62,7 +91,9 @@ def test_classify_log(name, code, watchdog, nonfinite, category, root):
     d = classify(text, exit_code=code, watchdog=watchdog, metrics_nonfinite=nonfinite)
     assert d.category == category, d
     assert root in d.root_cause_line
-    assert d.root_cause_line in text.splitlines() or d.root_cause_line.rstrip() in [ln.rstrip() for ln in text.splitlines()]
+    assert d.root_cause_line in text.splitlines() or d.root_cause_line.rstrip() in [
+        ln.rstrip() for ln in text.splitlines()
+    ]
     assert d.remedy and "\n" not in d.remedy
     assert d.signature.startswith(category + "-")
 
@@ -81,9 +112,12 @@ def test_diagnosis_has_exactly_the_cli_fields():
 
 # ---- misleading text ------------------------------------------------------------------
 
+
 def test_warnings_about_memory_nan_and_timeouts_do_not_decide():
     # every harmless line alone: nothing matches, the run is unknown (exit code 1, no exception)
-    warnings = [ln for ln in _read("user_code_misleading_warnings.log").splitlines() if "Warning" in ln or "WARNING" in ln]
+    warnings = [
+        ln for ln in _read("user_code_misleading_warnings.log").splitlines() if "Warning" in ln or "WARNING" in ln
+    ]
     assert len(warnings) >= 4
     d = classify("\n".join(warnings), exit_code=1)
     assert d.category == "unknown"
@@ -116,8 +150,17 @@ def test_nested_ray_chain_reports_innermost_cause_not_wrapper():
 
 # ---- exit codes, watchdog, metrics --------------------------------------------------
 
-@pytest.mark.parametrize("code,category", [(137, "host_oom"), (-9, "killed_external"), (143, "killed_external"),
-                                           (139, "illegal_memory_access"), (1, "unknown")])
+
+@pytest.mark.parametrize(
+    "code,category",
+    [
+        (137, "host_oom"),
+        (-9, "killed_external"),
+        (143, "killed_external"),
+        (139, "illegal_memory_access"),
+        (1, "unknown"),
+    ],
+)
 def test_exit_code_without_python_error(code, category):
     assert classify("epoch 1\nstep 3/100\n", exit_code=code).category == category
 
@@ -147,6 +190,7 @@ def test_nonfinite_metrics_mean_nan_even_with_exit_zero():
 
 # ---- signature and excerpt -------------------------------------------------------------
 
+
 def test_signature_is_stable_across_numbers_paths_pids_and_times():
     a = "(PolicyModelActor pid=3411) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.27 GiB. GPU 0 has 79.11 GiB"
     b = "(PolicyModelActor pid=9120) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 3 has 79.11 GiB"
@@ -175,6 +219,7 @@ def test_excerpt_marks_the_root_line_with_context():
 
 # ---- policy -------------------------------------------------------------------------------
 
+
 def test_every_category_has_an_action():
     assert set(load_rules().actions) == CATEGORIES
     assert crash_action("cuda_oom") == "retry_reduced"
@@ -184,7 +229,12 @@ def test_every_category_has_an_action():
 
 def test_group_crashes_counts_by_signature():
     rows = [
-        {"attempt": "attempt-03", "crash_signature": "cuda_oom-aaaa", "crash_category": "cuda_oom", "root_cause": "OOM"},
+        {
+            "attempt": "attempt-03",
+            "crash_signature": "cuda_oom-aaaa",
+            "crash_category": "cuda_oom",
+            "root_cause": "OOM",
+        },
         {"attempt": "attempt-05", "crash_signature": "cuda_oom-aaaa", "crash_category": "cuda_oom"},
         {"number": 7, "signature": "user_code_error-bbbb", "category": "user_code_error"},
         {"attempt": "attempt-08", "status": "complete"},
@@ -198,38 +248,49 @@ def test_group_crashes_counts_by_signature():
 
 def test_bad_rules_file_is_a_user_error(tmp_path):
     bad = tmp_path / "rules.yaml"
-    bad.write_text("families:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    messages: [{re: '(unclosed'}]\n"
-                   "    remedy: r\nnonfinite_remedy: n\nunknown_remedy: u\n")
+    bad.write_text(
+        "families:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    messages: [{re: '(unclosed'}]\n"
+        "    remedy: r\nnonfinite_remedy: n\nunknown_remedy: u\n"
+    )
     with pytest.raises(RulesError, match="not a valid regex"):
         load_rules(bad)
     bad.write_text("families:\n  - id: x\n    category: gpu_sad\n")
     with pytest.raises(RulesError):
         load_rules(bad)
-    bad.write_text("families:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    remedy: r\n"
-                   "nonfinite_remedy: n\nunknown_remedy: u\n")
+    bad.write_text(
+        "families:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    remedy: r\n"
+        "nonfinite_remedy: n\nunknown_remedy: u\n"
+    )
     with pytest.raises(RulesError, match="has no messages"):
         load_rules(bad)
     bad.write_text("families_from: [missing.yaml]\nnonfinite_remedy: n\nunknown_remedy: u\n")
     with pytest.raises(RulesError, match="missing.yaml"):
         load_rules(bad)
-    bad.write_text("families:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    remedy: r\n    engines: [openrlfh]\n"
-                   "    messages: [{re: 'OOM'}]\nengines: {openrlhf: [openrlhf]}\nnonfinite_remedy: n\nunknown_remedy: u\n")
+    bad.write_text(
+        "families:\n  - id: x\n    category: cuda_oom\n    priority: 1\n    remedy: r\n    engines: [openrlfh]\n"
+        "    messages: [{re: 'OOM'}]\nengines: {openrlhf: [openrlhf]}\nnonfinite_remedy: n\nunknown_remedy: u\n"
+    )
     with pytest.raises(RulesError, match="family 'x' names engine\\(s\\) openrlfh that the engines table lacks"):
         load_rules(bad)
 
 
-VLLM_FULL_CARD = ("(EngineCore pid=20972) ERROR 11-27 21:32:28 [core.py:1165] ValueError: Free memory on device cuda:0 "
-                  "(3.67/139.8 GiB) on startup is less than desired GPU memory utilization (0.15, 20.97 GiB). Decrease "
-                  "GPU memory utilization or reduce GPU memory used by other processes.")
+VLLM_FULL_CARD = (
+    "(EngineCore pid=20972) ERROR 11-27 21:32:28 [core.py:1165] ValueError: Free memory on device cuda:0 "
+    "(3.67/139.8 GiB) on startup is less than desired GPU memory utilization (0.15, 20.97 GiB). Decrease "
+    "GPU memory utilization or reduce GPU memory used by other processes."
+)
 
 
 def test_a_full_card_at_vllm_start_is_the_neighbours_in_openrlhf_and_the_settings_elsewhere():
     """OpenRLHF starts its vLLM engines before it loads the actor, so memory in use then is another process's: a
     shared GPU, retried unchanged, never a region off limits. In a log where a trainer loaded first on the same card
     the same line is the run's own settings: an OOM."""
-    openrlhf = classify("Running entrypoint for job autorl-1: python -m openrlhf.cli.train_ppo_ray\n" + VLLM_FULL_CARD,
-                        exit_code=1)
-    alone = classify("INFO grpo.py:88: colocate mode: policy trainer and vLLM share cuda:0\n" + VLLM_FULL_CARD, exit_code=1)
+    openrlhf = classify(
+        "Running entrypoint for job autorl-1: python -m openrlhf.cli.train_ppo_ray\n" + VLLM_FULL_CARD, exit_code=1
+    )
+    alone = classify(
+        "INFO grpo.py:88: colocate mode: policy trainer and vLLM share cuda:0\n" + VLLM_FULL_CARD, exit_code=1
+    )
     assert (openrlhf.engine, openrlhf.category) == ("openrlhf", "shared_gpu") and "nvidia-smi" in openrlhf.remedy
     tail_only = classify("(RolloutRayActor pid=19248) " + VLLM_FULL_CARD, exit_code=1)  # a log cut to its last lines
     assert (tail_only.engine, tail_only.category) == ("openrlhf", "shared_gpu")
@@ -237,8 +298,10 @@ def test_a_full_card_at_vllm_start_is_the_neighbours_in_openrlhf_and_the_setting
     assert crash_action("shared_gpu") == "retry_once" and crash_action("cuda_oom") == "retry_reduced"
 
 
-KV_NO_ROOM = ("(EngineCore pid=10355) ERROR 11-28 00:28:17 [core.py:1165] ValueError: No available memory for the cache "
-              "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.")
+KV_NO_ROOM = (
+    "(EngineCore pid=10355) ERROR 11-28 00:28:17 [core.py:1165] ValueError: No available memory for the cache "
+    "blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
+)
 
 
 def test_no_kv_cache_room_at_vllm_start_is_not_the_trials_batch_in_openrlhf_and_an_oom_elsewhere():
@@ -247,14 +310,17 @@ def test_no_kv_cache_room_at_vllm_start_is_not_the_trials_batch_in_openrlhf_and_
     openrlhf = classify("(RolloutRayActor pid=8478) " + KV_NO_ROOM, exit_code=1)
     assert (openrlhf.engine, openrlhf.category) == ("openrlhf", "shared_gpu")
     assert "vllm_gpu_memory_utilization" in openrlhf.remedy
-    trl = classify("INFO grpo_trainer.py:88: colocate mode: policy trainer and vLLM share cuda:0\n" + KV_NO_ROOM,
-                   exit_code=1)
+    trl = classify(
+        "INFO grpo_trainer.py:88: colocate mode: policy trainer and vLLM share cuda:0\n" + KV_NO_ROOM, exit_code=1
+    )
     assert trl.category == "cuda_oom"
 
 
 def test_triage_does_not_import_heavy_frameworks():
-    code = ("import sys, autorl.judge.triage, autorl.judge.verdict, autorl.judge.abort; "
-            "print([m for m in ('torch', 'transformers', 'trl', 'ray', 'openrlhf') if m in sys.modules])")
+    code = (
+        "import sys, autorl.judge.triage, autorl.judge.verdict, autorl.judge.abort; "
+        "print([m for m in ('torch', 'transformers', 'trl', 'ray', 'openrlhf') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -15,17 +15,29 @@ def _diag(category: str) -> CrashReport:
 
 
 def _decide(category: str, tmp_path: Path, *, baseline: bool = False, retries: int = 0, count: int = 1):
-    return decide_action(_diag(category), is_baseline=baseline, retries_so_far=retries, signature_count=count,
-                         run_dir=tmp_path)
+    return decide_action(
+        _diag(category), is_baseline=baseline, retries_so_far=retries, signature_count=count, run_dir=tmp_path
+    )
 
 
-@pytest.mark.parametrize("category,kind", [
-    ("cuda_oom", "retry_reduced"), ("host_oom", "retry_reduced"),
-    ("hang_timeout", "retry_once"), ("distributed_timeout", "retry_once"),
-    ("network_unavailable", "retry_once"), ("killed_external", "retry_once"), ("shared_gpu", "retry_once"),
-    ("nan_divergence", "record"), ("unknown", "record"), ("user_code_error", "record"), ("config_error", "record"),
-    ("backend_incompat", "stop"), ("disk_full", "stop"),
-])
+@pytest.mark.parametrize(
+    "category,kind",
+    [
+        ("cuda_oom", "retry_reduced"),
+        ("host_oom", "retry_reduced"),
+        ("hang_timeout", "retry_once"),
+        ("distributed_timeout", "retry_once"),
+        ("network_unavailable", "retry_once"),
+        ("killed_external", "retry_once"),
+        ("shared_gpu", "retry_once"),
+        ("nan_divergence", "record"),
+        ("unknown", "record"),
+        ("user_code_error", "record"),
+        ("config_error", "record"),
+        ("backend_incompat", "stop"),
+        ("disk_full", "stop"),
+    ],
+)
 def test_first_crash_of_a_trial(category, kind, tmp_path):
     a = _decide(category, tmp_path)
     assert a.kind == kind and category in a.reason and not a.avoid_region
@@ -74,12 +86,16 @@ def test_disk_full_checks_the_volume_the_log_was_writing_to(tmp_path):
     (ckpt / "checkpoint-3.bin").write_bytes(b"x")
     root = "OSError: [Errno 28] No space left on device"
     frame = '  File "/opt/lib/python3.11/site-packages/torch/serialization.py", line 628, in save'
-    lines = ["step 3", f"Saving model checkpoint to {ckpt}/checkpoint-3.bin", "Traceback (most recent call last):",
-             frame, root]
+    lines = [
+        "step 3",
+        f"Saving model checkpoint to {ckpt}/checkpoint-3.bin",
+        "Traceback (most recent call last):",
+        frame,
+        root,
+    ]
     log = "\n".join(lines) + "\n"
     d = CrashReport(category="disk_full", root_cause_line=root, remedy="r", signature="s")
-    a = decide_action(d, is_baseline=False, retries_so_far=0, signature_count=1, run_dir=tmp_path / "run",
-                      log_text=log)
+    a = decide_action(d, is_baseline=False, retries_so_far=0, signature_count=1, run_dir=tmp_path / "run", log_text=log)
     assert a.path == str(ckpt) and str(ckpt) in a.reason
     named = d.model_copy(update={"root_cause_line": f"{root}: '{ckpt}/checkpoint-4.bin'"})
     a = decide_action(named, is_baseline=False, retries_so_far=0, signature_count=1, run_dir=tmp_path, log_text="")

@@ -48,8 +48,9 @@ def _label(log_id: str) -> dict:
 def _classify(log_id: str):
     lb = _label(log_id)
     text = (LOGS / f"{log_id}.log").read_text()
-    return classify(text, exit_code=lb["exit_code"], watchdog=lb["watchdog"],
-                    metrics_nonfinite=lb["metrics_nonfinite"]), lb
+    return classify(
+        text, exit_code=lb["exit_code"], watchdog=lb["watchdog"], metrics_nonfinite=lb["metrics_nonfinite"]
+    ), lb
 
 
 # One dev log per trap: (log, what the trap is)
@@ -103,15 +104,18 @@ CANCEL = "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2024-01-01T10:00:00 DU
 STAMP = "2024-01-01 06:00:00,001 INFO waiting for the batch"
 
 
-@pytest.mark.parametrize("between, why, expected", [
-    ("", "TIME LIMIT", "hang_timeout"),  # four silent hours before a time-limit kill
-    ("  3%|▎         | 7/250 [04:01<2:19:10, 34.4s/it]\n", "TIME LIMIT", "killed_external"),  # tqdm moved after it
-    ("{'loss': 0.012, 'reward': 0.41, 'epoch': 0.3}\n", "TIME LIMIT", "killed_external"),  # a metric line too
-    ("Global step 12: {'reward': 0.4}\n", "TIME LIMIT", "killed_external"),
-    ("NCCL WARN NET/IB : retrying\n", "TIME LIMIT", "hang_timeout"),  # noise is not progress
-    ("", "PREEMPTION", "killed_external"),  # preemption says why: never a hang
-    ("", "NODE FAILURE", "killed_external"),
-])
+@pytest.mark.parametrize(
+    "between, why, expected",
+    [
+        ("", "TIME LIMIT", "hang_timeout"),  # four silent hours before a time-limit kill
+        ("  3%|▎         | 7/250 [04:01<2:19:10, 34.4s/it]\n", "TIME LIMIT", "killed_external"),  # tqdm moved after it
+        ("{'loss': 0.012, 'reward': 0.41, 'epoch': 0.3}\n", "TIME LIMIT", "killed_external"),  # a metric line too
+        ("Global step 12: {'reward': 0.4}\n", "TIME LIMIT", "killed_external"),
+        ("NCCL WARN NET/IB : retrying\n", "TIME LIMIT", "hang_timeout"),  # noise is not progress
+        ("", "PREEMPTION", "killed_external"),  # preemption says why: never a hang
+        ("", "NODE FAILURE", "killed_external"),
+    ],
+)
 def test_a_kill_is_a_hang_only_when_the_log_shows_the_silence(between, why, expected):
     log = f"{STAMP}\n{between}{CANCEL.format(why=why)}\n"
     assert classify(log).category == expected
@@ -123,20 +127,35 @@ def test_a_gap_of_weeks_is_not_a_silence():
     assert classify(log).category == "killed_external"
 
 
-@pytest.mark.parametrize("line, exit_code", [
-    ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=7.batch. Some of your processes may have been "
-     "killed by the cgroup out-of-memory handler.", None),
-    ("[ 514.68] Memory cgroup out of memory: Killed process 15617 (python3) total-vm:11892kB", 137),
-    ("[ 514.68] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0", 137),
-    ("srun: error: n1: task 0: Out Of Memory", None),
-    ("(raylet) node_manager.cc:2963: 3 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers "
-     "crashed due to other reasons at node (ID: ab, IP: 10.0.0.1) over the last time period.", 1),
-    ("RuntimeError: [enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: you "
-     "tried to allocate 1024 bytes. Error code 12 (Cannot allocate memory)", 1),
-    ("subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGKILL: 9>.", 1),
-    ("[ERROR] [launch.py:434:sigkill_handler] ['python', '-u', 'main.py'] exits with return code = -9", 1),
-    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).", 1),
-])
+@pytest.mark.parametrize(
+    "line, exit_code",
+    [
+        (
+            "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=7.batch. Some of your processes may have been "
+            "killed by the cgroup out-of-memory handler.",
+            None,
+        ),
+        ("[ 514.68] Memory cgroup out of memory: Killed process 15617 (python3) total-vm:11892kB", 137),
+        ("[ 514.68] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0", 137),
+        ("srun: error: n1: task 0: Out Of Memory", None),
+        (
+            "(raylet) node_manager.cc:2963: 3 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers "
+            "crashed due to other reasons at node (ID: ab, IP: 10.0.0.1) over the last time period.",
+            1,
+        ),
+        (
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+            "tried to allocate 1024 bytes. Error code 12 (Cannot allocate memory)",
+            1,
+        ),
+        ("subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGKILL: 9>.", 1),
+        ("[ERROR] [launch.py:434:sigkill_handler] ['python', '-u', 'main.py'] exits with return code = -9", 1),
+        (
+            "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+            1,
+        ),
+    ],
+)
 def test_host_memory_exhaustion_in_any_of_its_forms_is_host_oom(line, exit_code):
     log = f"2024-01-01 06:00:00,001 INFO step 3 reward 0.4\n{line}\n"
     d = classify(log, exit_code=exit_code)
@@ -144,9 +163,11 @@ def test_host_memory_exhaustion_in_any_of_its_forms_is_host_oom(line, exit_code)
 
 
 def test_ray_listing_the_oom_killer_as_one_possible_cause_is_not_host_oom():
-    line = ("The actor is dead because its worker process has died. Worker exit type: UNEXPECTED_SYSTEM_EXIT "
-            "Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There are "
-            "some potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.")
+    line = (
+        "The actor is dead because its worker process has died. Worker exit type: UNEXPECTED_SYSTEM_EXIT "
+        "Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There are "
+        "some potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage."
+    )
     assert classify(line + "\n", exit_code=1).category != "host_oom"
     zero = "(raylet) node_manager.cc:2963: 0 Workers (tasks / actors) killed due to memory pressure (OOM), 2 Workers"
     assert classify(zero + "\n", exit_code=1).category != "host_oom"

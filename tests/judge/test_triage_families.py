@@ -13,61 +13,113 @@ from autorl.judge.triage import classify, explain, load_rules
 # family -> (a line as the library prints it, exit code). Sources are in crash_families.yaml.
 CASES: dict[str, tuple[str, int | None]] = {
     "disk_full": ("OSError: [Errno 28] No space left on device: '/ckpt/global_step_40/optim.pt'", 1),
-    "device_oom": ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total "
-                   "capacity of 63.98 GiB of which 201.00 MiB is free.", 1),
+    "device_oom": (
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total "
+        "capacity of 63.98 GiB of which 201.00 MiB is free.",
+        1,
+    ),
     "nccl_device_oom": ("node7:2211:2290 [3] NCCL WARN Cuda failure 2 'out of memory'", 1),
-    "shared_gpu_profiling": ("AssertionError: Error in memory profiling. Initial free memory 133.71 GiB, current free "
-                             "memory 135.95 GiB. This happens when other processes sharing the same container release "
-                             "GPU memory while vLLM is profiling during initialization.", 1),
-    "kv_cache_no_room_at_vllm_start": ("ValueError: No available memory for the cache blocks. Try increasing "
-                                       "`gpu_memory_utilization` when initializing the engine.", 1),
-    "card_occupied_at_vllm_start": ("ValueError: Free memory on device cuda:0 (3.67/139.8 GiB) on startup is less than "
-                                    "desired GPU memory utilization (0.15, 20.97 GiB). Decrease GPU memory utilization "
-                                    "or reduce GPU memory used by other processes.", 1),
-    "host_oom": ("RuntimeError: [enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: not enough "
-                 "memory: you tried to allocate 8589934592 bytes.", 1),
+    "shared_gpu_profiling": (
+        "AssertionError: Error in memory profiling. Initial free memory 133.71 GiB, current free "
+        "memory 135.95 GiB. This happens when other processes sharing the same container release "
+        "GPU memory while vLLM is profiling during initialization.",
+        1,
+    ),
+    "kv_cache_no_room_at_vllm_start": (
+        "ValueError: No available memory for the cache blocks. Try increasing "
+        "`gpu_memory_utilization` when initializing the engine.",
+        1,
+    ),
+    "card_occupied_at_vllm_start": (
+        "ValueError: Free memory on device cuda:0 (3.67/139.8 GiB) on startup is less than "
+        "desired GPU memory utilization (0.15, 20.97 GiB). Decrease GPU memory utilization "
+        "or reduce GPU memory used by other processes.",
+        1,
+    ),
+    "host_oom": (
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: not enough "
+        "memory: you tried to allocate 8589934592 bytes.",
+        1,
+    ),
     "sigkill_no_error": ("train.sh: line 14: 90211 Killed                  python -m grpo.train", 137),
     "illegal_memory_access": ("RuntimeError: CUDA error: misaligned address", 1),
     "device_side_assert": ("RuntimeError: CUDA error: device-side assert triggered", 1),
-    "kernel_assertion": ("/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:94: operator(): block: [12,0,0], "
-                         "thread: [5,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of "
-                         "bounds\"` failed.", 1),
+    "kernel_assertion": (
+        "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:94: operator(): block: [12,0,0], "
+        'thread: [5,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of '
+        'bounds"` failed.',
+        1,
+    ),
     "segfault": ("Fatal Python error: Segmentation fault", -11),
     "nonfinite_refused": ("RuntimeError: NaNs detected in logits: ['req-17', 'req-18']", 1),
     "nonfinite_metric": ("{'loss': 0.0131, 'grad_norm': inf, 'learning_rate': 1e-06, 'reward': 0.41, 'epoch': 0.2}", 0),
     "network": ("httpx.ConnectTimeout: timed out", 1),
-    "hub_unreachable": ("OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't "
-                        "find them in the cached files.", 1),
-    "port_in_use": ("RuntimeError: The server socket has failed to listen on any local network address. "
-                    "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use", 1),
-    "backend_incompat": ("ImportError: This modeling file requires the following packages that were not found "
-                         "in your environment: flash_attn. Run `pip install flash_attn`", 1),
-    "abi_mismatch": ("ImportError: /venv/lib/python3.11/site-packages/flash_attn_2_cuda.cpython-311-x86_64-linux-"
-                     "gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi", 1),
-    "config_error": ("ValueError: GRPO requires at least 2 generations per prompt to calculate the advantages. "
-                     "You provided 1, which is less than the minimum required.", 1),
+    "hub_unreachable": (
+        "OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't "
+        "find them in the cached files.",
+        1,
+    ),
+    "port_in_use": (
+        "RuntimeError: The server socket has failed to listen on any local network address. "
+        "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
+        1,
+    ),
+    "backend_incompat": (
+        "ImportError: This modeling file requires the following packages that were not found "
+        "in your environment: flash_attn. Run `pip install flash_attn`",
+        1,
+    ),
+    "abi_mismatch": (
+        "ImportError: /venv/lib/python3.11/site-packages/flash_attn_2_cuda.cpython-311-x86_64-linux-"
+        "gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+        1,
+    ),
+    "config_error": (
+        "ValueError: GRPO requires at least 2 generations per prompt to calculate the advantages. "
+        "You provided 1, which is less than the minimum required.",
+        1,
+    ),
     "checkpoint_missing": ("error: no checkpoint at /runs/attempt-03/model", 1),
     "reward_function_error": ("Failed to fetch reward from remote RM: [Errno 2] No such file", 1),
     "reward_signature": ("TypeError: format_reward() missing 1 required positional argument: 'solution'", 1),
     "rewards_missing": ("ValueError: reward_model_group is required when rewards are not precomputed", 1),
     "python_bug": ("ZeroDivisionError: division by zero", 1),
-    "collective_timeout": ("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
-                           "Timed out waiting 600000ms for send operation to complete", 1),
-    "nccl_error": ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
-                   "NCCLUtils.cpp:77, unhandled system error, NCCL version 2.26.2", 1),
-    "nccl_net_error": ("node2:811:902 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
-                       "10.1.0.4<51812> with status=12 opcode=1 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.0.3", 1),
+    "collective_timeout": (
+        "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+        "Timed out waiting 600000ms for send operation to complete",
+        1,
+    ),
+    "nccl_error": (
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+        "NCCLUtils.cpp:77, unhandled system error, NCCL version 2.26.2",
+        1,
+    ),
+    "nccl_net_error": (
+        "node2:811:902 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+        "10.1.0.4<51812> with status=12 opcode=1 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.0.3",
+        1,
+    ),
     "killed_by_signal": ("KeyboardInterrupt", -2),
-    "scheduler_cancel": ("slurmstepd: error: *** JOB 771 ON gpu03 CANCELLED AT 2025-02-01T08:00:00 DUE TO TIME "
-                         "LIMIT ***", None),
-    "scheduler_preempt": ("slurmstepd: error: *** STEP 771.0 ON gpu03 CANCELLED AT 2025-02-01T08:00:00 DUE TO "
-                          "PREEMPTION ***", None),
-    "signal_received": ("W0201 08:00:00.120000 811 torch/distributed/elastic/agent/server/api.py:719] Received 15 "
-                        "death signal, shutting down workers", -15),
-    "ray_head_lost": ("autorl: the Ray head at http://127.0.0.1:8265 stopped answering for 31 s (ConnectionError: "
-                      "HTTPConnectionPool(host='127.0.0.1', port=8265): Max retries exceeded with url: /api/jobs/x "
-                      "(Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] Connection "
-                      "refused'))): job autorl-1 is lost", 1),
+    "scheduler_cancel": (
+        "slurmstepd: error: *** JOB 771 ON gpu03 CANCELLED AT 2025-02-01T08:00:00 DUE TO TIME LIMIT ***",
+        None,
+    ),
+    "scheduler_preempt": (
+        "slurmstepd: error: *** STEP 771.0 ON gpu03 CANCELLED AT 2025-02-01T08:00:00 DUE TO PREEMPTION ***",
+        None,
+    ),
+    "signal_received": (
+        "W0201 08:00:00.120000 811 torch/distributed/elastic/agent/server/api.py:719] Received 15 "
+        "death signal, shutting down workers",
+        -15,
+    ),
+    "ray_head_lost": (
+        "autorl: the Ray head at http://127.0.0.1:8265 stopped answering for 31 s (ConnectionError: "
+        "HTTPConnectionPool(host='127.0.0.1', port=8265): Max retries exceeded with url: /api/jobs/x "
+        "(Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] Connection "
+        "refused'))): job autorl-1 is lost",
+        1,
+    ),
     "ray_worker_died": ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.", 1),
 }
 
@@ -112,8 +164,10 @@ def test_family_matches_its_real_message(family_id):
 
 # ---- precedence ------------------------------------------------------------------------------
 
-ECHO = ("[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
-        "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5")
+ECHO = (
+    "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+    "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5"
+)
 
 
 def test_a_ranks_own_error_beats_the_collectives_echo_printed_before_it():
@@ -125,12 +179,20 @@ def test_a_ranks_own_error_beats_the_collectives_echo_printed_before_it():
 
 def test_a_ranks_own_unknown_exception_beats_the_echo():
     """An exception no family knows, raised in the rank's own code, is still that rank's error."""
-    log = "\n".join([ECHO, "[rank1]: Traceback (most recent call last):",
-                     '[rank1]:   File "/home/me/grpo/buffer.py", line 41, in push',
-                     "[rank1]:     raise RuntimeError(f'buffer holds {n} groups, expected {m}')",
-                     "[rank1]: RuntimeError: buffer holds 7 groups, expected 8"])
+    log = "\n".join(
+        [
+            ECHO,
+            "[rank1]: Traceback (most recent call last):",
+            '[rank1]:   File "/home/me/grpo/buffer.py", line 41, in push',
+            "[rank1]:     raise RuntimeError(f'buffer holds {n} groups, expected {m}')",
+            "[rank1]: RuntimeError: buffer holds 7 groups, expected 8",
+        ]
+    )
     d = classify(log, exit_code=1)
-    assert (d.category, d.root_cause_line) == ("user_code_error", "[rank1]: RuntimeError: buffer holds 7 groups, expected 8")
+    assert (d.category, d.root_cause_line) == (
+        "user_code_error",
+        "[rank1]: RuntimeError: buffer holds 7 groups, expected 8",
+    )
 
 
 def test_the_echo_alone_is_a_distributed_failure():
@@ -138,29 +200,41 @@ def test_the_echo_alone_is_a_distributed_failure():
 
 
 def test_a_chain_of_exceptions_is_reported_at_its_first():
-    log = "\n".join(["Traceback (most recent call last):",
-                     '  File "/opt/venv/lib/python3.11/site-packages/engine/sync.py", line 9, in pull',
-                     "engine.sync.StaleVersionError: weights at version 41, expected 42", "",
-                     "The above exception was the direct cause of the following exception:", "",
-                     "Traceback (most recent call last):",
-                     '  File "/opt/venv/lib/python3.11/site-packages/engine/loop.py", line 30, in step',
-                     "RuntimeError: step 42 failed"])
+    log = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/venv/lib/python3.11/site-packages/engine/sync.py", line 9, in pull',
+            "engine.sync.StaleVersionError: weights at version 41, expected 42",
+            "",
+            "The above exception was the direct cause of the following exception:",
+            "",
+            "Traceback (most recent call last):",
+            '  File "/opt/venv/lib/python3.11/site-packages/engine/loop.py", line 30, in step',
+            "RuntimeError: step 42 failed",
+        ]
+    )
     d = classify(log, exit_code=1)
     assert d.root_cause_line == "engine.sync.StaleVersionError: weights at version 41, expected 42"
 
 
 def test_a_line_that_points_at_the_root_cause_above_is_a_wrapper():
     cause = "(EngineCore_DP0 pid=5) ValueError: Total number of attention heads (14) must be divisible by tensor parallel size (4)."
-    log = "\n".join([cause, "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+    log = "\n".join(
+        [cause, "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"]
+    )
     d = classify(log, exit_code=1)
     assert (d.category, d.root_cause_line) == ("config_error", cause)
 
 
 def test_an_unknown_error_raised_where_a_library_validates_settings_is_a_config_error():
-    log = "\n".join(["Traceback (most recent call last):",
-                     '  File "/opt/venv/lib/python3.11/site-packages/trl/trainer/grpo_config.py", line 1160, in __post_init__',
-                     "    raise ValueError(",
-                     "ValueError: vllm_importance_sampling_clip_min (2.0) must be less than vllm_importance_sampling_clip_max (1.5)."])
+    log = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/venv/lib/python3.11/site-packages/trl/trainer/grpo_config.py", line 1160, in __post_init__',
+            "    raise ValueError(",
+            "ValueError: vllm_importance_sampling_clip_min (2.0) must be less than vllm_importance_sampling_clip_max (1.5).",
+        ]
+    )
     d = classify(log, exit_code=1)
     assert d.category == "config_error" and d.root_cause_line.startswith("ValueError: vllm_importance")
     elsewhere = log.replace("trl/trainer/grpo_config.py", "trl/trainer/grpo_trainer.py")
@@ -177,10 +251,12 @@ def test_a_nan_metric_line_is_nan_even_with_exit_zero_but_a_tensorboard_warning_
 
 def test_the_c10_log_stamp_measures_a_silence():
     """torch's C++ log stamp ([W412 05:04:10.1 ...]: month 4, day 12) counts as a timestamp."""
-    log = ("[2025-04-12 05:01:52,004] INFO trainer: step 2\n"
-           "[rank0]:[W412 05:04:10.118000 ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 0] barrier\n"
-           "W0412 07:10:02.530000 4410 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, "
-           "shutting down workers\n")
+    log = (
+        "[2025-04-12 05:01:52,004] INFO trainer: step 2\n"
+        "[rank0]:[W412 05:04:10.118000 ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 0] barrier\n"
+        "W0412 07:10:02.530000 4410 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, "
+        "shutting down workers\n"
+    )
     assert classify(log, exit_code=-15).category == "hang_timeout"
     assert classify(log.replace("W0412 07:10", "W0412 05:05"), exit_code=-15).category == "killed_external"
 
@@ -190,9 +266,15 @@ def test_an_exception_behind_vllms_logger_prefix_is_still_an_exception():
     exception behind that prefix are read like bare ones (a library's settings check: config_error)."""
     pre = "(EngineCore_DP0 pid=51) ERROR 03-14 09:31:29 [core.py:708] "
     line = pre + "ValueError: num_speculative_tokens (0) must be positive."
-    log = "\n".join([pre + "Traceback (most recent call last):",
-                     pre + '  File "/usr/local/lib/python3.12/dist-packages/vllm/config/speculative.py", line 310, in __post_init__',
-                     pre + "    raise ValueError(", line,
-                     "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+    log = "\n".join(
+        [
+            pre + "Traceback (most recent call last):",
+            pre
+            + '  File "/usr/local/lib/python3.12/dist-packages/vllm/config/speculative.py", line 310, in __post_init__',
+            pre + "    raise ValueError(",
+            line,
+            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        ]
+    )
     d = classify(log, exit_code=1)
     assert (d.category, d.root_cause_line) == ("config_error", line)

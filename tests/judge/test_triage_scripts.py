@@ -76,8 +76,9 @@ def test_sigterm_during_healthy_progress_is_an_external_kill(tmp_path):
 
 
 def test_silent_run_killed_by_the_watchdog_is_a_hang(tmp_path):
-    p = subprocess.Popen([sys.executable, str(SCRIPTS / "hang.py"), str(tmp_path / "pids")],
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "hang.py"), str(tmp_path / "pids")], stdout=subprocess.PIPE, text=True
+    )
     time.sleep(1.0)
     child = int((tmp_path / "pids").read_text().split()[0])
     os.kill(child, signal.SIGKILL)  # first: it holds the output pipe open
@@ -105,8 +106,9 @@ def _can_mount_tmpfs(tmp_path: Path) -> bool:
         return False
     probe = tmp_path / "probe"
     probe.mkdir()
-    r = subprocess.run([_UNSHARE, "-rm", "mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
-                       capture_output=True)
+    r = subprocess.run(
+        [_UNSHARE, "-rm", "mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)], capture_output=True
+    )
     return r.returncode == 0
 
 
@@ -116,11 +118,26 @@ def test_disk_full_on_a_small_tmpfs_stops_with_path_and_free_space(tmp_path):
         pytest.skip("no private tmpfs mount here (unshare -rm mount tmpfs refused)")
     vol, log = tmp_path / "vol", tmp_path / "train.log"
     vol.mkdir()
-    script = (f'mount -t tmpfs -o size=256k tmpfs "$1" && "$2" "$3" "$1" > "$4" 2>&1; '
-              f'"$2" -c "$5" "$4" $? "$1"')
-    r = subprocess.run([_UNSHARE, "-rm", "sh", "-c", script, "sh", str(vol), sys.executable,
-                        str(SCRIPTS / "fill_disk.py"), str(log), _CHECK], capture_output=True, text=True, timeout=60,
-                       env={"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"})
+    script = 'mount -t tmpfs -o size=256k tmpfs "$1" && "$2" "$3" "$1" > "$4" 2>&1; "$2" -c "$5" "$4" $? "$1"'
+    r = subprocess.run(
+        [
+            _UNSHARE,
+            "-rm",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            str(vol),
+            sys.executable,
+            str(SCRIPTS / "fill_disk.py"),
+            str(log),
+            _CHECK,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"},
+    )
     head, reason = r.stdout.strip().splitlines()[-2:]
     category, kind, free, path = head.split()
     assert (category, kind, path) == ("disk_full", "stop", str(vol)), r.stdout + r.stderr

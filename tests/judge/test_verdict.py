@@ -24,8 +24,15 @@ def runs(rng: np.random.Generator, p: np.ndarray, effect: float, n_runs: int, sh
     return Runs(values=[float(np.mean(r)) for r in items], items=items)
 
 
-def one_case(seed: int, effect: float, repeats: int = 3, shift_sd: float = 0.0, direction: str = "maximize",
-             n_items: int = N_ITEMS, settings: VerdictSettings = S):
+def one_case(
+    seed: int,
+    effect: float,
+    repeats: int = 3,
+    shift_sd: float = 0.0,
+    direction: str = "maximize",
+    n_items: int = N_ITEMS,
+    settings: VerdictSettings = S,
+):
     rng = np.random.default_rng(seed)
     p = rng.uniform(0.1, 0.9, n_items)
     base = runs(rng, p, 0.0, repeats, shift_sd)
@@ -108,8 +115,10 @@ def test_a_study_whose_changed_recipes_are_noisier_widens_the_trial_arm():
     rng = np.random.default_rng(5)
     p = rng.uniform(0.1, 0.9, N_ITEMS)
     trial, parent = runs(rng, p, 0.0, 1), runs(rng, p, 0.0, 3)
-    loud = [Runs(values=[0.0] * 3, items=[runs(rng, np.clip(p + s, 0, 1), 0.0, 1).items[0] for s in (-0.08, 0.0, 0.08)])
-            for _ in range(4)]  # changed recipes whose seeds move them by 8 points
+    loud = [
+        Runs(values=[0.0] * 3, items=[runs(rng, np.clip(p + s, 0, 1), 0.0, 1).items[0] for s in (-0.08, 0.0, 0.08)])
+        for _ in range(4)
+    ]  # changed recipes whose seeds move them by 8 points
     quiet = [runs(rng, p, 0.0, 3) for _ in range(4)]
     alone = judge(trial, parent, S, "maximize")
     v = judge(trial, parent, S, "maximize", Noise(study=loud))
@@ -153,12 +162,20 @@ def test_per_item_results_do_not_stand_in_for_unmeasured_run_noise(off):
     trial = (rng.random(400) < np.clip(p + 0.08, 0, 1)).astype(int)
     parent = [(rng.random(400) < p).astype(int) for _ in range(2)]
     settings = VerdictSettings(**off)
-    one = judge(Runs(values=[trial.mean()], items=[trial.tolist()]), Runs(values=[parent[0].mean()],
-                items=[parent[0].tolist()]), settings, "maximize")
+    one = judge(
+        Runs(values=[trial.mean()], items=[trial.tolist()]),
+        Runs(values=[parent[0].mean()], items=[parent[0].tolist()]),
+        settings,
+        "maximize",
+    )
     assert (one.method, one.verdict) == ("unknown_noise", "flat") and math.isinf(one.ci_low)
     assert one.delta == pytest.approx(trial.mean() - parent[0].mean())
-    two = judge(Runs(values=[trial.mean()], items=[trial.tolist()]),
-                Runs(values=[x.mean() for x in parent], items=[x.tolist() for x in parent]), settings, "maximize")
+    two = judge(
+        Runs(values=[trial.mean()], items=[trial.tolist()]),
+        Runs(values=[x.mean() for x in parent], items=[x.tolist() for x in parent]),
+        settings,
+        "maximize",
+    )
     assert two.method == "paired_items" and math.isfinite(two.ci_low)
 
 
@@ -176,6 +193,7 @@ def test_bad_direction_and_missing_values_raise():
 
 # ---- confirm and credit ------------------------------------------------------------------
 
+
 def test_confirm_uses_the_stricter_level_and_the_fresh_runs_as_their_own_noise():
     rng = np.random.default_rng(9)
     p = rng.uniform(0.1, 0.9, 500)
@@ -190,8 +208,8 @@ def test_credit_judges_against_the_parent_and_reports_the_baseline_gain():
     rng = np.random.default_rng(11)
     p = rng.uniform(0.1, 0.8, 500)
     base = runs(rng, p, 0.0, 3)
-    parent = runs(rng, p, 0.10, 3)   # an earlier confirmed improvement
-    trial = runs(rng, p, 0.10, 1)    # built on the parent, adds nothing
+    parent = runs(rng, p, 0.10, 3)  # an earlier confirmed improvement
+    trial = runs(rng, p, 0.10, 1)  # built on the parent, adds nothing
     c = credit(trial, parent, base, S, "maximize")
     assert c.vs_parent.verdict == "flat" and c.vs_baseline.verdict == "improved"
     same = credit(trial, base, base, S, "maximize")
@@ -200,9 +218,12 @@ def test_credit_judges_against_the_parent_and_reports_the_baseline_gain():
 
 # ---- objective items ----------------------------------------------------------------------
 
+
 def evals_with(values_items: list[tuple[int, list[int]]]) -> list[dict]:
-    return [{"type": "eval", "step": s, "eval/id/greedy_pass@1": sum(it) / len(it), "eval/id/items": it}
-            for s, it in values_items]
+    return [
+        {"type": "eval", "step": s, "eval/id/greedy_pass@1": sum(it) / len(it), "eval/id/items": it}
+        for s, it in values_items
+    ]
 
 
 EVALS = evals_with([(0, [0, 0, 0, 0]), (10, [1, 1, 1, 0]), (20, [1, 0, 0, 0]), (30, [0, 1, 1, 0])])
@@ -229,6 +250,7 @@ def test_objective_items_none_where_the_engine_has_no_items():
 
 # ---- flags -----------------------------------------------------------------------------
 
+
 def steps_of(n: int, **series) -> list[dict]:
     rows = []
     for i in range(n):
@@ -238,9 +260,15 @@ def steps_of(n: int, **series) -> list[dict]:
     return rows
 
 
-HEALTHY = steps_of(20, reward_mean=lambda i: 0.3 + 0.005 * i, response_length_mean=lambda i: 40 + (i % 3),
-                   truncated_rate=lambda i: 0.1 + 0.5 * (i == 7))
-HEALTHY_EVALS = [{"type": "eval", "step": s, "eval/ood/greedy_pass@1": v} for s, v in [(5, 0.30), (10, 0.33), (15, 0.32), (20, 0.34)]]
+HEALTHY = steps_of(
+    20,
+    reward_mean=lambda i: 0.3 + 0.005 * i,
+    response_length_mean=lambda i: 40 + (i % 3),
+    truncated_rate=lambda i: 0.1 + 0.5 * (i == 7),
+)
+HEALTHY_EVALS = [
+    {"type": "eval", "step": s, "eval/ood/greedy_pass@1": v} for s, v in [(5, 0.30), (10, 0.33), (15, 0.32), (20, 0.34)]
+]
 
 
 def names(found) -> set[str]:
@@ -252,7 +280,10 @@ def test_healthy_run_has_no_flags():
 
 
 def test_train_eval_divergence():
-    evals = [{"type": "eval", "step": s, "eval/ood/greedy_pass@1": v} for s, v in [(5, 0.40), (10, 0.42), (15, 0.39), (20, 0.35)]]
+    evals = [
+        {"type": "eval", "step": s, "eval/ood/greedy_pass@1": v}
+        for s, v in [(5, 0.40), (10, 0.42), (15, 0.39), (20, 0.35)]
+    ]
     found = flags(HEALTHY, evals, {"steps_done": 20, "status": "ok"}, 20)
     assert names(found) == {"train_eval_divergence"}
     assert "0.42 -> 0.39 -> 0.35" in found[0].evidence
@@ -285,7 +316,9 @@ def test_truncation_flag_reads_the_abort_threshold():
 
 
 def test_exit_zero_with_no_training_steps():
-    found = flags([], [{"type": "eval", "step": 0, "eval/id/greedy_pass@1": 0.4}], {"steps_done": 0, "status": "ok"}, 50)
+    found = flags(
+        [], [{"type": "eval", "step": 0, "eval/id/greedy_pass@1": 0.4}], {"steps_done": 0, "status": "ok"}, 50
+    )
     assert names(found) == {"no_training"} and "0 of 50" in found[0].evidence
     assert flags([], [], {"steps_done": 0, "status": "ok"}, 0) == []
 

@@ -11,8 +11,8 @@ from importlib import metadata
 
 import pytest
 
-from autorl.present.doctor import CHECKS, DoctorCheck, all_required_ok, doctor, format_checks
 from autorl.errors import UserError
+from autorl.present.doctor import CHECKS, DoctorCheck, all_required_ok, doctor, format_checks
 from tests.conftest import run_cli
 
 REQUIRED = {"python", "git", "disk", "package:optuna", "package:sqlite-utils", "package:pydantic", "package:rich"}
@@ -32,8 +32,10 @@ def test_every_check_runs_and_explains_failures(tmp_path):
 
 
 def test_torch_is_probed_in_a_child_process():
-    code = ("import sys; from autorl.present.doctor import doctor; c = doctor('.', ['package:torch'])[0]; "
-            "print(c.ok, 'torch' in sys.modules)")
+    code = (
+        "import sys; from autorl.present.doctor import doctor; c = doctor('.', ['package:torch'])[0]; "
+        "print(c.ok, 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300).stdout.split()
     has_torch = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
     assert out == [str(has_torch), "False"]
@@ -51,8 +53,17 @@ def test_cli_json_and_exit_code_agree(tmp_path):
 def test_path_without_git_fails_with_what_to_do(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
-    r = run_cli("-C", str(tmp_path), "doctor", "--json", "--check", "git", "--check", "disk",
-                env={**os.environ, "PATH": str(empty)})
+    r = run_cli(
+        "-C",
+        str(tmp_path),
+        "doctor",
+        "--json",
+        "--check",
+        "git",
+        "--check",
+        "disk",
+        env={**os.environ, "PATH": str(empty)},
+    )
     rows = {x["name"]: x for x in json.loads(r.stdout)}
     assert r.returncode == 1
     assert rows["git"]["ok"] is False and rows["git"]["required"] is True
@@ -65,8 +76,16 @@ def test_missing_optional_tool_warns_but_exits_zero(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     os.symlink(shutil.which("git"), bin_dir / "git")
-    r = run_cli("-C", str(tmp_path), "doctor", "--check", "git", "--check", "gnu patch",
-                env={**os.environ, "PATH": str(bin_dir)})
+    r = run_cli(
+        "-C",
+        str(tmp_path),
+        "doctor",
+        "--check",
+        "git",
+        "--check",
+        "gnu patch",
+        env={**os.environ, "PATH": str(bin_dir)},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok   git:" in r.stdout
     assert "warn gnu patch:" in r.stdout and "apt-get install patch" in r.stdout

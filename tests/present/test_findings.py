@@ -126,18 +126,37 @@ def test_a_flat_test_never_names_a_gain_beyond_what_the_metric_allows():
 
     recipe = validate_recipe({"backend": "command", "train": {"argv": ["true"], "lr": 1e-3}, "timeout_s": 60})
     wide = {"ci_low": -1.666, "ci_high": 1.901, "objective": 0.625, "delta": 0.117}
-    rows = [{"number": n, "kind": "trial", "proposer": "optuna", "verdict": "flat", "params": {"lr": n * 1e-3},
-             **wide} for n in (3, 4)]
+    rows = [
+        {"number": n, "kind": "trial", "proposer": "optuna", "verdict": "flat", "params": {"lr": n * 1e-3}, **wide}
+        for n in (3, 4)
+    ]
     narrow = {**rows[0], "number": 5, "ci_low": -0.04, "ci_high": 0.06, "params": {"lr": 5e-3}}
-    d = {"best": None, "baseline": 0.508, "counts": {"trials": 5}, "objective": {"metric": "eval/id/greedy_pass@1"},
-         "crashes": {"count": 0}, "full_runs": [], "next": {"command": "c", "why": "w"}}
+    d = {
+        "best": None,
+        "baseline": 0.508,
+        "counts": {"trials": 5},
+        "objective": {"metric": "eval/id/greedy_pass@1"},
+        "crashes": {"count": 0},
+        "full_runs": [],
+        "next": {"command": "c", "why": "w"},
+    }
     for trials, want in (
-            (rows[:1], "(its flat test could detect no gain: eval/id/greedy_pass@1 allows at most +0.492 over the "
-                       "parent and its interval is wider than that)"),
-            (rows, "(its 2 flat tests could detect no gain eval/id/greedy_pass@1 allows over the parent (intervals "
-                   "wider than its range))"),
-            (rows + [narrow], "(its flat test could detect a gain of +0.071; 2 more could detect no gain "
-                              "eval/id/greedy_pass@1 allows over the parent (intervals wider than its range))")):
+        (
+            rows[:1],
+            "(its flat test could detect no gain: eval/id/greedy_pass@1 allows at most +0.492 over the "
+            "parent and its interval is wider than that)",
+        ),
+        (
+            rows,
+            "(its 2 flat tests could detect no gain eval/id/greedy_pass@1 allows over the parent (intervals "
+            "wider than its range))",
+        ),
+        (
+            rows + [narrow],
+            "(its flat test could detect a gain of +0.071; 2 more could detect no gain "
+            "eval/id/greedy_pass@1 allows over the parent (intervals wider than its range))",
+        ),
+    ):
         d["ruled_out"] = findings.ruled_out(trials, {}, {"lr": 1e-3}, recipe)
         text = " ".join(x.strip() for x in findings.headline(d, width=400))
         assert want in text and "+2.5" not in text, text
@@ -151,10 +170,18 @@ def test_a_newer_study_does_not_hide_what_an_earlier_one_found(ws):
     of a latest study with nothing confirmed names the study that has something."""
     led = Ledger(ws / "ledger.sqlite")
     first = led.study()["name"]
-    sid = led.create_study(name="second", recipe_path="recipes/default.yaml", recipe="", base_sha="x",
-                           strategy="random", budget_s=60.0, optuna_study="second")
-    led.add_trial(study_id=sid, number=20, attempt="attempt-20-baseline", proposer="baseline", status="complete",
-                  objective=0.5)
+    sid = led.create_study(
+        name="second",
+        recipe_path="recipes/default.yaml",
+        recipe="",
+        base_sha="x",
+        strategy="random",
+        budget_s=60.0,
+        optuna_study="second",
+    )
+    led.add_trial(
+        study_id=sid, number=20, attempt="attempt-20-baseline", proposer="baseline", status="complete", objective=0.5
+    )
     led.update_study(sid, status="stopped")
     led.close()
     assert "Found: lr 5e-07 → 5e-05" not in _status(ws)
@@ -174,13 +201,23 @@ def test_promote_says_the_launch_once_and_leaves_the_revalidation_to_its_live_li
     """The re-validation's verdict and hack gate are printed as they come; the summary does not repeat them."""
     from autorl.present.findings import promoted_lines
 
-    launched = {"attempt": "attempt-13-full", "promoted_from": 5, "monitor_pid": 42, "number": 13, "forced": False,
-                "gate": "hack gate passed: task_id", "revalidation": {"verdict": "improved", "delta": 0.062, "level": 0.95,
-                                                                     "ci_low": 0.006, "ci_high": 0.118}}
+    launched = {
+        "attempt": "attempt-13-full",
+        "promoted_from": 5,
+        "monitor_pid": 42,
+        "number": 13,
+        "forced": False,
+        "gate": "hack gate passed: task_id",
+        "revalidation": {"verdict": "improved", "delta": 0.062, "level": 0.95, "ci_low": 0.006, "ci_high": 0.118},
+    }
     lines = promoted_lines(launched)
-    assert lines == ["full run attempt-13-full launched from 05 (monitor pid 42)",
-                     "follow it: autorl status, or autorl show 13"]
-    forced = promoted_lines({**launched, "forced": True, "revalidation": {**launched["revalidation"], "verdict": "flat"}})
+    assert lines == [
+        "full run attempt-13-full launched from 05 (monitor pid 42)",
+        "follow it: autorl status, or autorl show 13",
+    ]
+    forced = promoted_lines(
+        {**launched, "forced": True, "revalidation": {**launched["revalidation"], "verdict": "flat"}}
+    )
     assert forced[0].endswith("; promoted anyway (--force, recorded in the ledger): re-validation flat")
 
 
@@ -195,8 +232,13 @@ def test_one_trial_is_not_one_trials():
 def test_next_after_a_baseline_that_never_completed_is_triage_not_a_longer_search():
     from autorl.present.findings import next_step
 
-    d = {"best": None, "full_runs": [], "open_candidates": [], "baseline": None,
-         "crashes": {"count": 2, "categories": {"config_error": 2}}}
+    d = {
+        "best": None,
+        "full_runs": [],
+        "open_candidates": [],
+        "baseline": None,
+        "crashes": {"count": 2, "categories": {"config_error": 2}},
+    }
     assert next_step(d)["command"] == "autorl triage" and "baseline never completed" in next_step(d)["why"]
     measured = {**d, "baseline": 0.47}
     assert next_step(measured)["command"] == "autorl run --resume --budget 1h"

@@ -33,12 +33,24 @@ def ws(tmp_path):
     root = tmp_path / "ws"
     assert run_cli("init", str(root)).returncode == 0
     led = Ledger(root / "ledger.sqlite")
-    sid = led.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses",
-                           budget_s=1.0, optuna_study="s")
+    sid = led.create_study(
+        name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses", budget_s=1.0, optuna_study="s"
+    )
     for n, proposer, hyp, verdict, state, confirms, parent, objective, why in ROWS:
-        led.add_trial(study_id=sid, number=n, attempt=f"attempt-{n:02d}", proposer=proposer, hypothesis=hyp, why=why,
-                      status="running" if objective is None else "complete", verdict=verdict, confirmation=state,
-                      confirms=confirms, parent=parent, objective=objective)
+        led.add_trial(
+            study_id=sid,
+            number=n,
+            attempt=f"attempt-{n:02d}",
+            proposer=proposer,
+            hypothesis=hyp,
+            why=why,
+            status="running" if objective is None else "complete",
+            verdict=verdict,
+            confirmation=state,
+            confirms=confirms,
+            parent=parent,
+            objective=objective,
+        )
     led.close()
     return root
 
@@ -50,8 +62,17 @@ def test_counts_per_hypothesis_from_the_ledger(ws):
 
 
 def test_confirmed_gain_is_fresh_runs_minus_the_parent():
-    trials = [dict(zip(("number", "proposer", "hypothesis", "verdict", "confirmation", "confirms", "parent",
-                        "objective"), r[:8]), status="complete", study_id=1) for r in ROWS[:9]]
+    trials = [
+        dict(
+            zip(
+                ("number", "proposer", "hypothesis", "verdict", "confirmation", "confirms", "parent", "objective"),
+                r[:8],
+            ),
+            status="complete",
+            study_id=1,
+        )
+        for r in ROWS[:9]
+    ]
     assert confirmed_gain(trials[3], trials) == pytest.approx(0.51 - 0.41)  # baselines 0.40, 0.42; fresh 0.50, 0.52
     assert confirmed_gain(trials[6], trials) == pytest.approx(0.51 - (0.55 + 0.50 + 0.52) / 3)  # parent 04 + its runs
 

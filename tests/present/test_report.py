@@ -21,13 +21,26 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from autorl.ledger import Ledger
-from autorl.recipe import SearchParam
 from autorl.present.report import IMG_CHECK, VERDICT_ORDER, importances, pooled_importances, rank_best, report
+from autorl.recipe import SearchParam
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 
-TINY = ["--set", "steps=6", "--set", "eval_every=3", "--set", "batch_prompts=16", "--set", "verdict.baseline_repeats=1",
-        "--set", "timeout_s=600", "--set", "abort.silence_s=600", "--allow-overrun"]
+TINY = [
+    "--set",
+    "steps=6",
+    "--set",
+    "eval_every=3",
+    "--set",
+    "batch_prompts=16",
+    "--set",
+    "verdict.baseline_repeats=1",
+    "--set",
+    "timeout_s=600",
+    "--set",
+    "abort.silence_s=600",
+    "--allow-overrun",
+]
 
 
 # ---- fixtures ---------------------------------------------------------------------------
@@ -38,8 +51,20 @@ def study_ws(tmp_path_factory, engine_cache) -> Path:
     assert run_cli("init", str(ws)).returncode == 0
     (ws / ".autorl").mkdir(exist_ok=True)
     os.symlink(engine_cache, ws / ".autorl" / "cache")
-    r = run_cli("-C", str(ws), "run", "--budget", "25m", "--max-trials", "4", "--strategy", "optuna",
-                "--quiet", *TINY, timeout=1800)
+    r = run_cli(
+        "-C",
+        str(ws),
+        "run",
+        "--budget",
+        "25m",
+        "--max-trials",
+        "4",
+        "--strategy",
+        "optuna",
+        "--quiet",
+        *TINY,
+        timeout=1800,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return ws
 
@@ -141,8 +166,15 @@ def _row(number: int, verdict: str | None, objective: float | None, proposer: st
 
 
 def test_best_is_verdict_first_then_objective():
-    trials = [_row(1, None, 0.9, "baseline"), _row(2, "flat", 0.8), _row(3, "improved", 0.6),
-              _row(4, "improved", 0.7), _row(5, "regressed", 0.95), _row(6, "crash", None), _row(7, "pruned", 0.99)]
+    trials = [
+        _row(1, None, 0.9, "baseline"),
+        _row(2, "flat", 0.8),
+        _row(3, "improved", 0.6),
+        _row(4, "improved", 0.7),
+        _row(5, "regressed", 0.95),
+        _row(6, "crash", None),
+        _row(7, "pruned", 0.99),
+    ]
     best = rank_best(trials, "maximize")
     assert [t["number"] for t in best] == [4, 3, 2, 5]
     assert [t["number"] for t in rank_best(trials, "minimize")] == [3, 4, 2, 5]
@@ -156,15 +188,18 @@ def test_confirmed_recipes_come_first_in_their_rank_over_the_baseline():
 def test_summary_says_what_became_of_the_trials_in_words():
     from autorl.present.report import summary_sentence
 
-    trials = [{"proposer": "baseline", "verdict": None, "status": "complete"},
-              {"proposer": "move", "verdict": "improved", "confirmation": "confirmed", "status": "complete"},
-              {"proposer": "confirm", "confirms": 2, "status": "complete"},
-              {"proposer": "move", "verdict": "improved", "confirmation": "rejected", "status": "complete"},
-              {"proposer": "move", "verdict": "pruned", "status": "pruned"},
-              {"proposer": "move", "verdict": None, "status": "budget-cut"}]
+    trials = [
+        {"proposer": "baseline", "verdict": None, "status": "complete"},
+        {"proposer": "move", "verdict": "improved", "confirmation": "confirmed", "status": "complete"},
+        {"proposer": "confirm", "confirms": 2, "status": "complete"},
+        {"proposer": "move", "verdict": "improved", "confirmation": "rejected", "status": "complete"},
+        {"proposer": "move", "verdict": "pruned", "status": "pruned"},
+        {"proposer": "move", "verdict": None, "status": "budget-cut"},
+    ]
     assert summary_sentence(trials) == (
         "6 trials: 1 baseline runs, 1 confirmation runs, and 4 of the search: 1 confirmed improvement(s), "
-        "1 candidate(s) that fresh seeds did not confirm, 1 stopped early (pruned), 1 unfinished.")
+        "1 candidate(s) that fresh seeds did not confirm, 1 stopped early (pruned), 1 unfinished."
+    )
 
 
 def test_importances_weigh_only_values_that_enough_trials_changed():
@@ -172,14 +207,21 @@ def test_importances_weigh_only_values_that_enough_trials_changed():
 
     space = {"lr": SearchParam(low=1e-7, high=1e-2, log=True), "eps_clip": SearchParam(low=0.05, high=0.4)}
     base = {"lr": 5e-7, "eps_clip": 0.2}
-    trials = [{"params": {"lr": 10 ** (-6 + i / 4), "eps_clip": 0.3 if i < 2 else 0.2}, "objective": 0.5,
-               "proposer": "move"} for i in range(8)]
-    trials += [{"params": base, "objective": 0.5, "proposer": "baseline"},
-               {"params": {"lr": 1e-4, "eps_clip": 0.3}, "objective": 0.5, "proposer": "confirm", "confirms": 3}]
+    trials = [
+        {"params": {"lr": 10 ** (-6 + i / 4), "eps_clip": 0.3 if i < 2 else 0.2}, "objective": 0.5, "proposer": "move"}
+        for i in range(8)
+    ]
+    trials += [
+        {"params": base, "objective": 0.5, "proposer": "baseline"},
+        {"params": {"lr": 1e-4, "eps_clip": 0.3}, "objective": 0.5, "proposer": "confirm", "confirms": 3},
+    ]
     varied = varied_counts(trials, space, base)
     assert varied == {"lr": 8, "eps_clip": 2}  # baselines and confirmation re-runs change nothing
     keys, note = weighed(varied)
-    assert keys == ["lr"] and note == f"left out, changed in fewer than {IMPORTANCE_MIN_VARIED} scored trials: eps_clip (2)"
+    assert (
+        keys == ["lr"]
+        and note == f"left out, changed in fewer than {IMPORTANCE_MIN_VARIED} scored trials: eps_clip (2)"
+    )
 
 
 def test_best_never_lets_a_raw_value_jump_its_verdict():
@@ -196,8 +238,9 @@ def test_importances_note_with_too_few_trials_then_values(tmp_path):
     import optuna
 
     storage = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    study = optuna.create_study(study_name="s", storage=storage, direction="maximize",
-                                sampler=optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(
+        study_name="s", storage=storage, direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0)
+    )
     study.optimize(lambda t: t.suggest_float("x", 0, 1) + 0 * t.suggest_float("y", 0, 1), n_trials=1)
     values, note = importances(Ledger(tmp_path / "ledger.sqlite"), "s")
     assert values == {} and "1 complete trial" in note
@@ -208,12 +251,19 @@ def test_importances_note_with_too_few_trials_then_values(tmp_path):
 
 
 def test_pooled_importances_use_only_keys_that_varied():
-    space = {"lr": SearchParam(low=1e-6, high=1e-2, log=True), "gens": SearchParam(choices=[4, 8, 16]),
-             "eps_clip": SearchParam(low=0.05, high=0.4)}
-    trials = [{"params": {"lr": 10 ** (-6 + i / 3), "gens": [4, 8, 16][i % 3], "eps_clip": 0.2}, "objective": i / 12}
-              for i in range(12)]
-    trials += [{"params": {"lr": 1e-4, "gens": 8, "eps_clip": 0.2}, "objective": None},
-               {"params": {"lr": 5.0, "gens": 8, "eps_clip": 0.2}, "objective": 0.5}]
+    space = {
+        "lr": SearchParam(low=1e-6, high=1e-2, log=True),
+        "gens": SearchParam(choices=[4, 8, 16]),
+        "eps_clip": SearchParam(low=0.05, high=0.4),
+    }
+    trials = [
+        {"params": {"lr": 10 ** (-6 + i / 3), "gens": [4, 8, 16][i % 3], "eps_clip": 0.2}, "objective": i / 12}
+        for i in range(12)
+    ]
+    trials += [
+        {"params": {"lr": 1e-4, "gens": 8, "eps_clip": 0.2}, "objective": None},
+        {"params": {"lr": 5.0, "gens": 8, "eps_clip": 0.2}, "objective": 0.5},
+    ]
     values, note = pooled_importances(trials, space, "maximize")
     assert set(values) == {"lr", "gens"} and values["lr"] > values["gens"]
     assert "12 finished trials" in note
@@ -261,14 +311,17 @@ def test_importances_wait_for_enough_trials(tmp_path):
 
     storage = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
-    study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1),
-                   n_trials=IMPORTANCE_MIN_TRIALS - 1)
+    study.optimize(
+        lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1), n_trials=IMPORTANCE_MIN_TRIALS - 1
+    )
     values, note = importances(Ledger(tmp_path / "ledger.sqlite"), "s")
     assert values == {} and f"shown from {IMPORTANCE_MIN_TRIALS}" in note
     space = {"x": SearchParam(low=0, high=1), "y": SearchParam(low=0, high=1)}
     trials = [{"params": t.params, "objective": t.value} for t in study.trials]
-    assert pooled_importances(trials, space, "maximize") == ({}, f"{len(trials)} finished trials in the ledger; "
-                                                                  f"importances are shown from {IMPORTANCE_MIN_TRIALS}")
+    assert pooled_importances(trials, space, "maximize") == (
+        {},
+        f"{len(trials)} finished trials in the ledger; importances are shown from {IMPORTANCE_MIN_TRIALS}",
+    )
 
 
 def test_a_failed_report_leaves_no_folders(tmp_path):
@@ -286,13 +339,19 @@ def test_budget_used_leaves_out_the_pause_between_sessions_and_the_full_runs():
     from autorl.present.report import budget_used
 
     t0 = 1_000_000.0
-    trials = [{"kind": "trial", "started": t0 + 50 + 60 * k, "finished": t0 + 100 + 60 * k, "duration_s": 50.0}
-              for k in range(5)]  # the first session: 5 trials, the last ending at t0 + 340
-    trials += [{"kind": "trial", "started": t0 + 3600 + 60 * k, "finished": t0 + 3650 + 60 * k, "duration_s": 50.0}
-               for k in range(3)]  # resumed an hour later: 3 trials, from t0 + 3600 to t0 + 3770
+    trials = [
+        {"kind": "trial", "started": t0 + 50 + 60 * k, "finished": t0 + 100 + 60 * k, "duration_s": 50.0}
+        for k in range(5)
+    ]  # the first session: 5 trials, the last ending at t0 + 340
+    trials += [
+        {"kind": "trial", "started": t0 + 3600 + 60 * k, "finished": t0 + 3650 + 60 * k, "duration_s": 50.0}
+        for k in range(3)
+    ]  # resumed an hour later: 3 trials, from t0 + 3600 to t0 + 3770
     trials += [{"kind": "full", "started": t0 + 4000, "finished": t0 + 4500, "duration_s": 500.0}]
     b = budget_used({"created": t0, "budget_s": 840.0}, trials)
     assert b["wall_s"] == pytest.approx(340 + 170) and b["budget_s"] == 840.0 and b["trial_s"] == 400.0
-    overlapping = [{"kind": "trial", "started": t0 + 10, "finished": t0 + 110}, {"kind": "trial", "started": t0 + 20,
-                                                                                  "finished": t0 + 100}]
+    overlapping = [
+        {"kind": "trial", "started": t0 + 10, "finished": t0 + 110},
+        {"kind": "trial", "started": t0 + 20, "finished": t0 + 100},
+    ]
     assert budget_used({"created": t0, "budget_s": 600.0}, overlapping)["wall_s"] == pytest.approx(110)

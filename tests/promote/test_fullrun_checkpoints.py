@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import git, run_cli
 from test_promote import _wait_full_run
 
@@ -54,8 +53,10 @@ verdict: {{baseline_repeats: 1}}
 def _metrics(ws: Path, number: int) -> list[dict]:
     conn = sqlite3.connect(ws / "ledger.sqlite")
     trial_id = conn.execute("SELECT id FROM autorl_trials WHERE number = ?", [number]).fetchone()[0]
-    return [json.loads(r[0]) for r in conn.execute("SELECT data FROM autorl_metrics WHERE trial_id = ? ORDER BY rowid",
-                                                   [trial_id])]
+    return [
+        json.loads(r[0])
+        for r in conn.execute("SELECT data FROM autorl_metrics WHERE trial_id = ? ORDER BY rowid", [trial_id])
+    ]
 
 
 def test_a_full_run_evaluates_its_checkpoints_as_they_appear_and_keeps_the_best(command_ws, tmp_path):
@@ -84,8 +85,10 @@ def test_a_full_run_evaluates_its_checkpoints_as_they_appear_and_keeps_the_best(
     assert by_step == {2: "checkpoint-2", 4: "checkpoint-4", 6: "checkpoint-6", 8: "final"}  # checkpoint-8: final step
     run_dir = ws / ".autorl" / "runs" / row["attempt"]
     # evaluated while the run trained: checkpoint-2's eval reached the ledger before the run's last step
-    first_eval, last_step = metrics.index(evals[0]), max(i for i, m in enumerate(metrics) if m.get("step") == 8
-                                                         and m.get("type", "step") != "eval")
+    first_eval, last_step = (
+        metrics.index(evals[0]),
+        max(i for i, m in enumerate(metrics) if m.get("step") == 8 and m.get("type", "step") != "eval"),
+    )
     assert first_eval < last_step
     result = json.loads(git(ws, "show", f"{row['end_tag']}:results/{row['attempt']}.json"))
     best = result["best_checkpoint"]

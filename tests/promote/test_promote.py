@@ -8,15 +8,24 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import git, run_cli
 
 pytestmark = pytest.mark.slow
 
 # The trial must complete to be promoted: a random lr clearly worse than the baseline at step 3 would be
 # stopped by the noise-aware pruner, so the pruner is off here.
-FAST = ["--set", "steps=6", "--set", "eval_every=3", "--set", "batch_prompts=8",
-        "--set", "verdict.baseline_repeats=2", "--set", "abort.pruner=false"]
+FAST = [
+    "--set",
+    "steps=6",
+    "--set",
+    "eval_every=3",
+    "--set",
+    "batch_prompts=8",
+    "--set",
+    "verdict.baseline_repeats=2",
+    "--set",
+    "abort.pruner=false",
+]
 
 
 def _rows(ws: Path) -> list[dict]:
@@ -54,16 +63,28 @@ def _wait_full_run(ws: Path, number: int, timeout_s: float = 240) -> dict:
 
 
 def test_forced_promotion_runs_a_full_run_on_its_own_branch(workspace):
-    r = run_cli("-C", str(workspace), "run", "--max-trials", "3", "--budget", "5m", "--strategy", "random", *FAST,
-                timeout=400)
+    r = run_cli(
+        "-C", str(workspace), "run", "--max-trials", "3", "--budget", "5m", "--strategy", "random", *FAST, timeout=400
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     trial = next(t for t in _rows(workspace) if t["proposer"] != "baseline" and t["status"] == "complete")
     gate = _suspect(workspace, trial["number"])
     refused = run_cli("-C", str(workspace), "promote", str(trial["number"]), "--repeats", "1", timeout=120)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert f"is suspect: hack gate check '{gate.failed.name}' failed" in refused.stderr
-    out = run_cli("-C", str(workspace), "promote", str(trial["number"]), "--force", "--repeats", "1", "--steps", "6",
-                  "--json", timeout=400)
+    out = run_cli(
+        "-C",
+        str(workspace),
+        "promote",
+        str(trial["number"]),
+        "--force",
+        "--repeats",
+        "1",
+        "--steps",
+        "6",
+        "--json",
+        timeout=400,
+    )
     assert out.returncode == 0, out.stderr + out.stdout
     launched = json.loads(out.stdout)
     assert launched["promoted_from"] == trial["number"]
@@ -91,8 +112,16 @@ def test_forced_promotion_runs_a_full_run_on_its_own_branch(workspace):
 # within the default 40 steps (+0.135 here; at 12 or 20 steps 1e-4 to 5e-4 were still within noise), so the
 # study's one trial is improved, its fresh-seed re-runs confirm it, and the re-validation agrees.
 GOOD_LR = 1.0e-4
-SHORT = ["--set", "steps=40", "--set", "eval_every=40", "--set", "verdict.baseline_repeats=2",
-         "--set", "timeout_s=600"]  # a loaded machine is slow, not wrong
+SHORT = [
+    "--set",
+    "steps=40",
+    "--set",
+    "eval_every=40",
+    "--set",
+    "verdict.baseline_repeats=2",
+    "--set",
+    "timeout_s=600",
+]  # a loaded machine is slow, not wrong
 
 
 def test_a_confirmed_improvement_is_promoted_without_force(workspace):
@@ -100,12 +129,26 @@ def test_a_confirmed_improvement_is_promoted_without_force(workspace):
     launches its full run with no number and no --force."""
     recipe = workspace / "recipes" / "default.yaml"
     text = recipe.read_text()
-    search = text[text.index("\nsearch:\n"):text.index("\nobjective:")]
+    search = text[text.index("\nsearch:\n") : text.index("\nobjective:")]
     recipe.write_text(text.replace(search, f"\nsearch:\n  lr: {{choices: [5.0e-07, {GOOD_LR}]}}\n"))
     git(workspace, "add", "-A")
     git(workspace, "commit", "-qm", "search only a learning rate that helps")
-    r = run_cli("-C", str(workspace), "run", "--max-trials", "5", "--budget", "20m", "--strategy", "random",
-                "--quiet", *SHORT, "--set", "verdict.confirm_runs=2", timeout=1200)  # 2 baseline, 1 trial, 2 confirms
+    r = run_cli(
+        "-C",
+        str(workspace),
+        "run",
+        "--max-trials",
+        "5",
+        "--budget",
+        "20m",
+        "--strategy",
+        "random",
+        "--quiet",
+        *SHORT,
+        "--set",
+        "verdict.confirm_runs=2",
+        timeout=1200,
+    )  # 2 baseline, 1 trial, 2 confirms
     assert r.returncode == 0, r.stderr + r.stdout
     rows = _rows(workspace)
     trial = next(t for t in rows if t["proposer"] == "random")

@@ -30,8 +30,12 @@ def _recipe(ws: Path):
     (ws / "run.py").write_text(SCRIPT)
     git(ws, "add", "run.py")
     git(ws, "commit", "-qm", "a run script")
-    return validate_recipe({"backend": "command", "train": {"argv": [sys.executable, "run.py", "{run_dir}", "{seed}"],
-                                                           "metrics": "{run_dir}/m.jsonl"}})
+    return validate_recipe(
+        {
+            "backend": "command",
+            "train": {"argv": [sys.executable, "run.py", "{run_dir}", "{seed}"], "metrics": "{run_dir}/m.jsonl"},
+        }
+    )
 
 
 def _times(ws: Path, name: str) -> tuple[float, float]:

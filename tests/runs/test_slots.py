@@ -13,8 +13,9 @@ from autorl.runs.slots import Slots
 
 
 def _plan() -> LaunchPlan:
-    return LaunchPlan(argv=["python", "-c", "pass"], env={"X": "1"}, cwd=".", log_path="/tmp/x.log",
-                      metrics_path="/tmp/x.jsonl")
+    return LaunchPlan(
+        argv=["python", "-c", "pass"], env={"X": "1"}, cwd=".", log_path="/tmp/x.log", metrics_path="/tmp/x.jsonl"
+    )
 
 
 def test_a_local_slot_gets_its_cpus_and_gpu_but_a_ray_run_backend_is_never_pinned():

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from autorl.search.view import AVOID_RADIUS, distance
-from autorl.recipe import SearchParam
 from conftest import git, run_cli
+
+from autorl.recipe import SearchParam
+from autorl.search.view import AVOID_RADIUS, distance
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "scripts" / "crash_high_lr.py"
 RECIPE = f"""name: crashy
@@ -32,11 +32,27 @@ def test_repeated_crash_region_is_avoided(tmp_path):
     (ws / "recipes" / "crashy.yaml").write_text(RECIPE)
     git(ws, "add", "-A")
     git(ws, "commit", "-qm", "crashy recipe")
-    r = run_cli("-C", str(ws), "run", "recipes/crashy.yaml", "--strategy", "random", "--max-trials", "16",
-                "--budget", "10m", "--seed", "3", "--quiet", timeout=300)
+    r = run_cli(
+        "-C",
+        str(ws),
+        "run",
+        "recipes/crashy.yaml",
+        "--strategy",
+        "random",
+        "--max-trials",
+        "16",
+        "--budget",
+        "10m",
+        "--seed",
+        "3",
+        "--quiet",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     conn = sqlite3.connect(ws / "ledger.sqlite")
-    rows = conn.execute("SELECT number, params, crash_signature, crash_category FROM autorl_trials ORDER BY number").fetchall()
+    rows = conn.execute(
+        "SELECT number, params, crash_signature, crash_category FROM autorl_trials ORDER BY number"
+    ).fetchall()
     import json
 
     crashes = [(n, json.loads(p), sig, cat) for n, p, sig, cat in rows if sig]

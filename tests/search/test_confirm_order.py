@@ -28,9 +28,13 @@ def proposer(tmp_path) -> Proposer:
     assert run_cli("init", str(tmp_path / "ws")).returncode == 0
     shutil.copy(LEDGER, tmp_path / "ledger.sqlite")
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    return Proposer(Workspace.open(tmp_path / "ws"), ledger, ledger.study(study_id=1),
-                    load_recipe(shipped("recipes/openrlhf-small.yaml")), RunOptions(strategy="hypotheses", seed=0,
-                                                                                   parallel=4))
+    return Proposer(
+        Workspace.open(tmp_path / "ws"),
+        ledger,
+        ledger.study(study_id=1),
+        load_recipe(shipped("recipes/openrlhf-small.yaml")),
+        RunOptions(strategy="hypotheses", seed=0, parallel=4),
+    )
 
 
 def test_the_real_studys_last_wave_goes_to_its_first_candidate(proposer):
@@ -52,6 +56,7 @@ def test_a_candidate_still_goes_before_retries_and_held_proposals(proposer):
     queue.confirmation_runs(queue._proposal_of(rows[5]), 5, 2)
     queue.confirmation_runs(queue._proposal_of(rows[8]), 8, 2)
     assert [(p.proposer, p.confirms) for p in proposer.pending] == [("confirm", 5)] * 2 + [("confirm", 8)] * 2 + [
-        ("retry", None)]
+        ("retry", None)
+    ]
     seeds = [p.values["seed"] for p in proposer.pending[:4]]
     assert seeds == [1050, 1051, 1080, 1081]  # each candidate's own fresh seeds, as the study drew them

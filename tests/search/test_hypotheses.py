@@ -11,13 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from autorl.judge.diagnose import bottleneck_names, diagnose, diagnose_run, symptom_names
-from autorl.search.hypotheses import (
-    DEMOTE_AFTER, SHIPPED_DIR, HypothesisError, describe_space, fixed_values, load_hypothesis, load_library,
-    rank, resolve_search, seed_params, status, study_name,
-)
 from autorl.engine.config import EngineConfig
-from autorl.recipe import VerdictSettings, SearchParam, params_model, validate_recipe
+from autorl.judge.diagnose import bottleneck_names, diagnose, diagnose_run, symptom_names
+from autorl.recipe import SearchParam, VerdictSettings, params_model, validate_recipe
+from autorl.search.hypotheses import (
+    DEMOTE_AFTER,
+    SHIPPED_DIR,
+    HypothesisError,
+    describe_space,
+    fixed_values,
+    load_hypothesis,
+    load_library,
+    rank,
+    resolve_search,
+    seed_params,
+    status,
+    study_name,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 INCUMBENT = EngineConfig().model_dump(mode="json")
@@ -56,6 +66,7 @@ Body text.
 
 
 # ---------------------------------------------------------------- the shipped library
+
 
 def test_shipped_library_loads_and_validates(library):
     ids = [h.id for h in library]
@@ -101,8 +112,13 @@ def _importable(backend: str) -> bool:
 
 
 REQUIRED = {"openrlhf": {"pretrain": "some/model", "prompt_data": "prompts.jsonl"}}
-PAIRS = [(h.id, b) for h in load_library([SHIPPED_DIR]) if h.actionable()
-         for b in (h.backends or []) if b != "embedded" and _importable(b)]
+PAIRS = [
+    (h.id, b)
+    for h in load_library([SHIPPED_DIR])
+    if h.actionable()
+    for b in (h.backends or [])
+    if b != "embedded" and _importable(b)
+]
 
 
 @pytest.mark.parametrize("hid,backend", PAIRS)
@@ -112,7 +128,10 @@ def test_runnable_hypotheses_fit_their_other_backends(library, hid, backend):
     base = {**REQUIRED.get(backend, {})}
     incumbent = params_model(backend).model_validate(base).model_dump(mode="json")
     space = resolve_search(h, incumbent, {})
-    for point in (seed_params(space, incumbent), {k: (p.choices[-1] if p.choices else _top(p)) for k, p in space.items()}):
+    for point in (
+        seed_params(space, incumbent),
+        {k: (p.choices[-1] if p.choices else _top(p)) for k, p in space.items()},
+    ):
         train = {**base, **h.overrides, **point}
         validate_recipe({"backend": backend, "train": train})
 
@@ -132,24 +151,46 @@ def test_docs_cover_symptoms_bottlenecks_and_library(library):
 BAD = [
     ("no front matter", lambda t: t.replace("---\n", "", 1), "front matter"),
     ("bad yaml", lambda t: t.replace("priority: medium", "priority: [medium"), "not valid YAML"),
-    ("unknown field", lambda t: t.replace("priority: medium", "priorty: medium"), "unknown key 'priorty': did you mean 'priority'"),
+    (
+        "unknown field",
+        lambda t: t.replace("priority: medium", "priorty: medium"),
+        "unknown key 'priorty': did you mean 'priority'",
+    ),
     ("bad priority", lambda t: t.replace("priority: medium", "priority: urgent"), "priority: Input should be"),
     ("missing title", lambda t: t.replace("title: A test hypothesis\n", ""), "'title' is missing"),
-    ("unknown symptom", lambda t: t.replace("[flat_learning]", "[flat_lerning]"), "'symptoms': unknown name 'flat_lerning': did you mean 'flat_learning'"),
+    (
+        "unknown symptom",
+        lambda t: t.replace("[flat_learning]", "[flat_lerning]"),
+        "'symptoms': unknown name 'flat_lerning': did you mean 'flat_learning'",
+    ),
     ("unknown train key", lambda t: t.replace("scale_rewards: false", "learning_rate: 0.1"), "overrides.learning_rate"),
     ("bad override value", lambda t: t.replace("scale_rewards: false", "loss_type: ppo"), "overrides.loss_type"),
     ("two range forms", lambda t: t.replace("{scale: [1.0, 4.0], log: true}", "{scale: [1, 4], low: 1}"), "search.lr"),
     ("int key without int", lambda t: t.replace("lr: {scale", "gens: {scale"), "search.gens"),
-    ("bad choice", lambda t: t.replace("lr: {scale: [1.0, 4.0], log: true}", "loss_type: {choices: [grpo, ppo]}"), "search.loss_type"),
-    ("key fixed and searched", lambda t: t.replace("scale_rewards: false", "lr: 0.001"), "'search.lr' is also in overrides"),
+    (
+        "bad choice",
+        lambda t: t.replace("lr: {scale: [1.0, 4.0], log: true}", "loss_type: {choices: [grpo, ppo]}"),
+        "search.loss_type",
+    ),
+    (
+        "key fixed and searched",
+        lambda t: t.replace("scale_rewards: false", "lr: 0.001"),
+        "'search.lr' is also in overrides",
+    ),
     ("id mismatch", lambda t: t.replace("id: x01-test", "id: x02-test"), "'id'"),
     ("missing patch", lambda t: t.replace("backends:", "patch: patches/nope.patch\nbackends:"), "'patch'"),
     ("reserved field", lambda t: t.replace("backends:", "body: hi\nbackends:"), "'body'"),
     ("patch outside, absolute", lambda t: t.replace("backends:", "patch: /etc/passwd\nbackends:"), "is outside"),
-    ("patch outside, relative", lambda t: t.replace("backends:", "patch: ../../../../etc/passwd\nbackends:"),
-     "is outside"),
-    ("infinite scale", lambda t: t.replace("{scale: [1.0, 4.0], log: true}", "{scale: [1.0, .inf], log: true}"),
-     "search.lr"),
+    (
+        "patch outside, relative",
+        lambda t: t.replace("backends:", "patch: ../../../../etc/passwd\nbackends:"),
+        "is outside",
+    ),
+    (
+        "infinite scale",
+        lambda t: t.replace("{scale: [1.0, 4.0], log: true}", "{scale: [1.0, .inf], log: true}"),
+        "search.lr",
+    ),
 ]
 
 
@@ -186,6 +227,7 @@ def test_missing_folder_is_a_user_error(tmp_path):
 
 # ---------------------------------------------------------------- search spaces
 
+
 def test_relative_range_resolves_against_incumbent(library):
     h = by_id(library, "h13-flat-learning")
     space = resolve_search(h, {**INCUMBENT, "lr": 1e-4, "kl_coef": 0.2, "gens": 8}, {})
@@ -203,7 +245,9 @@ def test_recipe_search_limits_the_space(library):
     assert space["lr"].high == pytest.approx(5e-4) and space["lr"].low == pytest.approx(1.5e-4)
     out = resolve_search(h, {**INCUMBENT, "lr": 1e-3}, limits)  # range lies wholly above the limit
     assert out["lr"].low == out["lr"].high == pytest.approx(5e-4)
-    choices = resolve_search(by_id(library, "h03-kl-divergence"), INCUMBENT, {"kl_coef": SearchParam(choices=[0.0, 0.2, 5.0])})
+    choices = resolve_search(
+        by_id(library, "h03-kl-divergence"), INCUMBENT, {"kl_coef": SearchParam(choices=[0.0, 0.2, 5.0])}
+    )
     assert choices["kl_coef"].choices == [0.0, 0.2]
 
 
@@ -232,6 +276,7 @@ def test_study_name_moves_with_incumbent(library):
 
 
 # ---------------------------------------------------------------- status
+
 
 def trials_for(hid: str, verdicts: list) -> list[dict]:
     """Trials of ``hid``: a verdict, or (verdict, half-width of its 95 % interval around 0)."""
@@ -274,17 +319,26 @@ def test_inconclusive_says_what_its_flat_tests_could_see(library):
     h = by_id(library, "h13-flat-learning")
     st = status(h, trials_for(h.id, [("flat", 0.05), ("flat", 0.06)]))
     assert st.status == "inconclusive" and st.detectable == pytest.approx(0.05 * 1.4294, abs=1e-4)
-    assert st.note == ("2 flat trial(s) could detect a gain of +0.071 or more, not the 0.03 worth finding "
-                       "(verdict.meaningful_effect)")
+    assert st.note == (
+        "2 flat trial(s) could detect a gain of +0.071 or more, not the 0.03 worth finding (verdict.meaningful_effect)"
+    )
     loose = status(h, trials_for(h.id, [("flat", 0.05), ("flat", 0.05)]), VerdictSettings(meaningful_effect=0.1))
     assert loose.status == "invalidated" and loose.note == ""  # a user who cares only about 0.1 hears "no"
 
 
 # ---------------------------------------------------------------- ranking
 
+
 def stream(reward_rise: float, spike_at: int | None = None, n: int = 40) -> tuple[list[dict], list[dict]]:
-    steps = [{"step": t, "reward_mean": 0.3 + reward_rise * t / n + 0.01 * (-1) ** t, "entropy_mean": 0.8,
-              "grad_norm": 150.0 if t == spike_at else 0.5 + 0.05 * (-1) ** t} for t in range(1, n + 1)]
+    steps = [
+        {
+            "step": t,
+            "reward_mean": 0.3 + reward_rise * t / n + 0.01 * (-1) ** t,
+            "entropy_mean": 0.8,
+            "grad_norm": 150.0 if t == spike_at else 0.5 + 0.05 * (-1) ** t,
+        }
+        for t in range(1, n + 1)
+    ]
     evals = [{"step": s, "eval/id/greedy_pass@1": 0.55 + reward_rise * s / n} for s in range(0, n + 1, 10)]
     return steps, evals
 
@@ -356,10 +410,19 @@ def test_rank_filters_by_backend_and_advisory(library):
 
 def collapse_diagnosis():
     """The shape of a real embedded run at lr 3e-3: one good step, then reward 0 and degenerate outputs."""
-    steps = [{"step": t, "reward_mean": 0.22 if t == 1 else 0.0, "frac_zero_std_groups": 0.16 if t == 1 else 1.0,
-              "advantage_std": 0.9 if t == 1 else 0.0, "log_ratio_abs_max": 12.0 if t == 2 else 0.01,
-              "truncated_rate": 0.0 if t == 1 else 1.0, "grad_norm": 1.4 if t == 1 else 0.0, "entropy_mean": 0.7}
-             for t in range(1, 41)]
+    steps = [
+        {
+            "step": t,
+            "reward_mean": 0.22 if t == 1 else 0.0,
+            "frac_zero_std_groups": 0.16 if t == 1 else 1.0,
+            "advantage_std": 0.9 if t == 1 else 0.0,
+            "log_ratio_abs_max": 12.0 if t == 2 else 0.01,
+            "truncated_rate": 0.0 if t == 1 else 1.0,
+            "grad_norm": 1.4 if t == 1 else 0.0,
+            "entropy_mean": 0.7,
+        }
+        for t in range(1, 41)
+    ]
     evals = [{"step": s, "eval/id/greedy_pass@1": 0.52 if s == 0 else 0.0} for s in range(0, 41, 10)]
     return diagnose(steps, evals, {"max_grad_norm": 1.0})
 
@@ -381,8 +444,23 @@ def test_real_embedded_runs_are_diagnosed(tmp_path, library):
         cfg = tmp_path / f"c{lr}.json"
         cfg.write_text(json.dumps({"lr": lr, "steps": 30, "batch_prompts": 16, "eval_every": 10, "eval_size": 200}))
         out = tmp_path / f"m{lr}.jsonl"
-        subprocess.run([sys.executable, "-m", "autorl.engine", "--config", str(cfg), "--metrics-out", str(out),
-                        "--cache-dir", str(tmp_path / "cache")], cwd=ROOT, check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autorl.engine",
+                "--config",
+                str(cfg),
+                "--metrics-out",
+                str(out),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         got[lr] = diagnose_run(out, {"max_grad_norm": 1.0})
     assert got[0.0].bottleneck == "stable_low_accuracy" and "flat_learning" in got[0.0].names()
     assert got[3e-3].bottleneck == "unstable"
@@ -410,8 +488,15 @@ def test_continuation_pushes_a_flat_but_better_hypothesis(library):
     from autorl.search.hypotheses_strategy import MAX_CHAIN, continuation
 
     base = {"number": 1, "attempt": "attempt-01-baseline", "proposer": "baseline", "verdict": None}
-    step = {"number": 2, "attempt": "attempt-02-h13", "proposer": "hypothesis", "hypothesis": "h13-flat-learning",
-            "verdict": "flat", "delta": 0.024, "params": {"lr": 3.2e-6}}
+    step = {
+        "number": 2,
+        "attempt": "attempt-02-h13",
+        "proposer": "hypothesis",
+        "hypothesis": "h13-flat-learning",
+        "verdict": "flat",
+        "delta": 0.024,
+        "params": {"lr": 3.2e-6},
+    }
     h, params, why = continuation([base, step], library)
     assert h.id == "h13-flat-learning" and params == {"lr": 3.2e-6} and "+0.0240" in why
     assert continuation([base, {**step, "delta": -0.01}], library) is None
@@ -424,21 +509,45 @@ def test_a_trial_with_no_effect_is_not_pushed(library):
     """Every metric identical to its parent: the idea had no effect, so no continuation (issue 15)."""
     from autorl.search.hypotheses_strategy import continuation, fingerprint, parent_of
 
-    step = {"type": "step", "step": 1, "reward_mean": 0.4, "loss": -0.01, "grad_norm": 1.2, "kl": 0.0,
-            "clip_ratio": 0.0, "tokens_per_s": 900.0}
+    step = {
+        "type": "step",
+        "step": 1,
+        "reward_mean": 0.4,
+        "loss": -0.01,
+        "grad_norm": 1.2,
+        "kl": 0.0,
+        "clip_ratio": 0.0,
+        "tokens_per_s": 900.0,
+    }
     ev = {"type": "eval", "step": 1, "eval/id/greedy_pass@1": 0.5, "eval/id/items": [1, 0]}
     same = [{**step, "tokens_per_s": 400.0, "time_update_s": 3.0}, ev]
     assert fingerprint([step, ev]) == fingerprint(same)
     assert fingerprint([step, ev]) != fingerprint([{**step, "loss": -0.02}, ev])
     assert fingerprint([step, ev]) != fingerprint([step, {**ev, "eval/id/greedy_pass@1": 0.51}])
-    base = {"number": 1, "attempt": "attempt-01-baseline", "status": "complete", "params": {"lr": 1e-6, "eps_clip": 0.2,
-            "seed": 0}}
-    repeat = {"number": 2, "attempt": "attempt-02", "status": "complete", "params": {"lr": 1e-6, "eps_clip": 0.2,
-              "seed": 1}, "changed": {"seed": 1}}
-    trial = {"number": 3, "attempt": "attempt-03-h13", "proposer": "hypothesis", "hypothesis": "h13-flat-learning",
-             "status": "complete", "verdict": "flat", "delta": 0.004,
-             "params": {"lr": 1e-6, "eps_clip": 0.3, "seed": 0},
-             "changed": {"eps_clip": 0.3}}
+    base = {
+        "number": 1,
+        "attempt": "attempt-01-baseline",
+        "status": "complete",
+        "params": {"lr": 1e-6, "eps_clip": 0.2, "seed": 0},
+    }
+    repeat = {
+        "number": 2,
+        "attempt": "attempt-02",
+        "status": "complete",
+        "params": {"lr": 1e-6, "eps_clip": 0.2, "seed": 1},
+        "changed": {"seed": 1},
+    }
+    trial = {
+        "number": 3,
+        "attempt": "attempt-03-h13",
+        "proposer": "hypothesis",
+        "hypothesis": "h13-flat-learning",
+        "status": "complete",
+        "verdict": "flat",
+        "delta": 0.004,
+        "params": {"lr": 1e-6, "eps_clip": 0.3, "seed": 0},
+        "changed": {"eps_clip": 0.3},
+    }
     assert parent_of(trial, [base, repeat, trial]) is base
     assert parent_of({**trial, "changed": {}}, [base, repeat, trial]) is None
     assert continuation([base, repeat, trial], library) is not None
@@ -468,10 +577,13 @@ def test_a_flat_test_blind_to_every_possible_gain_says_so(library):
     wide = [{**t, "objective": 0.6, "delta": 0.0} for t in trials_for(h.id, [("flat", 1.8), ("flat", 1.7)])]
     st = status(h, wide, objective=Objective(metric="eval/id/greedy_pass@1"))
     assert st.status == "inconclusive" and st.detectable is None
-    assert st.note == ("2 flat trial(s) could detect no gain eval/id/greedy_pass@1 allows over the parent, not the "
-                       "0.03 worth finding (verdict.meaningful_effect)")
-    mixed = status(h, wide + [{**wide[0], "ci_low": -0.05, "ci_high": 0.05}],
-                   objective=Objective(metric="eval/id/greedy_pass@1"))
+    assert st.note == (
+        "2 flat trial(s) could detect no gain eval/id/greedy_pass@1 allows over the parent, not the "
+        "0.03 worth finding (verdict.meaningful_effect)"
+    )
+    mixed = status(
+        h, wide + [{**wide[0], "ci_low": -0.05, "ci_high": 0.05}], objective=Objective(metric="eval/id/greedy_pass@1")
+    )
     assert mixed.detectable == pytest.approx(0.05 * 1.4294, abs=1e-4) and "+0.071 or more" in mixed.note
 
 

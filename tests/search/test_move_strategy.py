@@ -17,10 +17,22 @@ from autorl.workspace import Workspace
 from tests.conftest import run_cli
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
-TRAIN = {"model": "builtin:tiny", "task": "builtin:addition", "lr": 5e-7, "kl_coef": 0.0, "gens": 8,
-         "batch_prompts": 16, "steps": 16, "eval_every": 8, "seed": 0}
-SEARCH = {"lr": {"low": 1e-7, "high": 1e-2, "log": True}, "kl_coef": {"choices": [0.0, 0.04, 0.2, 1.0, 4.0]},
-          "gens": {"choices": [2, 4, 8, 16]}}
+TRAIN = {
+    "model": "builtin:tiny",
+    "task": "builtin:addition",
+    "lr": 5e-7,
+    "kl_coef": 0.0,
+    "gens": 8,
+    "batch_prompts": 16,
+    "steps": 16,
+    "eval_every": 8,
+    "seed": 0,
+}
+SEARCH = {
+    "lr": {"low": 1e-7, "high": 1e-2, "log": True},
+    "kl_coef": {"choices": [0.0, 0.04, 0.2, 1.0, 4.0]},
+    "gens": {"choices": [2, 4, 8, 16]},
+}
 
 
 def _records(name: str) -> list[dict]:
@@ -35,19 +47,37 @@ def study(tmp_path):
     ledger = Ledger(ws.ledger_path)
 
     def make(train: dict, run: str):
-        base = validate_recipe({"backend": "embedded", "train": {**TRAIN, **train}, "search": SEARCH,
-                                "verdict": {"baseline_repeats": 3}})
-        sid = ledger.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses",
-                                  budget_s=1.0, optuna_study="s")
+        base = validate_recipe(
+            {"backend": "embedded", "train": {**TRAIN, **train}, "search": SEARCH, "verdict": {"baseline_repeats": 3}}
+        )
+        sid = ledger.create_study(
+            name="s",
+            recipe_path="r.yaml",
+            recipe="",
+            base_sha="x",
+            strategy="hypotheses",
+            budget_s=1.0,
+            optuna_study="s",
+        )
         for n in (1, 2, 3):
             add(ledger, sid, n, "baseline", base.train, None, 0.476, run)
         return Proposer(ws, ledger, ledger.study(study_id=sid), base, RunOptions(strategy="hypotheses")), sid
+
     return make, ledger
 
 
 def add(ledger, sid, number, proposer, params, verdict, objective, run, **extra):
-    tid = ledger.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer,
-                           params=params, status="complete", verdict=verdict, objective=objective, **extra)
+    tid = ledger.add_trial(
+        study_id=sid,
+        number=number,
+        attempt=f"attempt-{number:02d}",
+        proposer=proposer,
+        params=params,
+        status="complete",
+        verdict=verdict,
+        objective=objective,
+        **extra,
+    )
     ledger.add_metrics(tid, _records(run))
 
 
@@ -57,12 +87,32 @@ def test_flat_learning_steps_lr_up_then_again_then_bisects_after_an_overshoot(st
     p = proposer.next()
     assert (p.proposer, p.hypothesis) == ("move", "h13-flat-learning")
     assert p.values == {"lr": pytest.approx(5e-6)} and "flat_learning: lr 5e-07 -> 5e-06" in p.why
-    add(ledger, sid, 4, "move", {**proposer.base.train, **p.values}, "flat", 0.48, "flat-lr5e-7", delta=0.004,
-        hypothesis=p.hypothesis)
+    add(
+        ledger,
+        sid,
+        4,
+        "move",
+        {**proposer.base.train, **p.values},
+        "flat",
+        0.48,
+        "flat-lr5e-7",
+        delta=0.004,
+        hypothesis=p.hypothesis,
+    )
     p = proposer.next()  # still flat: the next step starts from trial 4
     assert p.values == {"lr": 5e-5}  # exactly, not 4.9999999999999996e-05
-    add(ledger, sid, 5, "move", {**proposer.base.train, **p.values}, "regressed", 0.30, "flat-lr5e-7", delta=-0.17,
-        hypothesis=p.hypothesis)
+    add(
+        ledger,
+        sid,
+        5,
+        "move",
+        {**proposer.base.train, **p.values},
+        "regressed",
+        0.30,
+        "flat-lr5e-7",
+        delta=-0.17,
+        hypothesis=p.hypothesis,
+    )
     p = proposer.next()  # 5e-5 overshot: half a step from trial 4, the last good point
     assert p.values == {"lr": 1.58e-5}  # 5e-6 x sqrt(10), written as a person writes it
 
@@ -83,8 +133,17 @@ def test_a_deliberate_repeat_keeps_the_recipe_it_is_judged_against(study):
     make, ledger = study
     proposer, sid = make({}, "flat-lr5e-7")
     twin = ledger.trials(sid)[0]
-    p = Proposal("hypothesis", {"lr": 5e-5}, "tests h09", "h09", hypothesis="h09-sequence-precision",
-                 optuna_study="s-h09", optuna_number=4, patch=None, parent=3)
+    p = Proposal(
+        "hypothesis",
+        {"lr": 5e-5},
+        "tests h09",
+        "h09",
+        hypothesis="h09-sequence-precision",
+        optuna_study="s-h09",
+        optuna_number=4,
+        patch=None,
+        parent=3,
+    )
     again = proposer._deliberate_repeat(p, twin)
     assert (again.parent, again.hypothesis, again.optuna_number) == (3, "h09-sequence-precision", 4)
     assert again.values["lr"] == 5e-5 and again.values["seed"] >= 1 and again.slug.startswith("repeat-01-seed")
@@ -98,23 +157,48 @@ def test_a_deliberate_repeat_of_the_baseline_is_one_more_baseline_run(study):
     make, ledger = study
     proposer, sid = make({}, "flat-lr5e-7")
     twin = ledger.trials(sid)[0]
-    p = Proposal("hypothesis", {}, "tests h08", "h08", hypothesis="h08-batching", optuna_study="s-h08",
-                 optuna_number=2, patch=None, parent=None)
+    p = Proposal(
+        "hypothesis",
+        {},
+        "tests h08",
+        "h08",
+        hypothesis="h08-batching",
+        optuna_study="s-h08",
+        optuna_number=2,
+        patch=None,
+        parent=None,
+    )
     again = proposer._deliberate_repeat(p, twin)
     assert (again.proposer, again.hypothesis, again.optuna_number) == ("baseline", None, 2)
     assert again.values == {"seed": 1} and "one more baseline run" in again.why  # the fixture's runs all had seed 0
     assert proposer.is_baseline(again)  # so it gets no verdict of its own and the ledger counts it a baseline run
-    ledger.add_trial(study_id=sid, number=4, attempt="attempt-04", proposer=again.proposer,
-                     params={**proposer.base.train, **again.values}, status="complete", objective=0.47)
+    ledger.add_trial(
+        study_id=sid,
+        number=4,
+        attempt="attempt-04",
+        proposer=again.proposer,
+        params={**proposer.base.train, **again.values},
+        status="complete",
+        objective=0.47,
+    )
     assert [r["number"] for r in ledger.baselines(sid)] == [1, 2, 3, 4]
 
 
 def test_parallel_slots_run_baseline_repeats_until_the_baseline_is_known(study, tmp_path):
     _, ledger = study
-    base = validate_recipe({"backend": "embedded", "train": TRAIN, "search": SEARCH, "verdict": {"baseline_repeats": 2}})
-    sid = ledger.create_study(name="p", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses",
-                              budget_s=1.0, optuna_study="p")
-    proposer = Proposer(Workspace.open(tmp_path / "ws"), ledger, ledger.study(study_id=sid), base, RunOptions(strategy="hypotheses", parallel=4))
+    base = validate_recipe(
+        {"backend": "embedded", "train": TRAIN, "search": SEARCH, "verdict": {"baseline_repeats": 2}}
+    )
+    sid = ledger.create_study(
+        name="p", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses", budget_s=1.0, optuna_study="p"
+    )
+    proposer = Proposer(
+        Workspace.open(tmp_path / "ws"),
+        ledger,
+        ledger.study(study_id=sid),
+        base,
+        RunOptions(strategy="hypotheses", parallel=4),
+    )
     seeds = []
     for n in range(1, 6):
         p = proposer.next()
@@ -122,8 +206,14 @@ def test_parallel_slots_run_baseline_repeats_until_the_baseline_is_known(study, 
             break
         assert p.proposer == "baseline"
         seeds.append(p.values.get("seed", 0))
-        ledger.add_trial(study_id=sid, number=n, attempt=f"attempt-{n:02d}", proposer="baseline",
-                         params={**base.train, **p.values}, status="running")
+        ledger.add_trial(
+            study_id=sid,
+            number=n,
+            attempt=f"attempt-{n:02d}",
+            proposer="baseline",
+            params={**base.train, **p.values},
+            status="running",
+        )
     assert seeds == [0, 1, 2, 3]  # four slots, four seeds of the recipe as written; the fifth waits
 
 
@@ -131,22 +221,43 @@ def test_a_second_wave_of_baseline_runs_fills_every_slot(study, tmp_path):
     """Three repeats on two slots: the third baseline run gets a fourth beside it, not an idle slot (a real packed
     study on one H200 left one of its two slots empty for a whole trial there)."""
     _, ledger = study
-    base = validate_recipe({"backend": "embedded", "train": TRAIN, "search": SEARCH, "verdict": {"baseline_repeats": 3}})
-    sid = ledger.create_study(name="w", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses",
-                              budget_s=1.0, optuna_study="w")
-    proposer = Proposer(Workspace.open(tmp_path / "ws"), ledger, ledger.study(study_id=sid), base,
-                        RunOptions(strategy="hypotheses", parallel=2))
+    base = validate_recipe(
+        {"backend": "embedded", "train": TRAIN, "search": SEARCH, "verdict": {"baseline_repeats": 3}}
+    )
+    sid = ledger.create_study(
+        name="w", recipe_path="r.yaml", recipe="", base_sha="x", strategy="hypotheses", budget_s=1.0, optuna_study="w"
+    )
+    proposer = Proposer(
+        Workspace.open(tmp_path / "ws"),
+        ledger,
+        ledger.study(study_id=sid),
+        base,
+        RunOptions(strategy="hypotheses", parallel=2),
+    )
     for n in (1, 2):
         p = proposer.next()
-        ledger.add_trial(study_id=sid, number=n, attempt=f"attempt-{n:02d}", proposer="baseline",
-                         params={**base.train, **p.values}, status="complete", objective=0.1 * n)
+        ledger.add_trial(
+            study_id=sid,
+            number=n,
+            attempt=f"attempt-{n:02d}",
+            proposer="baseline",
+            params={**base.train, **p.values},
+            status="complete",
+            objective=0.1 * n,
+        )
     seeds = []
     for n in (3, 4):
         p = proposer.next()
         assert p is not None and p.proposer == "baseline"
         seeds.append(p.values["seed"])
-        ledger.add_trial(study_id=sid, number=n, attempt=f"attempt-{n:02d}", proposer="baseline",
-                         params={**base.train, **p.values}, status="running")
+        ledger.add_trial(
+            study_id=sid,
+            number=n,
+            attempt=f"attempt-{n:02d}",
+            proposer="baseline",
+            params={**base.train, **p.values},
+            status="running",
+        )
     assert seeds == [2, 3] and proposer.next() is None  # both slots busy with the baseline; nothing else yet
 
 
@@ -154,8 +265,15 @@ def test_an_extra_baseline_run_that_crashes_leaves_the_baseline_known(study):
     make, ledger = study
     proposer, sid = make({}, "flat-lr5e-7")  # three complete baseline runs: the recipe's repeats
     assert not proposer.baseline_failed()
-    ledger.add_trial(study_id=sid, number=4, attempt="attempt-04", proposer="baseline",
-                     params={**proposer.base.train, "seed": 4}, status="crash", verdict="crash")
+    ledger.add_trial(
+        study_id=sid,
+        number=4,
+        attempt="attempt-04",
+        proposer="baseline",
+        params={**proposer.base.train, "seed": 4},
+        status="crash",
+        verdict="crash",
+    )
     assert not proposer.baseline_failed()  # the study goes on: its baseline is measured
     proposer.base.verdict.baseline_repeats = 5
     assert proposer.baseline_failed()  # a crash before the repeats are done stops it, as before
@@ -167,15 +285,31 @@ def test_a_baseline_run_lost_to_the_machine_is_replaced_while_others_may_still_c
     make, ledger = study
     proposer, sid = make({}, "flat-lr5e-7")
     proposer.base.verdict.baseline_repeats = 4
-    ledger.add_trial(study_id=sid, number=4, attempt="attempt-04", proposer="baseline", status="crash",
-                     params={**proposer.base.train, "seed": 3}, verdict="crash", crash_category="shared_gpu",
-                     crash_action="record")
+    ledger.add_trial(
+        study_id=sid,
+        number=4,
+        attempt="attempt-04",
+        proposer="baseline",
+        status="crash",
+        params={**proposer.base.train, "seed": 3},
+        verdict="crash",
+        crash_category="shared_gpu",
+        crash_action="record",
+    )
     assert not proposer.baseline_failed() and proposer.baseline_runs_missing() == 1
     p = proposer.next()
     assert p is not None and p.proposer == "baseline" and p.values == {"seed": 4}
-    ledger.add_trial(study_id=sid, number=5, attempt="attempt-05", proposer="baseline", status="crash",
-                     params={**proposer.base.train, "seed": 4}, verdict="crash", crash_category="cuda_oom",
-                     crash_action="record")
+    ledger.add_trial(
+        study_id=sid,
+        number=5,
+        attempt="attempt-05",
+        proposer="baseline",
+        status="crash",
+        params={**proposer.base.train, "seed": 4},
+        verdict="crash",
+        crash_category="cuda_oom",
+        crash_action="record",
+    )
     assert proposer.baseline_failed()  # a failure the values can cause still ends it, as before
 
 
@@ -184,9 +318,17 @@ def test_lost_runs_that_outnumber_the_ones_that_may_complete_end_the_baseline(st
     proposer, sid = make({}, "flat-lr5e-7")
     proposer.base.verdict.baseline_repeats = 8
     for n in range(4, 8):
-        ledger.add_trial(study_id=sid, number=n, attempt=f"attempt-{n:02d}", proposer="baseline", status="crash",
-                         params={**proposer.base.train, "seed": n - 1}, verdict="crash",
-                         crash_category="killed_external", crash_action="record")
+        ledger.add_trial(
+            study_id=sid,
+            number=n,
+            attempt=f"attempt-{n:02d}",
+            proposer="baseline",
+            status="crash",
+            params={**proposer.base.train, "seed": n - 1},
+            verdict="crash",
+            crash_category="killed_external",
+            crash_action="record",
+        )
     assert proposer.baseline_failed()  # 4 lost against 3 complete
     ledger.update_trial(ledger.trial(7)["id"], crash_action="retry_once")
     assert not proposer.baseline_failed()  # its retry is still to come: 3 lost, 3 complete, 1 that may

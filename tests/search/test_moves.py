@@ -3,8 +3,6 @@ the bisecting half step, and the re-centred space a validated hypothesis is expl
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from autorl.recipe import SearchParam
@@ -26,35 +24,49 @@ def test_shipped_table_loads_and_names_library_hypotheses():
     assert table.exploit.ratio > 1
 
 
-@pytest.mark.parametrize("value, factor, limit, want", [
-    (1e-7, 10.0, LR, 1e-6),            # flat: one decade up
-    (3e-3, 0.1, LR, 3e-4),             # collapse: one decade down
-    (5e-3, 10.0, LR, 1e-2),            # clipped to the recipe's upper bound
-    (1e-2, 10.0, LR, None),            # already at the bound: no move
-    (2, 4.0, GENS, 8),                 # choices: the nearest on the move's side
-    (16, 4.0, GENS, None),             # no larger choice
-    (4.0, 0.1, KL, 0.2),               # 0.4 snaps to the nearest smaller choice (log space)
-    (0.04, 0.1, KL, 0.0),              # only 0 is smaller
-    (0.0, 0.1, KL, None),              # 0 cannot be scaled
-    (2, 4.0, None, 8),                 # no recipe limit: plain integer step
-    (3, 1.2, None, 4),                 # an integer step always moves by at least 1
-])
+@pytest.mark.parametrize(
+    "value, factor, limit, want",
+    [
+        (1e-7, 10.0, LR, 1e-6),  # flat: one decade up
+        (3e-3, 0.1, LR, 3e-4),  # collapse: one decade down
+        (5e-3, 10.0, LR, 1e-2),  # clipped to the recipe's upper bound
+        (1e-2, 10.0, LR, None),  # already at the bound: no move
+        (2, 4.0, GENS, 8),  # choices: the nearest on the move's side
+        (16, 4.0, GENS, None),  # no larger choice
+        (4.0, 0.1, KL, 0.2),  # 0.4 snaps to the nearest smaller choice (log space)
+        (0.04, 0.1, KL, 0.0),  # only 0 is smaller
+        (0.0, 0.1, KL, None),  # 0 cannot be scaled
+        (2, 4.0, None, 8),  # no recipe limit: plain integer step
+        (3, 1.2, None, 4),  # an integer step always moves by at least 1
+    ],
+)
 def test_step(value, factor, limit, want):
     got = moves.step(value, factor, limit)
     assert got == pytest.approx(want) if want is not None else got is None
 
 
 def _row(number, verdict, **params):
-    return {"number": number, "attempt": f"attempt-{number:02d}", "proposer": "move", "status": "complete",
-            "verdict": verdict, "params": {"lr": 1e-7, "gens": 2, **params}, "parent": None}
+    return {
+        "number": number,
+        "attempt": f"attempt-{number:02d}",
+        "proposer": "move",
+        "status": "complete",
+        "verdict": verdict,
+        "params": {"lr": 1e-7, "gens": 2, **params},
+        "parent": None,
+    }
 
 
 def test_chain_is_the_move_trials_since_the_incumbent():
-    trials = [{"number": 1, "proposer": "baseline", "status": "complete"}, _row(2, "flat", lr=1e-6),
-              {"number": 3, "proposer": "hypothesis", "status": "complete", "verdict": "flat"},
-              _row(4, "flat", lr=1e-6), _row(5, "improved", lr=1e-5),
-              {"number": 6, "proposer": "confirm", "status": "complete", "confirms": 5},
-              {**_row(7, None, lr=1e-4), "status": "running"}]
+    trials = [
+        {"number": 1, "proposer": "baseline", "status": "complete"},
+        _row(2, "flat", lr=1e-6),
+        {"number": 3, "proposer": "hypothesis", "status": "complete", "verdict": "flat"},
+        _row(4, "flat", lr=1e-6),
+        _row(5, "improved", lr=1e-5),
+        {"number": 6, "proposer": "confirm", "status": "complete", "confirms": 5},
+        {**_row(7, None, lr=1e-4), "status": "running"},
+    ]
     assert [t["number"] for t in moves.chain(trials)] == [2, 4, 5]
     assert [t["number"] for t in moves.chain(trials, since=5)] == [5]  # 5 became the incumbent
 
@@ -63,8 +75,10 @@ def test_momentum_keeps_the_direction_of_a_step_that_helped():
     table = moves.load_table()
     start = {"lr": 1e-7, "gens": 2}
     helped = [{**_row(2, "flat", lr=1e-6, gens=8), "delta": 0.03}]
-    assert {m.key for m in moves.momentum(table, helped, start, {m.hypothesis for m in table.moves}, {})} == \
-        {"lr", "gens"}
+    assert {m.key for m in moves.momentum(table, helped, start, {m.hypothesis for m in table.moves}, {})} == {
+        "lr",
+        "gens",
+    }
     hurt = [{**_row(2, "flat", lr=1e-6), "delta": -0.01}]
     assert moves.momentum(table, hurt, start, {m.hypothesis for m in table.moves}, {}) == []
     overshot = [{**_row(2, "flat", lr=1e-6), "delta": 0.03}, {**_row(3, "regressed", lr=1e-5), "delta": -0.2}]
@@ -79,16 +93,26 @@ def test_chain_start_is_the_last_step_that_did_not_overshoot():
 
 def test_steps_taken_counts_each_key_against_the_point_before():
     start = {"lr": 1e-7, "gens": 2}
-    links = [_row(2, "flat", lr=1e-6, gens=8), _row(3, "flat", lr=1e-5, gens=8), _row(4, "regressed", lr=1e-4, gens=8),
-             _row(5, "flat", lr=3e-5, gens=8)]
+    links = [
+        _row(2, "flat", lr=1e-6, gens=8),
+        _row(3, "flat", lr=1e-5, gens=8),
+        _row(4, "regressed", lr=1e-4, gens=8),
+        _row(5, "flat", lr=3e-5, gens=8),
+    ]
     assert moves.steps_taken(links, start) == {"lr": 4, "gens": 1}
 
 
-TABLE = MoveTable.model_validate({"moves": [
-    {"symptom": "zero_std_groups", "key": "gens", "factor": 4, "max_steps": 2, "hypothesis": "h05"},
-    {"symptom": "flat_learning", "key": "lr", "factor": 10, "max_steps": 2, "hypothesis": "h13"},
-    {"symptom": "instability", "key": "lr", "factor": 0.1, "max_steps": 3, "hypothesis": "h14"}],
-    "exploit": {"ratio": 4}, "gallop": {"share": 0.25, "power": 2}})
+TABLE = MoveTable.model_validate(
+    {
+        "moves": [
+            {"symptom": "zero_std_groups", "key": "gens", "factor": 4, "max_steps": 2, "hypothesis": "h05"},
+            {"symptom": "flat_learning", "key": "lr", "factor": 10, "max_steps": 2, "hypothesis": "h13"},
+            {"symptom": "instability", "key": "lr", "factor": 0.1, "max_steps": 3, "hypothesis": "h14"},
+        ],
+        "exploit": {"ratio": 4},
+        "gallop": {"share": 0.25, "power": 2},
+    }
+)
 CORE = {"flat_learning", "zero_std_groups"}
 
 
@@ -114,17 +138,23 @@ def test_next_move_bisects_once_when_the_full_step_was_tried():
     rows = [TABLE.moves[1]]
     full = {"lr": pytest.approx(1e-4)}
     tried = [{"lr": 1e-4}]
-    values, _ = moves.next_move(rows, {"lr": 1e-5}, {"lr": LR}, lambda p: any(p["lr"] == pytest.approx(t["lr"])
-                                                                               for t in tried))
+    values, _ = moves.next_move(
+        rows, {"lr": 1e-5}, {"lr": LR}, lambda p: any(p["lr"] == pytest.approx(t["lr"]) for t in tried)
+    )
     assert values != full and values["lr"] == 3.16e-5  # 1e-5 x sqrt(10), as a person writes it
     tried.append({"lr": 3.16e-5})
-    assert moves.next_move(rows, {"lr": 1e-5}, {"lr": LR}, lambda p: any(p["lr"] == pytest.approx(t["lr"])
-                                                                          for t in tried)) is None
+    assert (
+        moves.next_move(rows, {"lr": 1e-5}, {"lr": LR}, lambda p: any(p["lr"] == pytest.approx(t["lr"]) for t in tried))
+        is None
+    )
 
 
 def test_recentre_makes_relative_ranges_two_sided_around_the_incumbent():
-    search = {"lr": HypothesisParam(scale=(1.5, 100.0), log=True), "kl_coef": HypothesisParam(scale=(0.0, 1.0)),
-              "eps_clip": HypothesisParam(low=0.1, high=0.3)}
+    search = {
+        "lr": HypothesisParam(scale=(1.5, 100.0), log=True),
+        "kl_coef": HypothesisParam(scale=(0.0, 1.0)),
+        "eps_clip": HypothesisParam(low=0.1, high=0.3),
+    }
     out = moves.recentre(search, {"lr": 1e-5, "kl_coef": 0.0, "eps_clip": 0.2}, 4.0)
     assert out["lr"].scale == (0.25, 4.0)
     assert out["kl_coef"].scale == (0.0, 1.0)  # incumbent 0: nothing to centre on
@@ -163,6 +193,6 @@ def test_a_step_that_did_nothing_is_followed_by_a_galloping_one():
 def test_a_stepped_value_is_written_as_a_person_writes_it():
     assert 5e-07 * 10 * 10 != 5e-05  # the float edge that was committed as lr: 4.9999999999999996e-05
     assert moves.step(5e-07, 10.0, LR) == 5e-06 and moves.step(moves.step(5e-07, 10.0, LR), 10.0, LR) == 5e-05
-    assert moves.step(5e-05, 10 ** 0.5, LR) == 0.000158
-    assert moves.step(1e-6, 10 ** 1.5, LR) == 3.16e-05
+    assert moves.step(5e-05, 10**0.5, LR) == 0.000158
+    assert moves.step(1e-6, 10**1.5, LR) == 3.16e-05
     assert moves.step(8, 4.0, None) == 32  # integers stay integers

@@ -18,7 +18,14 @@ from autorl.study.controller import RunOptions
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 
-LEDGER = Path(__file__).resolve().parents[1] / "data" / "openrlhf-0.10.4" / "small" / "parallel2" / "seed0-after-baselines.sqlite"
+LEDGER = (
+    Path(__file__).resolve().parents[1]
+    / "data"
+    / "openrlhf-0.10.4"
+    / "small"
+    / "parallel2"
+    / "seed0-after-baselines.sqlite"
+)
 
 
 def test_after_the_gpu_baselines_the_planner_steps_the_learning_rate(tmp_path):
@@ -28,8 +35,13 @@ def test_after_the_gpu_baselines_the_planner_steps_the_learning_rate(tmp_path):
     raw = yaml.safe_load(shipped("recipes/openrlhf-small.yaml").read_text())
     raw["verdict"]["baseline_repeats"] = 2  # as the study ran
     ledger = Ledger(db)
-    proposer = Proposer(Workspace.open(tmp_path / "ws"), ledger, ledger.study(study_id=1), validate_recipe(raw),
-                        RunOptions(strategy="hypotheses", seed=0))
+    proposer = Proposer(
+        Workspace.open(tmp_path / "ws"),
+        ledger,
+        ledger.study(study_id=1),
+        validate_recipe(raw),
+        RunOptions(strategy="hypotheses", seed=0),
+    )
     p = proposer.next()
     assert p.hypothesis != "h06-lora-sync" and set(p.values) == {"lr"} and 3e-6 <= p.values["lr"] <= 1e-4, p
     passed = [e["message"] for e in ledger.events(1) if e["kind"] == "not-applicable"]

@@ -10,9 +10,11 @@ import pytest
 
 from autorl.search.window import RecentTrials, WindowedTPE
 
-SPACE = {"lr": optuna.distributions.FloatDistribution(1e-7, 1e-3, log=True),
-         "eps_clip": optuna.distributions.CategoricalDistribution([0.1, 0.2, 0.3]),
-         "gens": optuna.distributions.CategoricalDistribution([4, 8, 16])}
+SPACE = {
+    "lr": optuna.distributions.FloatDistribution(1e-7, 1e-3, log=True),
+    "eps_clip": optuna.distributions.CategoricalDistribution([0.1, 0.2, 0.3]),
+    "gens": optuna.distributions.CategoricalDistribution([4, 8, 16]),
+}
 
 
 def _objective(params: dict) -> float:
@@ -38,8 +40,9 @@ def test_until_the_window_fills_it_proposes_exactly_what_tpe_does(liar):
 
 def test_after_it_fills_tpe_sees_only_the_last_window_of_finished_trials():
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=WindowedTPE(seed=1, window=10, n_startup_trials=4,
-                                                                          multivariate=True))
+    study = optuna.create_study(
+        direction="maximize", sampler=WindowedTPE(seed=1, window=10, n_startup_trials=4, multivariate=True)
+    )
     for _ in range(25):
         trial = study.ask(SPACE)
         study.tell(trial, _objective(trial.params))

@@ -39,8 +39,15 @@ def test_dry_run_lists_and_removes_nothing(ws):
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["removed_trials"] == [6, 7, 9, 10, 11, 12, 13, 14, 15]
-    assert plan["kept"] == {"01": "baseline", "02": "baseline", "03": "baseline", "04": "baseline",
-                            "05": "confirmed", "08": "confirmed", "16": "full run"}
+    assert plan["kept"] == {
+        "01": "baseline",
+        "02": "baseline",
+        "03": "baseline",
+        "04": "baseline",
+        "05": "confirmed",
+        "08": "confirmed",
+        "16": "full run",
+    }
     assert len(plan["branches"]) == 9 and len(plan["tags"]) == 18
     assert _refs(ws) == before and tree_digest(ws) == digest
     text = _clean(ws, "--dry-run").stdout
@@ -60,8 +67,11 @@ def test_clean_removes_the_rest_and_keeps_what_promote_and_show_need(ws):
     assert tree_digest(ws) == digest and git(ws, "symbolic-ref", "HEAD") == head
     rows = sqlite3.connect(ws / "ledger.sqlite").execute("SELECT count(*) FROM autorl_trials").fetchone()[0]
     assert rows == 16  # the ledger keeps every trial
-    events = sqlite3.connect(ws / "ledger.sqlite").execute(
-        "SELECT message FROM autorl_events WHERE kind = 'clean'").fetchall()
+    events = (
+        sqlite3.connect(ws / "ledger.sqlite")
+        .execute("SELECT message FROM autorl_events WHERE kind = 'clean'")
+        .fetchall()
+    )
     assert events == [("removed 9 branches, 18 tags and 0 worktrees of 9 trials",)]
     show = run_cli("-C", str(ws), "show", "12")
     assert show.returncode == 0 and "is gone, e.g. removed by `autorl clean`" in " ".join(show.stdout.split())

@@ -5,28 +5,45 @@ from __future__ import annotations
 
 import pytest
 
+from autorl.backends.base import get_backend
 from autorl.errors import NotFoundError
+from autorl.judge.evidence import incumbent_row
+from autorl.judge.result import TrialResult
 from autorl.ledger import Ledger
+from autorl.promote.promotion import pick_best
 from autorl.recipe import validate_recipe
 from autorl.search.hypotheses import counted_verdict
-from autorl.judge.evidence import incumbent_row
-from autorl.backends.base import get_backend
-from autorl.promote.promotion import pick_best
-from autorl.judge.result import TrialResult
 
 
 @pytest.fixture
 def ledger(tmp_path):
     led = Ledger(tmp_path / "ledger.sqlite")
-    sid = led.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0,
-                           optuna_study="s")
-    rows = [(1, "baseline", None, None, None, 0.50), (2, "random", "improved", "confirmed", None, 0.60),
-            (3, "random", "improved", "candidate", None, 0.70), (4, "confirm", None, None, 3, 0.52),
-            (5, "random", "improved", "rejected", None, 0.65), (6, "random", "flat", None, None, 0.55)]
+    sid = led.create_study(
+        name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0, optuna_study="s"
+    )
+    rows = [
+        (1, "baseline", None, None, None, 0.50),
+        (2, "random", "improved", "confirmed", None, 0.60),
+        (3, "random", "improved", "candidate", None, 0.70),
+        (4, "confirm", None, None, 3, 0.52),
+        (5, "random", "improved", "rejected", None, 0.65),
+        (6, "random", "flat", None, None, 0.55),
+    ]
     for number, proposer, verdict, state, confirms, objective in rows:
-        led.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer, status="complete",
-                      verdict=verdict, confirmation=state, confirms=confirms, objective=objective, delta=objective - 0.5,
-                      ci_low=objective - 0.55, ci_high=objective - 0.45)
+        led.add_trial(
+            study_id=sid,
+            number=number,
+            attempt=f"attempt-{number:02d}",
+            proposer=proposer,
+            status="complete",
+            verdict=verdict,
+            confirmation=state,
+            confirms=confirms,
+            objective=objective,
+            delta=objective - 0.5,
+            ci_low=objective - 0.55,
+            ci_high=objective - 0.45,
+        )
     return led
 
 
@@ -75,8 +92,9 @@ def test_a_trial_changing_the_generation_limit_keeps_the_study_eval_limit():
 
 def test_closing_a_trial_keeps_the_links_set_when_it_opened(tmp_path):
     led = Ledger(tmp_path / "ledger.sqlite")
-    sid = led.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0,
-                           optuna_study="s")
+    sid = led.create_study(
+        name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0, optuna_study="s"
+    )
     tid = led.add_trial(study_id=sid, number=5, attempt="attempt-05", proposer="confirm", parent=2, confirms=4)
     result = TrialResult(number=5, status="complete", finished=1.0, duration_s=1.0, objective=0.5)
     led.update_trial(tid, **result.ledger_values())
@@ -88,16 +106,24 @@ def test_closing_a_trial_keeps_the_links_set_when_it_opened(tmp_path):
 def test_runs_the_controller_stopped_early_do_not_count_as_run(tmp_path):
     """What resume re-queues: a confirmation run or retry that was interrupted or cut by the budget did not run."""
     led = Ledger(tmp_path / "ledger.sqlite")
-    sid = led.create_study(name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0,
-                           optuna_study="s")
-    rows = [(1, "baseline", "complete", {}), (2, "random", "complete", {"confirmation": "candidate"}),
-            (3, "confirm", "complete", {"confirms": 2}), (4, "confirm", "interrupted", {"confirms": 2}),
-            (5, "random", "crash", {"crash_action": "retry_once"}), (6, "retry", "budget-cut", {"retry_of": 5}),
-            (7, "random", "crash", {"crash_action": "retry_once"}), (8, "retry", "crash", {"retry_of": 7}),
-            (9, "confirm", "crash", {"confirms": 2})]
+    sid = led.create_study(
+        name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0, optuna_study="s"
+    )
+    rows = [
+        (1, "baseline", "complete", {}),
+        (2, "random", "complete", {"confirmation": "candidate"}),
+        (3, "confirm", "complete", {"confirms": 2}),
+        (4, "confirm", "interrupted", {"confirms": 2}),
+        (5, "random", "crash", {"crash_action": "retry_once"}),
+        (6, "retry", "budget-cut", {"retry_of": 5}),
+        (7, "random", "crash", {"crash_action": "retry_once"}),
+        (8, "retry", "crash", {"retry_of": 7}),
+        (9, "confirm", "crash", {"confirms": 2}),
+    ]
     for number, proposer, status, extra in rows:
-        led.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer,
-                      status=status, **extra)
+        led.add_trial(
+            study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer, status=status, **extra
+        )
     records = led.records(sid)
     assert [t["number"] for t in records.confirm_runs(2)] == [3, 4, 9]
     assert [t["number"] for t in records.confirm_runs(2, ran=True)] == [3, 9]  # a crash is an outcome

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -29,17 +28,35 @@ def ws(command_ws) -> Path:
 
 
 def _recipe(ws: Path, how: str, base: float, space: dict, extra: list[str] = ()) -> str:
-    argv = [sys.executable, str(SCRIPT), "--value", "{value}", "--how", how, "--out", "{run_dir}/metrics.jsonl",
-            *extra]
-    recipe = {"name": f"fail-{how}", "backend": "command", "train": {"argv": argv, "value": base},
-              "search": {"value": space}, "verdict": {"baseline_repeats": 1}, "timeout_s": 60}
+    argv = [sys.executable, str(SCRIPT), "--value", "{value}", "--how", how, "--out", "{run_dir}/metrics.jsonl", *extra]
+    recipe = {
+        "name": f"fail-{how}",
+        "backend": "command",
+        "train": {"argv": argv, "value": base},
+        "search": {"value": space},
+        "verdict": {"baseline_repeats": 1},
+        "timeout_s": 60,
+    }
     (ws / "recipes" / f"{how}.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
     return f"recipes/{how}.yaml"
 
 
 def _study(ws: Path, recipe: str, trials: int) -> subprocess.CompletedProcess:
-    return run_cli("-C", str(ws), "run", recipe, "--budget", "10m", "--strategy", "random", "--seed", "0",
-                   "--max-trials", str(trials), timeout=300)
+    return run_cli(
+        "-C",
+        str(ws),
+        "run",
+        recipe,
+        "--budget",
+        "10m",
+        "--strategy",
+        "random",
+        "--seed",
+        "0",
+        "--max-trials",
+        str(trials),
+        timeout=300,
+    )
 
 
 def _rows(ws: Path, sql: str) -> list[dict]:
@@ -49,7 +66,9 @@ def _rows(ws: Path, sql: str) -> list[dict]:
 
 
 def _actions(ws: Path) -> list[str]:
-    return [e["message"] for e in _rows(ws, "SELECT message FROM autorl_events WHERE kind = 'crash-action' ORDER BY id")]
+    return [
+        e["message"] for e in _rows(ws, "SELECT message FROM autorl_events WHERE kind = 'crash-action' ORDER BY id")
+    ]
 
 
 def test_network_error_is_retried_once_unchanged_then_recorded(ws):
@@ -116,14 +135,42 @@ def test_disk_full_stops_the_study_naming_the_volume_and_its_free_space(ws):
     vol = ws / "vol"
     vol.mkdir()
     recipe = _recipe(ws, "disk", 0.5, {"low": 2.0, "high": 3.0}, ["--ckpt-dir", str(vol)])
-    probe = subprocess.run(["unshare", "-rm", "mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(vol)],
-                           capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-rm", "mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(vol)], capture_output=True
+    )
     if probe.returncode != 0:
         pytest.skip("no private tmpfs mount here")
-    cmd = (f'mount -t tmpfs -o size=256k tmpfs "$1" && shift && exec "$@"')
-    r = subprocess.run(["unshare", "-rm", "sh", "-c", cmd, "sh", str(vol), sys.executable, "-m", "autorl.cli",
-                        "-C", str(ws), "run", recipe, "--budget", "10m", "--strategy", "random", "--seed", "0",
-                        "--max-trials", "4"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    cmd = 'mount -t tmpfs -o size=256k tmpfs "$1" && shift && exec "$@"'
+    r = subprocess.run(
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            cmd,
+            "sh",
+            str(vol),
+            sys.executable,
+            "-m",
+            "autorl.cli",
+            "-C",
+            str(ws),
+            "run",
+            recipe,
+            "--budget",
+            "10m",
+            "--strategy",
+            "random",
+            "--seed",
+            "0",
+            "--max-trials",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert r.returncode == 1, r.stderr + r.stdout
     base, crashed = _rows(ws, "SELECT * FROM autorl_trials ORDER BY number")
     assert base["status"] == "complete" and crashed["crash_category"] == "disk_full", crashed

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import git, run_cli, tree_digest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "scripts" / "crash_high_lr.py"
@@ -57,8 +56,21 @@ SMALL_SPACE = "  lr: {choices: [0.001, 0.002]}\n  seed: {choices: [0, 1]}\n"
 def small_study(tmp_path_factory) -> Path:
     """A random-strategy study over a space of four configurations, asked for eight trials."""
     ws = _workspace(tmp_path_factory.mktemp("small"), _recipe(SMALL_SPACE))
-    r = run_cli("-C", str(ws), "run", "recipes/quick.yaml", "--strategy", "random", "--max-trials", "6",
-                "--budget", "5m", "--quiet", timeout=300, env={**os.environ, "COLUMNS": "80"})
+    r = run_cli(
+        "-C",
+        str(ws),
+        "run",
+        "recipes/quick.yaml",
+        "--strategy",
+        "random",
+        "--max-trials",
+        "6",
+        "--budget",
+        "5m",
+        "--quiet",
+        timeout=300,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert r.returncode == 0, r.stderr
     (ws / ".autorl" / "run.out").write_text(r.stdout)
     return ws
@@ -68,11 +80,11 @@ def test_the_run_ends_with_what_was_found_and_the_next_command(small_study):
     out = (small_study / ".autorl" / "run.out").read_text()
     # a command-backend recipe with no probe set is told, first, that the hack gate cannot see a loophole
     assert out.startswith("warning: the hack gate is blind")
-    tail = out[out.rindex("\nstudy "):].strip().splitlines()
+    tail = out[out.rindex("\nstudy ") :].strip().splitlines()
     assert tail[0].startswith("study quick-") and " 6 trials in " in tail[0]
     assert any(x.startswith("Found: ") for x in tail) and any(x.startswith("Next: ") for x in tail)
     assert any(x.startswith("Crashes: ") for x in tail)
-    git_line = " ".join(x.strip() for x in tail[next(i for i, x in enumerate(tail) if x.startswith("Git: ")):])
+    git_line = " ".join(x.strip() for x in tail[next(i for i, x in enumerate(tail) if x.startswith("Git: ")) :])
     assert git_line.startswith("Git: the study's trials left 6 branches and 12 tags")
     assert "autorl clean --dry-run" in git_line
     assert max(len(x) for x in tail) <= 80 and "{" not in "\n".join(tail)
@@ -129,16 +141,19 @@ def test_a_patch_that_does_not_apply_fails_that_trial_not_the_study(tmp_path):
     ws = _workspace(tmp_path, _recipe("  lr: {low: 0.0005, high: 0.005, log: true}\n"))
     (ws / "patches").mkdir(exist_ok=True)
     (ws / "patches" / "stale.patch").write_text(
-        "--- a/crash_high_lr.py\n+++ b/crash_high_lr.py\n@@ -1,1 +1,1 @@\n-no such line\n+still none\n")
+        "--- a/crash_high_lr.py\n+++ b/crash_high_lr.py\n@@ -1,1 +1,1 @@\n-no such line\n+still none\n"
+    )
     (ws / "hypotheses").mkdir(exist_ok=True)
     (ws / "hypotheses" / "h99-stale-patch.md").write_text(
         "---\nid: h99-stale-patch\ntitle: A patch that no longer applies\npriority: high\n"
         "symptoms: [flat_learning, stable_low_accuracy, grad_vanishing]\npatch: patches/stale.patch\n"
-        "overrides: {lr: 0.002}\nsuccess: {confirm: c, refute: r}\n---\nbody\n")
+        "overrides: {lr: 0.002}\nsuccess: {confirm: c, refute: r}\n---\nbody\n"
+    )
     git(ws, "add", "-A")
     git(ws, "commit", "-qm", "a stale patch")
-    r = run_cli("-C", str(ws), "run", "recipes/quick.yaml", "--max-trials", "4", "--budget", "5m", "--quiet",
-                timeout=300)
+    r = run_cli(
+        "-C", str(ws), "run", "recipes/quick.yaml", "--max-trials", "4", "--budget", "5m", "--quiet", timeout=300
+    )
     assert r.returncode == 0, r.stderr
     trials = _rows(ws, "SELECT * FROM autorl_trials ORDER BY number")
     stale = [t for t in trials if t["hypothesis"] == "h99-stale-patch"]
@@ -149,8 +164,9 @@ def test_a_patch_that_does_not_apply_fails_that_trial_not_the_study(tmp_path):
 def test_promote_needs_an_eval_objective(tmp_path):
     recipe = _recipe("  lr: {low: 0.0005, high: 0.005, log: true}\n", "objective: {metric: reward_mean}\n")
     ws = _workspace(tmp_path, recipe)
-    r = run_cli("-C", str(ws), "run", "recipes/quick.yaml", "--max-trials", "1", "--budget", "2m", "--quiet",
-                timeout=200)
+    r = run_cli(
+        "-C", str(ws), "run", "recipes/quick.yaml", "--max-trials", "1", "--budget", "2m", "--quiet", timeout=200
+    )
     assert r.returncode == 0, r.stderr
     r = run_cli("-C", str(ws), "promote", "1")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -158,12 +174,27 @@ def test_promote_needs_an_eval_objective(tmp_path):
 
 
 def test_flow_style_train_block_runs_as_a_study(tmp_path):
-    flow = _recipe(SMALL_SPACE).replace("train:\n  argv:", "train: {argv:").replace(
-        '.jsonl"]\n  lr: 0.001\n  seed: 0\n', '.jsonl"], lr: 0.001, seed: 0}\n')
+    flow = (
+        _recipe(SMALL_SPACE)
+        .replace("train:\n  argv:", "train: {argv:")
+        .replace('.jsonl"]\n  lr: 0.001\n  seed: 0\n', '.jsonl"], lr: 0.001, seed: 0}\n')
+    )
     assert "train: {argv:" in flow
     ws = _workspace(tmp_path, flow)
-    r = run_cli("-C", str(ws), "run", "recipes/quick.yaml", "--strategy", "random", "--max-trials", "3",
-                "--budget", "3m", "--quiet", timeout=300)
+    r = run_cli(
+        "-C",
+        str(ws),
+        "run",
+        "recipes/quick.yaml",
+        "--strategy",
+        "random",
+        "--max-trials",
+        "3",
+        "--budget",
+        "3m",
+        "--quiet",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     trials = _rows(ws, "SELECT * FROM autorl_trials ORDER BY number")
     assert len(trials) == 3 and all(t["status"] == "complete" for t in trials)
@@ -176,28 +207,52 @@ def _planning_controller(ws: Path, budget_s: float = 600):
     from autorl.ledger import Ledger
     from autorl.present.live import PlainView
     from autorl.recipe import validate_recipe
+    from autorl.runs.slots import Slots
     from autorl.search.proposer import Proposer
     from autorl.study.controller import Controller, RunOptions
-    from autorl.runs.slots import Slots
     from autorl.study.state import StudyState
     from autorl.workspace import Workspace
 
     ctl = Controller(Workspace.open(str(ws), None), RunOptions(budget_s=budget_s, strategy="random"))
     ledger = Ledger(ws / "ledger.sqlite")
-    base = validate_recipe({"backend": "command", "train": {"argv": ["true"], "steps": 10, "gens": 8, "lr": 1e-3},
-                            "search": {"gens": {"choices": [4, 8, 16]}, "lr": {"low": 1e-5, "high": 1e-1}},
-                            "timeout_s": 60})
+    base = validate_recipe(
+        {
+            "backend": "command",
+            "train": {"argv": ["true"], "steps": 10, "gens": 8, "lr": 1e-3},
+            "search": {"gens": {"choices": [4, 8, 16]}, "lr": {"low": 1e-5, "high": 1e-1}},
+            "timeout_s": 60,
+        }
+    )
     row = ledger.study(study_id=ledger.create_study(name="s", strategy="random", optuna_study="s"))
     proposer = Proposer(ctl.ws, ledger, row, base, ctl.opts)
-    ctl.s = StudyState(ctl.ws, ctl.opts, PlainView(quiet=True), ledger, row, base, "", "recipes/r.yaml",
-                       get_backend("command"), proposer, proposer.records, Evidence(proposer.records))
+    ctl.s = StudyState(
+        ctl.ws,
+        ctl.opts,
+        PlainView(quiet=True),
+        ledger,
+        row,
+        base,
+        "",
+        "recipes/r.yaml",
+        get_backend("command"),
+        proposer,
+        proposer.records,
+        Evidence(proposer.records),
+    )
     ctl.slots = Slots(1, None)  # what the loop's opening makes: one local slot
     return ctl
 
 
 def _finished(ctl, n: int, gens: int, took: float, status: str = "complete") -> None:
-    ctl.s.ledger.add_trial(study_id=ctl.s.id, number=n, attempt=f"a{n}", started=100.0, finished=100.0 + took,
-                           status=status, params={"argv": ["true"], "steps": 10, "gens": gens, "lr": 1e-3})
+    ctl.s.ledger.add_trial(
+        study_id=ctl.s.id,
+        number=n,
+        attempt=f"a{n}",
+        started=100.0,
+        finished=100.0 + took,
+        status=status,
+        params={"argv": ["true"], "steps": 10, "gens": gens, "lr": 1e-3},
+    )
 
 
 def test_trial_starts_are_planned_from_what_the_next_trial_is(tmp_path):
@@ -233,8 +288,9 @@ def test_a_proposal_that_does_not_fit_is_not_started_and_not_lost(tmp_path):
         _finished(ctl, n, 8, 10.0)
     search = ctl.s.proposer.search()
     number, params = search.ask(ctl.s.base.search)
-    ctl.s.proposer.pending.append(Proposal("random", params, "sampled", "next", optuna_study=search.name,
-                                         optuna_number=number))
+    ctl.s.proposer.pending.append(
+        Proposal("random", params, "sampled", "next", optuna_study=search.name, optuna_number=number)
+    )
     ctl.launched, ctl.done_before, ctl.deadline = 0, 3, time.time() + 3.0  # 3 s left, at least 7 s planned
     assert ctl._fill({}) == 0 and ctl._fill({}) == 0
     assert len(ctl.s.proposer.pending) == 1 and len(ctl.s.records.trials()) == 3

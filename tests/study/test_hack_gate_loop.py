@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from autorl.backends.base import get_backend
 from autorl.errors import NotFoundError
@@ -15,41 +16,72 @@ from autorl.ledger import Ledger
 from autorl.metrics import iter_records
 from autorl.present import findings
 from autorl.present.live import PlainView
+from autorl.promote.promotion import pick_best
 from autorl.recipe import validate_recipe
 from autorl.search.hypotheses import counted_verdict
 from autorl.search.proposer import Proposer
 from autorl.study import judging
 from autorl.study.controller import RunOptions
-from autorl.promote.promotion import pick_best
 from autorl.study.state import StudyState
 from autorl.workspace import Workspace
-from conftest import run_cli
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hack_gate"
-RECIPE = validate_recipe({"backend": "embedded", "train": {}, "verdict": {"confirm_runs": 2},
-                          "objective": {"metric": "eval/id/greedy_pass@1", "reduction": "last"}}, source="t")
+RECIPE = validate_recipe(
+    {
+        "backend": "embedded",
+        "train": {},
+        "verdict": {"confirm_runs": 2},
+        "objective": {"metric": "eval/id/greedy_pass@1", "reduction": "last"},
+    },
+    source="t",
+)
 
 
 def study(ws: Path, view: PlainView, candidate: str = "round") -> StudyState:
     """A real study state over ``ws``'s ledger: baseline runs 1-3 and candidate 4 with its confirmation runs 5-6:
     ``round`` (round_rm, learned: its eval scorer shares the loophole) or ``honest`` (the exact match, lr 5e-5)."""
     ledger = Ledger(ws / "ledger.sqlite")
-    row = ledger.study(study_id=ledger.create_study(name="s", strategy="random", optuna_study="s",
-                                                    recipe_path="recipes/r.yaml"))
+    row = ledger.study(
+        study_id=ledger.create_study(name="s", strategy="random", optuna_study="s", recipe_path="recipes/r.yaml")
+    )
     files = sorted(DATA.glob("base-s*.jsonl"))[:3] + sorted(DATA.glob(f"{candidate}-s*.jsonl"))[:3]
-    cols = {1: {"proposer": "baseline"}, 2: {"proposer": "baseline"}, 3: {"proposer": "baseline"},
-            4: {"proposer": "random", "verdict": "improved", "confirmation": "candidate"},
-            5: {"proposer": "confirm", "confirms": 4}, 6: {"proposer": "confirm", "confirms": 4}}
+    cols = {
+        1: {"proposer": "baseline"},
+        2: {"proposer": "baseline"},
+        3: {"proposer": "baseline"},
+        4: {"proposer": "random", "verdict": "improved", "confirmation": "candidate"},
+        5: {"proposer": "confirm", "confirms": 4},
+        6: {"proposer": "confirm", "confirms": 4},
+    }
     for n, path in enumerate(files, start=1):
         records = list(iter_records(path))
         objective = [r["eval/id/greedy_pass@1"] for r in records if r.get("type") == "eval"][-1]
-        tid = ledger.add_trial(study_id=row["id"], number=n, attempt=f"attempt-{n:02d}", status="complete",
-                               kind="trial", objective=objective, **cols[n])
+        tid = ledger.add_trial(
+            study_id=row["id"],
+            number=n,
+            attempt=f"attempt-{n:02d}",
+            status="complete",
+            kind="trial",
+            objective=objective,
+            **cols[n],
+        )
         ledger.add_metrics(tid, records)
     workspace, opts = Workspace.open(str(ws), None), RunOptions(budget_s=600, strategy="random")
     proposer = Proposer(workspace, ledger, row, RECIPE, opts)
-    return StudyState(workspace, opts, view, ledger, row, RECIPE, "", "recipes/r.yaml", get_backend("embedded"),
-                      proposer, proposer.records, Evidence(proposer.records))
+    return StudyState(
+        workspace,
+        opts,
+        view,
+        ledger,
+        row,
+        RECIPE,
+        "",
+        "recipes/r.yaml",
+        get_backend("embedded"),
+        proposer,
+        proposer.records,
+        Evidence(proposer.records),
+    )
 
 
 def test_a_confirmed_hack_is_suspect_and_used_nowhere_a_confirmed_recipe_is(command_ws, capsys):
@@ -107,7 +139,11 @@ def test_a_recipe_without_held_out_probe_sets_is_warned_that_the_gate_is_blind(c
     from autorl.recipe import load_recipe
 
     trl = load_recipe(shipped("recipes", "trl-addition.yaml"))  # TRL trains on the built-in task: held out too
-    for recipe in (RECIPE, trl, jsonl.with_train(eval_id="id.jsonl"),
-                   blind.model_copy(update={"gate": {"enabled": False}})):
+    for recipe in (
+        RECIPE,
+        trl,
+        jsonl.with_train(eval_id="id.jsonl"),
+        blind.model_copy(update={"gate": {"enabled": False}}),
+    ):
         warn(recipe, get_backend(recipe.backend), PlainView(), Path("."))
         assert capsys.readouterr().out == ""

@@ -12,14 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import git, run_cli, tree_digest
 
 pytestmark = pytest.mark.slow
 
 # Short trials: the loop, not the learning, is under test here.
-FAST = ["--set", "steps=8", "--set", "eval_every=4", "--set", "batch_prompts=16",
-        "--set", "verdict.baseline_repeats=2"]
+FAST = ["--set", "steps=8", "--set", "eval_every=4", "--set", "batch_prompts=16", "--set", "verdict.baseline_repeats=2"]
 
 
 def _ledger(ws: Path) -> sqlite3.Connection:
@@ -75,8 +73,12 @@ def test_run_end_to_end(workspace):
 
 
 def _start_run(ws: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "autorl.cli", "-C", str(ws), "run", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "autorl.cli", "-C", str(ws), "run", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_running(ws: Path, timeout: float = 120) -> dict:
@@ -142,28 +144,43 @@ def test_sigint_stops_cleanly_and_budget_is_respected(workspace):
     trial = next(t for t in _trials(workspace) if t["number"] == row["number"])
     assert trial["status"] == "interrupted" and trial["end_tag"]
     start = time.time()
-    r = run_cli("-C", str(workspace), "run", "--budget", "25s", "--allow-overrun", "--strategy", "random",
-                *FAST, "--set", "timeout_s=20", timeout=200)
+    r = run_cli(
+        "-C",
+        str(workspace),
+        "run",
+        "--budget",
+        "25s",
+        "--allow-overrun",
+        "--strategy",
+        "random",
+        *FAST,
+        "--set",
+        "timeout_s=20",
+        timeout=200,
+    )
     assert r.returncode == 0, r.stderr
     assert time.time() - start < 25 + 20 + 15  # budget + one trial timeout + start-up slack
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["run", "--budget", "soon"], "budget 'soon' is not a duration"),
-    (["run", "--set", "learning_rate=1"], "unknown key 'train.learning_rate'"),
-    (["run", "--set", "search.lr.low=1"], "swap them"),
-    (["run", "--set", "search.warmup.low=1", "--set", "search.warmup.high=2"], "search names 'warmup'"),
-    (["--ledger", "/nonexistent/dir/ledger.sqlite", "run"], "does not exist"),
-    (["run", "recipes/missing.yaml"], "not found"),
-    (["run", "--set", "gens=6"], "train.gens is 6, which is not among search.gens choices [4, 8, 16]: add it"),
-    (["run", "--set", "lr=inf"], "train.lr is inf: give a finite number"),
-    (["run", "--set", "lr=.nan"], "train.lr"),
-    (["run", "--set", "steps=0"], "train.steps is 0: a run needs at least 1"),
-    (["run", "--set", "steps=-3"], "train.steps"),
-    (["run", "--resume"], "no ledger at"),
-    (["run", "--set", "learning_rate=1"], "`autorl recipe keys` lists them"),
-    (["train", "recipes/default.yaml", "--set", "lr=inf", "--dry-run"], "train.lr is inf"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["run", "--budget", "soon"], "budget 'soon' is not a duration"),
+        (["run", "--set", "learning_rate=1"], "unknown key 'train.learning_rate'"),
+        (["run", "--set", "search.lr.low=1"], "swap them"),
+        (["run", "--set", "search.warmup.low=1", "--set", "search.warmup.high=2"], "search names 'warmup'"),
+        (["--ledger", "/nonexistent/dir/ledger.sqlite", "run"], "does not exist"),
+        (["run", "recipes/missing.yaml"], "not found"),
+        (["run", "--set", "gens=6"], "train.gens is 6, which is not among search.gens choices [4, 8, 16]: add it"),
+        (["run", "--set", "lr=inf"], "train.lr is inf: give a finite number"),
+        (["run", "--set", "lr=.nan"], "train.lr"),
+        (["run", "--set", "steps=0"], "train.steps is 0: a run needs at least 1"),
+        (["run", "--set", "steps=-3"], "train.steps"),
+        (["run", "--resume"], "no ledger at"),
+        (["run", "--set", "learning_rate=1"], "`autorl recipe keys` lists them"),
+        (["train", "recipes/default.yaml", "--set", "lr=inf", "--dry-run"], "train.lr is inf"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_nothing_written(workspace, args, needle):
     _assert_refused(workspace, args, needle)
 
@@ -187,7 +204,8 @@ def test_bad_hypothesis_file_stops_the_study_before_anything_is_written(workspac
     _assert_refused(workspace, ["run", "--budget", "1m"], "h99-mine.md line")
     (workspace / "hypotheses" / "h99-mine.md").write_text(
         "---\nid: h99-mine\ntitle: t\npriority: high\nsymptoms: [flat_learning]\npatch: patches/nope.patch\n"
-        "success: {confirm: c, refute: r}\n---\nb\n")
+        "success: {confirm: c, refute: r}\n---\nb\n"
+    )
     _assert_refused(workspace, ["run", "--budget", "1m"], "field 'patch'")
 
 

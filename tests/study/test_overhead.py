@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import git, run_cli
 
 from autorl import ledger as L
 from autorl.present.live import PlainView
 from autorl.study.controller import Controller, RunOptions
 from autorl.workspace import Workspace
-from conftest import git, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +32,28 @@ def _workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     assert run_cli("init", str(ws)).returncode == 0
     shutil.copy(SCRIPT, ws / "quality.py")
-    argv = [sys.executable, "quality.py", "--quality", "{quality}", "--seed", "{seed}", "--steps", "{steps}",
-            "--sleep", "0", "--out", "{run_dir}/metrics.jsonl"]
-    recipe = {"name": "overhead", "backend": "command", "train": {"argv": argv, "quality": 0.5, "seed": 0, "steps": 4},
-              "search": {"quality": {"low": 0.45, "high": 0.55}}, "verdict": {"baseline_repeats": 2},
-              "timeout_s": 60}
+    argv = [
+        sys.executable,
+        "quality.py",
+        "--quality",
+        "{quality}",
+        "--seed",
+        "{seed}",
+        "--steps",
+        "{steps}",
+        "--sleep",
+        "0",
+        "--out",
+        "{run_dir}/metrics.jsonl",
+    ]
+    recipe = {
+        "name": "overhead",
+        "backend": "command",
+        "train": {"argv": argv, "quality": 0.5, "seed": 0, "steps": 4},
+        "search": {"quality": {"low": 0.45, "high": 0.55}},
+        "verdict": {"baseline_repeats": 2},
+        "timeout_s": 60,
+    }
     (ws / "recipes" / "overhead.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
     git(ws, "add", "-A")
     git(ws, "commit", "-qm", "overhead recipe")
@@ -60,8 +77,13 @@ def test_the_rows_a_trial_reads_do_not_grow_with_the_study(tmp_path, monkeypatch
     for module in (L.store, L.views):  # every read of a trial row decodes it
         monkeypatch.setattr(module, "decode", counted_decode)
     monkeypatch.setattr(L.Ledger, "add_trial", counted_add)
-    opts = RunOptions(recipe_path=ws / "recipes" / "overhead.yaml", budget_s=600, max_trials=TRIALS,
-                      strategy="optuna", study_name="overhead")
+    opts = RunOptions(
+        recipe_path=ws / "recipes" / "overhead.yaml",
+        budget_s=600,
+        max_trials=TRIALS,
+        strategy="optuna",
+        study_name="overhead",
+    )
     summary = Controller(Workspace.open(str(ws), None), opts, PlainView(quiet=True)).run()
     assert summary["trials"] == TRIALS and summary["stopped_by"] is None, summary
     per_trial = [b - a for a, b in zip(started, started[1:] + [len(decoded)])]

@@ -9,14 +9,25 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import gang_job, git, run_cli
 from test_loop import _start_run, _trials
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--strategy", "optuna", "--set", "steps=8", "--set", "eval_every=4", "--set", "batch_prompts=16",
-        "--set", "threads=1", "--set", "verdict.baseline_repeats=2"]
+FAST = [
+    "--strategy",
+    "optuna",
+    "--set",
+    "steps=8",
+    "--set",
+    "eval_every=4",
+    "--set",
+    "batch_prompts=16",
+    "--set",
+    "threads=1",
+    "--set",
+    "verdict.baseline_repeats=2",
+]
 
 
 def _overlap(a: dict, b: dict) -> bool:
@@ -32,7 +43,9 @@ def _check_landed(ws: Path, trials: list[dict]) -> None:
 
 
 def test_two_local_slots_run_concurrently(workspace):
-    r = run_cli("-C", str(workspace), "run", "--budget", "5m", "--max-trials", "4", "--parallel", "2", *FAST, timeout=400)
+    r = run_cli(
+        "-C", str(workspace), "run", "--budget", "5m", "--max-trials", "4", "--parallel", "2", *FAST, timeout=400
+    )
     assert r.returncode == 0, r.stderr
     trials = _trials(workspace)
     assert len(trials) == 4 and all(t["status"] == "complete" for t in trials)
@@ -56,16 +69,30 @@ def _jobs(address: str) -> list:
 
 
 def test_ray_jobs_run_concurrently_and_resume_leaves_none_running(workspace, ray_head):
-    r = run_cli("-C", str(workspace), "run", "--budget", "5m", "--max-trials", "2", "--parallel", "2",
-                "--ray-address", ray_head, *FAST, timeout=400)
+    r = run_cli(
+        "-C",
+        str(workspace),
+        "run",
+        "--budget",
+        "5m",
+        "--max-trials",
+        "2",
+        "--parallel",
+        "2",
+        "--ray-address",
+        ray_head,
+        *FAST,
+        timeout=400,
+    )
     assert r.returncode == 0, r.stderr
     assert "ignored by default" not in r.stdout + r.stderr  # Ray's notice about .git, which autorl always left out
     trials = _trials(workspace)
     assert len(trials) == 2 and all(t["job_id"] for t in trials) and _overlap(trials[0], trials[1])
     _check_landed(workspace, trials)
 
-    proc = _start_run(workspace, "--budget", "5m", "--parallel", "2", "--ray-address", ray_head, *FAST,
-                      "--set", "steps=400")
+    proc = _start_run(
+        workspace, "--budget", "5m", "--parallel", "2", "--ray-address", ray_head, *FAST, "--set", "steps=400"
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         running = [t for t in _safe_trials(workspace) if t["status"] == "running" and t["job_id"]]
@@ -82,10 +109,25 @@ def test_ray_jobs_run_concurrently_and_resume_leaves_none_running(workspace, ray
     assert orphans and not any(r["alive"] or r["watched_by"] for r in orphans), orphans
     text = run_cli("-C", str(workspace), "status").stdout
     assert "NOT WATCHED (Ray job" in text and "--resume" in text, text
-    live = [j for j in _jobs(ray_head) if str(j.status) in ("RUNNING", "PENDING", "JobStatus.RUNNING", "JobStatus.PENDING")]
+    live = [
+        j for j in _jobs(ray_head) if str(j.status) in ("RUNNING", "PENDING", "JobStatus.RUNNING", "JobStatus.PENDING")
+    ]
     assert live, "the killed controller's Ray job should still be running before --resume"
-    r = run_cli("-C", str(workspace), "run", "--resume", "--budget", "3m", "--max-trials", "1",
-                "--parallel", "1", "--ray-address", ray_head, timeout=300)
+    r = run_cli(
+        "-C",
+        str(workspace),
+        "run",
+        "--resume",
+        "--budget",
+        "3m",
+        "--max-trials",
+        "1",
+        "--parallel",
+        "1",
+        "--ray-address",
+        ray_head,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     time.sleep(1)
     states = {str(j.status).split(".")[-1] for j in _jobs(ray_head)}
@@ -148,8 +190,21 @@ timeout_s: 120
         node = LocalRayNode(head.gcs_address, visible_gpus=["1"], num_cpus=2, log_path=tmp_path / "node.log").start()
         try:
             assert wait_for_gpus(head.address, 2, timeout_s=60) >= 2, "the second node never joined"
-            r = run_cli("-C", str(ws), "run", "recipes/gpu.yaml", "--max-trials", "2", "--parallel", "2",
-                        "--ray-address", head.address, "--budget", "5m", timeout=300)
+            r = run_cli(
+                "-C",
+                str(ws),
+                "run",
+                "recipes/gpu.yaml",
+                "--max-trials",
+                "2",
+                "--parallel",
+                "2",
+                "--ray-address",
+                head.address,
+                "--budget",
+                "5m",
+                timeout=300,
+            )
         finally:
             node.stop()
     assert r.returncode == 0, r.stderr + r.stdout
@@ -167,18 +222,24 @@ def test_the_studys_private_head_killed_mid_trial_is_triaged_restarted_and_the_s
 
     import psutil
 
-    proc = _start_run(workspace, "--budget", "8m", "--max-trials", "4", "--ray-address", "local", *FAST,
-                      "--set", "steps=24")
+    proc = _start_run(
+        workspace, "--budget", "8m", "--max-trials", "4", "--ray-address", "local", *FAST, "--set", "steps=24"
+    )
     try:
         deadline, victim = time.time() + 300, None
         while time.time() < deadline and victim is None:
-            victim = next((t for t in _safe_trials(workspace) if t["status"] == "running" and t["job_id"]
-                           and t["number"] >= 2), None)
+            victim = next(
+                (t for t in _safe_trials(workspace) if t["status"] == "running" and t["job_id"] and t["number"] >= 2),
+                None,
+            )
             time.sleep(0.3)
         assert victim is not None, "no second Ray trial started"
         time.sleep(3)
-        heads = [p for p in psutil.Process(proc.pid).children() if p.cmdline()[-3:-1] == ["start", "--head"]
-                 or "--head" in p.cmdline() and "start" in p.cmdline()]
+        heads = [
+            p
+            for p in psutil.Process(proc.pid).children()
+            if p.cmdline()[-3:-1] == ["start", "--head"] or "--head" in p.cmdline() and "start" in p.cmdline()
+        ]
         assert len(heads) == 1, [p.cmdline() for p in heads]
         os.killpg(os.getpgid(heads[0].pid), signal.SIGKILL)
         out, err = proc.communicate(timeout=480)
@@ -222,8 +283,19 @@ def test_a_controller_killed_with_9_takes_its_private_head_with_it(workspace):
             proc.kill()
     _, alive = psutil.wait_procs(group, timeout=60)
     assert not alive, [_name(p) for p in alive]
-    r = run_cli("-C", str(workspace), "run", "--resume", "--budget", "3m", "--max-trials", "1", "--ray-address",
-                "local", timeout=300)
+    r = run_cli(
+        "-C",
+        str(workspace),
+        "run",
+        "--resume",
+        "--budget",
+        "3m",
+        "--max-trials",
+        "1",
+        "--ray-address",
+        "local",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     lost = next(t for t in _trials(workspace) if t["number"] == running["number"])
     assert lost["status"] == "interrupted"
@@ -261,19 +333,32 @@ def test_ray_run_trials_on_a_two_node_cluster_leave_the_gpus_to_their_actors(tmp
 
     recipe = load_recipe(shipped("recipes/openrlhf-small.yaml")).model_copy(update={"gpus_per_trial": 0.5})
     with ray_jobs.LocalRayHead(num_cpus=2, visible_gpus=["0"]) as head:
-        node = ray_jobs.LocalRayNode(head.gcs_address, visible_gpus=["1"], num_cpus=2,
-                                     log_path=tmp_path / "node.log").start()
+        node = ray_jobs.LocalRayNode(
+            head.gcs_address, visible_gpus=["1"], num_cpus=2, log_path=tmp_path / "node.log"
+        ).start()
         try:
             assert ray_jobs.wait_for_gpus(head.address, 2, timeout_s=60) >= 2, "the second node never joined"
             slots = Slots(2, head.address)
             plans = []
             for slot in range(2):  # each holds its group longer than the other waits for its own
                 job = gang_job(tmp_path / f"job{slot}", wait=20, hold=25)
-                plan = LaunchPlan(argv=[sys.executable, "driver.py"], cwd=str(job),
-                                  log_path=str(tmp_path / f"job{slot}.log"), metrics_path=str(tmp_path / "m.jsonl"))
+                plan = LaunchPlan(
+                    argv=[sys.executable, "driver.py"],
+                    cwd=str(job),
+                    log_path=str(tmp_path / f"job{slot}.log"),
+                    metrics_path=str(tmp_path / "m.jsonl"),
+                )
                 plans.append(slots.assign(plan, slot, recipe, on_ray=True))
-            handles = [ray_jobs.submit(head.address, p.argv, working_dir=p.cwd, log_path=p.log_path,
-                                       entrypoint_num_gpus=p.resources.get("entrypoint_num_gpus", 0)) for p in plans]
+            handles = [
+                ray_jobs.submit(
+                    head.address,
+                    p.argv,
+                    working_dir=p.cwd,
+                    log_path=p.log_path,
+                    entrypoint_num_gpus=p.resources.get("entrypoint_num_gpus", 0),
+                )
+                for p in plans
+            ]
             deadline = time.time() + 150
             while any(h.poll() is None for h in handles) and time.time() < deadline:
                 time.sleep(1)

@@ -7,8 +7,7 @@ import pytest
 from autorl.study import plan
 from autorl.study.plan import PlanRules, Took
 
-RULES = PlanRules(window=12, quantile=0.9, min_for_margin=3, first_margin=1.25,
-                  overhead_s=2.0)
+RULES = PlanRules(window=12, quantile=0.9, min_for_margin=3, first_margin=1.25, overhead_s=2.0)
 
 
 def test_work_is_the_product_of_the_size_keys_present():
@@ -114,17 +113,32 @@ def test_start_up_stays_fixed_and_only_the_rest_scales_with_work():
     mixed = [Took(8, 150.0, startup=90.0), Took(8, 160.0)]  # a trial without one: the plain fit, as before
     assert plan.predict(mixed, 16) == pytest.approx(310.0)
     assert plan.predict([Took(8, 150.0, startup=90.0), Took(16, 210.0, startup=92.0)], 12) == pytest.approx(
-        91.0 + 60.0 + (118.0 - 60.0) / 8 * 4)
+        91.0 + 60.0 + (118.0 - 60.0) / 8 * 4
+    )
 
 
 def test_history_marks_every_trial_started_before_the_first_end_as_cold():
-    rows = [{"number": 1, "started": 0.0, "finished": 200.0, "first_step": 150.0, "status": "complete",
-             "params": {"gens": 8}},
-            {"number": 2, "started": 1.0, "finished": 210.0, "status": "complete", "params": {"gens": 8}},
-            {"number": 3, "started": 205.0, "finished": 300.0, "first_step": 260.0, "status": "complete",
-             "params": {"gens": 16}},
-            {"number": 4, "started": 211.0, "finished": 250.0, "status": "crash", "params": {}},
-            {"number": 5, "started": 301.0, "status": "running"}]
+    rows = [
+        {
+            "number": 1,
+            "started": 0.0,
+            "finished": 200.0,
+            "first_step": 150.0,
+            "status": "complete",
+            "params": {"gens": 8},
+        },
+        {"number": 2, "started": 1.0, "finished": 210.0, "status": "complete", "params": {"gens": 8}},
+        {
+            "number": 3,
+            "started": 205.0,
+            "finished": 300.0,
+            "first_step": 260.0,
+            "status": "complete",
+            "params": {"gens": 16},
+        },
+        {"number": 4, "started": 211.0, "finished": 250.0, "status": "crash", "params": {}},
+        {"number": 5, "started": 301.0, "status": "running"},
+    ]
     took = plan.history(list(reversed(rows)), ["gens"])
     assert [t.first for t in took] == [True, True, False]
     assert [t.startup for t in took] == [150.0, None, 55.0] and [t.work for t in took] == [8, 8, 16]

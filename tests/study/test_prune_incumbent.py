@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import git, run_cli
 
 from autorl.judge.calibrate import percent
 from autorl.ledger import Ledger
-from conftest import git, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -26,14 +26,42 @@ SCRIPT = Path(__file__).resolve().parents[1] / "data" / "scripts" / "quality.py"
 
 
 def _study(ws: Path, trials: int) -> list[dict]:
-    argv = [sys.executable, str(SCRIPT), "--quality", "{quality}", "--seed", "{seed}", "--steps", "{steps}",
-            "--out", "{run_dir}/metrics.jsonl"]
-    recipe = {"name": "quality", "backend": "command", "train": {"argv": argv, "quality": 0.3, "seed": 0, "steps": 4},
-              "search": {"quality": {"choices": [0.25, 0.3, 0.55, 0.95]}}, "verdict": {"baseline_repeats": 2, "confirm_runs": 2},
-              "timeout_s": 60}
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        "--quality",
+        "{quality}",
+        "--seed",
+        "{seed}",
+        "--steps",
+        "{steps}",
+        "--out",
+        "{run_dir}/metrics.jsonl",
+    ]
+    recipe = {
+        "name": "quality",
+        "backend": "command",
+        "train": {"argv": argv, "quality": 0.3, "seed": 0, "steps": 4},
+        "search": {"quality": {"choices": [0.25, 0.3, 0.55, 0.95]}},
+        "verdict": {"baseline_repeats": 2, "confirm_runs": 2},
+        "timeout_s": 60,
+    }
     (ws / "recipes" / "quality.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
-    r = run_cli("-C", str(ws), "run", "recipes/quality.yaml", "--strategy", "random", "--seed", "0",
-                "--max-trials", str(trials), "--budget", "10m", timeout=300)
+    r = run_cli(
+        "-C",
+        str(ws),
+        "run",
+        "recipes/quality.yaml",
+        "--strategy",
+        "random",
+        "--seed",
+        "0",
+        "--max-trials",
+        str(trials),
+        "--budget",
+        "10m",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     return Ledger(ws / "ledger.sqlite").trials()
 
@@ -55,8 +83,13 @@ def test_a_trial_clearly_behind_the_confirmed_incumbent_is_stopped(command_ws):
     before = [t for t in rows if t["number"] < incumbent["number"] and t["proposer"] not in ("baseline", "confirm")]
     assert all(t["status"] == "complete" for t in before), before  # no incumbent yet: parent only
     later = [t for t in rows if t["number"] > since and t["proposer"] != "confirm"]
-    base_mid = [m for b in rows if b["proposer"] == "baseline" for m in ledger.metrics(b["id"])
-                if m.get("type") == "eval" and m["step"] == 2]
+    base_mid = [
+        m
+        for b in rows
+        if b["proposer"] == "baseline"
+        for m in ledger.metrics(b["id"])
+        if m.get("type") == "eval" and m["step"] == 2
+    ]
     level = sum(sum(m["eval/id/items"]) for m in base_mid) / (100 * len(base_mid))
     stopped = spared = 0
     for t in later:
@@ -90,7 +123,7 @@ def test_every_decision_states_its_test_its_noise_and_its_error_rate(command_ws)
         last = max((r for r in rows if r["confirms"] == t["number"]), key=lambda r: r["number"])
         message = git(command_ws, "log", "-1", "--format=%B", last["end_tag"])  # the run that settled it says so
         assert f"{t['attempt']}: {t['confirmation']} by 2 fresh-seed runs" in message, message
-        assert f"confirmation error rate: " in message and f"{t['confirm_fp_rate']:.1%}" in message, message
+        assert "confirmation error rate: " in message and f"{t['confirm_fp_rate']:.1%}" in message, message
     show = run_cli("-C", str(command_ws), "show", str(decided[0]["number"]))
     assert "error rate:" in show.stdout and "confirmation error rate:" in show.stdout, show.stdout
     out = command_ws / "rep"

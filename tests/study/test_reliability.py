@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +24,7 @@ import reliability  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-def _met(res: "reliability.Result") -> None:
+def _met(res: reliability.Result) -> None:
     assert res.exit in res.want, (res.exit, res.first_line, res.notes, res.note)
     assert res.lines <= 1 and not res.notes, (res.first_line, res.notes, res.note)
     assert (res.lost, res.dup, res.orphans) == (0, 0, 0), res

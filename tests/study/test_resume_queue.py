@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_cli
 
 from autorl.ledger import Ledger
-from conftest import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +29,14 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "scripts"
 
 def _recipe(ws: Path, name: str, script: str, args: list[str], train: dict, search: dict, verdict: dict) -> str:
     argv = [sys.executable, str(SCRIPTS / script), *args, "--out", "{run_dir}/metrics.jsonl"]
-    recipe = {"name": name, "backend": "command", "train": {"argv": argv, **train}, "search": search,
-              "verdict": {"baseline_repeats": 1, **verdict}, "timeout_s": 60}
+    recipe = {
+        "name": name,
+        "backend": "command",
+        "train": {"argv": argv, **train},
+        "search": search,
+        "verdict": {"baseline_repeats": 1, **verdict},
+        "timeout_s": 60,
+    }
     (ws / "recipes" / f"{name}.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
     return f"recipes/{name}.yaml"
 
@@ -58,8 +64,15 @@ def _events(ws: Path, kind: str) -> list[str]:
 def test_a_candidate_left_unconfirmed_by_a_stop_is_confirmed_first_on_resume(command_ws):
     """fake_oom.py scores more eval items the smaller the micro-batch (never over its limit here): the trial at
     1 is improved over the baseline at 9. The study stops (trial limit) before its two confirmation runs start."""
-    recipe = _recipe(command_ws, "small-mb", "fake_oom.py", ["--micro-batch", "{micro_batch}", "--limit", "99"],
-                     {"micro_batch": 9}, {"micro_batch": {"choices": [1, 9]}}, {"confirm_runs": 2})
+    recipe = _recipe(
+        command_ws,
+        "small-mb",
+        "fake_oom.py",
+        ["--micro-batch", "{micro_batch}", "--limit", "99"],
+        {"micro_batch": 9},
+        {"micro_batch": {"choices": [1, 9]}},
+        {"confirm_runs": 2},
+    )
     _run(command_ws, recipe, "--max-trials", "2")
     base, candidate = _rows(command_ws)
     assert candidate["verdict"] == "improved" and candidate["confirmation"] == "candidate", candidate
@@ -87,11 +100,32 @@ def test_a_candidate_left_unconfirmed_by_a_stop_is_confirmed_first_on_resume(com
 def test_a_confirmation_run_stopped_by_ctrl_c_is_run_again_on_resume(command_ws):
     """SIGINT while the first confirmation run is training: it is recorded interrupted, the second is not started;
     on resume both run (the interrupted one with its own seed again), and only runs that ran judge the candidate."""
-    recipe = _recipe(command_ws, "slow", "fake_oom.py",
-                     ["--micro-batch", "{micro_batch}", "--limit", "99", "--sleep", "3"],
-                     {"micro_batch": 9}, {"micro_batch": {"choices": [1, 9]}}, {"confirm_runs": 2})
-    cmd = [sys.executable, "-m", "autorl.cli", "-C", str(command_ws), "run", recipe, "--budget", "10m",
-           "--strategy", "random", "--seed", "0", "--max-trials", "4"]
+    recipe = _recipe(
+        command_ws,
+        "slow",
+        "fake_oom.py",
+        ["--micro-batch", "{micro_batch}", "--limit", "99", "--sleep", "3"],
+        {"micro_batch": 9},
+        {"micro_batch": {"choices": [1, 9]}},
+        {"confirm_runs": 2},
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "autorl.cli",
+        "-C",
+        str(command_ws),
+        "run",
+        recipe,
+        "--budget",
+        "10m",
+        "--strategy",
+        "random",
+        "--seed",
+        "0",
+        "--max-trials",
+        "4",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(command_ws, "SELECT 1 FROM autorl_trials WHERE proposer = 'confirm' AND status = 'running'")
     proc.send_signal(signal.SIGINT)
@@ -128,8 +162,15 @@ def _wait_for(ws: Path, sql: str, timeout_s: float = 120) -> None:
 def test_a_crash_whose_retry_was_queued_when_the_study_stopped_is_retried_first_on_resume(command_ws):
     """Values above 1 cannot reach the reward server (a real ECONNREFUSED): triage queues one retry with the same
     values, but the trial limit stops the study first. The resumed study runs that retry, linked to the crash."""
-    recipe = _recipe(command_ws, "net", "fail_above.py", ["--value", "{value}", "--how", "network"],
-                     {"value": 0.5}, {"value": {"low": 2.0, "high": 3.0}}, {})
+    recipe = _recipe(
+        command_ws,
+        "net",
+        "fail_above.py",
+        ["--value", "{value}", "--how", "network"],
+        {"value": 0.5},
+        {"value": {"low": 2.0, "high": 3.0}},
+        {},
+    )
     _run(command_ws, recipe, "--max-trials", "2")
     base, crashed = _rows(command_ws)
     assert crashed["crash_category"] == "network_unavailable" and crashed["crash_action"] == "retry_once", crashed
@@ -148,9 +189,15 @@ def test_a_crashed_baseline_stopped_before_its_retry_is_retried_on_resume_and_th
     """The reward server is down on the first run only: the baseline crashes, the study is stopped before its
     retry; on resume the retry runs first, stands in for the baseline, and trials are judged against it."""
     marker = command_ws / "first-run-done"
-    recipe = _recipe(command_ws, "net-base", "fail_above.py",
-                     ["--value", "{value}", "--how", "network", "--fail-first", str(marker)],
-                     {"value": 0.5}, {"value": {"low": 0.1, "high": 0.9}}, {})
+    recipe = _recipe(
+        command_ws,
+        "net-base",
+        "fail_above.py",
+        ["--value", "{value}", "--how", "network", "--fail-first", str(marker)],
+        {"value": 0.5},
+        {"value": {"low": 0.1, "high": 0.9}},
+        {},
+    )
     _run(command_ws, recipe, "--max-trials", "1")
     (base,) = _rows(command_ws)
     assert base["proposer"] == "baseline" and base["crash_action"] == "retry_once"
@@ -168,8 +215,15 @@ def test_a_baseline_that_needed_a_smaller_micro_batch_changes_the_base_recipe_of
     """fake_oom.py prints PyTorch's CUDA OOM above micro-batch 4. The recipe as written (8) OOMs; its reduced
     retry (4) works, so the study's base recipe carries micro_batch 4: the second baseline seed and every later
     trial run at 4 and none OOMs at 8 again, also after a resume; the retry's reason and the study say so."""
-    recipe = _recipe(command_ws, "oom-base", "fake_oom.py", ["--micro-batch", "{micro_batch}", "--steps", "{steps}"],
-                     {"micro_batch": 8, "steps": 4}, {"steps": {"choices": [4, 5, 6, 7]}}, {"baseline_repeats": 2})
+    recipe = _recipe(
+        command_ws,
+        "oom-base",
+        "fake_oom.py",
+        ["--micro-batch", "{micro_batch}", "--steps", "{steps}"],
+        {"micro_batch": 8, "steps": 4},
+        {"steps": {"choices": [4, 5, 6, 7]}},
+        {"baseline_repeats": 2},
+    )
     _run(command_ws, recipe, "--max-trials", "5")
     base, retry, repeat, *trials = _rows(command_ws)
     assert base["crash_category"] == "cuda_oom" and base["crash_action"] == "retry_reduced"

@@ -10,6 +10,7 @@ import sqlite3
 import sys
 
 import pytest
+from conftest import git
 
 from autorl.errors import LedgerError
 from autorl.present.live import PlainView
@@ -17,8 +18,6 @@ from autorl.study import recovery
 from autorl.study.controller import RunOptions
 from autorl.study.opening import open_study
 from autorl.workspace import Workspace
-
-from conftest import git
 
 RECIPE = f"""name: c
 backend: command

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -75,10 +74,23 @@ def _run(ws: Path, recipe: str, *args: str, timeout: float = 300, code: int = 0)
 
 
 def _command_recipe(name: str, script: str, key: str, value, space: dict, extra: list[str] = ()) -> dict:
-    argv = [sys.executable, str(SCRIPTS / script), f"--{key.replace('_', '-')}", f"{{{key}}}",
-            "--out", "{run_dir}/metrics.jsonl", *extra]
-    return {"name": name, "backend": "command", "train": {"argv": argv, key: value},
-            "search": {key: space}, "verdict": {"baseline_repeats": 1}, "timeout_s": 60}
+    argv = [
+        sys.executable,
+        str(SCRIPTS / script),
+        f"--{key.replace('_', '-')}",
+        f"{{{key}}}",
+        "--out",
+        "{run_dir}/metrics.jsonl",
+        *extra,
+    ]
+    return {
+        "name": name,
+        "backend": "command",
+        "train": {"argv": argv, key: value},
+        "search": {key: space},
+        "verdict": {"baseline_repeats": 1},
+        "timeout_s": 60,
+    }
 
 
 def test_early_abort_prunes_a_trial_whose_reward_is_stuck_at_zero(workspace):
@@ -87,11 +99,26 @@ def test_early_abort_prunes_a_trial_whose_reward_is_stuck_at_zero(workspace):
     reward = workspace / "two_chars_reward.py"
     reward.write_text(TWO_CHARS_REWARD)
     window, steps = 4, 12
-    recipe = {"name": "reward-zero", "backend": "embedded",
-              "train": {"model": "builtin:tiny", "task": "builtin:addition", "reward": str(reward), "lr": 1.0e-4,
-                        "gens": 8, "batch_prompts": 16, "steps": steps, "eval_every": 0, "seed": 0, "threads": 1},
-              "search": {"max_new_tokens": {"choices": [5, 1]}},  # seeded TPE proposes 1 first
-              "verdict": {"baseline_repeats": 1}, "abort": {"window": window}, "timeout_s": 120}
+    recipe = {
+        "name": "reward-zero",
+        "backend": "embedded",
+        "train": {
+            "model": "builtin:tiny",
+            "task": "builtin:addition",
+            "reward": str(reward),
+            "lr": 1.0e-4,
+            "gens": 8,
+            "batch_prompts": 16,
+            "steps": steps,
+            "eval_every": 0,
+            "seed": 0,
+            "threads": 1,
+        },
+        "search": {"max_new_tokens": {"choices": [5, 1]}},  # seeded TPE proposes 1 first
+        "verdict": {"baseline_repeats": 1},
+        "abort": {"window": window},
+        "timeout_s": 120,
+    }
     _run(workspace, _write_recipe(workspace, "reward-zero", recipe), "--max-trials", "2")
     base, trial = _trials(workspace)
     assert base["proposer"] == "baseline" and base["status"] == "complete"  # the baseline is never aborted
@@ -110,13 +137,36 @@ def test_a_baseline_that_completes_with_collapsed_completions_is_a_crash_not_a_r
     (scored by the same reward) reads 1.000. It is judged output_collapse, never scored, and the study ends."""
     reward = workspace / "short_reward.py"
     reward.write_text(SHORT_REWARD)
-    recipe = {"name": "collapse", "backend": "embedded",
-              "train": {"model": "builtin:tiny", "task": "builtin:addition", "reward": str(reward), "lr": 1.0e-2,
-                        "gens": 8, "batch_prompts": 16, "steps": 20, "eval_every": 0, "seed": 1, "threads": 1},
-              "search": {"lr": {"low": 1.0e-4, "high": 2.0e-4, "log": True}},
-              "verdict": {"baseline_repeats": 1}, "timeout_s": 120}
-    r = run_cli("-C", str(workspace), "run", _write_recipe(workspace, "collapse", recipe), "--budget", "10m",
-                "--max-trials", "3", timeout=300)
+    recipe = {
+        "name": "collapse",
+        "backend": "embedded",
+        "train": {
+            "model": "builtin:tiny",
+            "task": "builtin:addition",
+            "reward": str(reward),
+            "lr": 1.0e-2,
+            "gens": 8,
+            "batch_prompts": 16,
+            "steps": 20,
+            "eval_every": 0,
+            "seed": 1,
+            "threads": 1,
+        },
+        "search": {"lr": {"low": 1.0e-4, "high": 2.0e-4, "log": True}},
+        "verdict": {"baseline_repeats": 1},
+        "timeout_s": 120,
+    }
+    r = run_cli(
+        "-C",
+        str(workspace),
+        "run",
+        _write_recipe(workspace, "collapse", recipe),
+        "--budget",
+        "10m",
+        "--max-trials",
+        "3",
+        timeout=300,
+    )
     (base,) = _trials(workspace)
     assert (base["status"], base["verdict"], base["crash_category"]) == ("crash", "crash", "output_collapse"), base
     assert base["objective"] is None and "degenerate_rate" in base["root_cause"], base
@@ -177,10 +227,13 @@ def test_a_baseline_oom_is_retried_with_half_the_micro_batch_before_the_study_go
     assert "no completed baseline" not in trial["reason"]
 
 
-@pytest.mark.parametrize("base_lr, expected_status", [
-    (1.0e-4, ("crash", "pruned")),  # a searched trial: caught live by the nonfinite abort, or after its exit
-    (3.0e-2, ("crash",)),           # the baseline (never aborted): exits 0, then judged a crash
-])
+@pytest.mark.parametrize(
+    "base_lr, expected_status",
+    [
+        (1.0e-4, ("crash", "pruned")),  # a searched trial: caught live by the nonfinite abort, or after its exit
+        (3.0e-2, ("crash",)),  # the baseline (never aborted): exits 0, then judged a crash
+    ],
+)
 def test_exit_zero_with_a_nan_loss_is_nan_divergence(command_ws, base_lr, expected_status):
     """A run that exits 0 but logged a NaN loss is never scored: it is triaged nan_divergence."""
     recipe = _command_recipe("nan", "nan_exit0.py", "lr", base_lr, {"low": 0.02, "high": 0.05, "log": True})
@@ -201,17 +254,36 @@ def test_exit_zero_with_a_nan_loss_is_nan_divergence(command_ws, base_lr, expect
 def test_a_baseline_run_lost_to_a_shared_gpu_is_replaced_by_a_fresh_seed(command_ws):
     """Seed 2's vLLM engine dies at start, twice (a neighbour on the card): not the recipe's doing, so the study
     runs seed 3 in its place and goes on with three complete baseline runs instead of ending."""
-    argv = [sys.executable, str(SCRIPTS / "shared_gpu.py"), "--seed", "{seed}", "--lr", "{lr}", "--lose-seeds", "2",
-            "--out", "{run_dir}/metrics.jsonl"]
-    recipe = {"name": "lost-seed", "backend": "command", "train": {"argv": argv, "seed": 0, "lr": 1e-4},
-              "search": {"lr": {"low": 1e-4, "high": 1e-3, "log": True}}, "verdict": {"baseline_repeats": 3},
-              "timeout_s": 60}
+    argv = [
+        sys.executable,
+        str(SCRIPTS / "shared_gpu.py"),
+        "--seed",
+        "{seed}",
+        "--lr",
+        "{lr}",
+        "--lose-seeds",
+        "2",
+        "--out",
+        "{run_dir}/metrics.jsonl",
+    ]
+    recipe = {
+        "name": "lost-seed",
+        "backend": "command",
+        "train": {"argv": argv, "seed": 0, "lr": 1e-4},
+        "search": {"lr": {"low": 1e-4, "high": 1e-3, "log": True}},
+        "verdict": {"baseline_repeats": 3},
+        "timeout_s": 60,
+    }
     r = _run(command_ws, _write_recipe(command_ws, "lost-seed", recipe), "--max-trials", "6")
     rows = _trials(command_ws)
     seeds = [(json.loads(t["params"]).get("seed"), t["proposer"], t["status"], t["crash_category"]) for t in rows]
-    assert seeds[:5] == [(0, "baseline", "complete", None), (1, "baseline", "complete", None),
-                         (2, "baseline", "crash", "shared_gpu"), (2, "retry", "crash", "shared_gpu"),
-                         (3, "baseline", "complete", None)], seeds
+    assert seeds[:5] == [
+        (0, "baseline", "complete", None),
+        (1, "baseline", "complete", None),
+        (2, "baseline", "crash", "shared_gpu"),
+        (2, "retry", "crash", "shared_gpu"),
+        (3, "baseline", "complete", None),
+    ], seeds
     assert "a baseline run with a fresh seed takes its place" in r.stdout
     assert "the baseline failed" not in r.stdout + r.stderr
     trial = rows[5]
@@ -220,28 +292,63 @@ def test_a_baseline_run_lost_to_a_shared_gpu_is_replaced_by_a_fresh_seed(command
 
 def test_a_baseline_lost_more_often_than_it_runs_still_ends_the_study(command_ws):
     """Every seed but 0 dies on the shared card: lost runs outnumber complete ones, so the study gives up."""
-    argv = [sys.executable, str(SCRIPTS / "shared_gpu.py"), "--seed", "{seed}", "--lr", "{lr}",
-            "--lose-seeds", "1,2,3,4,5,6,7,8", "--out", "{run_dir}/metrics.jsonl"]
-    recipe = {"name": "lost-all", "backend": "command", "train": {"argv": argv, "seed": 0, "lr": 1e-4},
-              "search": {"lr": {"low": 1e-4, "high": 1e-3, "log": True}}, "verdict": {"baseline_repeats": 3},
-              "timeout_s": 60}
+    argv = [
+        sys.executable,
+        str(SCRIPTS / "shared_gpu.py"),
+        "--seed",
+        "{seed}",
+        "--lr",
+        "{lr}",
+        "--lose-seeds",
+        "1,2,3,4,5,6,7,8",
+        "--out",
+        "{run_dir}/metrics.jsonl",
+    ]
+    recipe = {
+        "name": "lost-all",
+        "backend": "command",
+        "train": {"argv": argv, "seed": 0, "lr": 1e-4},
+        "search": {"lr": {"low": 1e-4, "high": 1e-3, "log": True}},
+        "verdict": {"baseline_repeats": 3},
+        "timeout_s": 60,
+    }
     r = _run(command_ws, _write_recipe(command_ws, "lost-all", recipe), "--max-trials", "12", code=1)
     seeds = [(json.loads(t["params"]).get("seed"), t["proposer"], t["status"]) for t in _trials(command_ws)]
-    assert seeds == [(0, "baseline", "complete"), (1, "baseline", "crash"), (1, "retry", "crash"),
-                     (2, "baseline", "crash"), (2, "retry", "crash")], seeds  # seed 1 replaced once, then no more
+    assert seeds == [
+        (0, "baseline", "complete"),
+        (1, "baseline", "crash"),
+        (1, "retry", "crash"),
+        (2, "baseline", "crash"),
+        (2, "retry", "crash"),
+    ], seeds  # seed 1 replaced once, then no more
     assert "ended: the baseline failed" in r.stdout
 
 
 def test_an_objective_metric_the_run_never_logs_stops_the_study_at_the_baseline_with_the_keys_it_logs(command_ws):
     """A typo in objective.metric: the baseline exits 0 with other keys; every trial would end so: one stop,
     naming the key it logs."""
-    argv = [sys.executable, str(SCRIPTS / "shared_gpu.py"), "--seed", "{seed}", "--lr", "{lr}",
-            "--out", "{run_dir}/metrics.jsonl"]
-    recipe = {"name": "typo", "backend": "command", "train": {"argv": argv, "seed": 0, "lr": 1e-4},
-              "objective": {"metric": "eval/id/greedy_pas@1"}, "search": {"lr": {"low": 1e-4, "high": 1e-3}},
-              "verdict": {"baseline_repeats": 2}, "timeout_s": 60}
-    r = run_cli("-C", str(command_ws), "run", _write_recipe(command_ws, "typo", recipe), "--budget", "2m",
-                "--max-trials", "4")
+    argv = [
+        sys.executable,
+        str(SCRIPTS / "shared_gpu.py"),
+        "--seed",
+        "{seed}",
+        "--lr",
+        "{lr}",
+        "--out",
+        "{run_dir}/metrics.jsonl",
+    ]
+    recipe = {
+        "name": "typo",
+        "backend": "command",
+        "train": {"argv": argv, "seed": 0, "lr": 1e-4},
+        "objective": {"metric": "eval/id/greedy_pas@1"},
+        "search": {"lr": {"low": 1e-4, "high": 1e-3}},
+        "verdict": {"baseline_repeats": 2},
+        "timeout_s": 60,
+    }
+    r = run_cli(
+        "-C", str(command_ws), "run", _write_recipe(command_ws, "typo", recipe), "--budget", "2m", "--max-trials", "4"
+    )
     (base,) = _trials(command_ws)
     assert (base["status"], base["crash_category"]) == ("crash", "config_error"), base
     assert "did you mean eval/id/greedy_pass@1?" in base["root_cause"]

@@ -7,17 +7,27 @@ import pytest
 from autorl.toolkit.peritem import completion_health, evaluate_split, format_only, repeat_share
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("82", False), ("", False), ("=", True), ("+=", True), ("\\boxed{}", True), ("<answer></answer>", True),
-    ("\\boxed{42}", False), ("The answer is 7.", False), ("**  **", True),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("82", False),
+        ("", False),
+        ("=", True),
+        ("+=", True),
+        ("\\boxed{}", True),
+        ("<answer></answer>", True),
+        ("\\boxed{42}", False),
+        ("The answer is 7.", False),
+        ("**  **", True),
+    ],
+)
 def test_format_only_is_an_answer_with_no_content(text, expected):
     assert format_only(text) is expected
 
 
 def test_repeat_share_counts_repeated_ngrams():
-    assert repeat_share("82") == 0.0                       # too short to repeat a 3-gram
-    assert repeat_share("123456") == 0.0                   # every character 3-gram new
+    assert repeat_share("82") == 0.0  # too short to repeat a 3-gram
+    assert repeat_share("123456") == 0.0  # every character 3-gram new
     assert repeat_share("77777777") == pytest.approx(5 / 6)  # one 3-gram, six times
     words = "so the answer is so the answer is so the answer is"
     assert repeat_share(words) == pytest.approx(1 - 4 / 10)  # word 3-grams once a completion has enough words

@@ -26,9 +26,16 @@ from autorl.errors import RecipeError
 from autorl.evaluate import ProbeSettings, eval_argv
 
 METRICS_FORMAT = "openrlhf"
-NOT_FLAGS = {"openrlhf_version", "extra_args", "eval_split_names", "entrypoint_num_gpus", "pool_size", "checkpoint_gb",
-             "vllm_in_process",
-             *ProbeSettings.model_fields}
+NOT_FLAGS = {
+    "openrlhf_version",
+    "extra_args",
+    "eval_split_names",
+    "entrypoint_num_gpus",
+    "pool_size",
+    "checkpoint_gb",
+    "vllm_in_process",
+    *ProbeSettings.model_fields,
+}
 REWARD_WRAPPER = Path(__file__).with_name("reward_func.py")
 BUILTIN_REWARD = "builtin:exact_match"
 FINAL_MODEL = "model"  # <run_dir>/model: the final weights (or LoRA adapter) when the recipe names no save_path
@@ -46,7 +53,9 @@ def target_version(params: OpenRLHFParams) -> str:
     """The OpenRLHF version the argv is written for."""
     version = params.openrlhf_version or installed_version()
     if version is None:
-        raise RecipeError("openrlhf is not installed here: set train.openrlhf_version to the cluster's version (e.g. 0.9.3)")
+        raise RecipeError(
+            "openrlhf is not installed here: set train.openrlhf_version to the cluster's version (e.g. 0.9.3)"
+        )
     return version
 
 
@@ -69,12 +78,17 @@ class OpenRLHFBackend(Backend):
 
     name = "openrlhf"
     runs_on_ray = True
-    oom_knobs = (OomKnob(("micro_train_batch_size",)), OomKnob(("gens",), floor=2),
-                 OomKnob(("max_new_tokens", "generate_max_len")))
+    oom_knobs = (
+        OomKnob(("micro_train_batch_size",)),
+        OomKnob(("gens",), floor=2),
+        OomKnob(("max_new_tokens", "generate_max_len")),
+    )
     work_keys = ("gens", "max_new_tokens", "rollout_batch_size", "num_episodes", "max_samples")
     steps_key, episodes_key = None, "num_episodes"  # a run is sized by episodes over its prompt pool
 
-    def __init__(self, ray_address: str | None = None, extra_env: dict[str, str] | None = None, python: str | None = None):
+    def __init__(
+        self, ray_address: str | None = None, extra_env: dict[str, str] | None = None, python: str | None = None
+    ):
         super().__init__(ray_address, extra_env)
         self.python = python or ("python" if ray_address else sys.executable)
         self._head = PrivateHead()  # used only without a Ray address
@@ -91,8 +105,14 @@ class OpenRLHFBackend(Backend):
             from autorl.backends.openrlhf import cluster
 
             params = recipe.params
-            found = cluster.check(self.ray_address, self.python, cluster.job_paths(params, Path(root)),
-                                  Path(root) / ".autorl" / "cluster-check", target_version(params), self.extra_env)
+            found = cluster.check(
+                self.ray_address,
+                self.python,
+                cluster.job_paths(params, Path(root)),
+                Path(root) / ".autorl" / "cluster-check",
+                target_version(params),
+                self.extra_env,
+            )
         if found:
             raise RecipeError(found)
 
@@ -117,12 +137,27 @@ class OpenRLHFBackend(Backend):
         wrapper = run_dir / REWARD_WRAPPER.name if self.ray_address else REWARD_WRAPPER  # copied there by start
         wrapped, reward_env = wrap_reward(absolute_files(params, Path(spec.worktree)), Path(spec.worktree), wrapper)
         argv = build_argv(wrapped, spec.attempt, tb_root, self.python)
-        env = {**packed_env(spec.recipe.gpus_per_trial, params), **self.extra_env, **run_env(run_dir), **reward_env,
-               **self._cache_env(), **engine_env(params), "AUTORL_TENSORBOARD_DIR": str(Path(tb_root) / spec.attempt)}
-        return LaunchPlan(argv=argv, env=env, cwd=str(spec.worktree), log_path=str(run_dir / "train.log"),
-                          metrics_path=env["METRICS_LOG_DIR"] + "/training_metrics.jsonl", metrics_format=METRICS_FORMAT,
-                          metric_map=eval_metric_map(params), backend=self.name, ray_address=self.ray_address,
-                          resources={"entrypoint_num_gpus": params.entrypoint_num_gpus})
+        env = {
+            **packed_env(spec.recipe.gpus_per_trial, params),
+            **self.extra_env,
+            **run_env(run_dir),
+            **reward_env,
+            **self._cache_env(),
+            **engine_env(params),
+            "AUTORL_TENSORBOARD_DIR": str(Path(tb_root) / spec.attempt),
+        }
+        return LaunchPlan(
+            argv=argv,
+            env=env,
+            cwd=str(spec.worktree),
+            log_path=str(run_dir / "train.log"),
+            metrics_path=env["METRICS_LOG_DIR"] + "/training_metrics.jsonl",
+            metrics_format=METRICS_FORMAT,
+            metric_map=eval_metric_map(params),
+            backend=self.name,
+            ray_address=self.ray_address,
+            resources={"entrypoint_num_gpus": params.entrypoint_num_gpus},
+        )
 
     def planned_steps(self, recipe) -> int:
         """Global steps of a run whose prompt pool is capped by max_samples (0 when the pool is not capped)."""
@@ -134,16 +169,36 @@ class OpenRLHFBackend(Backend):
         if not params.probe_splits():
             return None
         run_dir = Path(spec.run_dir).resolve()
-        probe = params.model_copy(update={k: str(Path(spec.worktree, v).resolve()) for k, v in
-                                          (("probe_id", params.probe_id), ("probe_ood", params.probe_ood)) if v})
+        probe = params.model_copy(
+            update={
+                k: str(Path(spec.worktree, v).resolve())
+                for k, v in (("probe_id", params.probe_id), ("probe_ood", params.probe_ood))
+                if v
+            }
+        )
         model = Path(spec.worktree, params.save_path).resolve()
         base = str(Path(spec.worktree, params.pretrain).resolve()) if params.lora_rank else None
         limit = params.max_new_tokens or params.generate_max_len or 64
-        argv = eval_argv(sys.executable, model, run_dir / "eval.jsonl", probe, limit, base, final_step(params),
-                         params.seed or 0, chat=params.apply_chat_template, special=False)
-        return LaunchPlan(argv=argv, env=self._eval_env(), cwd=str(spec.worktree),
-                          log_path=str(run_dir / "train.log"),  # appended: triage reads one log
-                          metrics_path=str(run_dir / "eval.jsonl"), backend=self.name)
+        argv = eval_argv(
+            sys.executable,
+            model,
+            run_dir / "eval.jsonl",
+            probe,
+            limit,
+            base,
+            final_step(params),
+            params.seed or 0,
+            chat=params.apply_chat_template,
+            special=False,
+        )
+        return LaunchPlan(
+            argv=argv,
+            env=self._eval_env(),
+            cwd=str(spec.worktree),
+            log_path=str(run_dir / "train.log"),  # appended: triage reads one log
+            metrics_path=str(run_dir / "eval.jsonl"),
+            backend=self.name,
+        )
 
     def checkpoint_glob(self, spec: TrialSpec) -> str | None:
         """OpenRLHF 0.10's Hugging Face checkpoints (``<ckpt.path>/global_step<N>_hf``, written every
@@ -184,23 +239,34 @@ class OpenRLHFBackend(Backend):
             self._cache = caches.for_python(self.python, Path(cache_dir).resolve() / "openrlhf")
         self._per_gpu = round(1 / recipe.gpus_per_trial) if 0 < recipe.gpus_per_trial < 1 else 1
         if recipe.params.probe_splits():  # its imports overlap the head's start
-            forked.server_for(sys.executable, forked.EVALUATE, {**os.environ, "PYTHONUNBUFFERED": "1", **self._eval_env()})
+            forked.server_for(
+                sys.executable, forked.EVALUATE, {**os.environ, "PYTHONUNBUFFERED": "1", **self._eval_env()}
+            )
         if not self.ray_address:
             self.address(None)
         return None
 
     def start(self, plan: LaunchPlan):
         """Submit the plan as a Ray job; returns a ``RayJobHandle`` at once."""
-        from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
         from autorl.backends.openrlhf.cluster import shipped_with
+        from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
 
         reader = OpenRLHFMetricsReader.from_plan(plan)
         shipped, hook = shipped_with(self, plan.env)
         if self.ray_address:  # on a cluster: its reward wrapper sits in the run folder
             copy_wrapper(Path(plan.log_path).parent)
-        return submit(self.address(plan), plan.argv, working_dir=plan.cwd, log_path=plan.log_path, env=plan.env,
-                      entrypoint_num_gpus=plan.resources.get("entrypoint_num_gpus", 0), reader=reader.poll,
-                      on_exit=reader.flush, py_modules=shipped, setup_hook=hook)
+        return submit(
+            self.address(plan),
+            plan.argv,
+            working_dir=plan.cwd,
+            log_path=plan.log_path,
+            env=plan.env,
+            entrypoint_num_gpus=plan.resources.get("entrypoint_num_gpus", 0),
+            reader=reader.poll,
+            on_exit=reader.flush,
+            py_modules=shipped,
+            setup_hook=hook,
+        )
 
     def describe_job(self, spec: TrialSpec, plan: LaunchPlan) -> dict:
         """What the trial's job gets: its Python, entrypoint, runtime env, the files it reads, where it writes,
@@ -231,7 +297,9 @@ def packed_gpus(per_gpu: int) -> list[str] | None:
     from autorl.backends.base import gpu_count
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    devices = [d for d in visible.split(",") if d.strip()] if visible is not None else [str(i) for i in range(gpu_count())]
+    devices = (
+        [d for d in visible.split(",") if d.strip()] if visible is not None else [str(i) for i in range(gpu_count())]
+    )
     return [d for d in devices for _ in range(per_gpu)]
 
 
@@ -251,8 +319,9 @@ def final_step(params: OpenRLHFParams) -> int:
     return (params.max_samples // params.rollout_batch_size) * params.num_episodes if params.max_samples else 0
 
 
-def wrap_reward(params: OpenRLHFParams, worktree: Path,
-                wrapper: Path = REWARD_WRAPPER) -> tuple[OpenRLHFParams, dict[str, str]]:
+def wrap_reward(
+    params: OpenRLHFParams, worktree: Path, wrapper: Path = REWARD_WRAPPER
+) -> tuple[OpenRLHFParams, dict[str, str]]:
     """Route the builtin reward or a reward file through autorl's wrapper; URLs are left as they are."""
     spec = params.reward_func
     if spec is None or spec.startswith(("http://", "https://")):
@@ -299,8 +368,12 @@ def engine_env(params: OpenRLHFParams) -> dict[str, str]:
 def run_env(run_dir: Path) -> dict[str, str]:
     """The environment the metrics patches read: where the JSONL, samples and spike logs go."""
     metrics = run_dir / "metrics"
-    return {"METRICS_LOG_DIR": str(metrics), "SAMPLES_LOG_DIR": str(run_dir / "samples"),
-            "SPIKE_LOG_PATH": str(metrics / "spike_log.jsonl"), "PYTHONUNBUFFERED": "1"}
+    return {
+        "METRICS_LOG_DIR": str(metrics),
+        "SAMPLES_LOG_DIR": str(run_dir / "samples"),
+        "SPIKE_LOG_PATH": str(metrics / "spike_log.jsonl"),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def eval_metric_map(params: OpenRLHFParams) -> dict[str, str]:

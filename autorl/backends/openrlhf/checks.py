@@ -4,7 +4,8 @@ A job that finds a missing model directory, an unreadable probe file or a flag i
 after its runtime env, the driver's imports and Ray's start (20 s or more on a GPU host), and a study would
 triage each trial's crash in turn. ``problem(recipe, root)`` finds those mistakes first:
 
-- ``pretrain``, ``prompt_data`` (on a local head) and the probe sets, where they are local paths (a Hugging Face hub name such
+- ``pretrain``, ``prompt_data`` (on a local head) and the probe sets, where they are local paths (a Hugging Face hub
+name such
   as ``org/model`` is left to the job): the model directory has a ``config.json``, the files exist, the probe
   files are JSONL of ``{"input", "label"}``;
 - ``extra_args``: every ``--flag`` is one the installed ``train_ppo_ray`` defines (read from its source, without
@@ -30,7 +31,7 @@ def problem(recipe, root: Path, installed: str | None = None, on_cluster: bool =
     a Ray cluster whose nodes have files of their own, so the model and prompt paths are not looked up here (the
     per-item evaluation, and so the probe sets, run on this machine)."""
     params: OpenRLHFParams = recipe.params
-    for check in ((_probes,) if on_cluster else (_model, _files, _probes)):
+    for check in (_probes,) if on_cluster else (_model, _files, _probes):
         found = check(params, root)
         if found:
             return found
@@ -60,11 +61,15 @@ def local_files(params: OpenRLHFParams, root: Path, fields: tuple[str, ...]) -> 
 def _model(params: OpenRLHFParams, root: Path) -> str | None:
     path = local_path(params.pretrain, root)
     if path is not None and not (path / "config.json").is_file():
-        return (f"train.pretrain: no model directory at {path} (no config.json): make it (for the small recipe: "
-                f"python -m autorl.backends.openrlhf.small DIR) or fix the path")
+        return (
+            f"train.pretrain: no model directory at {path} (no config.json): make it (for the small recipe: "
+            f"python -m autorl.backends.openrlhf.small DIR) or fix the path"
+        )
     if path is not None and params.apply_chat_template and not has_chat_template(path):
-        return (f"train.apply_chat_template: the tokenizer at {path} has no chat template, so every rollout and "
-                "the per-item eval would fail: turn apply_chat_template off or use a model that has one")
+        return (
+            f"train.apply_chat_template: the tokenizer at {path} has no chat template, so every rollout and "
+            "the per-item eval would fail: turn apply_chat_template off or use a model that has one"
+        )
     return None
 
 
@@ -106,8 +111,10 @@ def _flags(params: OpenRLHFParams, installed: str | None) -> str | None:
     for word in params.extra_args:
         flag = word.split("=", 1)[0]
         if flag.startswith("--") and flag not in known:
-            return (f"train.extra_args: {flag} is not a flag of the installed openrlhf's train_ppo_ray: "
-                    f"remove it or check its name (`python -m openrlhf.cli.train_ppo_ray --help`)")
+            return (
+                f"train.extra_args: {flag} is not a flag of the installed openrlhf's train_ppo_ray: "
+                f"remove it or check its name (`python -m openrlhf.cli.train_ppo_ray --help`)"
+            )
     return None
 
 
@@ -133,13 +140,17 @@ def _packing(recipe) -> str | None:
     if abs(per_gpu * share - 1) > 1e-6:
         return f"gpus_per_trial: {share:g} is not 1/k of a GPU: use 0.5 (two trials a GPU), 0.25 (four) or 1"
     if not params.colocate_all or params.gpus_needed() != 1:
-        return ("gpus_per_trial below 1 packs trials on one GPU each: set train.colocate_all with one actor GPU "
-                "and one vLLM engine of TP 1, or use gpus_per_trial 0 (whole GPUs)")
+        return (
+            "gpus_per_trial below 1 packs trials on one GPU each: set train.colocate_all with one actor GPU "
+            "and one vLLM engine of TP 1, or use gpus_per_trial 0 (whole GPUs)"
+        )
     memory = params.vllm_gpu_memory_utilization or 0.9  # OpenRLHF's default
     if memory * per_gpu > PACKED_MEMORY_MAX:
-        return (f"gpus_per_trial {share:g}: {per_gpu} trials share a GPU, and their vLLM memory shares sum to "
-                f"{memory * per_gpu:.2f} (> {PACKED_MEMORY_MAX}): set train.vllm_gpu_memory_utilization to at most "
-                f"{PACKED_MEMORY_MAX / per_gpu:.2f}")
+        return (
+            f"gpus_per_trial {share:g}: {per_gpu} trials share a GPU, and their vLLM memory shares sum to "
+            f"{memory * per_gpu:.2f} (> {PACKED_MEMORY_MAX}): set train.vllm_gpu_memory_utilization to at most "
+            f"{PACKED_MEMORY_MAX / per_gpu:.2f}"
+        )
     return None
 
 
@@ -154,10 +165,12 @@ def warnings(params: OpenRLHFParams, root: Path) -> list[str]:
     added = prepended_tokens(path)
     if not added:
         return []
-    return [f"the tokenizer of {params.pretrain} puts {', '.join(added)} before every text it encodes, but OpenRLHF "
-            "tokenizes rollout prompts without special tokens (when train.apply_chat_template is off): the policy "
-            "sees its prompts without them in every rollout; if it was trained with them, put them in the prompt "
-            "text or use a chat template"]
+    return [
+        f"the tokenizer of {params.pretrain} puts {', '.join(added)} before every text it encodes, but OpenRLHF "
+        "tokenizes rollout prompts without special tokens (when train.apply_chat_template is off): the policy "
+        "sees its prompts without them in every rollout; if it was trained with them, put them in the prompt "
+        "text or use a chat template"
+    ]
 
 
 def prepended_tokens(model_dir: Path) -> list[str]:

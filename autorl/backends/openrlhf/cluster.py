@@ -53,8 +53,9 @@ def job_paths(params, worktree: Path) -> dict[str, str]:
     return local_files(params, worktree, ("pretrain", "prompt_data", "reward_func"))
 
 
-def check(address: str, python: str, paths: dict[str, str], scratch: Path, target: str,
-          env: dict[str, str] | None = None) -> str | None:
+def check(
+    address: str, python: str, paths: dict[str, str], scratch: Path, target: str, env: dict[str, str] | None = None
+) -> str | None:
     """Run the probe on the cluster; the first problem as one line naming the fix, or None."""
     from autorl.backends import ray_jobs
 
@@ -75,23 +76,28 @@ def parse(logs: str) -> dict[str, Any] | None:
     """The probe's report from a job log, or None when it printed none."""
     line = next((x for x in reversed(logs.splitlines()) if x.startswith(MARK)), None)
     try:
-        return json.loads(line[len(MARK):]) if line else None
+        return json.loads(line[len(MARK) :]) if line else None
     except ValueError:
         return None
 
 
-def problem(report: dict | None, status: str, logs: str, address: str, python: str, token: str,
-            target: str) -> str | None:
+def problem(
+    report: dict | None, status: str, logs: str, address: str, python: str, token: str, target: str
+) -> str | None:
     """What stops trials from running on this cluster, first things first."""
     if report is None:
         last = next((x.strip() for x in reversed(logs.splitlines()) if x.strip()), "no output")[:200]
-        return (f"the Ray cluster at {address} could not run a check job with `{python}` ({status}: {last}): "
-                "the trials' jobs would fail the same way; fix the nodes' Python, then retry")
+        return (
+            f"the Ray cluster at {address} could not run a check job with `{python}` ({status}: {last}): "
+            "the trials' jobs would fail the same way; fix the nodes' Python, then retry"
+        )
     where = f"{report['python']} on {report['host']}"
     if report.get("token") != token:
-        return (f"the cluster's nodes do not see this workspace ({where} could not read a file autorl wrote in it): "
-                "autorl reads each trial's metrics and saved model from its run folder; put the workspace on a "
-                "filesystem every node mounts at the same path")
+        return (
+            f"the cluster's nodes do not see this workspace ({where} could not read a file autorl wrote in it): "
+            "autorl reads each trial's metrics and saved model from its run folder; put the workspace on a "
+            "filesystem every node mounts at the same path"
+        )
     return _packages(report, where, target) or _missing(report, where)
 
 
@@ -99,19 +105,25 @@ def _packages(report: dict, where: str, target: str) -> str | None:
     have = report["packages"]
     for name in NEEDED:
         if have.get(name) is None:
-            return (f"{name} is not installed for the trials' Python ({where}): install it on every node "
-                    f"(pip install 'autorl[openrlhf]' pins the versions this project ran), then retry")
+            return (
+                f"{name} is not installed for the trials' Python ({where}): install it on every node "
+                f"(pip install 'autorl[openrlhf]' pins the versions this project ran), then retry"
+            )
     if have["openrlhf"] != target:
-        return (f"the cluster's openrlhf is {have['openrlhf']} ({where}) but the recipe's flags are written for "
-                f"{target}: set train.openrlhf_version: {have['openrlhf']}, or install openrlhf=={target} there")
+        return (
+            f"the cluster's openrlhf is {have['openrlhf']} ({where}) but the recipe's flags are written for "
+            f"{target}: set train.openrlhf_version: {have['openrlhf']}, or install openrlhf=={target} there"
+        )
     return None
 
 
 def _missing(report: dict, where: str) -> str | None:
     for name, seen in report["paths"].items():
         if not seen["exists"]:
-            return (f"train.{name}: {seen['path']} is not there for the job ({where}): put it at that path on "
-                    "every node (or on the shared filesystem), then retry")
+            return (
+                f"train.{name}: {seen['path']} is not there for the job ({where}): put it at that path on "
+                "every node (or on the shared filesystem), then retry"
+            )
     return None
 
 
@@ -122,21 +134,28 @@ def view(backend, spec, plan, params) -> dict[str, Any]:
 
     shipped, hook = shipped_with(backend, plan.env)
     eval_plan = backend.eval_plan(spec)
-    return {"ray_address": backend.ray_address or "a private Ray head on this machine, started by the study",
-            "python": f"{backend.python} (the PATH of the Ray workers)" if backend.ray_address else backend.python,
-            "entrypoint": shlex.join(plan.argv),
-            "runtime_env": runtime_env_for(plan.cwd, plan.env, shipped, hook),
-            "resources": plan.resources,
-            "reads": job_paths(params, Path(spec.worktree)),
-            "writes": str(Path(spec.run_dir).resolve()),
-            "eval": (f"on this machine after the job: {shlex.join(eval_plan.argv)}" if eval_plan else
-                     "none (the recipe names no probe sets)"),
-            "needs": _needs(backend)}
+    return {
+        "ray_address": backend.ray_address or "a private Ray head on this machine, started by the study",
+        "python": f"{backend.python} (the PATH of the Ray workers)" if backend.ray_address else backend.python,
+        "entrypoint": shlex.join(plan.argv),
+        "runtime_env": runtime_env_for(plan.cwd, plan.env, shipped, hook),
+        "resources": plan.resources,
+        "reads": job_paths(params, Path(spec.worktree)),
+        "writes": str(Path(spec.run_dir).resolve()),
+        "eval": (
+            f"on this machine after the job: {shlex.join(eval_plan.argv)}"
+            if eval_plan
+            else "none (the recipe names no probe sets)"
+        ),
+        "needs": _needs(backend),
+    }
 
 
 def _needs(backend) -> list[str]:
     if not backend.ray_address:
         return ["nothing beyond this machine: the head, the job and the eval all run here"]
-    return ["openrlhf, vllm and deepspeed installed for the nodes' python (autorl is shipped with the job)",
-            "the files under 'reads' and the workspace (run folder under 'writes') at the same paths on every node "
-            "(a shared filesystem); `autorl run` and `autorl train` check this with a short job before anything else"]
+    return [
+        "openrlhf, vllm and deepspeed installed for the nodes' python (autorl is shipped with the job)",
+        "the files under 'reads' and the workspace (run folder under 'writes') at the same paths on every node "
+        "(a shared filesystem); `autorl run` and `autorl train` check this with a short job before anything else",
+    ]

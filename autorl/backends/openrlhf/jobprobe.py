@@ -47,11 +47,18 @@ def read_token(path: str) -> str | None:
 
 
 def report(paths: dict[str, str], token: str | None) -> dict:
-    return {"python": sys.executable, "python_version": platform.python_version(), "host": socket.gethostname(),
-            "cwd": os.getcwd(), "autorl": autorl_origin(), "packages": {p: version(p) for p in PACKAGES},
-            "paths": {name: {"path": p, "resolved": os.path.abspath(p), "exists": os.path.exists(p)}
-                      for name, p in paths.items()},
-            "token": read_token(token) if token else None}
+    return {
+        "python": sys.executable,
+        "python_version": platform.python_version(),
+        "host": socket.gethostname(),
+        "cwd": os.getcwd(),
+        "autorl": autorl_origin(),
+        "packages": {p: version(p) for p in PACKAGES},
+        "paths": {
+            name: {"path": p, "resolved": os.path.abspath(p), "exists": os.path.exists(p)} for name, p in paths.items()
+        },
+        "token": read_token(token) if token else None,
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -53,8 +53,13 @@ IGNORED_TAGS = {"train/generated_samples", "train/global_step", "eval/global_ste
 class OpenRLHFMetricsReader:
     """Incremental reader: ``poll()`` returns the new step and eval records since the last call."""
 
-    def __init__(self, tensorboard_dir: str | Path | None, jsonl_path: str | Path | None,
-                 eval_map: dict[str, str] | None = None, stdout_path: str | Path | None = None):
+    def __init__(
+        self,
+        tensorboard_dir: str | Path | None,
+        jsonl_path: str | Path | None,
+        eval_map: dict[str, str] | None = None,
+        stdout_path: str | Path | None = None,
+    ):
         self.tensorboard_dir = Path(tensorboard_dir) if tensorboard_dir else None
         self.jsonl = JsonlTail(jsonl_path) if jsonl_path else None
         self.stdout = TextTail(stdout_path) if stdout_path else None
@@ -67,7 +72,7 @@ class OpenRLHFMetricsReader:
         self._emitted: set[tuple[str, int]] = set()
 
     @classmethod
-    def from_plan(cls, plan: Any) -> "OpenRLHFMetricsReader":
+    def from_plan(cls, plan: Any) -> OpenRLHFMetricsReader:
         """The reader for an ``OpenRLHFBackend`` launch plan."""
         return cls(plan.env.get("AUTORL_TENSORBOARD_DIR"), plan.metrics_path, dict(plan.metric_map), plan.log_path)
 
@@ -97,7 +102,7 @@ class OpenRLHFMetricsReader:
             if tag in IGNORED_TAGS:
                 continue
             events = acc.Scalars(tag)
-            for ev in events[self._seen.get(tag, 0):]:
+            for ev in events[self._seen.get(tag, 0) :]:
                 self._store_scalar(tag, int(ev.step), float(ev.value))
             self._seen[tag] = len(events)
 
@@ -176,7 +181,11 @@ def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
 
 def finish_row(row: dict[str, Any]) -> dict[str, Any]:
     """Keys derivable from 0.10.x's logged values: tokens per second of step wall time."""
-    total, samples, length = row.get("timing/step_total"), row.get("rollout/num_samples"), row.get("response_length_mean")
+    total, samples, length = (
+        row.get("timing/step_total"),
+        row.get("rollout/num_samples"),
+        row.get("response_length_mean"),
+    )
     if "tokens_per_s" not in row and total and samples and length is not None:
         return {**row, "tokens_per_s": samples * length / total}
     return row

@@ -19,16 +19,22 @@ class OpenRLHFParams(ProbeSettings):
     model_config = ConfigDict(extra="forbid")
     run_length_keys: ClassVar[tuple[str, ...]] = ("num_episodes",)
 
-    openrlhf_version: str | None = Field(None, description="OpenRLHF version on the cluster; default: the installed package's.")
+    openrlhf_version: str | None = Field(
+        None, description="OpenRLHF version on the cluster; default: the installed package's."
+    )
     pretrain: str = Field(description="Base model: HF name or path (the actor and the vLLM engines load it).")
     lr: float = Field(5e-7, gt=0, description="Actor learning rate (peak, after warmup).")
     eps_clip: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip range [1-eps, 1+eps].")
     kl_coef: float = Field(0.001, ge=0, description="KL coefficient (init_kl_coef); > 0 loads a reference model.")
     gens: int = Field(8, ge=2, description="Completions per prompt (n_samples_per_prompt), the GRPO group size.")
-    advantage_estimator: Literal["group_norm", "dr_grpo"] = Field("group_norm", description="GRPO (r-mean)/std, or Dr. GRPO r-mean.")
+    advantage_estimator: Literal["group_norm", "dr_grpo"] = Field(
+        "group_norm", description="GRPO (r-mean)/std, or Dr. GRPO r-mean."
+    )
     use_kl_loss: bool = Field(False, description="Put KL in the actor loss instead of the reward.")
     kl_estimator: Literal["k1", "k2", "k3"] | None = Field(None, description="KL estimator; k3 with use_kl_loss.")
-    entropy_loss_coef: float | None = Field(0.0, description="Entropy loss coefficient; 0 logs entropy without using it.")
+    entropy_loss_coef: float | None = Field(
+        0.0, description="Entropy loss coefficient; 0 logs entropy without using it."
+    )
     lora_rank: int = Field(0, ge=0, description="LoRA rank; 0 trains the full model.")
     lora_alpha: int | None = Field(None, ge=1, description="LoRA alpha (seed 004: 2 x rank).")
     target_modules: list[str] | None = Field(None, description="LoRA target modules (attention-only for MoE).")
@@ -37,7 +43,11 @@ class OpenRLHFParams(ProbeSettings):
     vllm_gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="vLLM GPU memory fraction.")
     zero_stage: Literal[0, 1, 2, 3] | None = Field(None, description="DeepSpeed ZeRO stage.")
     param_dtype: Literal["bf16", "fp16"] | None = Field(None, description="Training dtype.")
-    attn_implementation: str | None = Field(None, description="Actor attention (eager, sdpa, flash_attention_2, or a kernels repo id); gpt-oss needs one that keeps its attention sinks: eager or kernels-community/vllm-flash-attn3.")
+    attn_implementation: str | None = Field(
+        None,
+        description="Actor attention (eager, sdpa, flash_attention_2, or a kernels repo id); gpt-oss needs one that "
+        "keeps its attention sinks: eager or kernels-community/vllm-flash-attn3.",
+    )
     offload: bool = Field(False, description="ZeRO-3 parameter offload to CPU (flat CLI + offload_cli.patch only).")
     adam_offload: bool = Field(False, description="Offload Adam states to CPU.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
@@ -60,19 +70,28 @@ class OpenRLHFParams(ProbeSettings):
     input_key: str = Field("input", description="Prompt key in prompt_data rows.")
     label_key: str | None = Field("label", description="Answer key passed to the reward function.")
     apply_chat_template: bool = Field(False, description="Wrap prompts with the tokenizer's chat template.")
-    reward_func: str | None = Field(None, description="'builtin:exact_match' (seed 004), a reward_func .py file (relative to the worktree) or a URL: --remote_rm_url. Files and the builtin go through autorl's wrapper, which also logs zero-std groups.")
+    reward_func: str | None = Field(
+        None,
+        description="'builtin:exact_match' (seed 004), a reward_func .py file (relative to the worktree) or a URL: "
+        "--remote_rm_url. Files and the builtin go through autorl's wrapper, which also logs zero-std groups.",
+    )
     eval_dataset: str | None = Field(None, description="Eval prompts (needs reward_func).")
     eval_steps: int | None = Field(None, description="Evaluate every this many steps (-1 never).")
     eval_temperature: float | None = Field(0.0, ge=0, description="Eval sampling temperature; 0 is greedy.")
     eval_n_samples_per_prompt: int | None = Field(1, ge=1, description="Eval samples per prompt.")
-    eval_split_names: dict[str, str] = Field(default_factory=lambda: {"default": "ood"}, description="Eval rows' datasource -> autorl split name (eval/<split>/...).")
+    eval_split_names: dict[str, str] = Field(
+        default_factory=lambda: {"default": "ood"},
+        description="Eval rows' datasource -> autorl split name (eval/<split>/...).",
+    )
     save_path: str | None = Field(None, description="Final model directory.")
     ckpt_path: str | None = Field(None, description="Checkpoint directory.")
     save_steps: int | None = Field(None, description="Checkpoint every this many steps (-1 never).")
     max_ckpt_num: int | None = Field(None, ge=1, description="Checkpoints kept.")
     disable_ds_ckpt: bool = Field(False, description="Skip DeepSpeed's own checkpoint files.")
     save_hf_ckpt: bool = Field(False, description="Also write HF-format checkpoints.")
-    checkpoint_gb: float | None = Field(None, gt=0, description="Expected size of one checkpoint (preflight disk check); default estimated.")
+    checkpoint_gb: float | None = Field(
+        None, gt=0, description="Expected size of one checkpoint (preflight disk check); default estimated."
+    )
     tensorboard_dir: str | None = Field(None, description="TensorBoard root; default <run_dir>/tensorboard.")
     logging_steps: int | None = Field(None, ge=1, description="Log every this many steps.")
     actor_num_nodes: int = Field(1, ge=1, description="Nodes for the actor.")
@@ -81,15 +100,22 @@ class OpenRLHFParams(ProbeSettings):
     ref_num_gpus_per_node: int | None = Field(None, ge=1, description="Reference GPUs per node; default actor's.")
     colocate_actor_ref: bool = Field(False, description="Reference model shares the actor's GPUs.")
     colocate_all: bool = Field(False, description="Actor, reference and vLLM engines share the same GPUs (sleep mode).")
-    pool_size: int | None = Field(None, ge=1, description="Prompt pool size when prompt_data is not a local file (preflight).")
-    entrypoint_num_gpus: float = Field(0, ge=0, description="GPUs Ray reserves for the driver itself (the actors get their own).")
-    vllm_in_process: bool = Field(False, description="Run each vLLM engine's core in its Ray actor's own process "
-                                                      "(VLLM_ENABLE_V1_MULTIPROCESSING=0): no second process to spawn "
-                                                      "and import at every start.")
+    pool_size: int | None = Field(
+        None, ge=1, description="Prompt pool size when prompt_data is not a local file (preflight)."
+    )
+    entrypoint_num_gpus: float = Field(
+        0, ge=0, description="GPUs Ray reserves for the driver itself (the actors get their own)."
+    )
+    vllm_in_process: bool = Field(
+        False,
+        description="Run each vLLM engine's core in its Ray actor's own process "
+        "(VLLM_ENABLE_V1_MULTIPROCESSING=0): no second process to spawn "
+        "and import at every start.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra train_ppo_ray words, appended as given.")
 
     @model_validator(mode="after")
-    def _check(self) -> "OpenRLHFParams":
+    def _check(self) -> OpenRLHFParams:
         if self.eval_dataset and not self.reward_func:
             raise ValueError("eval_dataset needs reward_func (OpenRLHF scores eval samples with it)")
         if self.lora_rank and self.lora_alpha is None:
@@ -104,4 +130,6 @@ class OpenRLHFParams(ProbeSettings):
         return max(actor, ref, vllm) if self.colocate_all else actor + ref + vllm
 
     def _ref_gpus(self) -> int:
-        return (self.ref_num_nodes or self.actor_num_nodes) * (self.ref_num_gpus_per_node or self.actor_num_gpus_per_node)
+        return (self.ref_num_nodes or self.actor_num_nodes) * (
+            self.ref_num_gpus_per_node or self.actor_num_gpus_per_node
+        )

@@ -33,8 +33,13 @@ from autorl.errors import AutorlError, UserError
 State = Literal["applied", "not applied", "conflicts", "other version"]
 TARGET = re.compile(r"^# autorl: applies to openrlhf ([^(\n]+)", re.MULTILINE)
 BOUND = re.compile(r"^\s*(<=|>=|==|<|>)\s*([0-9][0-9.]*)\s*$")
-COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b,
-           ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+COMPARE = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    "==": lambda a, b: a == b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
 DEFAULT_DIR = shipped("patches")
 
 
@@ -105,13 +110,19 @@ def applies_to(patch_path: str | Path, version: str | None) -> bool:
 def check(patches_dir: str | Path, site_packages: str | Path) -> list[PatchStatus]:
     """The state of every patch in ``patches_dir`` against ``site_packages``; changes nothing."""
     version = version_at(site_packages)
-    return [_status(p, Path(site_packages)) if applies_to(p, version) else _other(p, version)
-            for p in patch_files(patches_dir)]
+    return [
+        _status(p, Path(site_packages)) if applies_to(p, version) else _other(p, version)
+        for p in patch_files(patches_dir)
+    ]
 
 
 def _other(patch_path: Path, version: str | None) -> PatchStatus:
-    return PatchStatus(name=patch_path.name, state="other version", files=touched_files(patch_path),
-                       detail=f"written for openrlhf {target(patch_path)}; installed: {version}")
+    return PatchStatus(
+        name=patch_path.name,
+        state="other version",
+        files=touched_files(patch_path),
+        detail=f"written for openrlhf {target(patch_path)}; installed: {version}",
+    )
 
 
 def apply(patches_dir: str | Path, site_packages: str | Path) -> list[PatchStatus]:

@@ -5,13 +5,13 @@ each copied chunk and the time it arrived. A marker line's time is the arrival o
 resolution, whatever clock or format the line itself carries). The phases of OpenRLHF 0.10.x with vLLM and
 DeepSpeed, colocated or not, in the order a run passes them:
 
-| phase | from the line | what it is |
-|---|---|---|
-| ``driver`` | Ray's ``Runtime env is setting up`` | the job's runtime env and the driver's imports |
-| ``vllm`` | ``Connected to Ray cluster`` | vLLM engine actors: imports, engine start, weights, KV cache |
-| ``actor`` | vLLM's first ``seconds to fall asleep`` (colocated) or the first ``Generate samples`` | the DeepSpeed actor (and reference), the trainer, the NCCL group |
-| ``training`` | vLLM's first ``wake up tags ['weights']`` or the first ``Starting experience making`` | every GRPO step |
-| ``save`` | ``Prompt dataloader is exhausted`` | the final model written, the job's end |
+- ``driver``, from Ray's ``Runtime env is setting up``: the job's runtime env and the driver's imports;
+- ``vllm``, from ``Connected to Ray cluster``: vLLM engine actors: imports, engine start, weights, KV cache;
+- ``actor``, from vLLM's first ``seconds to fall asleep`` (colocated) or the first ``Generate samples``: the
+  DeepSpeed actor (and reference), the trainer, the NCCL group;
+- ``training``, from vLLM's first ``wake up tags ['weights']`` or the first ``Starting experience making``: every
+  GRPO step;
+- ``save``, from ``Prompt dataloader is exhausted``: the final model written, the job's end.
 
 In the split layout (not colocated) nothing sleeps and the vLLM engines and the actor start side by side on their
 own cards: ``vllm`` then holds both starts and ``actor`` is the second or so before the first generation.

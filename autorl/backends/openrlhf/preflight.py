@@ -89,14 +89,23 @@ def check_schedule(params: OpenRLHFParams, worktree: Path) -> list[PreflightChec
     """The step count and the LR reached at step 20."""
     pool, source = pool_size(params, worktree)
     if pool is None:
-        return [PreflightCheck(name="steps", ok=None, detail=source), PreflightCheck(name="lr_at_step_20", ok=None, detail=source)]
+        return [
+            PreflightCheck(name="steps", ok=None, detail=source),
+            PreflightCheck(name="lr_at_step_20", ok=None, detail=source),
+        ]
     total = total_steps(pool, params.gens, params.train_batch_size, params.num_episodes)
-    steps = PreflightCheck(name="steps", ok=total > 0, detail=f"{pool} prompts ({source}) x {params.gens} samples // "
-                  f"{params.train_batch_size} train batch x {params.num_episodes} episodes = {total} steps")
+    steps = PreflightCheck(
+        name="steps",
+        ok=total > 0,
+        detail=f"{pool} prompts ({source}) x {params.gens} samples // "
+        f"{params.train_batch_size} train batch x {params.num_episodes} episodes = {total} steps",
+    )
     frac, where = lr_reached(total, params.lr_warmup_ratio)
     warmup = math.ceil(total * params.lr_warmup_ratio)
-    detail = (f"LR {where} = {frac * params.lr:.3g} = {frac:.0%} of target {params.lr:.3g} "
-              f"(warmup {warmup} of {total} steps, need >= {LR_MIN_FRACTION:.0%})")
+    detail = (
+        f"LR {where} = {frac * params.lr:.3g} = {frac:.0%} of target {params.lr:.3g} "
+        f"(warmup {warmup} of {total} steps, need >= {LR_MIN_FRACTION:.0%})"
+    )
     if frac < LR_MIN_FRACTION:
         detail += ": lower lr_warmup_ratio or shrink the pool (max_samples)"
     return [steps, PreflightCheck(name="lr_at_step_20", ok=frac >= LR_MIN_FRACTION, detail=detail)]
@@ -123,12 +132,19 @@ def check_disk(params: OpenRLHFParams, worktree: Path) -> list[PreflightCheck]:
         if not path:
             continue
         if size is None:
-            out.append(PreflightCheck(name=f"disk:{field}", ok=None, detail="checkpoint size unknown: set train.checkpoint_gb"))
+            out.append(
+                PreflightCheck(name=f"disk:{field}", ok=None, detail="checkpoint size unknown: set train.checkpoint_gb")
+            )
             continue
         free = shutil.disk_usage(_existing_parent(worktree / path)).free / GB
         need = size * copies
-        out.append(PreflightCheck(name=f"disk:{field}", ok=free >= need,
-                         detail=f"{path}: {free:.1f} GB free, need {need:.1f} GB ({copies} x {size:.2f} GB)"))
+        out.append(
+            PreflightCheck(
+                name=f"disk:{field}",
+                ok=free >= need,
+                detail=f"{path}: {free:.1f} GB free, need {need:.1f} GB ({copies} x {size:.2f} GB)",
+            )
+        )
     return out
 
 
@@ -147,7 +163,9 @@ def check_patches(patches_dir: Path, site_packages: Path | None) -> PreflightChe
         return PreflightCheck(name="patches", ok=None, detail="openrlhf is not installed here: not checked")
     states = [s for s in check(patches_dir, site_packages) if s.state != "other version"]
     if not states:
-        return PreflightCheck(name="patches", ok=None, detail=f"no patch in {patches_dir} targets the openrlhf in {site_packages}")
+        return PreflightCheck(
+            name="patches", ok=None, detail=f"no patch in {patches_dir} targets the openrlhf in {site_packages}"
+        )
     missing = [f"{s.name} ({s.state})" for s in states if s.state != "applied"]
     detail = f"{len(states) - len(missing)}/{len(states)} applied in {site_packages}"
     if missing:
@@ -171,11 +189,17 @@ def check_files(params: OpenRLHFParams, worktree: Path) -> PreflightCheck:
     paths = {k: v for k, v in named.items() if v and _is_path(v)}
     missing = [f"{k}: {v}" for k, v in paths.items() if not (worktree / v).is_file()]
     if missing:
-        return PreflightCheck(name="files", ok=False, detail=f"not found in {worktree}: {'; '.join(missing)}: add your files "
-                                                    "there (the recipe names them, autorl ships none) or change "
-                                                    "those keys")
+        return PreflightCheck(
+            name="files",
+            ok=False,
+            detail=f"not found in {worktree}: {'; '.join(missing)}: add your files "
+            "there (the recipe names them, autorl ships none) or change "
+            "those keys",
+        )
     if not paths:
-        return PreflightCheck(name="files", ok=None, detail="no local file named (Hub datasets and URLs are not checked here)")
+        return PreflightCheck(
+            name="files", ok=None, detail="no local file named (Hub datasets and URLs are not checked here)"
+        )
     return PreflightCheck(name="files", ok=True, detail=", ".join(paths.values()) + " found")
 
 
@@ -188,15 +212,22 @@ def _is_path(value: str) -> bool:
 def check_gpus(params: OpenRLHFParams, visible: int) -> PreflightCheck:
     """GPUs the run places (actor, reference, vLLM) vs GPUs visible."""
     need = params.gpus_needed()
-    detail = (f"need {need} (actor {params.actor_num_nodes * params.actor_num_gpus_per_node} + "
-              f"vLLM {params.vllm_num_engines} x TP {params.vllm_tensor_parallel_size}"
-              f"{'' if params.colocate_actor_ref or params.kl_coef == 0 else ' + reference'}"
-              f"{', colocated' if params.colocate_all else ''}), {visible} visible")
+    detail = (
+        f"need {need} (actor {params.actor_num_nodes * params.actor_num_gpus_per_node} + "
+        f"vLLM {params.vllm_num_engines} x TP {params.vllm_tensor_parallel_size}"
+        f"{'' if params.colocate_actor_ref or params.kl_coef == 0 else ' + reference'}"
+        f"{', colocated' if params.colocate_all else ''}), {visible} visible"
+    )
     return PreflightCheck(name="gpus", ok=visible >= need, detail=detail)
 
 
-def preflight(recipe, worktree: str | Path = ".", patches_dir: str | Path | None = None,
-              site_packages: str | Path | None = "auto", visible: int | None = None) -> list[PreflightCheck]:
+def preflight(
+    recipe,
+    worktree: str | Path = ".",
+    patches_dir: str | Path | None = None,
+    site_packages: str | Path | None = "auto",
+    visible: int | None = None,
+) -> list[PreflightCheck]:
     """All checks for an OpenRLHF ``recipe`` (an ``autorl.recipe.Recipe``)."""
     from autorl.backends.openrlhf.patches import DEFAULT_DIR, site_packages_of
 
@@ -204,5 +235,10 @@ def preflight(recipe, worktree: str | Path = ".", patches_dir: str | Path | None
     root = Path(worktree)
     site = site_packages_of() if site_packages == "auto" else (Path(site_packages) if site_packages else None)
     patches = Path(patches_dir) if patches_dir else (root / "patches" if (root / "patches").is_dir() else DEFAULT_DIR)
-    return [*check_schedule(params, root), *check_disk(params, root), check_patches(patches, site),
-            check_gpus(params, gpus_visible() if visible is None else visible), check_files(params, root)]
+    return [
+        *check_schedule(params, root),
+        *check_disk(params, root),
+        check_patches(patches, site),
+        check_gpus(params, gpus_visible() if visible is None else visible),
+        check_files(params, root),
+    ]

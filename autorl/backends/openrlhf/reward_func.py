@@ -44,7 +44,7 @@ USER = None if SPEC.startswith("builtin:") else _load_user(SPEC)
 def completion_of(query: str, prompt: str) -> str:
     """The generated part of OpenRLHF's decoded query (prompt + response)."""
     at = query.rfind(prompt) if prompt else -1
-    return query[at + len(prompt):] if at >= 0 else query
+    return query[at + len(prompt) :] if at >= 0 else query
 
 
 def _builtin(queries, prompts, labels) -> dict:

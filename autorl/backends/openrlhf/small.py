@@ -56,8 +56,12 @@ def split_items(seed: int = DATA_SEED) -> dict[str, list[dict[str, str]]]:
         return out
 
     probe_id, probe_ood = draw(COUNTS["probe_id"], False), draw(COUNTS["probe_ood"], True)
-    return {"probe_id": probe_id, "probe_ood": probe_ood, "prompts": draw(COUNTS["prompts"], False),
-            "sft": draw(COUNTS["sft"], False)}
+    return {
+        "probe_id": probe_id,
+        "probe_ood": probe_ood,
+        "prompts": draw(COUNTS["prompts"], False),
+        "sft": draw(COUNTS["sft"], False),
+    }
 
 
 def build_llama(size: str, seed: int):
@@ -66,21 +70,32 @@ def build_llama(size: str, seed: int):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     dims = SIZES[size]
-    config = LlamaConfig(vocab_size=len(SYMBOLS), hidden_size=dims["hidden"], intermediate_size=4 * dims["hidden"],
-                         num_hidden_layers=dims["layers"], num_attention_heads=dims["heads"],
-                         num_key_value_heads=dims["heads"], max_position_embeddings=64, tie_word_embeddings=True,
-                         pad_token_id=0, bos_token_id=1, eos_token_id=2, rms_norm_eps=1e-6)
+    config = LlamaConfig(
+        vocab_size=len(SYMBOLS),
+        hidden_size=dims["hidden"],
+        intermediate_size=4 * dims["hidden"],
+        num_hidden_layers=dims["layers"],
+        num_attention_heads=dims["heads"],
+        num_key_value_heads=dims["heads"],
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        rms_norm_eps=1e-6,
+    )
     torch.manual_seed(seed)
     return LlamaForCausalLM(config)
 
 
-def warm_up(model_dir: Path, items: dict, target: float, temperature: float, seed: int, device: str, max_steps: int,
-            log=print) -> dict:
+def warm_up(
+    model_dir: Path, items: dict, target: float, temperature: float, seed: int, device: str, max_steps: int, log=print
+) -> dict:
     """Supervised warm-up of the model saved at ``model_dir`` with the embedded engine's routine, in place."""
     import torch
 
-    from autorl.toolkit.policy_eval import correct_flags
     from autorl.toolkit.model import HFPolicy
+    from autorl.toolkit.policy_eval import correct_flags
     from autorl.toolkit.reward import load_reward, score
     from autorl.toolkit.task import Split, Task
     from autorl.toolkit.warmup import SFT_SETTINGS, supervised_warmup
@@ -102,8 +117,15 @@ def warm_up(model_dir: Path, items: dict, target: float, temperature: float, see
     return {**info, "greedy_pass@1": sum(greedy) / len(greedy), "check_temperature": temperature}
 
 
-def write_inputs(root: Path, size: str = "small", seed: int = 0, target: float = 0.25, temperature: float = 1.0,
-                 device: str = "auto", max_steps: int = 3000) -> Path:
+def write_inputs(
+    root: Path,
+    size: str = "small",
+    seed: int = 0,
+    target: float = 0.25,
+    temperature: float = 1.0,
+    device: str = "auto",
+    max_steps: int = 3000,
+) -> Path:
     """Prompts, probes and the warmed-up model under ``root`` (a model already there is kept)."""
     root.mkdir(parents=True, exist_ok=True)
     items = split_items()
@@ -117,8 +139,15 @@ def write_inputs(root: Path, size: str = "small", seed: int = 0, target: float =
     build_llama(size, seed).save_pretrained(model_dir)
     tokenizer().save_pretrained(model_dir)
     info = warm_up(model_dir, items, target, temperature, seed, device, max_steps)
-    record = {**info, "size": size, "seed": seed, "target": target, "device": device,
-              "params": _params(model_dir), "seconds": round(time.time() - t0, 1)}
+    record = {
+        **info,
+        "size": size,
+        "seed": seed,
+        "target": target,
+        "device": device,
+        "params": _params(model_dir),
+        "seconds": round(time.time() - t0, 1),
+    }
     (root / "warmup.json").write_text(json.dumps(record, indent=1) + "\n")
     return root
 
@@ -144,16 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", choices=sorted(SIZES), default="small")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target", type=float, default=0.25, help="Stop the warm-up at this ID pass@1 ...")
-    p.add_argument("--temperature", type=float, default=1.0, help="... of answers sampled at this temperature "
-                                                                    "(0: greedy).")
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="... of answers sampled at this temperature (0: greedy)."
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--max-steps", type=int, default=3000, help="Warm-up steps at most.")
     args = p.parse_args(argv)
     if not 0 < args.target < 1 or args.temperature < 0 or args.max_steps < 1:
         print("error: --target must be in (0, 1), --temperature >= 0 and --max-steps >= 1", file=sys.stderr)
         return 2
-    print(write_inputs(Path(args.dir), args.size, args.seed, args.target, args.temperature, args.device,
-                       args.max_steps))
+    print(
+        write_inputs(Path(args.dir), args.size, args.seed, args.target, args.temperature, args.device, args.max_steps)
+    )
     return 0
 
 

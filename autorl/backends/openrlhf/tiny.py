@@ -39,9 +39,19 @@ def write_model(target: Path) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=len(SYMBOLS), hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
-                         tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = LlamaConfig(
+        vocab_size=len(SYMBOLS),
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(target)
     tokenizer().save_pretrained(target)
@@ -63,9 +73,11 @@ def write_inputs(root: Path) -> Path:
     """Model, prompts and probe sets under ``root`` (kept when already there)."""
     root.mkdir(parents=True, exist_ok=True)
     rng, seen = random.Random(0), set()
-    sets = {"prompts": additions(SIZES["prompts"], 10, 49, rng, seen),
-            "probe_id": additions(SIZES["probe_id"], 10, 49, rng, seen),
-            "probe_ood": additions(SIZES["probe_ood"], 50, 89, rng, seen)}
+    sets = {
+        "prompts": additions(SIZES["prompts"], 10, 49, rng, seen),
+        "probe_id": additions(SIZES["probe_id"], 10, 49, rng, seen),
+        "probe_ood": additions(SIZES["probe_ood"], 50, 89, rng, seen),
+    }
     for name, rows in sets.items():
         (root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if not (root / "model" / "config.json").is_file():

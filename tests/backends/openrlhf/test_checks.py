@@ -40,11 +40,14 @@ def test_the_shipped_small_recipe_passes_once_its_inputs_exist(inputs):
     assert problem(_recipe(inputs), inputs) is None
 
 
-@pytest.mark.parametrize("field,value,expect", [
-    ("pretrain", "{root}/nope", "train.pretrain: no model directory at"),
-    ("prompt_data", "{root}/missing.jsonl", "train.prompt_data:"),
-    ("probe_ood", "{root}/gone.jsonl", "train.probe_ood:"),
-])
+@pytest.mark.parametrize(
+    "field,value,expect",
+    [
+        ("pretrain", "{root}/nope", "train.pretrain: no model directory at"),
+        ("prompt_data", "{root}/missing.jsonl", "train.prompt_data:"),
+        ("probe_ood", "{root}/gone.jsonl", "train.probe_ood:"),
+    ],
+)
 def test_a_missing_input_is_one_line_naming_the_field(inputs, field, value, expect):
     found = problem(_recipe(inputs, **{field: value.format(root=inputs)}), inputs)
     assert found.startswith(expect) and "\n" not in found
@@ -76,7 +79,8 @@ def installed_cli(tmp_path, monkeypatch):
         "raise ImportError('reading the flags must not import the CLI')\n"
         'parser.add_argument("--vllm.enable_sleep", action="store_true")\n'
         "parser.add_argument('--ds.enable_sleep', action='store_true')\n"
-        'parser.add_argument(\n    "--vllm.enforce_eager", action="store_true")\n')
+        'parser.add_argument(\n    "--vllm.enforce_eager", action="store_true")\n'
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     for name in [m for m in sys.modules if m == "openrlhf" or m.startswith("openrlhf.")]:
         monkeypatch.delitem(sys.modules, name)
@@ -94,12 +98,15 @@ def test_a_flag_the_installed_openrlhf_lacks_is_one_line(inputs, installed_cli):
     assert problem(bad, inputs, installed="0.10.2") is None  # another version than the recipe's
 
 
-@pytest.mark.parametrize("share,train,expect", [
-    (0.3, {}, "is not 1/k of a GPU"),
-    (0.5, {"colocate_all": False}, "packs trials on one GPU each"),
-    (0.5, {"vllm_gpu_memory_utilization": 0.6}, "sum to 1.20"),
-    (0.25, {"vllm_gpu_memory_utilization": 0.3}, "at most 0.23"),
-])
+@pytest.mark.parametrize(
+    "share,train,expect",
+    [
+        (0.3, {}, "is not 1/k of a GPU"),
+        (0.5, {"colocate_all": False}, "packs trials on one GPU each"),
+        (0.5, {"vllm_gpu_memory_utilization": 0.6}, "sum to 1.20"),
+        (0.25, {"vllm_gpu_memory_utilization": 0.3}, "at most 0.23"),
+    ],
+)
 def test_a_gpu_share_that_cannot_be_packed_is_one_line(inputs, share, train, expect):
     recipe = _recipe(inputs, **train).model_copy(update={"gpus_per_trial": share})
     found = problem(recipe, inputs)
@@ -124,9 +131,11 @@ def test_a_head_with_repeated_devices_hands_each_card_to_two_gpu_tasks(tmp_path,
     from autorl.backends.ray_jobs import LocalRayHead, submit
 
     script = tmp_path / "gpus.py"
-    script.write_text("import os, ray\nray.init()\n@ray.remote(num_gpus=1)\ndef f():\n    import time\n"
-                      "    time.sleep(1)\n    return os.environ.get('CUDA_VISIBLE_DEVICES')\n"
-                      "print('SEEN', sorted(ray.get([f.remote() for _ in range(4)])), ray.cluster_resources()['GPU'])\n")
+    script.write_text(
+        "import os, ray\nray.init()\n@ray.remote(num_gpus=1)\ndef f():\n    import time\n"
+        "    time.sleep(1)\n    return os.environ.get('CUDA_VISIBLE_DEVICES')\n"
+        "print('SEEN', sorted(ray.get([f.remote() for _ in range(4)])), ray.cluster_resources()['GPU'])\n"
+    )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     with LocalRayHead(num_cpus=4, visible_gpus=packed_gpus(2)) as head:
         handle = submit(head.address, [sys.executable, str(script)], working_dir=tmp_path, log_path=tmp_path / "j.log")
@@ -138,7 +147,6 @@ def test_a_head_with_repeated_devices_hands_each_card_to_two_gpu_tasks(tmp_path,
     assert seen and seen[-1].endswith("SEEN ['0', '0', '1', '1'] 4.0")
 
 
-
 def _bos_tokenizer(target: Path, chat_template: str | None = None) -> Path:
     """A real Hugging Face tokenizer directory whose encode prepends <bos> (as Llama's does)."""
     from tokenizers import processors
@@ -146,8 +154,9 @@ def _bos_tokenizer(target: Path, chat_template: str | None = None) -> Path:
     from autorl.backends.openrlhf.tiny import tokenizer
 
     tok = tokenizer()
-    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="<bos> $A",
-                                                                         special_tokens=[("<bos>", 1)])
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", 1)]
+    )
     if chat_template:
         tok.chat_template = chat_template
     tok.save_pretrained(target)
@@ -166,18 +175,55 @@ def test_the_small_models_tokenizer_adds_no_token_openrlhf_rollouts_go_without(t
     assert prepended_tokens(_bos_tokenizer(tmp_path / "bos")) == ["<bos>"]
 
 
-@pytest.mark.parametrize("files, expect", [
-    ({"tokenizer.json": {"post_processor": {"type": "Sequence", "processors": [
-        {"type": "ByteLevel"}, {"type": "TemplateProcessing", "single": [
-            {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]}]}}},
-     ["<|begin_of_text|>"]),
-    ({"tokenizer.json": {"post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 101], "sep": ["[SEP]", 102]}}},
-     ["[CLS]"]),
-    ({"tokenizer_config.json": {"add_bos_token": True, "bos_token": {"content": "<s>"}}}, ["<s>"]),
-    ({"tokenizer.json": {"post_processor": {"type": "TemplateProcessing", "single": [
-        {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<eos>", "type_id": 0}}]}}}, []),
-    ({"tokenizer.json": "not json at all {"}, []),
-])
+@pytest.mark.parametrize(
+    "files, expect",
+    [
+        (
+            {
+                "tokenizer.json": {
+                    "post_processor": {
+                        "type": "Sequence",
+                        "processors": [
+                            {"type": "ByteLevel"},
+                            {
+                                "type": "TemplateProcessing",
+                                "single": [
+                                    {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                                    {"Sequence": {"id": "A", "type_id": 0}},
+                                ],
+                            },
+                        ],
+                    }
+                }
+            },
+            ["<|begin_of_text|>"],
+        ),
+        (
+            {
+                "tokenizer.json": {
+                    "post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 101], "sep": ["[SEP]", 102]}
+                }
+            },
+            ["[CLS]"],
+        ),
+        ({"tokenizer_config.json": {"add_bos_token": True, "bos_token": {"content": "<s>"}}}, ["<s>"]),
+        (
+            {
+                "tokenizer.json": {
+                    "post_processor": {
+                        "type": "TemplateProcessing",
+                        "single": [
+                            {"Sequence": {"id": "A", "type_id": 0}},
+                            {"SpecialToken": {"id": "<eos>", "type_id": 0}},
+                        ],
+                    }
+                }
+            },
+            [],
+        ),
+        ({"tokenizer.json": "not json at all {"}, []),
+    ],
+)
 def test_prepended_tokens_are_read_from_the_tokenizer_files(tmp_path, files, expect):
     from autorl.backends.openrlhf.checks import prepended_tokens
 

@@ -46,8 +46,9 @@ def ws(tmp_path) -> Path:
 
 
 def _dry(ws: Path, *extra: str):
-    return run_cli("-C", str(ws), "train", "recipes/small.yaml", "--set", "openrlhf_version=0.10.4", "--dry-run",
-                   *extra)
+    return run_cli(
+        "-C", str(ws), "train", "recipes/small.yaml", "--set", "openrlhf_version=0.10.4", "--dry-run", *extra
+    )
 
 
 def test_dry_run_on_a_cluster_shows_what_the_job_gets(ws):
@@ -109,17 +110,23 @@ def test_train_sends_only_ray_backends_to_a_cluster(ws):
 
 
 def test_a_missing_file_or_a_workspace_the_nodes_cannot_see_is_one_line():
-    report = {"python": "/opt/py/bin/python", "host": "node-3", "token": "token-abc",
-              "packages": {"openrlhf": "0.10.4", "vllm": "0.22.1", "deepspeed": "0.19.1"},
-              "paths": {"pretrain": {"path": "/models/m", "resolved": "/models/m", "exists": False}}}
+    report = {
+        "python": "/opt/py/bin/python",
+        "host": "node-3",
+        "token": "token-abc",
+        "packages": {"openrlhf": "0.10.4", "vllm": "0.22.1", "deepspeed": "0.19.1"},
+        "paths": {"pretrain": {"path": "/models/m", "resolved": "/models/m", "exists": False}},
+    }
     line = cluster.problem(report, "SUCCEEDED", "", "http://h:8265", "python", "token-abc", "0.10.4")
     assert line.startswith("train.pretrain: /models/m is not there for the job (/opt/py/bin/python on node-3)")
     report["token"] = None
-    assert "do not see this workspace" in cluster.problem(report, "SUCCEEDED", "", "http://h", "python", "token-abc",
-                                                         "0.10.4")
+    assert "do not see this workspace" in cluster.problem(
+        report, "SUCCEEDED", "", "http://h", "python", "token-abc", "0.10.4"
+    )
     report["token"], report["packages"]["openrlhf"] = "token-abc", "0.9.3"
-    assert "set train.openrlhf_version: 0.9.3" in cluster.problem(report, "SUCCEEDED", "", "h", "python",
-                                                                  "token-abc", "0.10.4")
+    assert "set train.openrlhf_version: 0.9.3" in cluster.problem(
+        report, "SUCCEEDED", "", "h", "python", "token-abc", "0.10.4"
+    )
 
 
 @pytest.mark.slow
@@ -134,8 +141,17 @@ def test_the_check_job_runs_on_a_real_head_with_autorl_shipped(tmp_path):
 
         token = tmp_path / "token"
         token.write_text("token")
-        argv = [BARE_PYTHON, "-m", "autorl.backends.openrlhf.jobprobe", "--token", str(token), "--path", f"prompt_data={present}",
-                "--path", f"pretrain={tmp_path / 'nope'}"]
+        argv = [
+            BARE_PYTHON,
+            "-m",
+            "autorl.backends.openrlhf.jobprobe",
+            "--token",
+            str(token),
+            "--path",
+            f"prompt_data={present}",
+            "--path",
+            f"pretrain={tmp_path / 'nope'}",
+        ]
         status, logs = ray_jobs.run_job(head.address, argv, tmp_path, 120, None, [cluster.autorl_package()])
         report = cluster.parse(logs)
         assert status == "SUCCEEDED" and report is not None, logs[-500:]
@@ -153,8 +169,16 @@ def test_train_on_a_cluster_without_openrlhf_stops_before_any_training_job(ws):
     from autorl.backends.ray_jobs import PROBE_PREFIX, LocalRayHead, client
 
     with LocalRayHead(num_cpus=2, num_gpus=0, object_store_bytes=80 * 1024 * 1024) as head:
-        r = run_cli("-C", str(ws), "train", "recipes/small.yaml", "--set", "openrlhf_version=0.10.4",
-                    "--ray-address", head.address)
+        r = run_cli(
+            "-C",
+            str(ws),
+            "train",
+            "recipes/small.yaml",
+            "--set",
+            "openrlhf_version=0.10.4",
+            "--ray-address",
+            head.address,
+        )
         jobs = [j for j in client(head.address).list_jobs() if not j.submission_id.startswith(PROBE_PREFIX)]
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "openrlhf is not installed for the trials' Python" in r.stderr

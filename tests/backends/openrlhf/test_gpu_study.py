@@ -36,21 +36,26 @@ def _cards() -> list[str]:
     return [c.strip() for c in os.environ.get("AUTORL_GPU_TEST_CARDS", "0,1").split(",") if c.strip()]
 
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow,
-              pytest.mark.skipif(not _ready(), reason="needs openrlhf, vllm, ray, deepspeed and a CUDA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.slow,
+    pytest.mark.skipif(not _ready(), reason="needs openrlhf, vllm, ray, deepspeed and a CUDA GPU"),
+]
 
 
 def _autorl(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autorl.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "autorl.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> Path:
     """The small recipe's inputs (a warm-started 34 M Llama, prompts, probes), made once on the GPU."""
     root = tmp_path_factory.mktemp("small")
-    out = subprocess.run([sys.executable, "-m", "autorl.backends.openrlhf.small", str(root)], capture_output=True,
-                         text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-m", "autorl.backends.openrlhf.small", str(root)], capture_output=True, text=True, timeout=900
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return root
 
@@ -88,8 +93,19 @@ def test_a_study_reaches_a_verdict_on_a_trial_that_learns(tmp_path, small):
 
     ws = _workspace(tmp_path, small)
     repeats = load_recipe(ws / "recipes" / "small.yaml").verdict.baseline_repeats
-    run = _autorl("-C", str(ws), "run", "recipes/small.yaml", "--max-trials", str(repeats + 1), "--budget", "25m",
-                  "--study", "learn", timeout=2400)
+    run = _autorl(
+        "-C",
+        str(ws),
+        "run",
+        "recipes/small.yaml",
+        "--max-trials",
+        str(repeats + 1),
+        "--budget",
+        "25m",
+        "--study",
+        "learn",
+        timeout=2400,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     trials = Ledger(ws / "ledger.sqlite").trials()
     assert [t["proposer"] for t in trials[:repeats]] == ["baseline"] * repeats
@@ -111,8 +127,12 @@ class _GpuSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(2.0):
-            out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=30).stdout
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout
             sample = {}
             for line in out.splitlines():
                 index, _, used = line.partition(",")
@@ -120,7 +140,7 @@ class _GpuSampler:
                     sample[index.strip()] = float(used)
             self.samples.append(sample)
 
-    def __enter__(self) -> "_GpuSampler":
+    def __enter__(self) -> _GpuSampler:
         self._thread.start()
         return self
 
@@ -143,9 +163,30 @@ class _GpuSampler:
 def _two_at_once(ws: Path, env: dict[str, str], *sets: str) -> list[dict]:
     import os
 
-    run = subprocess.run([sys.executable, "-m", "autorl.cli", "-C", str(ws), "run", "recipes/small.yaml", "--parallel",
-                          "2", "--max-trials", "2", "--budget", "15m", "--study", "placed", *sets],
-                         capture_output=True, text=True, timeout=1500, env={**os.environ, **env})
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autorl.cli",
+            "-C",
+            str(ws),
+            "run",
+            "recipes/small.yaml",
+            "--parallel",
+            "2",
+            "--max-trials",
+            "2",
+            "--budget",
+            "15m",
+            "--study",
+            "placed",
+            *sets,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, **env},
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     trials = [t for t in Ledger(ws / "ledger.sqlite").trials() if t["status"] == "complete"]
     assert len(trials) >= 2, [(t["attempt"], t["status"], t.get("crash_category")) for t in trials]

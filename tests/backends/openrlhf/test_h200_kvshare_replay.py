@@ -1,7 +1,8 @@
 """Four trials packed on one H200 (`autorl run recipes/openrlhf-small.yaml --parallel 4 --set gpus_per_trial=0.25`,
 OpenRLHF 0.10.4, vLLM 0.22.1), the same study twice on the same machine: before (``before/``) the trials' vLLM
 engines measured the shared card at start and two baseline repeats died, twice each, so the study ended after
-4.7 minutes; after (``after/``) each engine was given a fixed KV-cache share (``autorl.backends.openrlhf.vllm_share``): 12 of 12
+4.7 minutes; after (``after/``) each engine was given a fixed KV-cache share
+(``autorl.backends.openrlhf.vllm_share``): 12 of 12
 trials ran, lr 1e-5 was confirmed within 11 minutes, and `autorl promote` re-validated it and ran its full run
 with checkpoint evals and saved weights. benchmarks/README.md, "Packed trials without vLLM's memory measurement".
 """
@@ -16,13 +17,13 @@ from pathlib import Path
 
 import yaml
 
+from autorl.backends.openrlhf.vllm_share import fraction_for
 from autorl.data import shipped
 from autorl.judge.triage import classify
 from autorl.ledger import Ledger
 from autorl.recipe import validate_recipe
 from autorl.search.proposer import Proposer
 from autorl.study.controller import RunOptions
-from autorl.backends.openrlhf.vllm_share import fraction_for
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 
@@ -41,8 +42,10 @@ def _recipe():
 
 
 def test_before_two_baseline_repeats_died_measuring_the_shared_card():
-    for log, line in (("profiling-crash-train.log", "Error in memory profiling"),
-                      ("no-kv-room-train.log", "No available memory for the cache blocks")):
+    for log, line in (
+        ("profiling-crash-train.log", "Error in memory profiling"),
+        ("no-kv-room-train.log", "No available memory for the cache blocks"),
+    ):
         d = classify((RUN / "before" / log).read_text(errors="replace"), exit_code=1)
         assert d.category == "shared_gpu" and line in d.root_cause_line, log
     rows = _rows(RUN / "before" / "q0-ledger.sqlite")
@@ -58,8 +61,13 @@ def test_that_baseline_now_goes_on_with_a_fresh_seed(tmp_path):
     shutil.copy(RUN / "before" / "q0-ledger.sqlite", db)
     assert run_cli("init", str(tmp_path / "ws")).returncode == 0
     ledger = Ledger(db)
-    proposer = Proposer(Workspace.open(tmp_path / "ws"), ledger, ledger.study(study_id=1), _recipe(),
-                        RunOptions(strategy="hypotheses", seed=0, parallel=4))
+    proposer = Proposer(
+        Workspace.open(tmp_path / "ws"),
+        ledger,
+        ledger.study(study_id=1),
+        _recipe(),
+        RunOptions(strategy="hypotheses", seed=0, parallel=4),
+    )
     assert not proposer.baseline_failed() and proposer.baseline_runs_missing() == 1
     p = proposer.next()
     assert p is not None and p.proposer == "baseline" and p.values == {"seed": 4}
@@ -73,7 +81,10 @@ def test_with_the_share_every_engine_skipped_the_measurement_and_every_trial_ran
     rows = _rows(RUN / "after" / "q0-ledger.sqlite")
     assert len(rows) == 13 and {r["status"] for r in rows} == {"complete"}
     assert (rows[4]["verdict"], rows[4]["confirmation"]) == ("improved", "confirmed")
-    assert "05  improved (confirmed)  objective 0.5460  Δ +0.0720 [+0.028, +0.116]" in (RUN / "after" / "bench.log").read_text()
+    assert (
+        "05  improved (confirmed)  objective 0.5460  Δ +0.0720 [+0.028, +0.116]"
+        in (RUN / "after" / "bench.log").read_text()
+    )
 
 
 def _objective(name: str) -> float:
@@ -93,8 +104,9 @@ def test_promote_revalidated_the_confirmed_trial_and_its_full_run_saved_weights(
     conn = sqlite3.connect(RUN / "after" / "q0-ledger.sqlite")
     full = conn.execute("SELECT id, kind, status, objective FROM autorl_trials WHERE number = 13").fetchone()
     assert full[1:] == ("full", "complete", 0.58)
-    evals = conn.execute("SELECT step, data FROM autorl_metrics WHERE trial_id = ? AND type = 'eval' ORDER BY step",
-                         [full[0]]).fetchall()
+    evals = conn.execute(
+        "SELECT step, data FROM autorl_metrics WHERE trial_id = ? AND type = 'eval' ORDER BY step", [full[0]]
+    ).fetchall()
     ids = [json.loads(d)["eval/id/greedy_pass@1"] for _, d in evals]
     assert [s for s, _ in evals] == [8, 16, 24, 32] and ids == sorted(ids) and ids[-1] == 0.58
     kinds = [k for (k,) in conn.execute("SELECT kind FROM autorl_events ORDER BY id")]

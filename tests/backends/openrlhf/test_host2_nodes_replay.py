@@ -56,8 +56,12 @@ def test_each_trials_gpu_actors_ran_together_on_one_node_and_both_nodes_were_in_
                 assert len(_gpu_node(job)) == 1, job  # never split across the nodes
                 placed.setdefault(job["submission_id"], set()).update(_gpu_node(job))
     assert len(placed) == 8 and all(len(nodes) == 1 for nodes in placed.values())
-    full = [s for s in snaps if sorted(n for j in s["jobs"] for n in _gpu_node(j) if len(j["actors"]) >= 2)
-            == ["head", "head", "worker", "worker"]]
+    full = [
+        s
+        for s in snaps
+        if sorted(n for j in s["jobs"] for n in _gpu_node(j) if len(j["actors"]) >= 2)
+        == ["head", "head", "worker", "worker"]
+    ]
     assert len(full) >= 2 and full[-1]["t"] - full[0]["t"] > 200  # two on each card, in the first wave and the second
     summary = _nodes_script().summary(RUN / "nodes-placement.jsonl")
     assert "actors on both nodes at once in 15 of 30 snapshots" in summary
@@ -123,25 +127,33 @@ def test_status_says_what_a_ray_trial_still_waits_for_on_its_cluster(tmp_path):
     ws, db = Workspace.open(tmp_path / "ws"), tmp_path / "ledger.sqlite"
     shutil.copy(RUN / "nodes-ledger.sqlite", db)
     waits = "a placement group of its actors needs GPU 1, which other jobs hold (the live nodes have GPU 2 in all)"
-    logs = {9: f"Running entrypoint for job autorl-ce5058b25f04\n\nautorl: waiting for the cluster: {waits}\n",
-            10: f"\nautorl: waiting for the cluster: {waits}\n(PPOTrainer pid=1) started\n"}
+    logs = {
+        9: f"Running entrypoint for job autorl-ce5058b25f04\n\nautorl: waiting for the cluster: {waits}\n",
+        10: f"\nautorl: waiting for the cluster: {waits}\n(PPOTrainer pid=1) started\n",
+    }
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE autorl_trials SET status = 'running' WHERE number IN (9, 10)")
         for number, text in logs.items():
             (tmp_path / f"{number}.log").write_text(text)
-            conn.execute("UPDATE autorl_trials SET log_path = ? WHERE number = ?",
-                         (str(tmp_path / f"{number}.log"), number))
-            conn.execute("DELETE FROM autorl_metrics WHERE trial_id = (SELECT id FROM autorl_trials WHERE number = ?)",
-                         (number,))
+            conn.execute(
+                "UPDATE autorl_trials SET log_path = ? WHERE number = ?", (str(tmp_path / f"{number}.log"), number)
+            )
+            conn.execute(
+                "DELETE FROM autorl_metrics WHERE trial_id = (SELECT id FROM autorl_trials WHERE number = ?)", (number,)
+            )
     ledger = Ledger(db)
     lock = ws.lock_study(ledger.study(study_id=1)["name"])
     try:
         running = status_rows(ledger, ws)["running"]
     finally:
         lock.release()
-    assert [(r["job_id"], r["waiting"]) for r in running] == [("autorl-ce5058b25f04", waits),
-                                                              ("autorl-0b91e2945885", None)]
+    assert [(r["job_id"], r["waiting"]) for r in running] == [
+        ("autorl-ce5058b25f04", waits),
+        ("autorl-0b91e2945885", None),
+    ]
     text = format_status({"studies": [], "running": running, "full_runs": []})
-    assert (f"alive (Ray job autorl-ce5058b25f04, watched by controller pid {os.getpid()}; waiting for the cluster: "
-            f"{waits})") in text
+    assert (
+        f"alive (Ray job autorl-ce5058b25f04, watched by controller pid {os.getpid()}; waiting for the cluster: "
+        f"{waits})"
+    ) in text
     assert text.count("waiting for the cluster") == 1

@@ -30,8 +30,13 @@ def revalidation(run: Path, number: int) -> tuple[list[float], list[float], str]
     500 ID items) judged again: their values, and whether the verdict and interval are the ones promote printed
     (``promote.log``)."""
     recipe = load_recipe(shipped("recipes/openrlhf-small.yaml"))
-    side = lambda name: runs_of([RunMetrics(iter_records(run / f"revalidate-{number:02d}-{name}-s{s}-eval.jsonl"))  # noqa: E731
-                                 for s in (10000, 10007)], recipe)
+    side = lambda name: runs_of(
+        [
+            RunMetrics(iter_records(run / f"revalidate-{number:02d}-{name}-s{s}-eval.jsonl"))  # noqa: E731
+            for s in (10000, 10007)
+        ],
+        recipe,
+    )
     fresh, parent = side("trial"), side("base")
     v = verdict.judge(fresh, parent, recipe.verdict, recipe.objective.direction)
     printed = f"{v.verdict}, {v.delta:+.3f} (95% interval [{v.ci_low:+.3f}, {v.ci_high:+.3f}])"

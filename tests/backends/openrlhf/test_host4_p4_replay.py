@@ -34,7 +34,7 @@ def _warm(rows: list[dict]) -> list[dict]:
     first = [r for r in rows if r["started"] - rows[0]["started"] < 5]
     if first[0]["first_step"] - first[0]["started"] < 120:
         return rows
-    return rows[len(first):]
+    return rows[len(first) :]
 
 
 def _per_hour(rows: list[dict]) -> float:
@@ -72,8 +72,9 @@ def test_the_revalidation_judges_as_promote_printed():
 def _evals() -> list[dict]:
     full = next(r for r in ledger_rows(RUN / "p4-ledger.sqlite") if r["kind"] == "full")
     conn = sqlite3.connect(f"file:{RUN / 'p4-ledger.sqlite'}?mode=ro", uri=True)
-    rows = conn.execute("SELECT data FROM autorl_metrics WHERE trial_id = ? AND type = 'eval' ORDER BY step",
-                        [full["id"]]).fetchall()
+    rows = conn.execute(
+        "SELECT data FROM autorl_metrics WHERE trial_id = ? AND type = 'eval' ORDER BY step", [full["id"]]
+    ).fetchall()
     return [json.loads(r[0]) for r in rows]
 
 
@@ -85,8 +86,12 @@ def test_the_full_run_evaluated_each_checkpoint_its_job_saved():
     assert (full["promoted_from"], full["status"], full["objective"]) == (8, "complete", 0.572)
     evals = _evals()
     assert [e["step"] for e in evals] == [8, 16, 24, 32]
-    assert [Path(e["checkpoint"]).name for e in evals] == ["global_step8_hf", "global_step16_hf",
-                                                           "global_step24_hf", "model"]
+    assert [Path(e["checkpoint"]).name for e in evals] == [
+        "global_step8_hf",
+        "global_step16_hf",
+        "global_step24_hf",
+        "model",
+    ]
     for e in evals[:3]:
         saved = json.loads((RUN / f"full-ckpt-eval-step{e['step']}.jsonl").read_text())
         assert saved["eval/id/items"] == e["eval/id/items"]
@@ -125,10 +130,15 @@ def test_status_now_vouches_for_those_ray_jobs_by_their_controller(tmp_path):
         conn.execute("UPDATE autorl_trials SET status = 'running' WHERE number BETWEEN 5 AND 8")
     ledger = Ledger(db)
     orphans = status_rows(ledger, ws)["running"]
-    assert [r["job_id"] for r in orphans] == ["autorl-6a674a42e3ef", "autorl-d41089d103da", "autorl-8f828a941b36",
-                                              "autorl-b912e875744a"]
+    assert [r["job_id"] for r in orphans] == [
+        "autorl-6a674a42e3ef",
+        "autorl-d41089d103da",
+        "autorl-8f828a941b36",
+        "autorl-b912e875744a",
+    ]
     assert not any(r["alive"] for r in orphans) and "NOT WATCHED (Ray job autorl-6a674a42e3ef" in format_status(
-        {"studies": [], "running": orphans, "full_runs": []})
+        {"studies": [], "running": orphans, "full_runs": []}
+    )
     lock = ws.lock_study(ledger.study(study_id=1)["name"])
     try:
         watched = status_rows(ledger, ws)["running"]
@@ -136,4 +146,5 @@ def test_status_now_vouches_for_those_ray_jobs_by_their_controller(tmp_path):
         lock.release()
     assert all(r["alive"] and r["watched_by"] == os.getpid() for r in watched)
     assert f"alive (Ray job autorl-b912e875744a, watched by controller pid {os.getpid()})" in format_status(
-        {"studies": [], "running": watched, "full_runs": []})
+        {"studies": [], "running": watched, "full_runs": []}
+    )

@@ -54,6 +54,7 @@ def gpu_samples(path: Path, start: str, end: str) -> _GpuSampler:
 
 # ---- the split layout ---------------------------------------------------------------------------------------------
 
+
 def test_the_split_trial_asked_for_its_own_cards_and_trained():
     plan = (RUN / "split-plan.txt").read_text()
     assert "--train.colocate_all" not in plan and "--vllm.enable_sleep" not in plan
@@ -85,6 +86,7 @@ def test_in_the_split_layout_vllm_and_the_actor_start_side_by_side():
 
 # ---- one trial a card, 1, 3 and 4 at once ------------------------------------------------------------------------
 
+
 def test_a_wave_on_three_cards_takes_as_long_as_one_trial_alone():
     """The first (cold) wave: three trials on three cards took 270-272 s each, the single study's first trial 271 s;
     its later (warm) trials 191 and 198 s."""
@@ -108,6 +110,7 @@ def test_four_trials_held_the_four_cards_together():
 
 
 # ---- a card another process had filled ---------------------------------------------------------------------------
+
 
 def test_a_card_full_before_the_trial_is_a_shared_gpu_crash_now():
     rows = _rows("oom-ledger.sqlite")

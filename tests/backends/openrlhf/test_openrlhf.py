@@ -7,13 +7,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest_openrlhf import NEW_VERSION, OLD_VERSION, parser_from_source, site_093, site_new, wheel_dir  # noqa: F401
 
 from autorl.backends.base import TrialSpec
 from autorl.backends.openrlhf.backend import NOT_FLAGS, OpenRLHFBackend, OpenRLHFParams, build_argv
-from autorl.backends.openrlhf.flags import FLAGS, FLAG_BY_FIELD, flag_for, is_dotted
+from autorl.backends.openrlhf.flags import FLAG_BY_FIELD, FLAGS, flag_for, is_dotted
 from autorl.errors import RecipeError
 from autorl.recipe import load_recipe
-from conftest_openrlhf import NEW_VERSION, OLD_VERSION, parser_from_source, site_093, site_new, wheel_dir  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[3]
 CLI = "openrlhf/cli/train_ppo_ray.py"
@@ -28,8 +28,11 @@ def _parse(site: Path, argv: list[str]):
 def patched_093(site_093, tmp_path_factory) -> Path:
     site = tmp_path_factory.mktemp("patched") / "site"
     shutil.copytree(site_093 / "openrlhf", site / "openrlhf")
-    subprocess.run(["patch", "-p1", "-d", str(site), "-i", str(ROOT / "patches/offload_cli.patch")], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["patch", "-p1", "-d", str(site), "-i", str(ROOT / "patches/offload_cli.patch")],
+        check=True,
+        capture_output=True,
+    )
     return site
 
 
@@ -66,8 +69,15 @@ def argparse_error():
 
 
 def test_newest_release_gets_dotted_flags(site_new):
-    params = _recipe_params("gpt-oss-20b", openrlhf_version=NEW_VERSION, prompt_max_len=None,
-                            generate_max_len=None, max_len=5120, max_new_tokens=4096, extra_args=["--vllm.enforce_eager"])
+    params = _recipe_params(
+        "gpt-oss-20b",
+        openrlhf_version=NEW_VERSION,
+        prompt_max_len=None,
+        generate_max_len=None,
+        max_len=5120,
+        max_new_tokens=4096,
+        extra_args=["--vllm.enforce_eager"],
+    )
     ns = vars(_parse(site_new, build_argv(params, "run", "/tb")))
     assert ns["actor.adam.lr"] == pytest.approx(5e-7) and ns["actor.eps_clip"] == pytest.approx(0.1)
     assert ns["algo.kl.init_coef"] == pytest.approx(0.001) and ns["rollout.n_samples_per_prompt"] == 8
@@ -91,10 +101,15 @@ def test_every_param_has_a_flag_or_is_autorl_only():
     assert set(OpenRLHFParams.model_fields) - NOT_FLAGS <= set(FLAG_BY_FIELD)
 
 
-@pytest.mark.parametrize("field,value,version", [
-    ("prompt_max_len", 1024, "0.9.8"), ("generate_max_len", 2048, NEW_VERSION),
-    ("max_new_tokens", 2048, OLD_VERSION), ("offload", True, "0.10.2"),
-])
+@pytest.mark.parametrize(
+    "field,value,version",
+    [
+        ("prompt_max_len", 1024, "0.9.8"),
+        ("generate_max_len", 2048, NEW_VERSION),
+        ("max_new_tokens", 2048, OLD_VERSION),
+        ("offload", True, "0.10.2"),
+    ],
+)
 def test_unsupported_field_names_field_and_version(field, value, version):
     changes = {"prompt_max_len": None, "generate_max_len": None, "openrlhf_version": version, field: value}
     params = _recipe_params("gpt-oss-20b", **changes)
@@ -121,8 +136,14 @@ def test_eval_dataset_without_reward_is_rejected():
 
 def test_plan(tmp_path):
     recipe = load_recipe(ROOT / "recipes/gpt-oss-20b.yaml")
-    spec = TrialSpec(attempt="attempt-03-lr", recipe=recipe, worktree=tmp_path / "wt", run_dir=tmp_path / "run",
-                     cache_dir=tmp_path / "cache", seed=7)
+    spec = TrialSpec(
+        attempt="attempt-03-lr",
+        recipe=recipe,
+        worktree=tmp_path / "wt",
+        run_dir=tmp_path / "run",
+        cache_dir=tmp_path / "cache",
+        seed=7,
+    )
     plan = OpenRLHFBackend(ray_address="http://10.0.0.1:8265").plan(spec)
     assert plan.argv[:3] == ["python", "-m", "openrlhf.cli.train_ppo_ray"]
     assert plan.argv[plan.argv.index("--seed") + 1] == "7"
@@ -135,7 +156,9 @@ def test_plan(tmp_path):
 
 
 def test_gpus_needed_counts_reference_only_when_separate():
-    base = dict(pretrain="m", prompt_data="p", actor_num_gpus_per_node=4, vllm_num_engines=2, vllm_tensor_parallel_size=2)
+    base = dict(
+        pretrain="m", prompt_data="p", actor_num_gpus_per_node=4, vllm_num_engines=2, vllm_tensor_parallel_size=2
+    )
     assert OpenRLHFParams(**base, kl_coef=0.0).gpus_needed() == 8
     assert OpenRLHFParams(**base, kl_coef=0.01).gpus_needed() == 12
     assert OpenRLHFParams(**base, kl_coef=0.01, colocate_actor_ref=True).gpus_needed() == 8

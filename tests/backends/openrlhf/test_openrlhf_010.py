@@ -9,15 +9,17 @@ from pathlib import Path
 import pytest
 
 from autorl.backends.base import TrialSpec
-from autorl.backends.openrlhf.backend import OpenRLHFBackend, REWARD_WRAPPER
+from autorl.backends.openrlhf.backend import REWARD_WRAPPER, OpenRLHFBackend
 from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader, parse_step_line
 from autorl.judge.abort import unavailable
 from autorl.recipe import load_recipe
 
-LINE = ("(PPOTrainer pid=4242) [INFO] ✨ Global step 2: {'actor_lr': 0.0001, 'kl': 0.0, 'ppo_clip_ratio': 0.0, "
-        "'group_reward_std': 0.0, 'reward': 0.25, 'ppo_kl': 1e-05, 'correctness': 0.25, 'truncated': 0.5, "
-        "'actor_grad_norm': 1.5, 'response_length': 4.0, 'timing/generation': 2.0, 'timing/ppo_train': 1.0, "
-        "'timing/step_total': 4.0, 'rollout/num_samples': 32, 'zero_std_group': 0.75}")
+LINE = (
+    "(PPOTrainer pid=4242) [INFO] ✨ Global step 2: {'actor_lr': 0.0001, 'kl': 0.0, 'ppo_clip_ratio': 0.0, "
+    "'group_reward_std': 0.0, 'reward': 0.25, 'ppo_kl': 1e-05, 'correctness': 0.25, 'truncated': 0.5, "
+    "'actor_grad_norm': 1.5, 'response_length': 4.0, 'timing/generation': 2.0, 'timing/ppo_train': 1.0, "
+    "'timing/step_total': 4.0, 'rollout/num_samples': 32, 'zero_std_group': 0.75}"
+)
 
 
 def test_step_line_parses_through_ray_prefix():
@@ -40,7 +42,9 @@ def test_stdout_reader_maps_keys_and_declares_absent(tmp_path):
 
 def test_absent_key_makes_rule_not_available():
     steps = [{"step": 1, "reward_mean": 0.0, "absent": ["frac_zero_std_groups"]}]
-    assert unavailable(steps) == ["zero_std_groups: not available (frac_zero_std_groups absent from this backend's metrics)"]
+    assert unavailable(steps) == [
+        "zero_std_groups: not available (frac_zero_std_groups absent from this backend's metrics)"
+    ]
     assert unavailable([{"step": 1, "frac_zero_std_groups": 1.0}]) == []
 
 
@@ -56,8 +60,12 @@ def _wrapper(monkeypatch, group: int):
 def test_reward_wrapper_counts_zero_std_groups(monkeypatch):
     fn = _wrapper(monkeypatch, 2)
     flags = []
-    for query, prompt in (("<bos>1+1=2<eos>", "1+1="), ("<bos>1+1=3<eos>", "1+1="),
-                          ("<bos>2+2=5<eos>", "2+2="), ("<bos>2+2=5<eos>", "2+2=")):
+    for query, prompt in (
+        ("<bos>1+1=2<eos>", "1+1="),
+        ("<bos>1+1=3<eos>", "1+1="),
+        ("<bos>2+2=5<eos>", "2+2="),
+        ("<bos>2+2=5<eos>", "2+2="),
+    ):
         out = fn.reward_func([query], [prompt], ["2" if prompt == "1+1=" else "4"])
         flags.append(float(out["extra_logs"]["zero_std_group"][0]))
     assert flags == [0.0, 0.0, 0.0, 2.0]  # group 1 mixed, group 2 all wrong: mean 0.5 = half the groups
@@ -66,8 +74,9 @@ def test_reward_wrapper_counts_zero_std_groups(monkeypatch):
 def test_eval_plan_runs_the_shared_evaluator(tmp_path):
     recipe = load_recipe(Path("autorl/data/recipes/openrlhf-tiny.yaml"))
     recipe = recipe.with_train(openrlhf_version="0.10.4")
-    spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run",
-                     cache_dir=tmp_path / "cache")
+    spec = TrialSpec(
+        attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run", cache_dir=tmp_path / "cache"
+    )
     backend = OpenRLHFBackend()
     train, ev = backend.plan(spec), backend.eval_plan(spec)
     out_dir = train.argv[train.argv.index("--ckpt.output_dir") + 1]
@@ -103,8 +112,9 @@ def test_prepare_starts_the_study_head_and_evaluator_outside_any_trial(tmp_path,
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))  # a variable the user set is kept
     monkeypatch.setenv("AUTORL_COMPILE_CACHE", str(tmp_path / "machine"))
-    recipe = load_recipe(Path("autorl/data/recipes/openrlhf-small.yaml")).with_train(openrlhf_version="0.10.4",
-                                                                                    vllm_in_process=True)
+    recipe = load_recipe(Path("autorl/data/recipes/openrlhf-small.yaml")).with_train(
+        openrlhf_version="0.10.4", vllm_in_process=True
+    )
     backend = OpenRLHFBackend()
     try:
         assert backend.prepare(recipe, tmp_path / "cache", tmp_path / "prepare") is None
@@ -112,8 +122,13 @@ def test_prepare_starts_the_study_head_and_evaluator_outside_any_trial(tmp_path,
         listed = [j.submission_id for j in client(address).list_jobs()]
         assert len(listed) == 1 and listed[0].startswith(PROBE_PREFIX)  # only the probe the fresh head took
         assert [k[1] for k in forked._SERVERS] == [forked.EVALUATE]
-        spec = TrialSpec(attempt="attempt-01-x", recipe=recipe, worktree=tmp_path, run_dir=tmp_path / "run",
-                         cache_dir=tmp_path / "cache")
+        spec = TrialSpec(
+            attempt="attempt-01-x",
+            recipe=recipe,
+            worktree=tmp_path,
+            run_dir=tmp_path / "run",
+            cache_dir=tmp_path / "cache",
+        )
         env = backend.plan(spec).env
         shared = Path(env["TORCH_EXTENSIONS_DIR"])  # this machine's, not the workspace's: the next study finds it warm
         assert shared.name == "torch_extensions" and shared.parent.parent == tmp_path / "machine"
@@ -136,9 +151,13 @@ def test_hf_checkpoints_a_full_run_evaluates_land_in_the_run_folder(tmp_path):
     from autorl.promote.ckpt_evals import retarget, saved
 
     recipe = load_recipe(Path("autorl/data/recipes/openrlhf-tiny.yaml")).with_train(openrlhf_version="0.10.4")
-    spec = TrialSpec(attempt="attempt-05-full-x", recipe=recipe.with_train(save_steps=2, save_hf_ckpt=True,
-                                                                            disable_ds_ckpt=True),
-                     worktree=tmp_path, run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
+    spec = TrialSpec(
+        attempt="attempt-05-full-x",
+        recipe=recipe.with_train(save_steps=2, save_hf_ckpt=True, disable_ds_ckpt=True),
+        worktree=tmp_path,
+        run_dir=tmp_path / "run",
+        cache_dir=tmp_path / "cache",
+    )
     backend = OpenRLHFBackend()
     argv = backend.plan(spec).argv
     ckpt = str((tmp_path / "run" / "ckpt").resolve())

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
+from conftest_openrlhf import site_093, wheel_dir  # noqa: F401
 
 from autorl.backends.openrlhf.metrics import TRAIN_KEYS, OpenRLHFMetricsReader
-from conftest_openrlhf import site_093, wheel_dir  # noqa: F401
 
 torch_tb = pytest.importorskip("torch.utils.tensorboard")
 EVAL_MAP = {"eval_default_pass1": "eval/ood/greedy_pass@1"}
@@ -17,8 +16,17 @@ EVAL_MAP = {"eval_default_pass1": "eval/ood/greedy_pass@1"}
 
 def _write_step(writer, step: int, reward: float) -> None:
     """What OpenRLHF's TensorboardLogger.log_train writes for one global step (0.9.3, GRPO, no critic)."""
-    logs = {"policy_loss": -0.1 * step, "actor_lr": 1e-6, "reward": reward, "kl": 0.01, "ppo_clip_ratio": 0.05,
-            "response_length": 300.0 + step, "truncated": 0.25, "group_reward_std": 0.4, "has_boxed": 0.9}
+    logs = {
+        "policy_loss": -0.1 * step,
+        "actor_lr": 1e-6,
+        "reward": reward,
+        "kl": 0.01,
+        "ppo_clip_ratio": 0.05,
+        "response_length": 300.0 + step,
+        "truncated": 0.25,
+        "group_reward_std": 0.4,
+        "has_boxed": 0.9,
+    }
     for key, value in logs.items():
         writer.add_scalar(f"train/{key}", value, step)
     writer.add_text("train/generated_samples", "sample | 1.0", step)
@@ -31,7 +39,15 @@ def test_openrlhf_source_uses_these_tags_and_keys(site_093):
     assert "os.path.join(args.use_tensorboard, args.wandb_run_name)" in logger
     sources = "".join(p.read_text() for p in (site_093 / "openrlhf/trainer").rglob("*.py"))
     sources += (site_093 / "openrlhf/models/loss.py").read_text()
-    for key in ("reward", "ppo_clip_ratio", "response_length", "truncated", "group_reward_std", "policy_loss", "actor_lr"):
+    for key in (
+        "reward",
+        "ppo_clip_ratio",
+        "response_length",
+        "truncated",
+        "group_reward_std",
+        "policy_loss",
+        "actor_lr",
+    ):
         assert re.search(rf'"{key}"', sources), key
     assert 'f"eval_{datasource}_pass1"' in sources
 
@@ -65,9 +81,20 @@ def test_jsonl_merges_into_the_same_step(tmp_path):
     _write_step(writer, 1, 0.5)
     jsonl = tmp_path / "metrics" / "training_metrics.jsonl"
     jsonl.parent.mkdir()
-    row = {"type": "step", "step": 1, "time": 1.0, "grad_norm": 3.5, "advantage_mean": 0.0, "advantage_std": 0.9,
-           "advantage_max": 1.5, "advantage_min": -2.0, "log_ratio_max": 0.4, "log_ratio_min": -0.7,
-           "entropy_mean": 1.2, "policy_loss": -0.1}
+    row = {
+        "type": "step",
+        "step": 1,
+        "time": 1.0,
+        "grad_norm": 3.5,
+        "advantage_mean": 0.0,
+        "advantage_std": 0.9,
+        "advantage_max": 1.5,
+        "advantage_min": -2.0,
+        "log_ratio_max": 0.4,
+        "log_ratio_min": -0.7,
+        "entropy_mean": 1.2,
+        "policy_loss": -0.1,
+    }
     jsonl.write_text(json.dumps(row) + "\n" + '{"type": "step", "step": 2, "grad')  # torn last line
     recs = OpenRLHFMetricsReader(run, jsonl, EVAL_MAP).poll()
     assert len(recs) == 1  # the JSONL line marks step 1 complete
@@ -79,8 +106,11 @@ def test_jsonl_merges_into_the_same_step(tmp_path):
 
 def test_jsonl_only_and_eval_lines(tmp_path):
     jsonl = tmp_path / "training_metrics.jsonl"
-    lines = [{"type": "step", "step": 1, "reward": 0.1}, {"type": "eval", "step": 1, "eval_default_pass1": 0.4},
-             {"type": "step", "step": 2, "reward": 0.2}]
+    lines = [
+        {"type": "step", "step": 1, "reward": 0.1},
+        {"type": "eval", "step": 1, "eval_default_pass1": 0.4},
+        {"type": "step", "step": 2, "reward": 0.2},
+    ]
     jsonl.write_text("".join(json.dumps(x) + "\n" for x in lines))
     recs = OpenRLHFMetricsReader(None, jsonl, EVAL_MAP).poll()
     assert [(r["type"], r["step"]) for r in recs] == [("step", 1), ("eval", 1), ("step", 2)]

@@ -19,8 +19,9 @@ REAL = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4"
 
 
 def _steps(tensorboard: bool, stdout: bool) -> list[dict]:
-    reader = OpenRLHFMetricsReader(REAL / "tensorboard" if tensorboard else None, None,
-                                   stdout_path=REAL / "train.log" if stdout else None)
+    reader = OpenRLHFMetricsReader(
+        REAL / "tensorboard" if tensorboard else None, None, stdout_path=REAL / "train.log" if stdout else None
+    )
     return reader.poll() + reader.flush()
 
 
@@ -28,8 +29,15 @@ def test_driver_log_gives_every_step_with_the_keys_the_rules_need():
     steps = _steps(tensorboard=False, stdout=True)
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
     for s in steps:
-        for key in ("reward_mean", "grad_norm", "kl", "truncated_rate", "frac_zero_std_groups", "time_generate_s",
-                    "tokens_per_s"):
+        for key in (
+            "reward_mean",
+            "grad_norm",
+            "kl",
+            "truncated_rate",
+            "frac_zero_std_groups",
+            "time_generate_s",
+            "tokens_per_s",
+        ):
             assert isinstance(s[key], float), key
         assert 0.0 <= s["frac_zero_std_groups"] <= 1.0 and key not in s["absent"]
     assert steps[2]["reward_mean"] == pytest.approx(0.03125) and steps[2]["frac_zero_std_groups"] == 0.875
@@ -52,7 +60,12 @@ def test_preflight_lr_model_matches_the_real_scheduler():
 def test_an_untrained_policy_trips_the_early_abort_on_real_metrics():
     steps = _steps(tensorboard=False, stdout=True)
     decision = check_abort(steps[:2], AbortRules(window=2), None)
-    assert decision is not None and decision.rule in {"reward_stuck_zero", "zero_std_groups", "truncation", "grad_norm_zero"}
+    assert decision is not None and decision.rule in {
+        "reward_stuck_zero",
+        "zero_std_groups",
+        "truncation",
+        "grad_norm_zero",
+    }
     assert check_abort(steps[:1], AbortRules(window=2), None) is None
 
 

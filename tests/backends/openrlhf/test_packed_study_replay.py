@@ -68,8 +68,13 @@ def _view(tmp_path: Path, relabel: bool):
     assert run_cli("init", str(tmp_path / "ws")).returncode == 0
     recipe = validate_recipe(yaml.safe_load(shipped("recipes/openrlhf-small.yaml").read_text()))
     ledger = Ledger(db)
-    return Proposer(Workspace.open(tmp_path / "ws"), ledger, ledger.study(study_id=1), recipe,
-                    RunOptions(strategy="hypotheses", seed=0)).view, recipe
+    return Proposer(
+        Workspace.open(tmp_path / "ws"),
+        ledger,
+        ledger.study(study_id=1),
+        recipe,
+        RunOptions(strategy="hypotheses", seed=0),
+    ).view, recipe
 
 
 def test_the_learning_rate_next_to_those_crashes_stays_open(tmp_path):

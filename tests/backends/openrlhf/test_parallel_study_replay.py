@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
-from autorl.backends.openrlhf.phases import marks, phases, read_times, start_up as phases_start_up
+from autorl.backends.openrlhf.phases import marks, phases, read_times
+from autorl.backends.openrlhf.phases import start_up as phases_start_up
 from autorl.judge.triage import classify
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "small" / "parallel2"
@@ -21,8 +22,11 @@ STARTED, FINISHED = 1795791196.64, 1795791446.50  # attempt 02 on the controller
 
 
 def _steps(tensorboard: bool) -> list[dict]:
-    reader = OpenRLHFMetricsReader(RUN / "tensorboard" if tensorboard else None, None,
-                                   stdout_path=None if tensorboard else RUN / "attempt02-train.log")
+    reader = OpenRLHFMetricsReader(
+        RUN / "tensorboard" if tensorboard else None,
+        None,
+        stdout_path=None if tensorboard else RUN / "attempt02-train.log",
+    )
     return reader.poll() + reader.flush()
 
 

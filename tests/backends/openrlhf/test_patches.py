@@ -11,13 +11,18 @@ import types
 from pathlib import Path
 
 import pytest
-
-from autorl.backends.openrlhf.patches import PatchError, apply, check, touched_files
 from conftest_openrlhf import site_093, wheel_dir  # noqa: F401
 
+from autorl.backends.openrlhf.patches import PatchError, apply, check, touched_files
+
 PATCHES = Path(__file__).resolve().parents[3] / "patches"
-EXPECTED = {"experience_maker.patch", "metrics_actor.patch", "metrics_trainer.patch", "offload_cli.patch",
-            "ratio_logging_loss.patch"}
+EXPECTED = {
+    "experience_maker.patch",
+    "metrics_actor.patch",
+    "metrics_trainer.patch",
+    "offload_cli.patch",
+    "ratio_logging_loss.patch",
+}
 
 
 @pytest.fixture()
@@ -56,8 +61,10 @@ def test_conflict_is_reported_and_blocks_apply(site):
 
 
 def test_touched_files():
-    assert touched_files(PATCHES / "offload_cli.patch") == ["openrlhf/cli/train_ppo_ray.py",
-                                                            "openrlhf/utils/deepspeed/deepspeed.py"]
+    assert touched_files(PATCHES / "offload_cli.patch") == [
+        "openrlhf/cli/train_ppo_ray.py",
+        "openrlhf/utils/deepspeed/deepspeed.py",
+    ]
 
 
 def test_missing_dir_is_a_user_error(tmp_path):
@@ -103,8 +110,9 @@ def test_patched_actor_stats(patched):
     torch = pytest.importorskip("torch")
     import math
 
-    stats = _function(patched / "openrlhf/trainer/ray/ppo_actor.py", "_masked_stats",
-                      {"torch": torch, "math": math, "Dict": dict})
+    stats = _function(
+        patched / "openrlhf/trainer/ray/ppo_actor.py", "_masked_stats", {"torch": torch, "math": math, "Dict": dict}
+    )
     values = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
     got = stats("entropy", values, torch.tensor([[1, 1, 1, 0]]), quantiles=True)
     assert got["entropy_mean"] == pytest.approx(2.0) and got["entropy_max"] == 3.0 and got["entropy_min"] == 1.0
@@ -116,8 +124,11 @@ def test_patched_trainer_writes_metrics_jsonl(patched, tmp_path, monkeypatch):
     import os
     import time
 
-    write = _function(patched / "openrlhf/trainer/ppo_trainer.py", "append_metrics_jsonl",
-                      {"torch": torch, "os": os, "time": time, "json": json, "Dict": dict})
+    write = _function(
+        patched / "openrlhf/trainer/ppo_trainer.py",
+        "append_metrics_jsonl",
+        {"torch": torch, "os": os, "time": time, "json": json, "Dict": dict},
+    )
     monkeypatch.setenv("METRICS_LOG_DIR", str(tmp_path / "m"))
     write(3, {"reward": 0.5, "grad_norm": torch.tensor(2.0), "generated_samples": ["text", 1.0], "flag": True})
     row = json.loads((tmp_path / "m/training_metrics.jsonl").read_text())

@@ -6,20 +6,34 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest_openrlhf import site_093, wheel_dir  # noqa: F401
 
 from autorl.backends.openrlhf.backend import OpenRLHFParams
 from autorl.backends.openrlhf.patches import apply
-from autorl.backends.openrlhf.preflight import (check_disk, check_gpus, check_patches, check_schedule, lr_at, preflight,
-                              total_steps)
+from autorl.backends.openrlhf.preflight import (
+    check_disk,
+    check_gpus,
+    check_patches,
+    check_schedule,
+    lr_at,
+    preflight,
+    total_steps,
+)
 from autorl.recipe import validate_recipe
-from conftest_openrlhf import site_093, wheel_dir  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _params(**kw) -> OpenRLHFParams:
-    base = dict(pretrain="m", prompt_data="data/pool.jsonl", gens=8, train_batch_size=16, num_episodes=1,
-                lr=5e-7, lr_warmup_ratio=0.05)
+    base = dict(
+        pretrain="m",
+        prompt_data="data/pool.jsonl",
+        gens=8,
+        train_batch_size=16,
+        num_episodes=1,
+        lr=5e-7,
+        lr_warmup_ratio=0.05,
+    )
     return OpenRLHFParams(**{**base, **kw})
 
 
@@ -101,7 +115,9 @@ def test_files_the_recipe_names_must_exist(tmp_path):
     params = _params(prompt_data="data/pool.jsonl", eval_dataset="data/probe.jsonl", reward_func="reward_em.py")
     miss = check_files(params, _pool(tmp_path, 8))
     assert miss.ok is False
-    assert "eval_dataset: data/probe.jsonl; reward_func: reward_em.py" in miss.detail and "prompt_data" not in miss.detail
+    assert (
+        "eval_dataset: data/probe.jsonl; reward_func: reward_em.py" in miss.detail and "prompt_data" not in miss.detail
+    )
     hub = check_files(_params(prompt_data="openai/gsm8k", reward_func="builtin:exact_match"), tmp_path)
     assert hub.ok is None
 

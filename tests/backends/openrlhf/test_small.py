@@ -22,7 +22,7 @@ def test_item_sets_are_disjoint_and_ood_is_the_held_out_digit():
     assert {n: len(k) for n, k in keys.items()} == COUNTS
     names = list(keys)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert not keys[a] & keys[b], (a, b)
     for name, rows in items.items():
         for r in rows:
@@ -51,9 +51,23 @@ def _digest(model_dir: Path) -> str:
 def test_warmup_is_deterministic_and_the_model_runs_on_the_embedded_engine(tmp_path):
     made = []
     for name in ("a", "b"):
-        out = subprocess.run([sys.executable, "-m", "autorl.backends.openrlhf.small", str(tmp_path / name),
-                              "--size", "test", "--max-steps", "25", "--device", "cpu"],
-                             capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autorl.backends.openrlhf.small",
+                str(tmp_path / name),
+                "--size",
+                "test",
+                "--max-steps",
+                "25",
+                "--device",
+                "cpu",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         made.append(tmp_path / name)
     assert _digest(made[0] / "model") == _digest(made[1] / "model")

@@ -11,15 +11,19 @@ from pathlib import Path
 import pytest
 
 from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
-from autorl.backends.openrlhf.phases import marks, phases, read_times, start_up as phases_start_up
+from autorl.backends.openrlhf.phases import marks, phases, read_times
+from autorl.backends.openrlhf.phases import start_up as phases_start_up
 
 STUDY = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "small" / "study"
 STARTED, FINISHED = 1795778344.28, 1795778498.21  # the trial's start and end on the controller's clock (154 s)
 
 
 def _steps(tensorboard: bool) -> list[dict]:
-    reader = OpenRLHFMetricsReader(STUDY / "tensorboard" if tensorboard else None, None,
-                                   stdout_path=None if tensorboard else STUDY / "attempt03-train.log")
+    reader = OpenRLHFMetricsReader(
+        STUDY / "tensorboard" if tensorboard else None,
+        None,
+        stdout_path=None if tensorboard else STUDY / "attempt03-train.log",
+    )
     return reader.poll() + reader.flush()
 
 

@@ -49,8 +49,12 @@ current_platform = _Platform()
 
 
 def _fake_vllm(root: Path) -> Path:
-    for sub, text in (("vllm/__init__.py", ""), ("vllm/engine/__init__.py", ""), ("vllm/engine/arg_utils.py", ARG_UTILS),
-                      ("vllm/platforms/__init__.py", PLATFORMS)):
+    for sub, text in (
+        ("vllm/__init__.py", ""),
+        ("vllm/engine/__init__.py", ""),
+        ("vllm/engine/arg_utils.py", ARG_UTILS),
+        ("vllm/platforms/__init__.py", PLATFORMS),
+    ):
         (root / sub).parent.mkdir(parents=True, exist_ok=True)
         (root / sub).write_text(text)
     return root
@@ -133,8 +137,15 @@ def test_a_real_ray_job_runs_the_hook_in_its_workers(tmp_path):
 
     with LocalRayHead(num_cpus=2, num_gpus=0, object_store_bytes=80 * 1024 * 1024) as head:
         assert runtime_env_for(work, {}, None, vllm_share.HOOK)["worker_process_setup_hook"] == vllm_share.HOOK
-        handle = submit(head.address, [sys.executable, "job.py"], working_dir=work, log_path=tmp_path / "job.log",
-                        env={vllm_share.ENV: "0.1"}, py_modules=[autorl_package()], setup_hook=vllm_share.HOOK)
+        handle = submit(
+            head.address,
+            [sys.executable, "job.py"],
+            working_dir=work,
+            log_path=tmp_path / "job.log",
+            env={vllm_share.ENV: "0.1"},
+            py_modules=[autorl_package()],
+            setup_hook=vllm_share.HOOK,
+        )
         deadline = time.time() + 120
         while handle.poll() is None and time.time() < deadline:
             time.sleep(0.5)
