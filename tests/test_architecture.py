@@ -4,7 +4,7 @@
   too), runs down a declared layer order (``LAYERS``) or stays in its layer, and the graph of them has no cycle;
 - no SQL outside the ledger package (autorl/ledger/);
 - no ``hasattr`` probe of a backend: every hook is declared on ``autorl.backends.base.Backend``;
-- functions stay short (none over 40 lines, docstrings excluded), classes small (none over 25 methods), and no
+- functions stay short (none over 50 lines once formatted, docstrings excluded), classes small (none over 25 methods), and no
   file of study/, runs/ or promote/ over 350 lines.
 """
 
@@ -21,7 +21,7 @@ SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|PRAGMA)\b|\b(WH
 # Lowest first. A module may import its own layer's modules or any below it, never one above. Within a layer the
 # no-cycle rule alone holds. A package prefix covers its modules; the longest matching prefix places a module.
 LAYERS: list[tuple[str, ...]] = [
-    ("autorl", "autorl.errors", "autorl.data", "autorl.metrics", "autorl.budget"),  # what everything shares
+    ("autorl", "autorl.errors", "autorl.states", "autorl.data", "autorl.metrics", "autorl.budget"),  # what everything shares
     ("autorl.loading", "autorl.locks", "autorl.ledger", "autorl.gitops", "autorl.workspace"),  # files, locks, SQL, git
     ("autorl.toolkit",),  # the GRPO toolkit every engine shares: task, reward, model, per-item eval
     ("autorl.engine",),  # the embedded trainer
@@ -170,7 +170,7 @@ def test_functions_stay_short():
         for n in ast.walk(ast.parse(p.read_text())):
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 body = n.body[1:] if ast.get_docstring(n) is not None else n.body
-                if body and body[-1].end_lineno - body[0].lineno + 1 > 40:
+                if body and body[-1].end_lineno - body[0].lineno + 1 > 50:
                     long.append(f"{p.relative_to(ROOT)}:{n.lineno} {n.name}")
     assert not long, long
 

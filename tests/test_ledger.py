@@ -1,8 +1,10 @@
 """The ledger's boundary: typed rows (a write names real columns with values of their type), frozen migrations
-(a fresh ledger and an old one migrated have exactly TrialRow's columns), and one study's records."""
+(a fresh ledger and an old one migrated have exactly Trial's columns), and one study's records."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sqlite3
 import time
 
@@ -10,7 +12,8 @@ import pytest
 import sqlite_utils
 
 from autorl import ledger as L
-from autorl.ledger import TRIAL_COLUMNS, Ledger, StudyRow
+from autorl.ledger import TRIAL_COLUMNS, Ledger, Study, Trial
+from autorl.states import Confirmation, Kind, Proposer, StudyStatus, TrialStatus, Verdict
 
 # What 0001_initial created when it shipped. A migration is never edited: a new column is a new migration.
 INITIAL_TRIAL_COLUMNS = [
@@ -74,7 +77,7 @@ def _study(led: Ledger, name: str = "s") -> int:
 def test_a_fresh_ledger_has_exactly_the_typed_columns(tmp_path):
     Ledger(tmp_path / "l.sqlite").close()
     assert sorted(_columns(tmp_path / "l.sqlite", "autorl_trials")) == sorted(TRIAL_COLUMNS)
-    assert sorted(_columns(tmp_path / "l.sqlite", "autorl_studies")) == sorted(StudyRow.__annotations__)
+    assert sorted(_columns(tmp_path / "l.sqlite", "autorl_studies")) == sorted(Study().keys())
 
 
 def test_the_first_migration_is_frozen(tmp_path):
@@ -243,23 +246,47 @@ def test_study_records_answer_as_the_ledgers_sql_does(tmp_path):
         records.trials(colour="red")
 
 
-def test_what_a_caller_gets_is_its_own_and_a_transaction_is_never_cached(tmp_path):
+def test_what_a_caller_gets_cannot_change_the_kept_rows_and_a_transaction_is_never_cached(tmp_path):
     led = Ledger(tmp_path / "l.sqlite")
     sid = _study(led)
     _grown(led, sid, 2)
     records = led.records(sid)
     got = records.trials()
-    got[0]["status"], got[1]["params"] = "changed by the caller", {}
-    assert [t["status"] for t in records.trials()] == ["complete", "complete"]
-    assert records.ran({"lr": 2e-4})["number"] == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got[0].status = TrialStatus.CRASH  # type: ignore[misc]
+    changed = got[1].replace(params={}, status=TrialStatus.CRASH)
+    assert (changed.params, changed.status, got[1].status) == ({}, TrialStatus.CRASH, TrialStatus.COMPLETE)
+    assert [t.status for t in records.trials()] == [TrialStatus.COMPLETE, TrialStatus.COMPLETE]
+    assert records.ran({"lr": 2e-4}).number == 2
     with pytest.raises(RuntimeError):
         with led.tx():
-            led.db["autorl_trials"].update(records.trial(1)["id"], {"status": "crash"})
-            assert records.trial(1)["status"] == "crash"  # read afresh inside the transaction
+            led.db["autorl_trials"].update(records.trial(1).id, {"status": "crash"})
+            assert records.trial(1).status == TrialStatus.CRASH  # read afresh inside the transaction
             raise RuntimeError("rolled back")
-    assert records.trial(1)["status"] == "complete"
+    assert records.trial(1).status == TrialStatus.COMPLETE
     with pytest.raises(ValueError, match="rev"):
-        led.update_trial(records.trial(1)["id"], rev=10**9)  # the triggers keep it, never a caller
+        led.update_trial(records.trial(1).id, rev=10**9)  # the triggers keep it, never a caller
+
+
+def test_rows_come_back_typed_with_their_states_as_enums(tmp_path):
+    led = Ledger(tmp_path / "l.sqlite")
+    sid = _study(led)
+    tid = led.add_trial(study_id=sid, number=1, attempt="attempt-01", params={"lr": 0.1}, proposer=Proposer.BASELINE)
+    led.update_trial(tid, status="complete", verdict=Verdict.IMPROVED, confirmation="candidate", objective=0.5)
+    row = led.trial(1)
+    assert isinstance(row, Trial) and row.params == {"lr": 0.1} and row.objective == 0.5
+    assert (row.status, row.verdict, row.confirmation, row.proposer, row.kind) == (
+        TrialStatus.COMPLETE,
+        Verdict.IMPROVED,
+        Confirmation.CANDIDATE,
+        Proposer.BASELINE,
+        Kind.TRIAL,
+    )
+    assert f"{row.verdict}" == "improved" and row.as_dict()["verdict"] == "improved"
+    assert json.loads(json.dumps(row.as_dict()))["status"] == "complete"
+    assert led.study(study_id=sid).status == StudyStatus.RUNNING
+    with pytest.raises(ValueError, match="verdict"):
+        led.update_trial(tid, verdict="improvd")  # a misspelt state is refused where it is written
 
 
 def test_a_ledger_from_before_revisions_gets_them(tmp_path):

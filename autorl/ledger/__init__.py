@@ -17,16 +17,16 @@ and resumes.
 """
 
 from autorl.ledger.errors import disk_full, free_bytes, ledger_error
-from autorl.ledger.rows import STOPPED_EARLY, TRIAL_COLUMNS, StudyRow, TrialRow
+from autorl.ledger.rows import TRIAL_COLUMNS, Event, Study, Trial
 from autorl.ledger.store import Ledger, StudyRecords, ledger_guard, open_read
 
 __all__ = [
-    "STOPPED_EARLY",
     "TRIAL_COLUMNS",
     "Ledger",
     "StudyRecords",
-    "StudyRow",
-    "TrialRow",
+    "Event",
+    "Study",
+    "Trial",
     "disk_full",
     "free_bytes",
     "ledger_error",

@@ -21,8 +21,9 @@ from autorl.ledger.rows import (
     STUDY_WRITE,
     TRIAL_COLUMNS,
     TRIAL_WRITE,
-    StudyRow,
-    TrialRow,
+    Event,
+    Study,
+    Trial,
     checked,
     decode,
     insert_event,
@@ -44,6 +45,7 @@ from autorl.ledger.views import (
     ran_to_end,
     unretried,
 )
+from autorl.states import Confirmation, Kind, TrialStatus, Verdict
 
 
 class Ledger:
@@ -91,7 +93,7 @@ class Ledger:
         with self.tx():
             return self.db["autorl_studies"].insert({"created": time.time(), "status": "running", **row}).last_pk
 
-    def study(self, name: str | None = None, study_id: int | None = None) -> StudyRow:
+    def study(self, name: str | None = None, study_id: int | None = None) -> Study:
         """A study by name or id; the latest when neither is given."""
         where, args = ("name = ?", [name]) if name else ("id = ?", [study_id]) if study_id else ("1", [])
         rows = list(self.db["autorl_studies"].rows_where(where, args, order_by="id desc", limit=1))
@@ -99,14 +101,14 @@ class Ledger:
             raise NotFoundError(
                 f"no study {name or study_id or ''} in {self.path}: start one with `autorl run`".replace("  ", " ")
             )
-        return decode(rows[0])
+        return Study.read(rows[0])
 
     def has_study(self, name: str) -> bool:
         return bool(self.db.execute("SELECT 1 FROM autorl_studies WHERE name = ?", [name]).fetchone())
 
-    def studies(self, limit: int = 5) -> list[StudyRow]:
+    def studies(self, limit: int = 5) -> list[Study]:
         """The latest studies, newest first."""
-        return [decode(s) for s in self.db["autorl_studies"].rows_where(order_by="id desc", limit=limit)]
+        return [Study.read(s) for s in self.db["autorl_studies"].rows_where(order_by="id desc", limit=limit)]
 
     def optuna_complete_count(self, optuna_study: str) -> int | None:
         """COMPLETE trials of an Optuna study in this file, read without letting Optuna create its tables."""
@@ -136,18 +138,16 @@ class Ledger:
         with self.tx():
             self.db["autorl_trials"].update(trial_id, values)
             if event:
-                row = self.db["autorl_trials"].get(trial_id)
-                insert_event(
-                    self.db, row["study_id"], trial_id, event, values.get("reason") or values.get("status") or ""
-                )
+                study_id = self.db["autorl_trials"].get(trial_id)["study_id"]
+                insert_event(self.db, study_id, trial_id, event, values.get("reason") or values.get("status") or "")
 
-    def trial(self, number: int) -> TrialRow:
+    def trial(self, number: int) -> Trial:
         rows = list(self.db["autorl_trials"].rows_where("number = ?", [number]))
         if not rows:
             raise NotFoundError(f"no trial {number:02d} in the ledger: list them with `autorl ledger`")
         return decode(rows[0])
 
-    def trials(self, study_id: int | None = None, **equal: Any) -> list[TrialRow]:
+    def trials(self, study_id: int | None = None, **equal: Any) -> list[Trial]:
         """Trials in attempt order, optionally of one study and with columns equal to values (e.g. kind="full")."""
         unknown = set(equal) - set(TRIAL_COLUMNS)
         if unknown:
@@ -155,7 +155,7 @@ class Ledger:
         return select(self.db, " AND ".join([f"{k} = ?" for k in equal] or ["1"]), list(equal.values()), study_id)
 
     # named queries: every condition on trials beyond plain equality lives here (one study's in StudyRecords)
-    def baselines(self, study_id: int) -> list[TrialRow]:
+    def baselines(self, study_id: int) -> list[Trial]:
         """The study's baseline runs (the recipe as written, every seed). A baseline that crashed and was
         retried (triage's retry of a hang, timeout, network error or OOM) is replaced by its retry."""
         where = (
@@ -165,7 +165,7 @@ class Ledger:
         )
         return select(self.db, where, [], study_id)
 
-    def crashed(self, study_id: int | None = None) -> list[TrialRow]:
+    def crashed(self, study_id: int | None = None) -> list[Trial]:
         """Trials that crashed (verdict or status crash)."""
         return select(self.db, "verdict = 'crash' OR status = 'crash'", [], study_id)
 
@@ -181,7 +181,7 @@ class Ledger:
         keys = ("tried", "moves", "candidates", "confirmed", "rejected")
         return {r[0]: dict(zip(keys, (int(v or 0) for v in r[1:]))) for r in self.db.execute(q).fetchall()}
 
-    def unfinished(self) -> list[TrialRow]:
+    def unfinished(self) -> list[Trial]:
         """Trials still marked running, and full runs that have not been closed."""
         return select(self.db, "status = 'running' OR (kind = 'full' AND end_tag IS NULL)", [], None)
 
@@ -190,10 +190,10 @@ class Ledger:
         ``confirm_*`` columns: its test, the noise it assumed, its error rate; the hack gate's ``gate`` columns)."""
         row = self.trial(number)
         self.update_trial(
-            row["id"],
+            row.id,
             event=f"confirmation-{state}",
             confirmation=state,
-            reason=f"{row.get('reason') or ''} | {state}: {reason}".lstrip(" |"),
+            reason=f"{row.reason or ''} | {state}: {reason}".lstrip(" |"),
             **stats,
         )
 
@@ -225,9 +225,12 @@ class Ledger:
         with self.tx():
             insert_event(self.db, study_id, trial_id, kind, message)
 
-    def events(self, study_id: int | None = None, limit: int = 50) -> list[dict]:
+    def events(self, study_id: int | None = None, limit: int = 50) -> list[Event]:
+        """The latest events, newest first."""
         where, args = ("study_id = ?", [study_id]) if study_id else ("1", [])
-        return list(self.db["autorl_events"].rows_where(where, args, order_by="id desc", limit=limit))
+        return [
+            Event.read(e) for e in self.db["autorl_events"].rows_where(where, args, order_by="id desc", limit=limit)
+        ]
 
     def close(self, lost: bool = False) -> None:
         """Close the connection. With ``lost`` (the file was removed or replaced while open), its write-ahead log
@@ -244,16 +247,16 @@ class Ledger:
 class StudyRecords:
     """One study's rows, and the queries a running study asks of them (the study loop, its proposer, the evidence
     a verdict rests on), answered from ``StudyRows`` (a row changed by any process is seen at the next query).
-    Each returns copies: a caller may change what it got. Its writes go through the ledger, one transaction
+    Rows are immutable: ``Trial.replace`` makes a changed copy. Its writes go through the ledger, one transaction
     each."""
 
     def __init__(self, ledger: Ledger, study_id: int):
         self.ledger, self.id = ledger, study_id
         self.rows = StudyRows(ledger.db, study_id)
 
-    def _where(self, key: Any, keep: Callable[[TrialRow], bool]) -> list[TrialRow]:
+    def _where(self, key: Any, keep: Callable[[Trial], bool]) -> list[Trial]:
         """Copies of the study's rows that ``keep`` keeps, in attempt order."""
-        return [dict(r) for r in self._asked(key, lambda: Subset(keep))]
+        return list(self._asked(key, lambda: Subset(keep)))
 
     def _asked(self, key: Any, make: Callable[[], Any], *args: Any) -> Any:
         """The value of the view kept under ``key`` (``make`` makes it), or of one made from the rows read afresh
@@ -264,19 +267,19 @@ class StudyRecords:
             return view.value(*args)
         return self.rows.view(key, make).value(*args)
 
-    def trials(self, **equal: Any) -> list[TrialRow]:
+    def trials(self, **equal: Any) -> list[Trial]:
         """The study's trials in attempt order, with columns equal to values (as SQL's ``=``: None equals
         nothing)."""
         unknown = set(equal) - set(TRIAL_COLUMNS)
         if unknown:
             raise ValueError(f"no trial column {sorted(unknown)}")
         key = ("trials", *sorted((k, repr(v)) for k, v in equal.items()))
-        return self._where(key, lambda r: all(v is not None and r.get(k) == v for k, v in equal.items()))
+        return self._where(key, lambda r: all(v is not None and getattr(r, k) == v for k, v in equal.items()))
 
-    def trial(self, number: int) -> TrialRow:
+    def trial(self, number: int) -> Trial:
         """Trial ``number`` (another study's too: read from the file)."""
         if self.rows.current() and number in self.rows.by_number:
-            return dict(self.rows.by_number[number])
+            return self.rows.by_number[number]
         return self.ledger.trial(number)
 
     def metrics(self, trial_id: int) -> list[dict]:
@@ -285,11 +288,11 @@ class StudyRecords:
     def event(self, trial_id: int | None, kind: str, message: str) -> None:
         self.ledger.event(self.id, trial_id, kind, message)
 
-    def baselines(self) -> list[TrialRow]:
+    def baselines(self) -> list[Trial]:
         """The study's baseline runs (``Ledger.baselines``: a crashed baseline's retry stands in for it)."""
-        return [dict(r) for r in self._asked("baselines", lambda: Derived(baselines_of, in_baselines))]
+        return list(self._asked("baselines", lambda: Derived(baselines_of, in_baselines)))
 
-    def scored(self) -> list[TrialRow]:
+    def scored(self) -> list[Trial]:
         """The study's trials (not full runs) that have an objective value."""
         return self._where("scored", lambda r: objective_of(r) is not None)
 
@@ -297,10 +300,10 @@ class StudyRecords:
         """The best objective of the study's trials (not full runs), None before any has one."""
         return self._asked(("best", maximize), lambda: best_view(maximize))
 
-    def finished(self, last: int) -> list[TrialRow]:
+    def finished(self, last: int) -> list[Trial]:
         """The ``last`` completed trials (not full runs) with their start and end times, in start order."""
-        done = self._asked("finished", lambda: Subset(finished_row, lambda r: (r["started"], *attempt_order(r))))
-        return [dict(r) for r in done[-last:]]
+        done = self._asked("finished", lambda: Subset(finished_row, lambda r: (r.started, *attempt_order(r))))
+        return done[-last:]
 
     def first_end(self) -> float | None:
         """When the study's first trial (not a full run) that started ended (None before one has)."""
@@ -308,53 +311,49 @@ class StudyRecords:
 
     def ran(
         self, params: dict[str, Any], hypothesis: str | None = None, *, same_hypothesis: bool = False
-    ) -> TrialRow | None:
+    ) -> Trial | None:
         """The first trial (not a full run) whose train block was exactly ``params`` (with ``same_hypothesis``,
         under ``hypothesis`` too), or None."""
         rows = self._asked("params", Index, params)
         for r in rows:
-            if (
-                r.get("kind") == "trial"
-                and r.get("params") == params
-                and (not same_hypothesis or r.get("hypothesis") == hypothesis)
-            ):
-                return dict(r)
+            if r.kind == Kind.TRIAL and r.params == params and (not same_hypothesis or r.hypothesis == hypothesis):
+                return r
         return None
 
-    def crash_signatures(self) -> list[TrialRow]:
+    def crash_signatures(self) -> list[Trial]:
         """Crashed trials that have a triage signature."""
-        return self._where("signatures", lambda r: r.get("verdict") == "crash" and r.get("crash_signature") is not None)
+        return self._where("signatures", lambda r: r.verdict == Verdict.CRASH and r.crash_signature is not None)
 
-    def confirmed(self) -> list[TrialRow]:
+    def confirmed(self) -> list[Trial]:
         """The study's trials whose improvement fresh-seed re-runs confirmed."""
-        return self.trials(confirmation="confirmed", kind="trial")
+        return self.trials(confirmation=Confirmation.CONFIRMED, kind=Kind.TRIAL)
 
-    def open_candidates(self) -> list[TrialRow]:
+    def open_candidates(self) -> list[Trial]:
         """Improved trials whose fresh-seed confirmation has not decided yet (neither confirmed nor rejected)."""
-        return self.trials(confirmation="candidate", kind="trial")
+        return self.trials(confirmation=Confirmation.CANDIDATE, kind=Kind.TRIAL)
 
-    def confirm_runs(self, candidate: int, ran: bool = False) -> list[TrialRow]:
+    def confirm_runs(self, candidate: int, ran: bool = False) -> list[Trial]:
         """The confirmation runs of candidate ``candidate`` (an attempt number); with ``ran``, only those the
         controller did not stop early (see ``STOPPED_EARLY``)."""
         return self._where(
             ("confirm_runs", candidate, ran),
-            lambda r: r.get("confirms") == candidate and r.get("kind") == "trial" and (ran_to_end(r) or not ran),
+            lambda r: r.confirms == candidate and r.kind == Kind.TRIAL and (ran_to_end(r) or not ran),
         )
 
-    def confirm_groups(self) -> dict[int, list[TrialRow]]:
+    def confirm_groups(self) -> dict[int, list[Trial]]:
         """Completed confirmation runs by candidate number (replicate groups for the run-noise estimate)."""
-        out: dict[int, list[TrialRow]] = {}
+        out: dict[int, list[Trial]] = {}
         for row in self._where(
             "confirm_groups",
-            lambda r: r.get("confirms") is not None and r.get("status") == "complete" and r.get("kind") == "trial",
+            lambda r: r.confirms is not None and r.status == TrialStatus.COMPLETE and r.kind == Kind.TRIAL,
         ):
-            out.setdefault(row["confirms"], []).append(row)
+            out.setdefault(row.confirms, []).append(row)
         return out
 
-    def unretried_crashes(self) -> list[TrialRow]:
+    def unretried_crashes(self) -> list[Trial]:
         """Crashed first runs (not a retry, not a confirmation run) with no retry that ran: no retry row, or
         only retries the controller stopped early. Whether triage wanted a retry is in ``crash_action``."""
-        return [dict(r) for r in self._asked("unretried", lambda: Derived(unretried, in_unretried))]
+        return list(self._asked("unretried", lambda: Derived(unretried, in_unretried)))
 
     def set_base_changes(self, changes: dict[str, Any], line: str) -> None:
         """Record the train values the study's base recipe now carries (and why, as a ``base-recipe`` event)."""

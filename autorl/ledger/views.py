@@ -9,7 +9,8 @@ from typing import Any
 
 import sqlite_utils
 
-from autorl.ledger.rows import STOPPED_EARLY, TrialRow, decode, select
+from autorl.ledger.rows import Trial, decode, select
+from autorl.states import STOPPED_EARLY, Kind, Proposer, TrialStatus
 
 
 class StudyRows:
@@ -26,8 +27,8 @@ class StudyRows:
 
     def __init__(self, db: sqlite_utils.Database, study_id: int):
         self.db, self.study_id = db, study_id
-        self.by_id: dict[int, TrialRow] = {}
-        self.by_number: dict[int, TrialRow] = {}
+        self.by_id: dict[int, Trial] = {}
+        self.by_number: dict[int, Trial] = {}
         self.all = _Ordered()  # every row, in attempt order
         self.views: dict[Any, Any] = {}  # Subset, Derived and Index views, by query
         self.rev = 0  # the highest revision read
@@ -53,15 +54,15 @@ class StudyRows:
             self.mark = mark
         return True
 
-    def _take(self, rows: list[TrialRow]) -> None:
+    def _take(self, rows: list[Trial]) -> None:
         self.rows_read += len(rows)
         for row in rows:
-            old = self.by_id.get(row["id"])
-            self.by_id[row["id"]] = row
-            if old is not None and old.get("number") is not None:
-                self.by_number.pop(old["number"], None)
-            if row.get("number") is not None:
-                self.by_number[row["number"]] = row
+            old = self.by_id.get(row.id)
+            self.by_id[row.id] = row
+            if old is not None and old.number is not None:
+                self.by_number.pop(old.number, None)
+            if row.number is not None:
+                self.by_number[row.number] = row
             self.all.put(old, row)
             for view in self.views.values():
                 view.put(old, row)
@@ -74,30 +75,30 @@ class StudyRows:
             self.views[key] = view
         return self.views[key]
 
-    def fresh(self) -> list[TrialRow]:
+    def fresh(self) -> list[Trial]:
         """The study's rows read now, past the cache (inside a transaction)."""
         rows = select(self.db, "1", [], self.study_id)
         self.reads, self.rows_read = self.reads + 1, self.rows_read + len(rows)
         return rows
 
 
-def attempt_order(row: TrialRow) -> tuple[bool, int, int]:
-    return row.get("number") is not None, row.get("number") or 0, row["id"]
+def attempt_order(row: Trial) -> tuple[bool, int, int]:
+    return row.number is not None, row.number or 0, row.id
 
 
 class _Ordered:
     """Rows in ``order`` (attempt order by default); ``put(old, new)`` replaces a row's old version with its new
     one (None: none)."""
 
-    def __init__(self, order: Callable[[TrialRow], tuple] | None = None) -> None:
+    def __init__(self, order: Callable[[Trial], tuple] | None = None) -> None:
         self.order = order or attempt_order
         self.keys: list[tuple] = []
-        self.rows: list[TrialRow] = []
+        self.rows: list[Trial] = []
 
-    def put(self, old: TrialRow | None, new: TrialRow | None) -> None:
+    def put(self, old: Trial | None, new: Trial | None) -> None:
         if old is not None:
             at = bisect.bisect_left(self.keys, self.order(old))
-            if at < len(self.keys) and self.rows[at]["id"] == old["id"]:
+            if at < len(self.keys) and self.rows[at].id == old.id:
                 if new is not None and self.order(new) == self.keys[at]:
                     self.rows[at] = new
                     return
@@ -112,17 +113,17 @@ class _Ordered:
 class Subset:
     """The rows ``keep`` keeps, in attempt order (or ``order``), kept up to date row by row."""
 
-    def __init__(self, keep: Callable[[TrialRow], bool], order: Callable[[TrialRow], tuple] | None = None):
+    def __init__(self, keep: Callable[[Trial], bool], order: Callable[[Trial], tuple] | None = None):
         self.keep, self.kept = keep, _Ordered(order)
 
-    def fill(self, rows: list[TrialRow]) -> None:
+    def fill(self, rows: list[Trial]) -> None:
         for row in rows:
             self.put(None, row)
 
-    def put(self, old: TrialRow | None, new: TrialRow) -> None:
+    def put(self, old: Trial | None, new: Trial) -> None:
         self.kept.put(old if old is not None and self.keep(old) else None, new if self.keep(new) else None)
 
-    def value(self) -> list[TrialRow]:
+    def value(self) -> list[Trial]:
         return self.kept.rows
 
 
@@ -132,18 +133,18 @@ class Derived:
 
     def __init__(
         self,
-        compute: Callable[[list[TrialRow]], Any],
-        touches: Callable[[TrialRow], bool],
-        fold: Callable[[Any, TrialRow | None, TrialRow], Any] | None = None,
+        compute: Callable[[list[Trial]], Any],
+        touches: Callable[[Trial], bool],
+        fold: Callable[[Any, Trial | None, Trial], Any] | None = None,
     ):
         self.compute, self.touches, self.fold = compute, touches, fold
-        self.rows: list[TrialRow] = []
+        self.rows: list[Trial] = []
         self.kept: Any = _STALE
 
-    def fill(self, rows: list[TrialRow]) -> None:
+    def fill(self, rows: list[Trial]) -> None:
         self.rows = rows  # the list _Ordered keeps: computed from as it is when asked
 
-    def put(self, old: TrialRow | None, new: TrialRow) -> None:
+    def put(self, old: Trial | None, new: Trial) -> None:
         if self.kept is _STALE or not (self.touches(new) or (old is not None and self.touches(old))):
             return
         self.kept = self.fold(self.kept, old, new) if self.fold is not None else _STALE
@@ -161,18 +162,18 @@ class Index:
     """Rows by a hashable summary of their train values (``_params_key``), kept up to date row by row."""
 
     def __init__(self) -> None:
-        self.rows: dict[Any, dict[int, TrialRow]] = {}
+        self.rows: dict[Any, dict[int, Trial]] = {}
 
-    def fill(self, rows: list[TrialRow]) -> None:
+    def fill(self, rows: list[Trial]) -> None:
         for row in rows:
             self.put(None, row)
 
-    def put(self, old: TrialRow | None, new: TrialRow) -> None:
+    def put(self, old: Trial | None, new: Trial) -> None:
         if old is not None:
-            self.rows.get(_params_key(old.get("params")), {}).pop(old["id"], None)
-        self.rows.setdefault(_params_key(new.get("params")), {})[new["id"]] = new
+            self.rows.get(_params_key(old.params), {}).pop(old.id, None)
+        self.rows.setdefault(_params_key(new.params), {})[new.id] = new
 
-    def value(self, params: dict[str, Any]) -> list[TrialRow]:
+    def value(self, params: dict[str, Any]) -> list[Trial]:
         """The rows that may have run ``params`` (to be compared in full), in attempt order."""
         return sorted(self.rows.get(_params_key(params), {}).values(), key=attempt_order)
 
@@ -184,61 +185,61 @@ def _params_key(params: Any) -> Any:
     return frozenset((k, v) for k, v in params.items() if v is None or isinstance(v, (bool, int, float, str)))
 
 
-def baselines_of(rows: list[TrialRow]) -> list[TrialRow]:
+def baselines_of(rows: list[Trial]) -> list[Trial]:
     """``Ledger.baselines`` over one study's rows (a retry is always of its own study's trial)."""
-    first = {r["number"] for r in rows if r.get("proposer") == "baseline"}
-    retried = {r["retry_of"] for r in rows if r.get("retry_of") is not None}
+    first = {r.number for r in rows if r.proposer == Proposer.BASELINE}
+    retried = {r.retry_of for r in rows if r.retry_of is not None}
     return [
         r
         for r in rows
-        if r.get("kind") == "trial"
-        and r["number"] not in retried
-        and (r.get("proposer") == "baseline" or (r.get("proposer") == "retry" and r.get("retry_of") in first))
+        if r.kind == Kind.TRIAL
+        and r.number not in retried
+        and (r.proposer == Proposer.BASELINE or (r.proposer == Proposer.RETRY and r.retry_of in first))
     ]
 
 
-def in_baselines(row: TrialRow) -> bool:
+def in_baselines(row: Trial) -> bool:
     """A row whose change can change ``baselines_of``: a baseline, a retry, or a row that retries another."""
-    return row.get("proposer") in ("baseline", "retry") or row.get("retry_of") is not None
+    return row.proposer in (Proposer.BASELINE, Proposer.RETRY) or row.retry_of is not None
 
 
-def unretried(rows: list[TrialRow]) -> list[TrialRow]:
-    ran = {r["retry_of"] for r in rows if r.get("retry_of") is not None and ran_to_end(r)}
+def unretried(rows: list[Trial]) -> list[Trial]:
+    ran = {r.retry_of for r in rows if r.retry_of is not None and ran_to_end(r)}
     return [
         r
         for r in rows
-        if r.get("kind") == "trial"
-        and r.get("status") == "crash"
-        and r.get("retry_of") is None
-        and r.get("confirms") is None
-        and r["number"] not in ran
+        if r.kind == Kind.TRIAL
+        and r.status == TrialStatus.CRASH
+        and r.retry_of is None
+        and r.confirms is None
+        and r.number not in ran
     ]
 
 
-def in_unretried(row: TrialRow) -> bool:
+def in_unretried(row: Trial) -> bool:
     """A row whose change can change ``unretried``: a crash, or a retry."""
-    return row.get("status") == "crash" or row.get("retry_of") is not None
+    return row.status == TrialStatus.CRASH or row.retry_of is not None
 
 
-def ran_to_end(row: TrialRow) -> bool:
+def ran_to_end(row: Trial) -> bool:
     """Not stopped early by the controller (SQL's ``status NOT IN STOPPED_EARLY``: a NULL status is not)."""
-    return row.get("status") is not None and row["status"] not in STOPPED_EARLY
+    return row.status is not None and row.status not in STOPPED_EARLY
 
 
-def finished_row(row: TrialRow) -> bool:
+def finished_row(row: Trial) -> bool:
     return (
-        row.get("kind") == "trial"
-        and row.get("status") == "complete"
-        and row.get("started") is not None
-        and row.get("finished") is not None
+        row.kind == Kind.TRIAL
+        and row.status == TrialStatus.COMPLETE
+        and row.started is not None
+        and row.finished is not None
     )
 
 
-def _end_of(row: TrialRow | None) -> float | None:
+def _end_of(row: Trial | None) -> float | None:
     """When a trial (not a full run) that started ended, or None."""
-    if row is None or row.get("kind") != "trial" or row.get("started") is None:
+    if row is None or row.kind != Kind.TRIAL or row.started is None:
         return None
-    return row.get("finished")
+    return row.finished
 
 
 def first_end_view() -> Derived:
@@ -250,11 +251,11 @@ def first_end_view() -> Derived:
     )
 
 
-def _folding(of: Callable[[TrialRow | None], Any], pick: Callable[..., Any]) -> Callable[..., Any]:
+def _folding(of: Callable[[Trial | None], Any], pick: Callable[..., Any]) -> Callable[..., Any]:
     """The fold of an aggregate ``pick`` (min, max) over each row's ``of``: a row that gains a value is picked in
     at once; one whose value changed or went makes it stale."""
 
-    def fold(kept: Any, old: TrialRow | None, new: TrialRow) -> Any:
+    def fold(kept: Any, old: Trial | None, new: Trial) -> Any:
         before, after = of(old), of(new)
         if before == after:
             return kept
@@ -265,9 +266,9 @@ def _folding(of: Callable[[TrialRow | None], Any], pick: Callable[..., Any]) -> 
     return fold
 
 
-def objective_of(row: TrialRow | None) -> float | None:
+def objective_of(row: Trial | None) -> float | None:
     """A trial's (not a full run's) objective, or None."""
-    return row.get("objective") if row is not None and row.get("kind") == "trial" else None
+    return row.objective if row is not None and row.kind == Kind.TRIAL else None
 
 
 def best_view(maximize: bool) -> Derived:

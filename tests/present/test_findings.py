@@ -40,7 +40,7 @@ def test_status_after_a_study_opens_with_what_was_found(ws):
     assert "Also confirmed: 05 lr 5e-07 → 5e-06, +0.073 [+0.033, +0.113]" in text
     assert "h13-flat-learning: lr 0.0005 pruned; lr 0.000158 flat (its flat test could detect a gain of +0.056)" in text
     assert "eps_clip 0.1 regressed" in text
-    assert "Crashes: 1 (oom ×1)" in text
+    assert "Crashes: 1 (cuda_oom ×1)" in text
     assert "Next: autorl promote re-runs 08 and the baseline with fresh seeds" in text
     assert "{" not in out and "None" not in out and "e-05, " not in out.replace("5e-05  (", "")
 
