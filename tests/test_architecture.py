@@ -21,7 +21,14 @@ SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|PRAGMA)\b|\b(WH
 # Lowest first. A module may import its own layer's modules or any below it, never one above. Within a layer the
 # no-cycle rule alone holds. A package prefix covers its modules; the longest matching prefix places a module.
 LAYERS: list[tuple[str, ...]] = [
-    ("autorl", "autorl.errors", "autorl.states", "autorl.data", "autorl.metrics", "autorl.budget"),  # what everything shares
+    (
+        "autorl",
+        "autorl.errors",
+        "autorl.states",
+        "autorl.data",
+        "autorl.metrics",
+        "autorl.budget",
+    ),  # what everything shares
     ("autorl.loading", "autorl.locks", "autorl.ledger", "autorl.gitops", "autorl.workspace"),  # files, locks, SQL, git
     ("autorl.toolkit",),  # the GRPO toolkit every engine shares: task, reward, model, per-item eval
     ("autorl.engine",),  # the embedded trainer

@@ -9,7 +9,6 @@ from typing import Any
 
 import sqlite_utils
 
-
 # ---- migrations: each one frozen as it shipped (a new column is a new migration, never an edit of an old one) ----
 # The first schema's tables, as 0001_initial created them.
 _V1_STUDIES = {
