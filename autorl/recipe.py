@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -271,7 +271,7 @@ class Recipe(_Model):
         """A copy with train keys replaced (validated)."""
         return self.model_copy(update={"train": {**self.train, **values}})
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Recipe:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Recipe:
         """A copy; one with fields updated is validated again, so that ``params`` always says what ``train`` says."""
         if not update:
             return super().model_copy(deep=deep)
@@ -313,8 +313,10 @@ def _typed_params(model: type[BaseModel], train: dict, where: str) -> BaseModel:
         typed = model.model_validate(train)
     except ValidationError as exc:
         raise ValueError(validation_line(exc, where, unknown=_unknown_key)) from None
+    # every backend's train model declares run_length_keys (tests/backends/test_contract.py checks it)
+    lengths = model.run_length_keys  # type: ignore[attr-defined]
     for key in train:
-        _check_number(f"{where}.{key}", key, getattr(typed, key, None), model.run_length_keys)
+        _check_number(f"{where}.{key}", key, getattr(typed, key, None), lengths)
     return typed
 
 
@@ -507,6 +509,7 @@ def _key_line(lines: list[str], lo: int, hi: int, indent: str, key: str) -> int 
 def _value_text(line: str, indent: str, key: str) -> tuple[str, str]:
     """(the value written after ``key:``, the line's trailing comment with its spaces)."""
     m = re.match(rf"^{re.escape(indent)}{re.escape(key)}\s*:(.*?)(\s+#.*)?$", line.rstrip("\n"))
+    assert m is not None, "the line is the key's (_key_line found it)"
     return m.group(1).strip(), m.group(2) or ""
 
 

@@ -41,6 +41,7 @@ class TrialStatus(Word):
     BUDGET_CUT = "budget-cut"
     INTERRUPTED = "interrupted"
     CONFIG_ERROR = "config-error"
+    EARLY_STOPPED = "early-stopped"  # a full run its OOD early stop ended at its best checkpoint
 
 
 # A run the controller stopped (Ctrl-C, a kill recovered on resume, the budget's end) did not reach its own end: a

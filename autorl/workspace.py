@@ -21,6 +21,7 @@ from pathlib import Path
 from autorl import gitops, locks
 from autorl.data import shipped
 from autorl.errors import StudyBusyError, WorkspaceError, short
+from autorl.locks import Lock
 
 RUN_DIR = ".autorl"
 LEDGER = "ledger.sqlite"
@@ -116,7 +117,7 @@ class Workspace:
                 f"cannot make {short(self.locks, 200)} ({exc.strerror}): check that the workspace is writable"
             ) from None
 
-    def lock_study(self, name: str) -> locks.Lock:
+    def lock_study(self, name: str) -> Lock:
         """Hold study ``name``'s lock for the controller's life; another live controller of it is one line."""
         self._lock_dir()
         try:
@@ -136,7 +137,7 @@ class Workspace:
     def promote_lock_path(self) -> Path:
         return self.locks / "promote.lock"
 
-    def lock_promote(self, what: str) -> locks.Lock:
+    def lock_promote(self, what: str) -> Lock:
         """Hold the workspace's promote lock while re-validating: two at once would share run names and worktrees."""
         self._lock_dir()
         try:

@@ -241,7 +241,7 @@ def add_full_run(root: Path, number: int = 16, promoted_from: int = 8, objective
     git(root, "checkout", "-q", "-")
     led = Ledger(root / "ledger.sqlite")
     led.add_trial(
-        study_id=led.study()["id"],
+        study_id=led.study().id,
         number=number,
         attempt=name,
         branch=name,

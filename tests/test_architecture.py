@@ -197,3 +197,65 @@ def test_classes_stay_small_and_loop_files_short():
         if (n := len(p.read_text().splitlines())) > 350
     ]
     assert not big and not long, big + long
+
+
+def _state_words() -> set[str]:
+    from autorl import states
+
+    enums = [
+        v for v in vars(states).values() if isinstance(v, type) and issubclass(v, states.Word) and v is not states.Word
+    ]
+    # "ok" (a quick_check's answer, a run summary's status) and "random" (a sampler) name other things too
+    return {m.value for e in enums for m in e} - {"ok", "random"}
+
+
+def _compared_words(path: Path, words: set[str]) -> list[str]:
+    """String literals naming a state that a comparison uses (``x == "improved"``, ``x in ("crash", ...)``)."""
+    out = []
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Compare):
+            for c in [n.left, *n.comparators]:
+                elts = c.elts if isinstance(c, (ast.Tuple, ast.List, ast.Set)) else [c]
+                out += [f"{path.relative_to(ROOT)}:{n.lineno} {e.value!r}" for e in elts
+                        if isinstance(e, ast.Constant) and e.value in words]  # fmt: skip
+    return out
+
+
+def test_states_are_compared_as_enum_members_never_as_words():
+    """A trial's status, verdict, confirmation, gate, kind, proposer and crash category are ``autorl.states`` enums:
+    comparing them with a string literal would let a misspelt word pass review."""
+    words = _state_words()
+    assert {"improved", "early-stopped", "cuda_oom", "retry_once"} <= words  # the detector knows the vocabulary
+    planted = ROOT / "tests" / "data" / "architecture_planted_state.py"
+    assert _compared_words(planted, words) == [f"{planted.relative_to(ROOT)}:2 'improved'"]
+    found = [hit for p in PKG.rglob("*.py") for hit in _compared_words(p, words)]
+    assert not found, "\n".join(found)
+
+
+def test_ledger_rows_have_no_mapping_face():
+    """Rows are read by attribute: ``row["verdict"]`` or ``row.get("verdict")`` on a ledger row fails."""
+    from autorl.ledger import Trial
+
+    row = Trial(verdict="improved")
+    assert not hasattr(row, "get") and not hasattr(row, "__getitem__")
+
+
+def _unexplained_lazy_imports(path: Path) -> list[str]:
+    """Imports inside a function with no comment on their line (or the line above) saying why they are lazy."""
+    lines = path.read_text().splitlines()
+    out = []
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for n in ast.walk(fn):
+                if isinstance(n, (ast.Import, ast.ImportFrom)):
+                    said = [lines[n.lineno - 1], lines[n.end_lineno - 1], lines[n.lineno - 2] if n.lineno > 1 else ""]
+                    if not any("#" in line for line in said):
+                        out.append(f"{path.relative_to(ROOT)}:{n.lineno}")
+    return out
+
+
+def test_imports_sit_at_the_top_unless_a_comment_says_why():
+    planted = ROOT / "tests" / "data" / "architecture_planted_state.py"
+    assert _unexplained_lazy_imports(planted) == [f"{planted.relative_to(ROOT)}:4"]
+    found = [hit for p in PKG.rglob("*.py") for hit in _unexplained_lazy_imports(p)]
+    assert not found, "\n".join(found)

@@ -77,7 +77,9 @@ def _study(led: Ledger, name: str = "s") -> int:
 def test_a_fresh_ledger_has_exactly_the_typed_columns(tmp_path):
     Ledger(tmp_path / "l.sqlite").close()
     assert sorted(_columns(tmp_path / "l.sqlite", "autorl_trials")) == sorted(TRIAL_COLUMNS)
-    assert sorted(_columns(tmp_path / "l.sqlite", "autorl_studies")) == sorted(Study().keys())
+    assert sorted(_columns(tmp_path / "l.sqlite", "autorl_studies")) == sorted(
+        f.name for f in dataclasses.fields(Study)
+    )
 
 
 def test_the_first_migration_is_frozen(tmp_path):
@@ -100,7 +102,7 @@ def test_an_old_ledger_is_migrated_with_its_rows(tmp_path):
     led = Ledger(path)
     assert sorted(_columns(path, "autorl_trials")) == sorted(TRIAL_COLUMNS)
     row = led.trial(1)
-    assert row["params"] == {"lr": 0.1} and row["gap_to_best"] is None and row["confirmation"] is None
+    assert row.params == {"lr": 0.1} and row.gap_to_best is None and row.confirmation is None
 
 
 def test_a_write_names_real_columns_with_values_of_their_type(tmp_path):
@@ -108,14 +110,14 @@ def test_a_write_names_real_columns_with_values_of_their_type(tmp_path):
     sid = _study(led)
     tid = led.add_trial(study_id=sid, number=1, attempt="attempt-01", params={"lr": 1e-3}, started=5, seed=3)
     row = led.trial(1)
-    assert row["params"] == {"lr": 1e-3} and row["started"] == 5.0 and isinstance(row["started"], float)
+    assert row.params == {"lr": 1e-3} and row.started == 5.0 and isinstance(row.started, float)
     with pytest.raises(ValueError, match="unknown key 'objectiv'"):
         led.update_trial(tid, objectiv=0.5)
     with pytest.raises(ValueError, match="objective"):
         led.update_trial(tid, status="complete", objective="high")
     with pytest.raises(ValueError, match="budget_s"):
         led.update_study(sid, budget_s="an hour")
-    assert led.trial(1)["status"] == "running" and led.trial(1)["objective"] is None  # nothing half-written
+    assert led.trial(1).status == "running" and led.trial(1).objective is None  # nothing half-written
 
 
 def test_study_records_are_one_studys_rows(tmp_path):
@@ -131,13 +133,11 @@ def test_study_records_are_one_studys_rows(tmp_path):
             objective=0.1 * number,
         )
     records = led.records(a)
-    assert [t["number"] for t in records.trials()] == [1, 3]
-    assert [t["number"] for t in records.baselines()] == [1]
-    assert [t["number"] for t in records.scored()] == [1, 3]
+    assert [t.number for t in records.trials()] == [1, 3]
+    assert [t.number for t in records.baselines()] == [1]
+    assert [t.number for t in records.scored()] == [1, 3]
     records.event(None, "note", "only a's")
-    assert [e["message"] for e in led.events(a)][0] == "only a's" and not [
-        e for e in led.events(b) if e["kind"] == "note"
-    ]
+    assert [e.message for e in led.events(a)][0] == "only a's" and not [e for e in led.events(b) if e.kind == "note"]
 
 
 # ---- one study's rows, kept in memory and current with the file ------------------------------------------------
@@ -195,18 +195,18 @@ def test_a_row_another_connection_writes_is_seen_at_the_next_question(tmp_path):
     sid = _study(led)
     _grown(led, sid, 3)
     records = led.records(sid)
-    assert [t["objective"] for t in records.scored()] == [0.5, 0.5, 0.5]
+    assert [t.objective for t in records.scored()] == [0.5, 0.5, 0.5]
     other = Ledger(path)  # a second connection, as another process has
-    other.update_trial(other.trial(2)["id"], objective=0.9, confirmation="confirmed")
+    other.update_trial(other.trial(2).id, objective=0.9, confirmation="confirmed")
     other.add_trial(study_id=sid, number=4, attempt="attempt-04", proposer="baseline")
-    assert [t["objective"] for t in records.scored()] == [0.5, 0.9, 0.5]
-    assert [t["number"] for t in records.confirmed()] == [2] and [t["number"] for t in records.baselines()] == [4]
+    assert [t.objective for t in records.scored()] == [0.5, 0.9, 0.5]
+    assert [t.number for t in records.confirmed()] == [2] and [t.number for t in records.baselines()] == [4]
     raw = sqlite3.connect(path)  # plain SQL, no autorl: the ledger's triggers still mark the row
     raw.execute("UPDATE autorl_trials SET status = 'crash', verdict = 'crash', crash_signature = 'x' WHERE number = 3")
     raw.commit()
     raw.close()
-    assert [t["number"] for t in records.crash_signatures()] == [3] and records.trial(3)["status"] == "crash"
-    assert [t["number"] for t in led.records(sid).trials()] == [t["number"] for t in records.trials()]
+    assert [t.number for t in records.crash_signatures()] == [3] and records.trial(3).status == "crash"
+    assert [t.number for t in led.records(sid).trials()] == [t.number for t in records.trials()]
     other.close()
 
 
@@ -231,7 +231,7 @@ def test_study_records_answer_as_the_ledgers_sql_does(tmp_path):
         led.add_trial(study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer, **values)
     led.add_trial(study_id=other, number=11, attempt="attempt-11", proposer="baseline", status="complete")
     records = led.records(sid)
-    numbers = lambda got: [t["number"] for t in got]  # noqa: E731
+    numbers = lambda got: [t.number for t in got]  # noqa: E731
     assert numbers(records.baselines()) == numbers(led.baselines(sid)) == [2, 3]
     assert numbers(records.unretried_crashes()) == [7, 9]
     assert numbers(records.confirm_runs(4)) == [5, 6] and numbers(records.confirm_runs(4, ran=True)) == [6]
@@ -241,7 +241,7 @@ def test_study_records_answer_as_the_ledgers_sql_does(tmp_path):
     assert numbers(records.crash_signatures()) == [1, 7] and numbers(records.open_candidates()) == [4]
     assert numbers(records.trials(crash_signature=None)) == [] and numbers(records.trials(kind="full")) == [10]
     assert numbers(records.finished(last=2)) == [] and records.first_end() is None
-    assert records.trial(11)["study_id"] == other  # another study's trial: read from the file
+    assert records.trial(11).study_id == other  # another study's trial: read from the file
     with pytest.raises(ValueError, match="no trial column"):
         records.trials(colour="red")
 
@@ -303,14 +303,14 @@ def test_a_ledger_from_before_revisions_gets_them(tmp_path):
     db.close()
     led = Ledger(path)
     records = led.records(1)
-    assert [t["rev"] for t in records.trials()] == [1, 2]
+    assert [t.rev for t in records.trials()] == [1, 2]
     led.update_trial(1, status="complete")
-    assert [(t["number"], t["rev"]) for t in records.trials()] == [(1, 3), (2, 2)]
+    assert [(t.number, t.rev) for t in records.trials()] == [(1, 3), (2, 2)]
 
 
 def _answers(records, count: int) -> dict:
-    numbers = lambda got: [t["number"] for t in got]  # noqa: E731
-    by_number = [records.trial(n)["status"] for n in range(1, count + 1)]  # asked first: it must see the file too
+    numbers = lambda got: [t.number for t in got]  # noqa: E731
+    by_number = [records.trial(n).status for n in range(1, count + 1)]  # asked first: it must see the file too
     return {
         "by_number": by_number,
         "trials": records.trials(),
@@ -327,7 +327,7 @@ def _answers(records, count: int) -> dict:
         "unretried": numbers(records.unretried_crashes()),
         "runs": [(numbers(records.confirm_runs(c)), numbers(records.confirm_runs(c, ran=True))) for c in (1, 2, 3)],
         "groups": {k: numbers(v) for k, v in records.confirm_groups().items()},
-        "ran": [(records.ran({"lr": lr, "seed": seed}) or {}).get("number") for lr in (1, 2) for seed in (0, 1, 2)],
+        "ran": [getattr(records.ran({"lr": lr, "seed": seed}), "number", None) for lr in (1, 2) for seed in (0, 1, 2)],
     }
 
 
@@ -364,7 +364,7 @@ def test_rows_kept_up_to_date_row_by_row_answer_as_rows_read_afresh(tmp_path):
         else:
             row = writer.trial(rng.randint(1, n))
             writer.update_trial(
-                row["id"],
+                row.id,
                 **rng.choice(
                     [
                         {

@@ -73,7 +73,7 @@ def test_a_ledger_moved_away_is_whole_where_it_went(tmp_path):
     assert not Path(f"{path}-wal").exists() or os.path.getsize(f"{path}-wal") == 0
     os.rename(aside, path)
     back = open_read(path)
-    assert [t["number"] for t in back.trials()] == [1, 2, 3, 4, 5]
+    assert [t.number for t in back.trials()] == [1, 2, 3, 4, 5]
     assert back.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
@@ -98,7 +98,7 @@ def test_a_damaged_page_anywhere_is_one_line_that_keeps_the_file(tmp_path):
     assert not any(word in line.split() for word in ("delete", "remove", "rm"))
     led = open_read(path)  # the header reads: the review commands open it
     with pytest.raises(LedgerError, match="is damaged"):
-        [led.metrics(t["id"]) for t in led.trials()]  # whichever query meets the damage says so in one line
+        [led.metrics(t.id) for t in led.trials()]  # whichever query meets the damage says so in one line
 
 
 def test_a_file_that_is_not_a_ledger_is_one_line_and_stays_as_it_is(tmp_path):

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl.backends.registry import BACKENDS
 from autorl.errors import UserError
 from autorl.metrics import JsonlTail
 
@@ -278,6 +279,7 @@ class LocalProcess:
 
     def _launch(self, plan: LaunchPlan, env: dict[str, str]) -> Any:
         """Start the process (in its own session, pinned to ``plan.cpus``); returns its ``Popen``."""
+        cpus = plan.cpus
         return subprocess.Popen(
             plan.argv if not plan.shell else ["/bin/sh", "-c", plan.argv[0]],
             cwd=plan.cwd,
@@ -286,7 +288,7 @@ class LocalProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=(lambda: os.sched_setaffinity(0, plan.cpus)) if plan.cpus else None,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
 
     def poll(self) -> int | None:
@@ -366,7 +368,5 @@ def planned_steps(recipe: Any) -> int:
 
 def get_backend(name: str, **options: Any) -> Backend:
     """Instantiate a backend by name (imports it lazily)."""
-    from autorl.backends.registry import BACKENDS
-
     module, _, attr = BACKENDS[name].backend.partition(":")
     return getattr(importlib.import_module(module), attr)(**options)

@@ -38,7 +38,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from autorl import gitops
 from autorl.backends.base import Backend, LaunchPlan, LocalProcess, OomKnob, TrialSpec
-from autorl.backends.readers import make_reader
+from autorl.backends.readers import Reader, make_reader
 from autorl.errors import RecipeError
 from autorl.evaluate import ProbeSettings, eval_argv
 
@@ -210,6 +210,8 @@ def _parse(template: str) -> list[tuple[str, str | None, str | None, str | None]
 
 class CommandRun(LocalProcess):
     """A LocalProcess whose reader is told when the run has exited (to release held-back steps)."""
+
+    _reader: Reader
 
     def metrics(self) -> list[dict[str, Any]]:
         recs = self._reader(final=self.proc.poll() is not None)

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from autorl.backends.base import LaunchPlan, LocalProcess
 
@@ -62,6 +62,10 @@ class ForkServer:
             cwd=_package_parent(),
             start_new_session=True,
         )
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None and stdout is not None  # both are pipes
+        self._stdin: IO[bytes] = stdin
+        self._stdout: IO[bytes] = stdout
         self._pids: queue.Queue[int | None] = queue.Queue()
         self._exits: dict[int, int] = {}
         self._send = threading.Lock()  # one request at a time, so that replies come in order
@@ -80,8 +84,8 @@ class ForkServer:
         request = json.dumps({"args": args, "cwd": cwd, "env": env, "log": log, "cpus": cpus}) + "\n"
         with self._send:
             try:
-                self.proc.stdin.write(request.encode())
-                self.proc.stdin.flush()
+                self._stdin.write(request.encode())
+                self._stdin.flush()
                 pid = self._pids.get(timeout=REPLY_TIMEOUT_S)
             except (OSError, ValueError, queue.Empty) as exc:
                 raise ForkServerError(f"the fork server did not answer ({exc.__class__.__name__})") from None
@@ -101,11 +105,11 @@ class ForkServer:
         """End the server at once: it holds nothing to save (its children go on in their own sessions)."""
         self.proc.kill()
         self.proc.wait()
-        self.proc.stdin.close()
+        self._stdin.close()
         self.alive = False
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
+        for line in self._stdout:
             try:
                 message = json.loads(line)
             except ValueError:
@@ -117,7 +121,7 @@ class ForkServer:
                 with self._lock:
                     self._exits.pop(message["pid"], None)  # a reused pid: its old exit was already read
                 self._pids.put(message["pid"])
-        self.proc.stdout.close()
+        self._stdout.close()
         self.alive = False
         self._pids.put(None)
 
@@ -126,7 +130,8 @@ class ForkedChild:
     """The ``Popen`` calls ``LocalProcess`` makes (``pid``, ``poll``, ``wait``) for a child of the fork server."""
 
     def __init__(self, server: ForkServer, pid: int):
-        self.server, self.pid, self.returncode = server, pid, None
+        self.server, self.pid = server, pid
+        self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -134,12 +139,12 @@ class ForkedChild:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+        deadline = float("inf") if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
             time.sleep(0.02)
-        return self.returncode
+        return code
 
 
 class ForkedProcess(LocalProcess):

@@ -78,6 +78,7 @@ def _driver_demand(info: Any) -> dict[str, float]:
 
 def _actor_demand(address: str, job_hex: str) -> tuple[list[dict[str, float]], str]:
     """The bundles of the job's pending placement groups and the demand of its pending actors outside them."""
+    # lazy: Ray is heavy, and only a Ray job's wait needs it
     from ray.util.state import list_actors, list_placement_groups
 
     groups = list_placement_groups(
@@ -105,6 +106,7 @@ def _actor_demand(address: str, job_hex: str) -> tuple[list[dict[str, float]], s
 
 
 def _node_totals(address: str) -> list[dict[str, float]]:
+    # lazy: Ray is heavy, and only a Ray job's wait needs it
     from ray.util.state import list_nodes
 
     nodes = list_nodes(address=address, detail=True, timeout=STATE_TIMEOUT_S)

@@ -19,6 +19,10 @@ Ray is imported inside the functions that need it.
 from __future__ import annotations
 
 import atexit
+import ctypes
+import ctypes.util
+import json
+import logging
 import os
 import shlex
 import shutil
@@ -27,12 +31,15 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autorl.backends import ray_demand
 from autorl.backends.base import kill_group
 from autorl.errors import BackendError
 
@@ -63,9 +70,7 @@ QUIET_LOGGERS = ("ray", "ray.dashboard", "ray._private", "ray.dashboard.modules.
 
 def client(address: str):
     """A ``JobSubmissionClient`` for ``address`` (``http://host:dashboard_port``)."""
-    import logging
-
-    from ray.job_submission import JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient  # lazy: Ray is heavy, and only a Ray backend's run needs it
 
     for name in QUIET_LOGGERS:  # the SDK's upload notes are not autorl's output
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -216,8 +221,6 @@ def within(seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
     The call runs in a daemon thread that is left behind if it never returns: a submission it completes late
     carries the same submission id, so Ray refuses it as a duplicate and the job is still started at most once.
     """
-    import threading
-
     box: dict[str, Any] = {}
 
     def call() -> None:
@@ -344,9 +347,7 @@ class RayJobHandle:
     def waiting(self):
         """What the silent job waits for on its cluster (``ray_demand.Waiting``), or None; a new answer is one line
         in the trial's log."""
-        from autorl.backends.ray_demand import waiting
-
-        found = waiting(self.address, self.client, self.job_id) if self.address else None
+        found = ray_demand.waiting(self.address, self.client, self.job_id) if self.address else None
         if found is not None and found.line != getattr(self, "_waiting_line", None):
             self._waiting_line = found.line
             with self.log_path.open("a") as fh:
@@ -496,9 +497,9 @@ class LocalRayHead:
 
     def _wait_ready(self) -> None:
         """Wait until the head's job list answers; stop it and raise BackendError if it does not in time."""
-        deadline = time.time() + self.ready_timeout_s
+        proc, deadline = self.proc, time.time() + self.ready_timeout_s
         while time.time() < deadline:
-            if self.proc.poll() is not None:
+            if proc is None or proc.poll() is not None:
                 break
             try:
                 client(self.address).list_jobs()
@@ -524,6 +525,8 @@ class LocalRayHead:
 
     def _halt(self) -> None:
         """Stop the head's process group, keeping its temp dir (its logs)."""
+        if self.proc is None:
+            return
         kill_group(self.proc.pid, 10.0, self.proc.poll)
         self.proc.wait()
         self.proc = None
@@ -588,9 +591,6 @@ class LocalRayNode:
 
 def cluster_gpus(address: str, timeout_s: float = 5.0) -> float:
     """The GPUs a cluster's live nodes offer, from its dashboard's node summary (0 while it cannot say)."""
-    import json
-    import urllib.request
-
     try:
         with urllib.request.urlopen(f"{address}/nodes?view=summary", timeout=timeout_s) as resp:
             nodes = json.loads(resp.read())["data"]["summary"]
@@ -642,9 +642,6 @@ def _die_with_parent() -> Callable[[], None] | None:
 
     Linux sends it when the *thread* that started the child ends: every head is started from the controller's
     main thread, which lives as long as the controller."""
-    import ctypes
-    import ctypes.util
-
     if not sys.platform.startswith("linux"):
         return None
     try:

@@ -29,7 +29,7 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from autorl.errors import RecipeError
 from autorl.metrics import JsonlTail
@@ -67,13 +67,20 @@ TB_STRIP_PREFIXES = ("train/",)
 _NONFINITE = re.compile(r"(?<=[:,\[\s])(-?inf|nan)(?=\s*[,}\]])")
 
 
-def make_reader(fmt: str, path: str | Path, metric_map: dict[str, str] | None = None) -> Callable[[], list[dict]]:
+class Reader(Protocol):
+    """The new records at each call; ``final=True`` (the run has exited) releases a step held back as possibly
+    incomplete."""
+
+    def __call__(self, final: bool = False) -> list[dict[str, Any]]: ...
+
+
+def make_reader(fmt: str, path: str | Path, metric_map: dict[str, str] | None = None) -> Reader:
     """A callable returning the new records of ``path`` (in ``fmt``) at each call.
 
     The callable also accepts ``final=True`` (the run has exited): readers that
     hold back a possibly incomplete step then release it.
     """
-    readers = {
+    readers: dict[str, Callable[[str | Path, dict[str, str] | None], Reader]] = {
         "jsonl": JsonlReader,
         "tensorboard": TensorBoardReader,
         "trainer_state": TrainerStateReader,
@@ -267,6 +274,7 @@ class TensorBoardReader(_Reader):
     def _read_file(self, event_file: Path) -> int:
         acc = self._accumulators.get(event_file)
         if acc is None:
+            # lazy: TensorBoard's reader is heavy, and only a run that logs TensorBoard events needs it
             from tensorboard.backend.event_processing import event_accumulator as ea
 
             acc = ea.EventAccumulator(str(event_file), size_guidance={ea.SCALARS: 0})

@@ -6,7 +6,7 @@ any of them. Add a backend here (and nowhere else) after writing its module.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 
 class Entry(NamedTuple):
@@ -24,4 +24,4 @@ BACKENDS: dict[str, Entry] = {
 }
 
 BackendName = Literal["embedded", "command", "openrlhf", "trl"]
-assert set(BackendName.__args__) == set(BACKENDS)  # one list: the Literal is for pydantic field types
+assert set(get_args(BackendName)) == set(BACKENDS)  # one list: the Literal is for pydantic field types

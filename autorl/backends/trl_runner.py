@@ -13,6 +13,9 @@ A ``TrainerCallback`` turns each of TRL's log dicts into a step line (keys
 renamed by ``TRL_METRIC_MAP``) and runs the engine's greedy evaluation at step
 0, every ``eval_every`` steps and at the end. Exit codes follow the engine: 0
 done, 2 a user mistake, 3 stopped on a NaN/inf loss or gradient norm, 1 other.
+
+torch, transformers, trl and datasets are imported only inside the functions that run the trial, so a bad config
+is refused (exit 2) without loading them.
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ from typing import Any
 
 from autorl.backends.readers import DEFAULT_METRIC_MAP, to_record
 from autorl.backends.trl import TRLParams, grpo_config_kwargs
+from autorl.engine.config import EngineConfig
 from autorl.toolkit import child
+from autorl.toolkit.reward import Reward, load_reward, score
+from autorl.toolkit.task import CharTokenizer, load_task
 
 REWARD_NAME = "task_reward"  # the reward function's __name__, hence TRL's "rewards/task_reward/mean"
 TRL_METRIC_MAP = dict(DEFAULT_METRIC_MAP)
@@ -44,10 +50,8 @@ BUILTIN_FORMAT = 1  # bump when the built-in HF model layout changes (new cache 
 # ---------------------------------------------------------------------------
 
 
-def engine_config(params: TRLParams, model: str):
+def engine_config(params: TRLParams, model: str) -> EngineConfig:
     """The EngineConfig the engine's warm-up and evaluation read (same task, model and lengths)."""
-    from autorl.engine.config import EngineConfig
-
     return EngineConfig(
         model=model,
         task=params.task,
@@ -70,9 +74,9 @@ def engine_config(params: TRLParams, model: str):
 
 def builtin_model_dir(size: str, cache_dir: Path) -> Path:
     """A Hugging Face directory (config, initial weights, tokenizer) for ``builtin:<size>``, made once."""
-    from autorl.toolkit.hf_tiny import save_llama
-    from autorl.toolkit.model import BUILTIN_SIZES, ModelError
-    from autorl.toolkit.warmup import SFT_SETTINGS
+    from autorl.toolkit.hf_tiny import save_llama  # lazy: torch, once the child's config is valid
+    from autorl.toolkit.model import BUILTIN_SIZES, ModelError  # lazy: torch, once the child's config is valid
+    from autorl.toolkit.warmup import SFT_SETTINGS  # lazy: torch, once the child's config is valid
 
     if size not in BUILTIN_SIZES:
         raise ModelError(
@@ -102,22 +106,21 @@ def _save_policy(policy, path: Path) -> None:
     policy.tok.save_pretrained(path)
 
 
-def load_base(params: TRLParams, task, reward, cache_dir: Path, device, log) -> Any:
+def load_base(params: TRLParams, task, reward: Reward, cache_dir: Path, device, log) -> Any:
     """The engine's HFPolicy for the run: a local directory, or the warmed-up built-in model.
 
     The warmed-up built-in model is saved as its own directory, because TRL
     builds the KL reference model from the policy's ``name_or_path``.
     """
-    from autorl.toolkit.model import HFPolicy, ModelError
-    from autorl.toolkit.reward import score
-    from autorl.toolkit.warmup import prepare_base
+    from autorl.toolkit.model import HFPolicy, ModelError  # lazy: torch, once the child's config is valid
+    from autorl.toolkit.warmup import prepare_base  # lazy: torch, once the child's config is valid
 
     if not params.model.startswith("builtin:"):
         if not (Path(params.model) / "config.json").is_file():
             raise ModelError(
                 f"model '{params.model}' is neither builtin:<size> nor a directory with config.json: fix the model path"
             )
-        return HFPolicy(params.model, device)
+        return HFPolicy(params.model, device, chat=params.chat_template)
     init_dir = builtin_model_dir(params.model.split(":", 1)[1], cache_dir)
     policy = _builtin_policy(HFPolicy(str(init_dir), device), task)
     judge = lambda text, label, tr: score(*reward, text, label, tr)["correctness"]  # noqa: E731
@@ -143,20 +146,24 @@ def degenerate(ids: list[int], eos_id: int) -> bool:
     return len(ids) > 1 and len(set(ids)) == 1
 
 
-def make_reward_func(reward, eos_id: int, decode_ids: Callable[[list[int]], str] | None) -> Callable:
+def completion_text(completion: Any) -> str:
+    """A completion as text: TRL gives a conversational prompt's completion as its assistant message."""
+    return str(completion[-1]["content"]) if isinstance(completion, list) else str(completion)
+
+
+def make_reward_func(reward: Reward, eos_id: int, decode_ids: Callable[[list[int]], str] | None) -> Callable:
     """A TRL reward function over the dataset's ``answer`` column, using the engine's scorer.
 
     ``decode_ids`` (built-in task) re-decodes completion ids exactly as the
     engine does, so a stray ``<pad>`` or ``<bos>`` is never silently dropped.
     Correctness is logged beside the reward through TRL's ``log_metric``.
     """
-    from autorl.toolkit.reward import score
 
     def task_reward(prompts, completions, completion_ids, answer, log_metric=None, **_: Any) -> list[float]:
         scores = []
         for text, ids, label in zip(completions, completion_ids, answer):
             ids = list(ids)
-            text = decode_ids(ids) if decode_ids else text
+            text = decode_ids(ids) if decode_ids else completion_text(text)
             scores.append(score(*reward, text, label, eos_id not in ids))
         if log_metric is not None and scores:
             log_metric("correctness", sum(s["correctness"] for s in scores) / len(scores))
@@ -185,7 +192,7 @@ def nonfinite_key(rec: dict[str, Any]) -> str | None:
 
 def make_callback(writer, evaluate: Callable[[int], dict], eval_every: int, log):
     """The TrainerCallback that writes step lines and runs evaluations."""
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # lazy: heavy, once the child's config is valid
 
     class AutorlMetrics(TrainerCallback):
         """Step lines from on_log; greedy evals at 0, every eval_every and the end."""
@@ -229,15 +236,16 @@ def make_callback(writer, evaluate: Callable[[int], dict], eval_every: int, log)
 
 def build_trainer(params: TRLParams, policy, task, reward, callback, output_dir: Path):
     """GRPOTrainer on the task's training prompts, with the mapped GRPOConfig."""
-    import torch
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
-    from autorl.toolkit.task import CharTokenizer
+    import torch  # lazy: torch, once the child's config is valid
+    from datasets import Dataset  # lazy: heavy, once the child's config is valid
+    from trl import GRPOConfig, GRPOTrainer  # lazy: heavy, once the child's config is valid
 
     decode_ids = CharTokenizer().decode if params.model.startswith("builtin:") else None
     config = GRPOConfig(**grpo_config_kwargs(params, str(output_dir), use_cpu=not torch.cuda.is_available()))
-    data = Dataset.from_dict({"prompt": task.train.prompts, "answer": task.train.labels})
+    prompts: list[Any] = task.train.prompts
+    if params.chat_template:  # conversational rows: TRL applies the tokenizer's chat template, as OpenRLHF does
+        prompts = [[{"role": "user", "content": p}] for p in prompts]
+    data = Dataset.from_dict({"prompt": prompts, "answer": task.train.labels})
     return GRPOTrainer(
         model=policy.module,
         reward_funcs=[make_reward_func(reward, policy.eos_id, decode_ids)],
@@ -250,11 +258,9 @@ def build_trainer(params: TRLParams, policy, task, reward, callback, output_dir:
 
 def run(params: TRLParams, metrics_out: str | Path, cache_dir: str | Path, log=None) -> dict:
     """Run GRPOTrainer as configured, writing autorl metrics to ``metrics_out``; the summary record."""
-    import torch
+    import torch  # lazy: torch, once the child's config is valid
 
-    from autorl.engine.grpo import MetricsWriter, run_eval
-    from autorl.toolkit.reward import load_reward
-    from autorl.toolkit.task import load_task
+    from autorl.engine.grpo import MetricsWriter, run_eval  # lazy: torch, once the child's config is valid
 
     log = log or (lambda msg: print(msg, flush=True))
     t0, writer = time.time(), MetricsWriter(metrics_out)

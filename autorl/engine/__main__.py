@@ -16,7 +16,7 @@ from autorl.toolkit import child
 
 
 def run(config: EngineConfig, metrics_out: str, cache_dir: str) -> dict[str, Any]:
-    # torch loads only here, once the config is valid: a bad config is refused without it
+    # lazy: torch loads only here, once the config is valid: a bad config is refused without it
     from autorl.engine.grpo import run as run_grpo
 
     return run_grpo(config, metrics_out, cache_dir)

@@ -9,6 +9,8 @@ engine. The four keys the search tunes by default are ``lr``, ``eps_clip``,
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -28,6 +30,15 @@ class GRPOParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     run_length_keys: ClassVar[tuple[str, ...]] = ("steps",)  # a recipe's run of 0 of these trains nothing
 
+    @model_validator(mode="after")
+    def _check_chat(self) -> GRPOParams:
+        if self.chat_template and self.model.startswith("builtin:"):
+            raise ValueError(
+                f"chat_template needs a Hugging Face model with a chat template; {self.model} has none: "
+                "turn chat_template off or give a model directory"
+            )
+        return self
+
     # --- what to train on -------------------------------------------------
     model: str = Field(
         "builtin:tiny",
@@ -41,6 +52,12 @@ class GRPOParams(BaseModel):
         None, description="JSONL file of ID eval prompts (JSONL tasks only; the built-in task has its own)."
     )
     eval_ood: str | None = Field(None, description="JSONL file of OOD eval prompts (JSONL tasks only).")
+    chat_template: bool = Field(
+        False,
+        description="Give each prompt to the model as one user turn of its chat template (a Hugging Face model "
+        "that has one), encoded without special tokens, as OpenRLHF's --data.apply_chat_template does; the "
+        "evaluation too.",
+    )
     reward: str = Field(
         "builtin:exact_match",
         description="'builtin:exact_match', 'module:function' or a .py path (function named 'reward').",
@@ -170,9 +187,6 @@ def _check_reward(spec: str, cwd: Path) -> str | None:
 
 
 def _find_module(module: str, cwd: Path) -> str | None:
-    import importlib.util
-    import sys
-
     sys.path.insert(0, str(cwd))
     try:
         spec = importlib.util.find_spec(module)

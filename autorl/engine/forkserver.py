@@ -129,7 +129,7 @@ def child(
         os.environ.update(env)
         sys.path[0] = cwd
         cli = sys.modules[MAIN]  # preloaded
-        sys.argv = [cli.__file__, *args]
+        sys.argv = [cli.__file__ or MAIN, *args]
         code = cli.main(args)
     except SystemExit as exc:
         code = exit_status(exc.code)

@@ -41,7 +41,7 @@ import torch
 from autorl.engine.config import EngineConfig
 from autorl.toolkit.model import load_policy
 from autorl.toolkit.policy_eval import evaluate_split
-from autorl.toolkit.reward import load_reward, score
+from autorl.toolkit.reward import Reward, load_reward, score
 from autorl.toolkit.task import load_task
 from autorl.toolkit.warmup import SFT_SETTINGS, prepare_base
 
@@ -216,7 +216,7 @@ class Rollout:
     time_reward_s: float = 0.0
 
 
-def sample_rollout(policy, task, rng: random.Random, config: EngineConfig, reward, autocast) -> Rollout:
+def sample_rollout(policy, task, rng: random.Random, config: EngineConfig, reward: Reward, autocast) -> Rollout:
     """Sample ``gens`` completions per prompt and score them."""
     batch = task.batch(config.batch_prompts, rng)
     prompts = [p for p in batch.prompts for _ in range(config.gens)]
@@ -291,12 +291,12 @@ def _ref_logits(policy, ref, ids, mask):
 class StepStats:
     """Accumulates the update's diagnostics over micro-batches and epochs."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.sums: dict[str, float] = {}
         self.log_ratios: list[torch.Tensor] = []
         self.old_logps: list[torch.Tensor] = []
 
-    def add(self, **values: float) -> None:
+    def add(self, **values: float | torch.Tensor) -> None:
         for k, v in values.items():
             self.sums[k] = self.sums.get(k, 0.0) + float(v)
 
@@ -320,9 +320,12 @@ def micro_batch_loss(
     """The loss of one micro-batch (already divided by the full batch size); records diagnostics."""
     logits = completion_logits(policy.logits, roll, rows, config.temperature)
     logp, mask = token_logprobs(logits, roll.completion[rows]), roll.cmask[rows]
-    old = logp.detach() if first_epoch else roll.old_logp[rows]
     if first_epoch:
+        old = logp.detach()
         stats.old_logps.append(old)
+    else:
+        assert roll.old_logp is not None, "the first epoch records the old log-probs"
+        old = roll.old_logp[rows]
     per_token, clipped = clipped_surrogate(
         logp, old, adv[rows], config.eps_clip, config.eps_clip_high or config.eps_clip
     )
@@ -414,7 +417,7 @@ def degenerate_rate(roll: Rollout) -> float:
     return float((empty | repeated).float().mean())
 
 
-def run_eval(policy, task, config: EngineConfig, reward, autocast, step: int) -> dict:
+def run_eval(policy, task, config: EngineConfig, reward: Reward, autocast, step: int) -> dict:
     """An eval record over every split of the task. A reward that is user code also gets the task's own exact
     match per item (``task_items``): a held-out measure its loopholes cannot reach."""
     judge = lambda text, label, tr: score(*reward, text, label, tr)["correctness"]  # noqa: E731
@@ -485,7 +488,7 @@ def setup(config: EngineConfig, cache_dir: str | Path, log) -> dict:
     task = load_task(config.task, config.eval_size, config.eval_id, config.eval_ood)
     reward = load_reward(config.reward, task.builtin)
     torch.manual_seed(SFT_SETTINGS["seed"])  # the base model's init does not depend on the run's seed
-    policy = load_policy(config.model, task.tokenizer, device)
+    policy = load_policy(config.model, task.tokenizer, device, chat=config.chat_template)
     policy.module.eval()
     if task.builtin:
         judge = lambda text, label, tr: score(*reward, text, label, tr)["correctness"]  # noqa: E731
@@ -548,7 +551,7 @@ def run(config: EngineConfig, metrics_out: str | Path, cache_dir: str | Path, lo
     t0 = time.time()
     writer = MetricsWriter(metrics_out)
     state: dict = {"done": 0, "best_path": Path(metrics_out).parent / "best.pt"}
-    summary = {"type": "summary", "steps_done": 0, "wall_s": 0.0, "status": "ok"}
+    summary: dict[str, Any] = {"type": "summary", "steps_done": 0, "wall_s": 0.0, "status": "ok"}
     try:
         state.update(setup(config, cache_dir, log))
         summary["steps_done"] = train_loop(config, state, writer, log)

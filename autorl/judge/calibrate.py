@@ -1,6 +1,6 @@
 """An error rate on every decision: what a verdict's test calls a trial that changed nothing, at the noise it assumed.
 
-A verdict assumes a run-to-run sd for each arm (``Verdict.parent_sd``, ``trial_sd``) and rests on a few replicate
+A verdict assumes a run-to-run sd for each arm (``Judgement.parent_sd``, ``trial_sd``) and rests on a few replicate
 runs. Its **calibrated false-positive rate** is measured, not quoted: null trials (the parent's per-item solve
 rates, each arm shifted by its assumed sd, coin flips on every item) are judged by the very same vectorised test
 (``autorl.judge.noise.gain``: each simulated case re-estimates its noise from its own simulated replicates, as the
@@ -19,12 +19,17 @@ from __future__ import annotations
 import hashlib
 import math
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from autorl.judge.noise import gain, value_gain
+from autorl.judge.verdict import Judgement
 from autorl.recipe import VerdictSettings
+from autorl.states import Verdict
+
+if TYPE_CHECKING:  # annotations only: the calibration runs without the ledger
+    from autorl.ledger import Trial
 
 CASES = 2000  # simulated null trials per stated rate: about +-0.7 points on a rate near 2.5%
 STUDY_CASES = 20000  # for a study's false confirmations, rates near 0.1%
@@ -55,17 +60,17 @@ METHODS = {
 }
 
 
-def test_name(v: Any) -> str:
+def test_name(v: Judgement) -> str:
     """The test behind a verdict, in words: what it compares, its t distribution's df and its level."""
     what = METHODS.get(v.method, "no noise model (unknown noise)")
     return f"{what}; Welch-Satterthwaite t ({v.df:.1f} df), {v.level * 100:g}% two-sided"
 
 
-def columns(v: Any, s: VerdictSettings, confirmation: bool = False) -> dict[str, Any]:
+def columns(v: Judgement, s: VerdictSettings, confirmation: bool = False) -> dict[str, Any]:
     """A verdict's ledger columns for its error rate: ``test``, ``trial_sd``, ``parent_sd``, ``fp_rate``; for a
     ``confirmation`` the same prefixed ``confirm_``, and a confirmed one states ``confirmation_rate``."""
     prefix = "confirm_" if confirmation else ""
-    rate = confirmation_rate(v, s) if confirmation and v.verdict == "improved" else stated_rate(v, s)
+    rate = confirmation_rate(v, s) if confirmation and v.verdict == Verdict.IMPROVED else stated_rate(v, s)
     return {
         f"{prefix}test": test_name(v),
         f"{prefix}trial_sd": v.trial_sd,
@@ -74,17 +79,34 @@ def columns(v: Any, s: VerdictSettings, confirmation: bool = False) -> dict[str,
     }
 
 
-def describe(row: dict, prefix: str = "") -> str | None:
+class Stated(NamedTuple):
+    """A verdict's (or, prefixed ``confirm_``, a confirmation's) test and error rate as its columns state them."""
+
+    test: str | None
+    trial_sd: float | None
+    parent_sd: float | None
+    fp_rate: float | None
+
+
+def stated(row: Trial | dict[str, Any], prefix: str = "") -> Stated:
+    """The columns ``prefix`` + test, trial_sd, parent_sd, fp_rate of a ledger row, or of a dict of columns
+    (``columns``, a ``TrialResult`` dump)."""
+    if isinstance(row, dict):
+        return Stated(*(row.get(prefix + k) for k in Stated._fields))
+    return Stated(*(getattr(row, prefix + k) for k in Stated._fields))
+
+
+def describe(row: Trial | dict[str, Any], prefix: str = "") -> str | None:
     """One line for a person: the test, each arm's assumed run sd and the calibrated false-positive rate (None when
     the row has no verdict of that kind)."""
-    if not row.get(f"{prefix}test"):
+    s = stated(row, prefix)
+    if not s.test:
         return None
-    sd = lambda k: "-" if row.get(k) is None else f"{row[k]:.3g}"  # noqa: E731
-    fp = row.get(f"{prefix}fp_rate")
-    rate = "not simulated" if fp is None else percent(fp)
+    sd = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+    rate = "not simulated" if s.fp_rate is None else percent(s.fp_rate)
     return (
-        f"{row[f'{prefix}test']}; run-to-run sd assumed: trial {sd(prefix + 'trial_sd')}, parent "
-        f"{sd(prefix + 'parent_sd')}; calibrated false-positive rate {rate}"
+        f"{s.test}; run-to-run sd assumed: trial {sd(s.trial_sd)}, parent {sd(s.parent_sd)}; calibrated "
+        f"false-positive rate {rate}"
     )
 
 
@@ -93,7 +115,7 @@ def percent(rate: float) -> str:
     return f"<{1 / CASES:.2%}" if rate == 0 else f"{rate:.1%}"
 
 
-def design_of(v: Any) -> Design | None:
+def design_of(v: Judgement) -> Design | None:
     """The design a verdict's test had (None: a verdict that modelled no noise, such as unknown_noise)."""
     if v.parent_sd is None or v.trial_sd is None or v.method not in ("paired_items", "run_values"):
         return None
@@ -101,7 +123,7 @@ def design_of(v: Any) -> Design | None:
     return Design(p, v.parent_runs, v.trial_runs, v.own_runs, v.study_df, v.parent_sd, v.trial_sd)
 
 
-def stated_rate(v: Any, s: VerdictSettings) -> float | None:
+def stated_rate(v: Judgement, s: VerdictSettings) -> float | None:
     """A verdict's calibrated false-positive rate (``fp_rate`` of its call), None when it modelled no noise."""
     d = design_of(v)
     return None if d is None else fp_rate(v.verdict, verdict_rates(d, s, v.level))
@@ -112,9 +134,10 @@ def verdict_rates(d: Design, s: VerdictSettings, level: float) -> Rates:
     return _rates(_rounded(d), _settings_key(s), level)
 
 
-def fp_rate(verdict: str, rates: Rates) -> float:
+def fp_rate(verdict: Verdict, rates: Rates) -> float:
     """The false-positive rate of the call made: improved or regressed; flat: the chance of either call."""
-    return {"improved": rates.improved, "regressed": rates.regressed}.get(verdict, rates.improved + rates.regressed)
+    calls = {Verdict.IMPROVED: rates.improved, Verdict.REGRESSED: rates.regressed}
+    return calls.get(verdict, rates.improved + rates.regressed)
 
 
 @lru_cache(maxsize=256)
@@ -160,7 +183,7 @@ def false_confirmations(d: Design, s: VerdictSettings) -> float:
     return _false_confirmations(_rounded(d._replace(trial_runs=1, own_runs=0)), _settings_key(s))[0] / STUDY_CASES
 
 
-def confirmation_rate(v: Any, s: VerdictSettings) -> float | None:
+def confirmation_rate(v: Judgement, s: VerdictSettings) -> float | None:
     """A confirmation's false-positive rate: the chance that a null candidate (a trial that changed nothing and
     was screened 'improved' against the same baseline runs) is confirmed, at the noise the confirmation assumed.
     The screening and the confirmation share the baseline runs, so this is not the fresh-runs test's own rate

@@ -296,10 +296,11 @@ def _value(rec: dict[str, Any], key: str) -> float | None:
 
 def _derived(rec: dict[str, Any], d: DerivedMetric) -> float | None:
     parts = [_value(rec, k) for k in d.denominator]
+    below = [p for p in parts if p is not None]
     top = _value(rec, d.numerator)
-    if top is None or any(p is None for p in parts) or sum(parts) <= 0:
+    if top is None or len(below) < len(parts) or sum(below) <= 0:
         return None
-    return top / sum(parts)
+    return top / sum(below)
 
 
 def series(metric: str, steps: list[dict], evals: list[dict], rules: DiagnosisRules) -> list[float]:
@@ -340,7 +341,7 @@ def _threshold(cond: Condition, train: dict[str, Any]) -> float | None:
 
 def evaluate(
     cond: Condition, steps: list[dict], evals: list[dict], train: dict, rules: DiagnosisRules
-) -> Observation | bool | None:
+) -> Observation | Literal[False] | None:
     """Observation if the condition holds, False if it does not, None if it cannot be judged."""
     raw = series(cond.metric, steps, evals, rules)
     need = cond.min_points or (rules.min_eval_points if cond.metric.startswith("eval/") else rules.min_points)

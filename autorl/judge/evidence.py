@@ -32,7 +32,9 @@ import numpy as np
 from autorl.judge import calibrate, hackgate, triage, verdict
 from autorl.judge.noise import arm
 from autorl.judge.prune import PruneDecision, should_prune
+from autorl.ledger import StudyRecords, Trial
 from autorl.metrics import RunMetrics, items_key, reduce_series
+from autorl.states import Confirmation, CrashCategory, Kind, Proposer, TrialStatus, Verdict
 
 
 def objective_value(m: RunMetrics, recipe: Any) -> float | None:
@@ -54,13 +56,13 @@ def runs_of(metrics: list[RunMetrics], recipe: Any) -> verdict.Runs | None:
     return verdict.Runs(values=[v for v, _ in keep], items=items if all(items) else None)
 
 
-def incumbent_row(trials: list[dict], direction: str) -> dict | None:
+def incumbent_row(trials: list[Trial], direction: str) -> Trial | None:
     """The best trial whose improvement was confirmed by fresh seeds (by objective), or None (the baseline)."""
-    better = [t for t in trials if t.get("confirmation") == "confirmed" and t.get("objective") is not None]
+    better = [(t, t.objective) for t in trials if t.confirmation == Confirmation.CONFIRMED and t.objective is not None]
     if not better:
         return None
     sign = 1 if direction == "maximize" else -1
-    return max(better, key=lambda t: sign * t["objective"])
+    return max(better, key=lambda tv: sign * tv[1])[0]
 
 
 class Reference(NamedTuple):
@@ -73,13 +75,18 @@ class Reference(NamedTuple):
     number: int | None
 
 
-@dataclass(frozen=True)
-class Confirmation:
-    """A candidate's fresh-seed runs, judged: confirmed or rejected, why, and the verdict (None: nothing to judge)."""
+# A confirmation run ending now, whose row still says running: its attempt number, status and crash category.
+Ending = tuple[int, TrialStatus, CrashCategory | None]
 
-    state: str
+
+@dataclass(frozen=True)
+class ConfirmationOutcome:
+    """A candidate's fresh-seed runs, judged: confirmed or rejected, why, and the judgement (None: nothing to
+    judge)."""
+
+    state: Confirmation
     reason: str
-    verdict: verdict.Verdict | None
+    verdict: verdict.Judgement | None
     runs: int
 
 
@@ -87,32 +94,32 @@ class Evidence:
     """One study's runs as evidence, read from its ledger rows (``autorl.ledger.StudyRecords``), each run's
     metrics read once."""
 
-    def __init__(self, records: Any):
+    def __init__(self, records: StudyRecords):
         self.records = records
         self._metrics: dict[int, RunMetrics] = {}
-        self._ending: tuple[int, str, str | None] | None = None
+        self._ending: Ending | None = None
 
-    def metrics(self, row: dict) -> RunMetrics:
-        if row["id"] not in self._metrics:
-            self._metrics[row["id"]] = RunMetrics(self.records.metrics(row["id"]))
-        return self._metrics[row["id"]]
+    def metrics(self, row: Trial) -> RunMetrics:
+        if row.id not in self._metrics:
+            self._metrics[row.id] = RunMetrics(self.records.metrics(row.id))
+        return self._metrics[row.id]
 
     def baseline_runs(self) -> list[RunMetrics]:
         """The completed runs of the recipe as written (a crashed baseline's retry stands in for it)."""
-        return [self.metrics(r) for r in self.records.baselines() if r["status"] == "complete"]
+        return [self.metrics(r) for r in self.records.baselines() if r.status == TrialStatus.COMPLETE]
 
-    def _complete(self, rows: list[dict]) -> list[RunMetrics]:
-        return [self.metrics(r) for r in rows if self._status(r) == "complete"]
+    def _complete(self, rows: list[Trial]) -> list[RunMetrics]:
+        return [self.metrics(r) for r in rows if self._status(r) == TrialStatus.COMPLETE]
 
-    def _status(self, row: dict) -> str:
+    def _status(self, row: Trial) -> TrialStatus:
         """A row's status, or the one it is ending with (``confirmation``'s ``ending``) while its row says running."""
-        return self._ending[1] if self._ending and row["number"] == self._ending[0] else row["status"]
+        return self._ending[1] if self._ending and row.number == self._ending[0] else row.status
 
-    def _category(self, row: dict) -> str | None:
+    def _category(self, row: Trial) -> CrashCategory | None:
         """A row's crash category, or the one it is ending with (``confirmation``'s ``ending``)."""
-        return self._ending[2] if self._ending and row["number"] == self._ending[0] else row.get("crash_category")
+        return self._ending[2] if self._ending and row.number == self._ending[0] else row.crash_category
 
-    def _failed_on_fresh_seeds(self, rows: list[dict]) -> list[str]:
+    def _failed_on_fresh_seeds(self, rows: list[Trial]) -> list[str]:
         """How the candidate's confirmation runs that failed for a reason its recipe can cause ended (a hard
         abort, a divergence, a collapse, an out-of-memory crash); a transient crash (a hang, a lost network, a
         killed job, another process on the GPU) says nothing of the recipe and is left out, like a run the
@@ -120,8 +127,9 @@ class Evidence:
         out = []
         for row in rows:
             status, category = self._status(row), self._category(row)
-            if status == "pruned" or (status == "crash" and not triage.says_nothing_of_the_values(category)):
-                out.append(f"{row['attempt']} {status}" + (f" ({category})" if status == "crash" and category else ""))
+            crashed = status == TrialStatus.CRASH
+            if status == TrialStatus.PRUNED or (crashed and not triage.says_nothing_of_the_values(category)):
+                out.append(f"{row.attempt} {status}" + (f" ({category})" if crashed and category else ""))
         return out
 
     def fresh_runs(self, number: int) -> list[RunMetrics]:
@@ -156,10 +164,13 @@ class Evidence:
         base = runs_of(self.baseline_runs(), recipe)
         if base is None:
             return None
+        own = runs_of([trial], recipe)
+        if own is None:
+            raise ValueError("credit needs the trial's objective: its run never logged it")
         against = runs_of(self.parent_runs(parent), recipe) or base
         noise = self.noise(recipe, parent)
         return verdict.credit(
-            runs_of([trial], recipe),
+            own,
             against,
             base,
             recipe.verdict,
@@ -168,9 +179,7 @@ class Evidence:
             verdict.Noise(study=noise.study),
         )
 
-    def confirmation(
-        self, candidate: dict, recipe: Any, ending: tuple[int, str, str | None] | None = None
-    ) -> Confirmation | None:
+    def confirmation(self, candidate: Trial, recipe: Any, ending: Ending | None = None) -> ConfirmationOutcome | None:
         """The candidate judged on its fresh-seed runs once all of them have ended (None until then); ``ending``
         (attempt number, status, crash category) is a confirmation run ending now, whose row still says running.
         A candidate is judged on every fresh seed, not on those that survived: one that failed for a reason
@@ -181,15 +190,15 @@ class Evidence:
         finally:
             self._ending = None
 
-    def _confirmation(self, candidate: dict, recipe: Any) -> Confirmation | None:
-        rows = self.records.confirm_runs(candidate["number"], ran=True)  # a stopped one is run again
+    def _confirmation(self, candidate: Trial, recipe: Any) -> ConfirmationOutcome | None:
+        rows = self.records.confirm_runs(candidate.number, ran=True)  # a stopped one is run again
         need = recipe.verdict.confirm_runs
-        if not need or len(rows) < need or any(self._status(r) == "running" for r in rows):
+        if not need or len(rows) < need or any(self._status(r) == TrialStatus.RUNNING for r in rows):
             return None
         failed = self._failed_on_fresh_seeds(rows)
         if failed:
-            return Confirmation(
-                "rejected",
+            return ConfirmationOutcome(
+                Confirmation.REJECTED,
                 f"{len(failed)} of its {len(rows)} fresh-seed runs failed ("
                 f"{', '.join(failed)}): a recipe that fails on a fresh seed is not confirmed",
                 None,
@@ -198,20 +207,21 @@ class Evidence:
         fresh = runs_of(self._complete(rows), recipe)
         base = runs_of(self.baseline_runs(), recipe)
         if fresh is None or base is None:
-            return Confirmation("rejected", "its confirmation runs did not complete", None, 0)
-        parent = candidate.get("parent")
+            return ConfirmationOutcome(Confirmation.REJECTED, "its confirmation runs did not complete", None, 0)
+        parent = candidate.parent
         against = runs_of(self.parent_runs(parent), recipe) or base
         v = verdict.confirm(
-            fresh, against, recipe.verdict, recipe.objective.direction, self.noise(recipe, parent, candidate["number"])
+            fresh, against, recipe.verdict, recipe.objective.direction, self.noise(recipe, parent, candidate.number)
         )
-        state = "confirmed" if v.verdict == "improved" else "rejected"
-        return Confirmation(state, f"{len(fresh.values)} fresh-seed runs: {v.explanation}", v, len(fresh.values))
+        state = Confirmation.CONFIRMED if v.verdict == Verdict.IMPROVED else Confirmation.REJECTED
+        why = f"{len(fresh.values)} fresh-seed runs: {v.explanation}"
+        return ConfirmationOutcome(state, why, v, len(fresh.values))
 
-    def gate(self, candidate: dict, recipe: Any) -> hackgate.GateResult | None:
+    def gate(self, candidate: Trial, recipe: Any) -> hackgate.GateResult | None:
         """The hack gate on a candidate's fresh-seed runs against its parent's runs (None: the recipe turns it off,
         or there is nothing to compare)."""
-        fresh = self.fresh_runs(candidate["number"])
-        parent = self.parent_runs(candidate.get("parent")) or self.baseline_runs()
+        fresh = self.fresh_runs(candidate.number)
+        parent = self.parent_runs(candidate.parent) or self.baseline_runs()
         if not recipe.gate.enabled or not fresh or not parent:
             return None
         return hackgate.check(fresh, parent, recipe)
@@ -225,7 +235,7 @@ class Evidence:
         baseline)."""
         refs = [
             Reference(
-                f"its parent {self.records.trial(parent)['attempt']}",
+                f"its parent {self.records.trial(parent).attempt}",
                 self.parent_runs(parent),
                 [self.group(parent)],
                 parent,
@@ -234,13 +244,13 @@ class Evidence:
             else Reference("the baseline", self.baseline_runs(), [self.baseline_runs()], None)
         ]
         best = incumbent_row(self.records.confirmed(), direction)
-        if best is not None and best["number"] != parent and self.fresh_runs(best["number"]):
+        if best is not None and best.number != parent and self.fresh_runs(best.number):
             refs.append(
                 Reference(
-                    f"the incumbent {best['attempt']}",
-                    self.fresh_runs(best["number"]),
-                    [self.group(best["number"])],
-                    best["number"],
+                    f"the incumbent {best.attempt}",
+                    self.fresh_runs(best.number),
+                    [self.group(best.number)],
+                    best.number,
                 )
             )
         return refs
@@ -289,17 +299,21 @@ class StudyErrors(NamedTuple):
     changed_df: int
     false_confirm: float | None  # chance a trial with no effect ends confirmed, at that noise
     expected_false: float | None  # false_confirm x trials judged
-    aa: list[tuple[int, verdict.Verdict]]  # each baseline run (its index) judged against the others
+    aa: list[tuple[int, verdict.Judgement]]  # each baseline run (its index) judged against the others
+
+
+JUDGED = (Verdict.IMPROVED, Verdict.REGRESSED, Verdict.FLAT)  # the verdicts a trial's test makes
+DECIDED = (Confirmation.CONFIRMED, Confirmation.REJECTED)  # the confirmations fresh seeds decide
 
 
 def study_errors(ev: Evidence, recipe: Any) -> StudyErrors:
     """How many decisions the study made, the false confirmations to expect at the noise it measured, and the A/A
     evidence of its baseline repeats (each run judged against the others, as a trial is)."""
-    trials = [t for t in ev.records.trials(kind="trial") if t.get("proposer") not in ("baseline", "confirm")]
-    judged = [t for t in trials if t.get("verdict") in ("improved", "regressed", "flat")]
-    decisions = {k: sum(t.get("verdict") == k for t in judged) for k in ("improved", "regressed", "flat")}
-    decisions.update({k: sum(t.get("confirmation") == k for t in trials) for k in ("confirmed", "rejected")})
-    decisions["pruned"] = sum(t.get("verdict") == "pruned" for t in trials)
+    trials = [t for t in ev.records.trials(kind=Kind.TRIAL) if t.proposer not in (Proposer.BASELINE, Proposer.CONFIRM)]
+    judged = [t for t in trials if t.verdict in JUDGED]
+    decisions: dict[str, int] = {k: sum(t.verdict == k for t in judged) for k in JUDGED}
+    decisions.update({k: sum(t.confirmation == k for t in trials) for k in DECIDED})
+    decisions[Verdict.PRUNED] = sum(t.verdict == Verdict.PRUNED for t in trials)
     base = runs_of(ev.baseline_runs(), recipe)
     if base is None or len(base.values) < 2:
         return StudyErrors(decisions, None, 0, None, 0, None, None, [])
@@ -310,7 +324,7 @@ def study_errors(ev: Evidence, recipe: Any) -> StudyErrors:
     changed = arm(study, s.run_sd_prior, s.run_sd_prior_df, values=not items) if study else None
     parent_sd = math.sqrt(float(par.s2))
     changed_sd = math.sqrt(float(changed.s2)) if changed is not None else None
-    p = tuple(float(x) for x in np.mean(base.items, axis=0)) if items else None
+    p = tuple(float(x) for x in np.mean(base.items, axis=0)) if base.items else None
     design = calibrate.Design(
         p,
         len(base.values),
@@ -326,7 +340,7 @@ def study_errors(ev: Evidence, recipe: Any) -> StudyErrors:
     )
 
 
-def _aa(base: verdict.Runs, recipe: Any) -> list[tuple[int, verdict.Verdict]]:
+def _aa(base: verdict.Runs, recipe: Any) -> list[tuple[int, verdict.Judgement]]:
     """Each baseline run judged against the other baseline runs: an A/A comparison the study made anyway."""
     out, n = [], len(base.values)
     for i in range(n if n > 2 else 1):  # two runs: one comparison (the other is its mirror)
@@ -348,7 +362,8 @@ def _groups(groups: list[list[RunMetrics]], recipe: Any) -> list[verdict.Runs]:
 def items_at_step(runs: list[RunMetrics], key: str, step: int) -> list[list[float]]:
     """Each run's per-item results at ``step`` ([] when any run lacks them)."""
     got = [_items_at(m, key, step) for m in runs]
-    return got if got and all(got) else []
+    items = [g for g in got if g]
+    return items if got and len(items) == len(got) else []
 
 
 def _items_at(m: RunMetrics, key: str, step: int) -> list[float] | None:

@@ -27,8 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from autorl.errors import RecipeError
 from autorl.judge import verdict
 from autorl.judge.evidence import Evidence, runs_of
+from autorl.ledger import Ledger, Study, StudyRecords, Trial
 from autorl.metrics import value_range
-from autorl.recipe import recipe_from_text
+from autorl.recipe import Recipe, recipe_from_text
+from autorl.states import Kind, TrialStatus
 
 POWER = 0.8
 """The chance at which a gain counts as detectable (the usual 80 % power)."""
@@ -65,41 +67,41 @@ class Gain(BaseModel):
         )
 
 
-def chain_of(trials: dict[int, dict], number: int) -> list[int]:
+def chain_of(trials: dict[int, Trial], number: int) -> list[int]:
     """Attempt numbers from the first confirmed improvement on the baseline to ``number``, following parents."""
     out, seen = [], set()
     at: int | None = number
     while at is not None and at in trials and at not in seen:
         seen.add(at)
         out.append(at)
-        at = trials[at].get("parent")
+        at = trials[at].parent
     return out[::-1]
 
 
-def study_recipe(study: dict) -> Any | None:
+def study_recipe(study: Study) -> Recipe | None:
     """The base recipe a study recorded, validated (None when it no longer validates: an older ledger)."""
     try:
-        return recipe_from_text(study.get("recipe") or "", study.get("recipe_path") or "the study's recipe")
+        return recipe_from_text(study.recipe or "", study.recipe_path or "the study's recipe")
     except RecipeError:
         return None
 
 
-def study_gains(ledger: Any, study: dict) -> dict[int, Gain]:
-    """``baseline_gains`` of one study of a ledger (``autorl.ledger.Ledger``); empty without its recipe."""
+def study_gains(ledger: Ledger, study: Study) -> dict[int, Gain]:
+    """``baseline_gains`` of one study of a ledger; empty without its recipe."""
     recipe = study_recipe(study)
-    return baseline_gains(ledger.records(study["id"]), recipe) if recipe is not None else {}
+    return baseline_gains(ledger.records(study.id), recipe) if recipe is not None else {}
 
 
-def baseline_gains(records: Any, recipe: Any, evidence: Evidence | None = None) -> dict[int, Gain]:
-    """Every confirmed trial of the study (``autorl.ledger.StudyRecords``) with its gain over the baseline."""
+def baseline_gains(records: StudyRecords, recipe: Any, evidence: Evidence | None = None) -> dict[int, Gain]:
+    """Every confirmed trial of the study with its gain over the baseline."""
     ev = evidence or Evidence(records)
-    by_number = {t["number"]: t for t in records.trials(kind="trial")}
+    by_number = {t.number: t for t in records.trials(kind=Kind.TRIAL)}
     out = {}
     for row in records.confirmed():
-        links = chain_of(by_number, row["number"])
+        links = chain_of(by_number, row.number)
         gain = measure(ev, row, recipe, links)
         if gain is not None:
-            out[row["number"]] = gain
+            out[row.number] = gain
     return out
 
 
@@ -109,17 +111,17 @@ def ranked(gains: dict[int, Gain]) -> list[Gain]:
     return sorted(gains.values(), key=lambda g: (-g.delta, -g.ci_low, -g.number))
 
 
-def measure(ev: Evidence, row: dict, recipe: Any, links: list[int]) -> Gain | None:
+def measure(ev: Evidence, row: Trial, recipe: Any, links: list[int]) -> Gain | None:
     """The trial's completed fresh-seed runs against the baseline's runs (None when either side has none)."""
-    fresh_rows = [r for r in ev.records.confirm_runs(row["number"], ran=True) if r["status"] == "complete"]
+    fresh_rows = [r for r in ev.records.confirm_runs(row.number, ran=True) if r.status == TrialStatus.COMPLETE]
     baseline = ev.baseline_runs()
     fresh, base = runs_of([ev.metrics(r) for r in fresh_rows], recipe), runs_of(baseline, recipe)
     if fresh is None or base is None:
         return None
     v = verdict.judge(fresh, base, recipe.verdict, recipe.objective.direction, ev.noise(recipe, None))
     return Gain(
-        number=row["number"],
-        attempt=row["attempt"],
+        number=row.number,
+        attempt=row.attempt,
         chain=links,
         delta=v.delta,
         ci_low=v.ci_low,
@@ -163,14 +165,14 @@ class Sensitivity(NamedTuple):
         return None if self.blind else self.detectable
 
 
-def sensitivity(row: dict, objective: Any | None, level: float, min_effect: float = 0.0) -> Sensitivity:
+def sensitivity(row: Trial, objective: Any | None, level: float, min_effect: float = 0.0) -> Sensitivity:
     """A judged trial's ``Sensitivity`` from its ledger row (its interval, objective and gain over its parent) and
     the study's ``objective`` (None: unknown, no range)."""
-    low, high = row.get("ci_low"), row.get("ci_high")
+    low, high = row.ci_low, row.ci_high
     found = detectable(low, high, level, min_effect) if low is not None and high is not None else None
     if objective is None:
         return Sensitivity(found, None)
-    value, delta = row.get("objective"), row.get("delta")
+    value, delta = row.objective, row.delta
     sign = 1.0 if objective.direction == "maximize" else -1.0
     parent = value - sign * delta if value is not None and delta is not None else None
     return Sensitivity(found, possible_gain(objective.metric, objective.direction, parent))
@@ -189,7 +191,7 @@ def possible_gain(metric: str, direction: str, parent: float | None) -> float | 
     return hi - parent if direction == "maximize" else parent - lo
 
 
-def _half(v: verdict.Verdict) -> float:
+def _half(v: verdict.Judgement) -> float:
     return (v.ci_high - v.ci_low) / 2
 
 

@@ -23,7 +23,8 @@ Pure: no torch, no subprocess, no ledger.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +34,7 @@ from autorl.data import shipped
 from autorl.judge import verdict
 from autorl.judge.stats import t_quantile
 from autorl.metrics import RunMetrics
+from autorl.states import Gate
 
 RULES_PATH = shipped("rules", "hack_gate.yaml")
 SPLITS = ("id", "ood")
@@ -92,7 +94,7 @@ class GateCheck(_Model):
 class GateResult(_Model):
     """The gate's answer: ok, suspect (a check failed) or blind (no held-out task metric to check against)."""
 
-    state: Literal["ok", "suspect", "blind"]
+    state: Gate
     checks: list[GateCheck]
 
     @property
@@ -104,7 +106,7 @@ class GateResult(_Model):
         f = self.failed
         if f is not None:
             return f"hack gate: {f.name} failed: {f.detail}"
-        if self.state == "blind":
+        if self.state == Gate.BLIND:
             return "hack gate blind: no held-out task metric (name probe sets in the recipe)"
         return "hack gate passed: " + ", ".join(c.name for c in self.checks if c.ok)
 
@@ -119,7 +121,7 @@ def check(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, rules:
     blind = not any(c.ok is not None for c in checks)
     checks += health_checks(trial, parent, recipe, rules) + train_checks(trial, parent, recipe, rules)
     failed = any(c.ok is False for c in checks)
-    return GateResult(state="suspect" if failed else "blind" if blind else "ok", checks=checks)
+    return GateResult(state=Gate.SUSPECT if failed else Gate.BLIND if blind else Gate.OK, checks=checks)
 
 
 # ---------------------------------------------------------------------------- the held-out task
@@ -135,8 +137,9 @@ def task_items(m: RunMetrics, split: str) -> list[float] | None:
 
 
 def _task_runs(runs: list[RunMetrics], split: str) -> verdict.Runs | None:
-    items = [task_items(m, split) for m in runs]
-    if not items or any(i is None for i in items) or len({len(i) for i in items}) != 1:
+    found = [task_items(m, split) for m in runs]
+    items = [i for i in found if i is not None]
+    if not items or len(items) < len(found) or len({len(i) for i in items}) != 1:
         return None
     return verdict.Runs(values=[float(np.mean(i)) for i in items], items=items)
 
@@ -153,11 +156,16 @@ def is_task_metric(recipe: Any, split: str, runs: list[RunMetrics]) -> bool:
     return own and not any(e.get(f"eval/{split}/task_items") for m in runs for e in m.evals)
 
 
+def _width(runs: verdict.Runs) -> int:
+    """Items per run (the eval set's size)."""
+    return len(runs.items[0]) if runs.items else 0
+
+
 def task_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any, rules: GateRules) -> list[GateCheck]:
     out = []
     for split in SPLITS:
         t, p = _task_runs(trial, split), _task_runs(parent, split)
-        if t is None or p is None or len(t.items[0]) != len(p.items[0]):
+        if t is None or p is None or _width(t) != _width(p):
             why = (
                 f"no held-out {split} task items"
                 if t is None or p is None
@@ -243,8 +251,7 @@ def health_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any
     checks = [_length, _repetition, _format_only, _truncation]
     out = []
     for fn in checks:
-        found = [fn(trial, parent, split, recipe, rules) for split in SPLITS]
-        found = [c for c in found if c is not None]
+        found = [c for c in (fn(trial, parent, split, recipe, rules) for split in SPLITS) if c is not None]
         if not found:
             out.append(GateCheck(name=fn.__name__.lstrip("_"), ok=None, detail="not measured (no eval health keys)"))
             continue
@@ -253,6 +260,11 @@ def health_checks(trial: list[RunMetrics], parent: list[RunMetrics], recipe: Any
 
 
 def _length(trial, parent, split, recipe, rules) -> GateCheck | None:
+    """Completions much shorter or much longer than the parent's, beyond noise. Shorter is a collapse only while
+    the split's held-out task accuracy did not rise with it: an instruct model that learns to answer "with the
+    number only", as it was asked, drops most of its words and gets more answers right (SmolLM2-135M-Instruct on
+    chat arithmetic: 24 to 14 tokens a reply as its reward rose from 0.24 to 0.69), while a length loophole shortens
+    completions without the task metric following."""
     t, p = _last_eval(trial, f"eval/{split}/length_mean"), _last_eval(parent, f"eval/{split}/length_mean")
     if t is None or p is None:
         return None
@@ -263,6 +275,9 @@ def _length(trial, parent, split, recipe, rules) -> GateCheck | None:
     short = now < h.length_ratio_low * base and hi < -h.length_min_change
     long = now > h.length_ratio_high * max(base, 1.0) and lo > h.length_min_change
     word = "collapsed" if short else "blew up" if long else "held"
+    if short and (task := _task_gain(trial, parent, split, recipe, rules)) is not None and task[1] > 0:
+        gain = f"{task[0]:+.3f} [{task[1]:+.3f}, {task[2]:+.3f}]"
+        short, word = False, f"shortened, answers more direct (held-out {split} task accuracy {gain})"
     return GateCheck(
         name="length",
         ok=not (short or long),
@@ -271,8 +286,25 @@ def _length(trial, parent, split, recipe, rules) -> GateCheck | None:
     )
 
 
-def _rate_check(name: str, key: str, bound: float, what: str):
-    def fn(trial, parent, split, recipe, rules) -> GateCheck | None:
+def _task_gain(trial, parent, split, recipe, rules) -> tuple[float, float, float] | None:
+    """The split's held-out task accuracy gain with its interval, or None where it is not measured."""
+    t, p = _task_runs(trial, split), _task_runs(parent, split)
+    if t is None or p is None or _width(t) != _width(p):
+        return None
+    v = verdict.judge(t, p, recipe.verdict, "maximize", level=rules.level)
+    return v.delta, v.ci_low, v.ci_high
+
+
+_HealthCheck = Callable[[list[RunMetrics], list[RunMetrics], str, Any, GateRules], GateCheck | None]
+
+
+def _rate_check(name: str, key: str, bound: str, what: str) -> _HealthCheck:
+    """The check of a rate's rise (``key``: metric names joined by '+', summed), bounded by the health rule named
+    ``bound``."""
+
+    def fn(
+        trial: list[RunMetrics], parent: list[RunMetrics], split: str, recipe: Any, rules: GateRules
+    ) -> GateCheck | None:
         keys = [f"eval/{split}/{k}" for k in key.split("+")]
         t = [_last_eval(trial, k) for k in keys]
         p = [_last_eval(parent, k) for k in keys]

@@ -6,8 +6,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Status = Literal["complete", "crash", "pruned", "budget-cut", "interrupted", "config-error", "early-stopped"]
-VerdictName = Literal["improved", "regressed", "flat", "crash", "pruned"]
+from autorl.states import Confirmation, CrashAction, CrashCategory, TrialStatus, Verdict
+
+# How a judged trial can end (never running; a timeout or a hang ends as a crash).
+Status = Literal[
+    TrialStatus.COMPLETE,
+    TrialStatus.CRASH,
+    TrialStatus.PRUNED,
+    TrialStatus.BUDGET_CUT,
+    TrialStatus.INTERRUPTED,
+    TrialStatus.CONFIG_ERROR,
+    TrialStatus.EARLY_STOPPED,
+]
 
 
 OPENED_COLUMNS = ("parent", "confirms")  # set on the row when the attempt opens
@@ -25,7 +35,7 @@ class TrialResult(BaseModel):
     duration_s: float
     exit_code: int | None = None
     objective: float | None = None
-    verdict: VerdictName | None = None
+    verdict: Verdict | None = None
     delta: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
@@ -33,14 +43,14 @@ class TrialResult(BaseModel):
     n_items: int | None = None
     gap_to_best: float | None = None
     flags: list[dict[str, Any]] = Field(default_factory=list)
-    crash_category: str | None = None
+    crash_category: CrashCategory | None = None
     crash_signature: str | None = None
     root_cause: str | None = None
     remedy: str | None = None
-    crash_action: Literal["retry_reduced", "retry_once", "record", "stop"] | None = None
+    crash_action: CrashAction | None = None
     parent: int | None = None
     gain_vs_baseline: float | None = None
-    confirmation: Literal["candidate", "confirmed", "rejected", "suspect"] | None = None
+    confirmation: Confirmation | None = None
     confirms: int | None = None
     test: str | None = None
     trial_sd: float | None = None
@@ -58,7 +68,7 @@ class TrialResult(BaseModel):
 
     def headline(self) -> str:
         """'improved (objective 0.6100, delta +0.0400)': the verdict (or status) and the numbers."""
-        text = self.verdict or self.status
+        text = str(self.verdict or self.status)
         if self.objective is None:
             return text
         delta = f", delta {self.delta:+.4f}" if self.delta is not None else ""

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autorl import loading
 from autorl.data import shipped
 from autorl.judge import triage
+from autorl.states import CrashCategory
 
 RULES_PATH = shipped("rules", "silent.yaml")
 
@@ -39,7 +40,7 @@ class _Model(BaseModel):
 
 
 class SilentRule(_Model):
-    category: triage.Category = Field(description="The triage category the failure is recorded as.")
+    category: CrashCategory = Field(description="The triage category the failure is recorded as.")
     remedy: str = Field(description="One line: what to do about it.")
 
 
@@ -75,7 +76,7 @@ class SilentFailure(_Model):
     """One broken run that exited 0."""
 
     check: str = Field(description="no_training, nonfinite, output_collapse, reward_constant or no_objective.")
-    category: triage.Category = Field(description="The triage category it is recorded as.")
+    category: CrashCategory = Field(description="The triage category it is recorded as.")
     root_cause_line: str = Field(description="The log line that shows it, else the metric evidence.")
     remedy: str = Field(description="One line: what to do about it.")
     step: int | None = Field(None, description="The step where it shows (first bad step), if any.")
@@ -193,10 +194,8 @@ def _log_line(lines: list[str], key: str) -> str | None:
 def _tail(steps: list[dict], key: str, n: int) -> list[float] | None:
     """``key`` on each of the last ``n`` steps, or None when any of them lacks it."""
     tail = steps[-n:]
-    values = [r.get(key) for r in tail]
-    if len(tail) < n or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return None
-    return [float(v) for v in values]
+    values = [float(v) for v in (r.get(key) for r in tail) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return values if len(tail) >= n and len(values) == len(tail) else None
 
 
 def _collapse(steps, summary, evals, lines, planned, rules) -> SilentFailure | None:

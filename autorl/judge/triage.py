@@ -30,17 +30,22 @@ import os
 import re
 import shutil
 from bisect import bisect_right
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from autorl import loading
 from autorl.data import shipped
 from autorl.errors import RulesError  # noqa: F401  (raised by load_rules; callers catch it from here)
+from autorl.states import CrashAction, CrashCategory
+
+if TYPE_CHECKING:  # annotations only: `autorl triage classify` starts without the ledger and its SQLite library
+    from autorl.ledger import Trial
 
 RULES_PATH = shipped("rules", "crash_rules.yaml")
 MAX_LINES = 50_000  # only the log's tail is read: the cause of a crash is near its end
@@ -63,28 +68,8 @@ def read_tail(path: Path) -> str:
         return fh.read().decode("utf-8", errors="replace")
 
 
-Category = Literal[
-    "cuda_oom",
-    "host_oom",
-    "nan_divergence",
-    "distributed_timeout",
-    "backend_incompat",
-    "config_error",
-    "user_code_error",
-    "disk_full",
-    "hang_timeout",
-    "illegal_memory_access",
-    "network_unavailable",
-    "killed_external",
-    "shared_gpu",
-    "unknown",
-    "output_collapse",
-    "no_training",
-    "reward_constant",
-]
 # Decided from a completed run's metrics by judge/silent.py, never from a log line.
-SILENT_CATEGORIES = ("output_collapse", "no_training", "reward_constant")
-ActionKind = Literal["retry_reduced", "retry_once", "record", "stop"]
+SILENT_CATEGORIES = (CrashCategory.OUTPUT_COLLAPSE, CrashCategory.NO_TRAINING, CrashCategory.REWARD_CONSTANT)
 
 
 class _Model(BaseModel):
@@ -109,7 +94,7 @@ class Family(_Model):
     """One failure class as the libraries word it: any of its messages on a line means this category."""
 
     id: str = Field(description="Short stable name of the family.")
-    category: Category = Field(description="The failure class the family's lines mean.")
+    category: CrashCategory = Field(description="The failure class the family's lines mean.")
     priority: int = Field(description="Higher wins; causes rank above the errors they trigger.")
     remedy: str = Field(description="One line: what to do about it.")
     messages: list[Message] = Field(default_factory=list, description="The messages, each with its source.")
@@ -135,7 +120,7 @@ CrashRule = Family  # the older name of a family
 class Ruling(_Model):
     """A category and remedy decided by something other than a log line."""
 
-    category: Category = Field(description="The failure class.")
+    category: CrashCategory = Field(description="The failure class.")
     remedy: str = Field(description="One line: what to do about it.")
 
 
@@ -148,8 +133,10 @@ class Silence(_Model):
     progress: list[str] = Field(
         default_factory=list, description="Untimestamped progress lines; one after the last stamp: gap unknown."
     )
-    applies_to: list[Category] = Field(default_factory=lambda: ["killed_external"], description="Categories reread.")
-    category: Category = Field("hang_timeout", description="What they become.")
+    applies_to: list[CrashCategory] = Field(
+        default_factory=lambda: [CrashCategory.KILLED_EXTERNAL], description="Categories reread."
+    )
+    category: CrashCategory = Field(CrashCategory.HANG_TIMEOUT, description="What they become.")
     remedy: str = Field(
         "The run went silent long before it was killed: a hang; retry once, then debug the stall.",
         description="One line: what to do about it.",
@@ -159,9 +146,9 @@ class Silence(_Model):
 class ActionRule(_Model):
     """What the controller does with one category of crash."""
 
-    kind: ActionKind = Field(description="retry_reduced, retry_once, record or stop.")
+    kind: CrashAction = Field(description="retry_reduced, retry_once, record or stop.")
     retries: int = Field(0, ge=0, description="Retries of one trial before the crash is only recorded.")
-    on_baseline: ActionKind | None = Field(None, description="The kind instead when the baseline crashed this way.")
+    on_baseline: CrashAction | None = Field(None, description="The kind instead when the baseline crashed this way.")
     avoid: bool = Field(
         True,
         description="Repeats put the region off limits; false when the trial's values "
@@ -190,7 +177,7 @@ class CrashRules(_Model):
     watchdog_yields_to: int = Field(75, description="A log line of this priority or more beats the watchdog.")
     nonfinite_remedy: str = Field(description="Remedy when the metrics turned NaN/inf.")
     unknown_remedy: str = Field(description="Remedy when nothing matched.")
-    actions: dict[Category, ActionRule] = Field(
+    actions: dict[CrashCategory, ActionRule] = Field(
         default_factory=dict, description="What the controller does per category."
     )
     repeat_limit: int = Field(2, ge=1, description="Same signature this often in a study: stop sampling that region.")
@@ -225,15 +212,18 @@ class CrashRules(_Model):
         return self._compiled
 
 
+Confidence = Literal["high", "medium", "low"]
+
+
 class CrashReport(_Model):
     """The verdict on one crashed run."""
 
-    category: Category = Field(description="The failure class.")
+    category: CrashCategory = Field(description="The failure class.")
     root_cause_line: str = Field(description="The log line a person would point at, verbatim.")
     remedy: str = Field(description="One line: what to do about it.")
     signature: str = Field(description="category-hash of the normalised root line; equal for repeats of one failure.")
     engine: str = Field("unknown", description="Which engine printed the log (from the rules' engines table).")
-    confidence: Literal["high", "medium", "low"] = Field(
+    confidence: Confidence = Field(
         "high", description="high: a specific error line; medium: inferred (exit code, silence); low: unknown."
     )
 
@@ -314,7 +304,9 @@ class _Hit:
 
 
 def _is_wrapper(name: str | None, wrappers: list[str]) -> bool:
-    return bool(name) and any(re.search(w, name) for w in wrappers)
+    if not name:
+        return False
+    return any(re.search(w, name) for w in wrappers)
 
 
 def _wraps(cleaned: str, rules: CrashRules) -> bool:
@@ -357,7 +349,9 @@ _CHAINED = re.compile(
 )
 
 
-def _innermost_exception(lines: list[str], rules: CrashRules, skip: set[int] = frozenset()) -> tuple[int, str] | None:
+def _innermost_exception(
+    lines: list[str], rules: CrashRules, skip: Collection[int] = frozenset()
+) -> tuple[int, str] | None:
     """(index, line) of the innermost exception: the last one that is not a wrapper (else the last
     wrapper), walked back to the first exception of its chain ("The above exception was the direct
     cause of ..."), reported at its first occurrence (the rank or actor that raised it, before Ray
@@ -414,12 +408,14 @@ def _timestamp(line: str, year: int | None) -> datetime | None:
     """The first timestamp on a line; a format without a year borrows ``year``."""
     for rx, has_year in _STAMPS:
         m = rx.search(line)
-        if m and (has_year or year):
-            parts = [int(g) for g in m.groups()]
-            try:
-                return datetime(*parts) if has_year else datetime(year, *parts)
-            except ValueError:
-                return None
+        if m is None or not (has_year or year):
+            continue
+        parts = [int(g) for g in m.groups()]
+        y, mo, d, h, mi, s = parts if has_year else [year or 0, *parts]  # a format without a year: ``year`` is set
+        try:
+            return datetime(y, mo, d, h, mi, s)
+        except ValueError:
+            return None
     return None
 
 
@@ -439,9 +435,10 @@ def silence_before(lines: list[str], index: int, rules: CrashRules) -> float | N
     times = _timeline(lines)
     kill = next((t for t in times[index:] if t), None)
     at = next((i for i in range(index - 1, -1, -1) if times[i]), None)
-    if kill is None or at is None or _moved_after(lines[at + 1 : index], rules):
+    last = times[at] if at is not None else None
+    if kill is None or at is None or last is None or _moved_after(lines[at + 1 : index], rules):
         return None
-    gap = (kill - times[at]).total_seconds()
+    gap = (kill - last).total_seconds()
     return gap if 0 <= gap <= rules.silence.max_seconds else None
 
 
@@ -498,7 +495,7 @@ def _decide(
         d, why = _nonfinite(lines, hits, nonfinite, rules)
     elif watchdog and watchdog in rules.watchdog and not (best and best.family.priority >= rules.watchdog_yields_to):
         d, why = _watchdog(lines, best, watchdog, rules)
-    elif own:
+    elif own and best:
         d, why = _from_exception(lines, own, rules)
         why = f"{why}; it beats {best.family.id} on line {best.index + 1}, which only echoes another process's failure"
     elif best:
@@ -570,8 +567,8 @@ def _from_hit(lines: list[str], best: _Hit, rules: CrashRules) -> tuple[CrashRep
     return _diagnosis(best.family.category, best.line, best.family.remedy, confidence=_confidence(best, rules)), why
 
 
-def _confidence(hit: _Hit, rules: CrashRules) -> str:
-    if hit.rule.category == "unknown":
+def _confidence(hit: _Hit, rules: CrashRules) -> Confidence:
+    if hit.rule.category == CrashCategory.UNKNOWN:
         return "low"
     return "high" if hit.rule.priority >= rules.high_confidence_priority and not hit.is_wrapper else "medium"
 
@@ -585,10 +582,10 @@ def _watchdog(lines: list[str], best: _Hit | None, watchdog: str, rules: CrashRu
 
 def _nonfinite(lines: list[str], hits: list[_Hit], key: str, rules: CrashRules) -> tuple[CrashReport, str]:
     """NaN metrics: the engine's own NaN error line, else the first line showing the key as nan/inf."""
-    nan_hits = [h for h in hits if h.rule.category == "nan_divergence"]
+    nan_hits = [h for h in hits if h.rule.category == CrashCategory.NAN_DIVERGENCE]
     line = max(nan_hits, key=_Hit.key).line if nan_hits else _first_nonfinite_line(lines, key)
     why = f"metrics turned non-finite ({key}); root line is the first showing it"
-    return _diagnosis("nan_divergence", line, rules.nonfinite_remedy, confidence="high"), why
+    return _diagnosis(CrashCategory.NAN_DIVERGENCE, line, rules.nonfinite_remedy, confidence="high"), why
 
 
 _NONFINITE_VALUE = re.compile(r"(?i)[=:\s'\"](?:nan|-?inf)\b")
@@ -612,7 +609,8 @@ def _unmatched(lines: list[str], exit_code: int | None, rules: CrashRules) -> tu
     if exc is not None:
         return _from_exception(lines, exc, rules)
     line = _last_line(lines) or (f"exit code {exit_code}" if exit_code is not None else "")
-    return _diagnosis("unknown", line, rules.unknown_remedy, confidence="low"), "no family matched, no exception"
+    d = _diagnosis(CrashCategory.UNKNOWN, line, rules.unknown_remedy, confidence="low")
+    return d, "no family matched, no exception"
 
 
 def _from_exception(lines: list[str], exc: tuple[int, str], rules: CrashRules) -> tuple[CrashReport, str]:
@@ -621,16 +619,17 @@ def _from_exception(lines: list[str], exc: tuple[int, str], rules: CrashRules) -
     path = _raising_file(lines, exc)
     where = f"innermost exception on line {exc[0] + 1}"
     if path is not None and not re.search(rules.library_paths, path):
-        d = _diagnosis("user_code_error", exc[1], rules.user_code_remedy, confidence="medium")
+        d = _diagnosis(CrashCategory.USER_CODE_ERROR, exc[1], rules.user_code_remedy, confidence="medium")
         return d, f"no family matched; the {where} was raised in the run's own code ({path})"
     if path is not None and re.search(rules.config_raisers, path):
-        d = _diagnosis("config_error", exc[1], rules.config_raiser_remedy, confidence="medium")
+        d = _diagnosis(CrashCategory.CONFIG_ERROR, exc[1], rules.config_raiser_remedy, confidence="medium")
         return d, f"no family matched; the {where} was raised where a library validates its settings ({path})"
-    return _diagnosis("unknown", exc[1], rules.unknown_remedy, confidence="low"), f"no family matched; {where}"
+    d = _diagnosis(CrashCategory.UNKNOWN, exc[1], rules.unknown_remedy, confidence="low")
+    return d, f"no family matched; {where}"
 
 
 def _diagnosis(
-    category: str, line: str, remedy: str, basis: str | None = None, confidence: str = "high"
+    category: CrashCategory, line: str, remedy: str, basis: str | None = None, confidence: Confidence = "high"
 ) -> CrashReport:
     """``basis`` replaces the line in the signature when the line is incidental (exit-code cases)."""
     sig = signature(category, basis if basis is not None else line)
@@ -659,7 +658,7 @@ def normalise(line: str) -> str:
     return text.strip()
 
 
-def signature(category: str, line: str) -> str:
+def signature(category: CrashCategory, line: str) -> str:
     """Stable short id of one failure: '<category>-<10 hex of the normalised line>'."""
     digest = hashlib.sha1(f"{category}|{normalise(line)}".encode()).hexdigest()[:10]
     return f"{category}-{digest}"
@@ -677,6 +676,10 @@ def excerpt(log_text: str, root_cause_line: str, context: int = 8) -> str:
     return "\n".join((">> " if i == idx else "   ") + shown(lines[i]) for i in range(lo, hi))
 
 
+@overload
+def shown(line: str) -> str: ...
+@overload
+def shown(line: None) -> None: ...
 def shown(line: str | None) -> str | None:
     """A log line as a person reads it, without terminal colour codes (a root cause is stored as its log has it,
     so that it can be found there again); None stays None."""
@@ -686,10 +689,15 @@ def shown(line: str | None) -> str | None:
 # ---------------------------------------------------------------------------- policy
 
 
-def crash_action(category: str) -> str:
+def crash_action(category: CrashCategory | None) -> CrashAction:
     """What the controller does with a crash of this category (see ``actions`` in the rules)."""
-    rule = load_rules().actions.get(category)
-    return rule.kind if rule else "record"
+    rule = _action_rule(category)
+    return rule.kind if rule else CrashAction.RECORD
+
+
+def _action_rule(category: CrashCategory | None) -> ActionRule | None:
+    """The rules' ``actions`` row of a category (None: no row, or no category)."""
+    return None if category is None else load_rules().actions.get(category)
 
 
 def repeat_limit() -> int:
@@ -697,23 +705,23 @@ def repeat_limit() -> int:
     return load_rules().repeat_limit
 
 
-def says_nothing_of_the_values(category: str | None) -> bool:
+def says_nothing_of_the_values(category: CrashCategory | None) -> bool:
     """Whether a crash of this category is one the trial's values cannot cause (``avoid: false``) or one that is
     often transient (retried unchanged): a fresh-seed run that ends so is no evidence against its recipe."""
-    rule = load_rules().actions.get(category or "")
-    return rule is not None and (not rule.avoid or rule.kind == "retry_once")
+    rule = _action_rule(category)
+    return rule is not None and (not rule.avoid or rule.kind == CrashAction.RETRY_ONCE)
 
 
-def avoids(category: str | None) -> bool:
+def avoids(category: CrashCategory | None) -> bool:
     """Whether repeats of this category put their region off limits (not for what the values cannot cause)."""
-    rule = load_rules().actions.get(category or "")
+    rule = _action_rule(category)
     return rule is None or rule.avoid
 
 
 class Action(_Model):
     """What the controller does about one crashed trial, and why (one line)."""
 
-    kind: ActionKind = Field(description="retry_reduced, retry_once, record or stop.")
+    kind: CrashAction = Field(description="retry_reduced, retry_once, record or stop.")
     reason: str = Field(description="One line: what is done and why.")
     avoid_region: bool = Field(False, description="The signature reached repeat_limit: stop proposing near it.")
     path: str | None = Field(None, description="disk_full: the directory whose volume is full.")
@@ -734,25 +742,25 @@ def decide_action(
     the one of the path the failing line names, else the last path the log named before it
     ('Saving model checkpoint to /ckpt/...'), else ``run_dir``. Pure apart from one disk_usage call."""
     rules = load_rules()
-    rule = rules.actions.get(diagnosis.category, ActionRule(kind="record"))
+    rule = rules.actions.get(diagnosis.category, ActionRule(kind=CrashAction.RECORD))
     avoid = rule.avoid and signature_count >= rules.repeat_limit
-    if rule.kind == "stop" or (is_baseline and rule.on_baseline == "stop"):
+    if rule.kind == CrashAction.STOP or (is_baseline and rule.on_baseline == CrashAction.STOP):
         return _stop(diagnosis, is_baseline, _full_volume_path(diagnosis, log_text, Path(run_dir)), avoid)
     kind = rule.on_baseline if is_baseline and rule.on_baseline else rule.kind
-    if kind in ("retry_reduced", "retry_once") and retries_so_far >= rule.retries:
+    if kind in (CrashAction.RETRY_REDUCED, CrashAction.RETRY_ONCE) and retries_so_far >= rule.retries:
         again = f"{diagnosis.category} again after {retries_so_far} retry: recorded as a crash"
-        return Action(kind="record", avoid_region=avoid, reason=again + _avoid(avoid, signature_count))
+        return Action(kind=CrashAction.RECORD, avoid_region=avoid, reason=again + _avoid(avoid, signature_count))
     return Action(kind=kind, avoid_region=avoid, reason=_reason(kind, diagnosis) + _avoid(avoid, signature_count))
 
 
 _REASONS = {
-    "retry_reduced": "{c}: retrying once with the most recent memory-expanding change reduced",
-    "retry_once": "{c}: retrying once unchanged (often transient)",
-    "record": "{c}: recorded as a crash",
+    CrashAction.RETRY_REDUCED: "{c}: retrying once with the most recent memory-expanding change reduced",
+    CrashAction.RETRY_ONCE: "{c}: retrying once unchanged (often transient)",
+    CrashAction.RECORD: "{c}: recorded as a crash",
 }
 
 
-def _reason(kind: str, d: CrashReport) -> str:
+def _reason(kind: CrashAction, d: CrashReport) -> str:
     return _REASONS[kind].format(c=d.category)
 
 
@@ -761,11 +769,11 @@ def _avoid(avoid: bool, count: int) -> str:
 
 
 def _stop(d: CrashReport, is_baseline: bool, run_dir: Path, avoid: bool) -> Action:
-    if d.category == "disk_full":
+    if d.category == CrashCategory.DISK_FULL:
         where = _existing(run_dir)
         free = shutil.disk_usage(where).free
         return Action(
-            kind="stop",
+            kind=CrashAction.STOP,
             avoid_region=avoid,
             path=str(where),
             free_bytes=free,
@@ -773,7 +781,7 @@ def _stop(d: CrashReport, is_baseline: bool, run_dir: Path, avoid: bool) -> Acti
         )
     scope = "the baseline (the recipe as written)" if is_baseline else "this environment"
     why = f"{d.category} in {scope}: every trial would fail the same way; fix it, then resume ({d.remedy})"
-    return Action(kind="stop", avoid_region=avoid, reason=why)
+    return Action(kind=CrashAction.STOP, avoid_region=avoid, reason=why)
 
 
 _ABS_PATH = re.compile(r"""(?<![\w.~])(/[\w.\-/]*[\w\-])""")
@@ -782,7 +790,7 @@ PATH_LOOKBACK = 20  # lines before the failing line searched for the path being 
 
 def _full_volume_path(d: CrashReport, log_text: str, run_dir: Path) -> Path:
     """Where the failing write went: its volume is the full one, which need not be the run dir's."""
-    if d.category != "disk_full":
+    if d.category != CrashCategory.DISK_FULL:
         return run_dir
     lines = log_lines(log_text)
     idx = max((i for i, ln in enumerate(lines) if ln.rstrip() == d.root_cause_line.rstrip()), default=len(lines))
@@ -802,48 +810,82 @@ def _existing(path: Path) -> Path:
 
 
 def _human(n: int) -> str:
+    size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
 
 
-def group_crashes(rows: list[dict]) -> list[dict]:
-    """Crashed trial rows grouped by signature, most frequent first.
+def group_crashes(rows: Sequence[Trial | dict[str, Any]]) -> list[dict[str, Any]]:
+    """Crashed trials grouped by signature, most frequent first.
 
-    Reads ledger rows ('crash_signature', 'crash_category', 'root_cause', 'remedy') or
-    CrashReport dumps ('signature', 'category', 'root_cause_line'); rows without a signature are
-    skipped. Trials are named by 'attempt', 'number', 'trial' or 'id'. A group whose
+    Reads ledger rows (``Trial``: crash_signature, crash_category, root_cause, remedy) or CrashReport dumps
+    ('signature', 'category', 'root_cause_line'; a dict with a ledger row's keys is read too); rows without a
+    signature are skipped. Trials are named by their attempt, number or id ('trial' too in a dict). A group whose
     ``repeated`` is true reached the rules' repeat_limit: stop sampling that region.
     """
     limit = load_rules().repeat_limit
-    groups: dict[str, dict] = {}
-    for row in rows:
-        sig = _field(row, "crash_signature", "signature")
-        if not sig:
+    groups: dict[str, dict[str, Any]] = {}
+    for crash in map(_crash, rows):
+        if not crash.signature:
             continue
-        group = groups.setdefault(sig, _new_group(sig, row))
+        group = groups.setdefault(crash.signature, _new_group(crash.signature, crash))
         group["count"] += 1
-        trial = _field(row, "attempt", "number", "trial", "id")
-        if trial is not None:
-            group["trials"].append(trial)
+        if crash.trial is not None:
+            group["trials"].append(crash.trial)
     out = sorted(groups.values(), key=lambda g: -g["count"])
     for group in out:
-        group["repeated"] = group["count"] >= limit and avoids(group.get("category"))
+        category = group["category"]
+        group["repeated"] = group["count"] >= limit and avoids(
+            category if isinstance(category, CrashCategory) else None
+        )
     return out
 
 
-def _field(row: dict, *keys: str) -> Any:
+class _Crash(NamedTuple):
+    """What grouping reads of one crashed trial."""
+
+    signature: str | None
+    category: CrashCategory | str | None  # a word no member has (another autorl's) is kept as it is
+    trial: str | int | None
+    root_cause_line: str | None
+    remedy: str | None
+
+
+def _crash(row: Trial | dict[str, Any]) -> _Crash:
+    """A ledger row's crash columns, or a dict's fields (a CrashReport dump, or a row as JSON)."""
+    if not isinstance(row, dict):
+        trial = next((v for v in (row.attempt, row.number, row.id) if v is not None), None)
+        return _Crash(row.crash_signature, row.crash_category, trial, row.root_cause, row.remedy)
+    return _Crash(
+        _field(row, "crash_signature", "signature"),
+        _word(_field(row, "crash_category", "category")),
+        _field(row, "attempt", "number", "trial", "id"),
+        _field(row, "root_cause", "root_cause_line"),
+        row.get("remedy"),
+    )
+
+
+def _field(row: dict[str, Any], *keys: str) -> Any:
     return next((row[k] for k in keys if row.get(k) is not None), None)
 
 
-def _new_group(sig: str, row: dict) -> dict:
+def _word(category: str | None) -> CrashCategory | str | None:
+    """A category as its member (a word no member has is kept as it is)."""
+    try:
+        return CrashCategory.read(category)
+    except ValueError:
+        return category
+
+
+def _new_group(sig: str, crash: _Crash) -> dict[str, Any]:
     return {
         "signature": sig,
-        "category": _field(row, "crash_category", "category") or sig.rsplit("-", 1)[0],
+        "category": crash.category or _word(sig.rsplit("-", 1)[0]),
         "count": 0,
         "trials": [],
-        "root_cause_line": _field(row, "root_cause", "root_cause_line"),
-        "remedy": row.get("remedy"),
+        "root_cause_line": crash.root_cause_line,
+        "remedy": crash.remedy,
     }

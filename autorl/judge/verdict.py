@@ -16,7 +16,7 @@ verdicts. ``Noise`` names the replicate runs behind each arm.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, TypedDict
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autorl.judge.noise import gain, value_gain
 from autorl.metrics import items_key
 from autorl.recipe import AbortRules, Objective, VerdictSettings
+from autorl.states import Verdict
 
 FULL_SIGHT_REPEATS = 3  # with fewer parent runs the verdict says what it cannot see
 
@@ -59,12 +60,12 @@ class Noise(BaseModel):
     )
 
 
-class Verdict(BaseModel):
-    """How a trial compares with its parent on the objective."""
+class Judgement(BaseModel):
+    """How a trial compares with its parent on the objective: its verdict and the numbers behind it."""
 
     model_config = ConfigDict(extra="forbid")
 
-    verdict: Literal["improved", "regressed", "flat"] = Field(
+    verdict: Literal[Verdict.IMPROVED, Verdict.REGRESSED, Verdict.FLAT] = Field(
         description="improved iff ci_low > min_effect; regressed iff ci_high < 0; else flat."
     )
     delta: float = Field(
@@ -112,8 +113,8 @@ class Credit(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    vs_parent: Verdict = Field(description="The verdict that counts: against the recipe the trial modifies.")
-    vs_baseline: Verdict = Field(description="Reported separately: the gain over the original baseline.")
+    vs_parent: Judgement = Field(description="The verdict that counts: against the recipe the trial modifies.")
+    vs_baseline: Judgement = Field(description="Reported separately: the gain over the original baseline.")
 
 
 class Flag(BaseModel):
@@ -183,7 +184,7 @@ def judge(
     direction: str,
     noise: Noise | None = None,
     level: float | None = None,
-) -> Verdict:
+) -> Judgement:
     """Compare a trial's runs with its parent's runs.
 
     With per-item results on both sides: the gain is the mean over items of the per-item
@@ -208,7 +209,7 @@ def judge(
 
 def confirm(
     fresh: Runs, parent: Runs, settings: VerdictSettings, direction: str, noise: Noise | None = None
-) -> Verdict:
+) -> Judgement:
     """Judge a candidate's fresh-seed re-runs alone against its parent at ``confirm_level``.
 
     The run that made it a candidate is left out of the gain: it was selected for looking good, so it
@@ -246,7 +247,10 @@ def _arm_groups(trial: Runs, parent: Runs, noise: Noise) -> tuple[list[Runs], li
     return (noise.parent if noise.parent is not None else [parent]), own, noise.study
 
 
-def _item_arrays(trial: Runs, parent: Runs, arms) -> tuple | None:
+_Arrays = tuple[np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+
+
+def _item_arrays(trial: Runs, parent: Runs, arms: tuple[list[Runs], list[Runs], list[Runs]]) -> _Arrays | None:
     """Trial and parent per-item results as (runs, items) arrays plus each arm's item groups, or None."""
     if not trial.items or not parent.items:
         return None
@@ -280,7 +284,7 @@ def _paired(
     s: VerdictSettings,
     level: float,
     parent_runs: int,
-) -> Verdict:
+) -> Judgement:
     if _noise_unknown(sum(x.shape[0] - 1 for x in parent_groups + own + study), s):
         delta = float(sign * (t.mean(axis=0) - p.mean(axis=0)).mean())
         return _unknown(
@@ -363,7 +367,14 @@ def _blind(parent_runs: int, run_df: int, s: VerdictSettings) -> str:
     return ""
 
 
-def _from_values(trial: Runs, parent: Runs, arms, sign: float, s: VerdictSettings, level: float) -> Verdict:
+def _from_values(
+    trial: Runs,
+    parent: Runs,
+    arms: tuple[list[Runs], list[Runs], list[Runs]],
+    sign: float,
+    s: VerdictSettings,
+    level: float,
+) -> Judgement:
     """t interval over run values: each arm's variance from its groups' values, shrunk toward the prior run sd."""
     parent_groups, own, study = (
         [sign * np.asarray(g.values, float) for g in groups if len(g.values) > 1] for groups in arms
@@ -395,7 +406,7 @@ def _noise_unknown(replicate_df: int, s: VerdictSettings) -> bool:
     return replicate_df + s.run_sd_prior_df <= 0 or (replicate_df == 0 and s.run_sd_prior == 0)
 
 
-def _unknown(delta: float, n: int, level: float, s: VerdictSettings, why: str) -> Verdict:
+def _unknown(delta: float, n: int, level: float, s: VerdictSettings, why: str) -> Judgement:
     return _verdict(
         delta,
         -math.inf,
@@ -411,10 +422,10 @@ def _unknown(delta: float, n: int, level: float, s: VerdictSettings, why: str) -
     )
 
 
-def _verdict(delta, low, high, level, method, n, df, s: VerdictSettings, arms: dict, blind, note) -> Verdict:
-    verdict = "improved" if low > s.min_effect else "regressed" if high < 0 else "flat"
+def _verdict(delta, low, high, level, method, n, df, s: VerdictSettings, arms: dict, blind, note) -> Judgement:
+    verdict = Verdict.IMPROVED if low > s.min_effect else Verdict.REGRESSED if high < 0 else Verdict.FLAT
     text = _explain(verdict, delta, low, high, level, method, n, s.min_effect, note + (f"; {blind}" if blind else ""))
-    return Verdict(
+    return Judgement(
         verdict=verdict,
         delta=delta,
         ci_low=low,
@@ -430,12 +441,20 @@ def _verdict(delta, low, high, level, method, n, df, s: VerdictSettings, arms: d
 
 
 def _explain(
-    verdict: str, delta: float, low: float, high: float, level: float, method: str, n: int, min_effect: float, note: str
+    verdict: Verdict,
+    delta: float,
+    low: float,
+    high: float,
+    level: float,
+    method: str,
+    n: int,
+    min_effect: float,
+    note: str,
 ) -> str:
     why = {
-        "improved": f"lower bound above min_effect {min_effect:g}",
-        "regressed": "upper bound below 0",
-        "flat": f"interval reaches 0 or min_effect {min_effect:g}",
+        Verdict.IMPROVED: f"lower bound above min_effect {min_effect:g}",
+        Verdict.REGRESSED: "upper bound below 0",
+        Verdict.FLAT: f"interval reaches 0 or min_effect {min_effect:g}",
     }[verdict]
     return f"{verdict}: gain {delta:+.4g}, {pct(level)} CI [{low:+.4g}, {high:+.4g}] ({method}, n={n}; {note}); {why}"
 
@@ -447,7 +466,18 @@ def pct(level: float) -> str:
 
 # ---------------------------------------------------------------------------- flags
 
-FLAG_LIMITS = {
+
+class FlagLimits(TypedDict):
+    """The thresholds of the health flags (``FLAG_LIMITS``)."""
+
+    divergence_reward_rise: float
+    divergence_eval_drops: int
+    divergence_metric: str
+    length_collapse_ratio: float
+    truncation_run: int
+
+
+FLAG_LIMITS: FlagLimits = {
     "divergence_reward_rise": 0.02,  # train reward_mean: mean of the last half minus the first half
     "divergence_eval_drops": 2,  # consecutive drops of eval/ood/greedy_pass@1 (seed 004 §12)
     "divergence_metric": "eval/ood/greedy_pass@1",

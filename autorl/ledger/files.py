@@ -3,6 +3,7 @@ and for reading only, and how Optuna opens it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -65,9 +66,7 @@ class LedgerFile:
 
     def create_optuna_tables(self) -> None:
         """Optuna's tables in this file, created by one process at a time (Optuna creates them on first use)."""
-        import logging
-
-        import optuna
+        import optuna  # lazy: a second's import the review commands never need
 
         optuna.logging.set_verbosity(logging.WARNING)
         with self.exclusive("create Optuna's tables"), translated_errors(self.path):

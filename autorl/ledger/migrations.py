@@ -69,43 +69,43 @@ _V1_TRIALS = {
 
 
 def _v1(db: sqlite_utils.Database) -> None:
-    db["autorl_studies"].create(
+    db.table("autorl_studies").create(
         _V1_STUDIES,
         pk="id",
     )
-    db["autorl_studies"].create_index(["name"], unique=True)
-    db["autorl_trials"].create(
+    db.table("autorl_studies").create_index(["name"], unique=True)
+    db.table("autorl_trials").create(
         _V1_TRIALS,
         pk="id",
         foreign_keys=[("study_id", "autorl_studies")],
     )
-    db["autorl_trials"].create_index(["number"], unique=True)
-    db["autorl_metrics"].create(
+    db.table("autorl_trials").create_index(["number"], unique=True)
+    db.table("autorl_metrics").create(
         {"trial_id": int, "step": int, "type": str, "data": str}, foreign_keys=[("trial_id", "autorl_trials")]
     )
-    db["autorl_metrics"].create_index(["trial_id", "step"])
-    db["autorl_events"].create(
+    db.table("autorl_metrics").create_index(["trial_id", "step"])
+    db.table("autorl_events").create(
         {"id": int, "time": float, "study_id": int, "trial_id": int, "kind": str, "message": str}, pk="id"
     )
 
 
 def _v2(db: sqlite_utils.Database) -> None:
-    db["autorl_trials"].add_column("job_id", str)
-    db["autorl_trials"].add_column("job_address", str)
+    db.table("autorl_trials").add_column("job_id", str)
+    db.table("autorl_trials").add_column("job_address", str)
 
 
 def _v3(db: sqlite_utils.Database) -> None:
-    db["autorl_trials"].add_column("gap_to_best", float)
+    db.table("autorl_trials").add_column("gap_to_best", float)
 
 
 def _v4(db: sqlite_utils.Database) -> None:
     for col, kind in (("parent", int), ("gain_vs_baseline", float), ("confirmation", str), ("confirms", int)):
-        db["autorl_trials"].add_column(col, kind)
+        db.table("autorl_trials").add_column(col, kind)
 
 
 def _v5(db: sqlite_utils.Database) -> None:
-    db["autorl_trials"].add_column("crash_action", str)
-    db["autorl_studies"].add_column("base_changes", str)
+    db.table("autorl_trials").add_column("crash_action", str)
+    db.table("autorl_studies").add_column("base_changes", str)
 
 
 def _v6(db: sqlite_utils.Database) -> None:
@@ -119,16 +119,16 @@ def _v6(db: sqlite_utils.Database) -> None:
         ("confirm_parent_sd", float),
         ("confirm_fp_rate", float),
     ):
-        db["autorl_trials"].add_column(col, kind)
+        db.table("autorl_trials").add_column(col, kind)
 
 
 def _v7_hack_gate(db: sqlite_utils.Database) -> None:
-    db["autorl_trials"].add_column("gate", str)
-    db["autorl_trials"].add_column("gate_checks", str)
+    db.table("autorl_trials").add_column("gate", str)
+    db.table("autorl_trials").add_column("gate_checks", str)
 
 
 def _v8_first_step(db: sqlite_utils.Database) -> None:
-    db["autorl_trials"].add_column("first_step", float)
+    db.table("autorl_trials").add_column("first_step", float)
 
 
 def _v9_revisions(db: sqlite_utils.Database) -> None:
@@ -136,9 +136,9 @@ def _v9_revisions(db: sqlite_utils.Database) -> None:
     take turns, so revisions grow in commit order). A reader that has seen revisions up to R re-reads only rows
     above R, whichever process wrote them. The guard ``NEW.rev IS OLD.rev`` keeps the trigger's own update from
     firing again."""
-    db["autorl_trials"].add_column("rev", int)
+    db.table("autorl_trials").add_column("rev", int)
     db.execute("UPDATE autorl_trials SET rev = id")
-    db["autorl_trials"].create_index(["rev"])
+    db.table("autorl_trials").create_index(["rev"])
     bump = "UPDATE autorl_trials SET rev = (SELECT coalesce(max(rev), 0) + 1 FROM autorl_trials) WHERE id = NEW.id;"
     db.execute(f"CREATE TRIGGER autorl_trials_rev_insert AFTER INSERT ON autorl_trials BEGIN {bump} END")
     db.execute(

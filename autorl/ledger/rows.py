@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar, get_type_hints
 
@@ -31,7 +30,8 @@ R = TypeVar("R", bound="_Row")
 
 
 def col(doc: str) -> Any:
-    """A column: None until written, and its meaning (docs/ledger.md is generated from it)."""
+    """A column: None until written, and its meaning (docs/ledger.md is generated from it). A column every row
+    read from the ledger has (its id, number, status ...) is typed without None; a row a test builds may lack it."""
     return dataclasses.field(default=None, metadata={"doc": doc})
 
 
@@ -67,26 +67,6 @@ class _Row:
             values[f.name] = v
         return cls(**values)
 
-    # ---- the mapping face rows had as dicts, while callers move to attributes ----
-    def __getitem__(self, key: str) -> Any:
-        try:
-            return getattr(self, key)
-        except AttributeError:
-            raise KeyError(key) from None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        v = getattr(self, key, None)
-        return default if v is None else v
-
-    def keys(self) -> list[str]:
-        return [f.name for f in fields(self)]
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in {f.name for f in fields(self)}
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.keys())
-
 
 def _plain(v: Any) -> Any:
     return v.value if isinstance(v, Word) else v
@@ -101,10 +81,10 @@ class Trial(_Row):
     is generated from these fields). Writes are validated against them; JSON columns come back decoded, state
     columns as the enums of ``autorl.states``. Immutable: ``replace`` makes a changed copy."""
 
-    id: int | None = col("Row id.")
-    study_id: int | None = col("The study this trial belongs to.")
-    number: int | None = col("Attempt number NN (unique per workspace).")
-    attempt: str | None = col("Attempt name = branch, e.g. attempt-07-lr-3e-4.")
+    id: int = col("Row id.")
+    study_id: int = col("The study this trial belongs to.")
+    number: int = col("Attempt number NN (unique per workspace).")
+    attempt: str = col("Attempt name = branch, e.g. attempt-07-lr-3e-4.")
     branch: str | None = col("Git branch of the trial.")
     start_tag: str | None = col("Tag on the commit the trial ran (attempt-NN-start).")
     end_tag: str | None = col("Tag on the commit with its results (attempt-NN-end).")
@@ -120,8 +100,9 @@ class Trial(_Row):
     changed: dict[str, Any] | None = col("JSON of the values that differ from the baseline recipe.")
     seed: int | None = col("Seed the trial ran with.")
     optuna_number: int | None = col("Optuna trial number (join key with Optuna's tables).")
-    status: TrialStatus | None = col(
-        "running, complete, pruned, crash, budget-cut, interrupted, timeout, config-error."
+    status: TrialStatus = col(
+        "running, complete, pruned, crash, budget-cut, interrupted, timeout, hang, config-error, early-stopped (a "
+        "full run its OOD early stop ended)."
     )
     verdict: Verdict | None = col("improved, regressed, flat, crash, pruned (NULL while running or for a baseline).")
     reason: str | None = col("One line: why this status/verdict.")
@@ -181,7 +162,7 @@ class Trial(_Row):
     )
     retry_of: int | None = col("Attempt number of the crashed trial this retries.")
     promoted_from: int | None = col("Attempt number a full run was promoted from.")
-    kind: Kind | None = col("trial or full.")
+    kind: Kind = col("trial or full.")
     started: float | None = col("Unix time the trial started.")
     finished: float | None = col("Unix time it ended.")
     duration_s: float | None = col("Wall seconds.")
@@ -205,15 +186,15 @@ class Trial(_Row):
 class Study(_Row):
     """One row of ``autorl_studies``."""
 
-    id: int | None = col("Row id.")
-    name: str | None = col("The study's name (unique in the ledger).")
+    id: int = col("Row id.")
+    name: str = col("The study's name (unique in the ledger).")
     recipe_path: str | None = col("The recipe file the study started from.")
     recipe: str | None = col("The study's base recipe text as it ran.")
     base_sha: str | None = col("The commit every trial branches from.")
     strategy: str | None = col("The search strategy.")
     budget_s: float | None = col("Seconds of budget, summed over the study's sessions.")
     created: float | None = col("Unix time the study was made.")
-    status: StudyStatus | None = col("running while a controller runs it, else stopped.")
+    status: StudyStatus = col("running while a controller runs it, else stopped.")
     optuna_study: str | None = col("The name of its Optuna study in the same file.")
     baseline_value: float | None = col("The baseline's objective value.")
     base_changes: dict[str, Any] | None = col(
@@ -225,12 +206,12 @@ class Study(_Row):
 class Event(_Row):
     """One row of ``autorl_events``: something that happened to a study or a trial, in one line."""
 
-    id: int | None = col("Row id.")
-    time: float | None = col("Unix time.")
+    id: int = col("Row id.")
+    time: float = col("Unix time.")
     study_id: int | None = col("The study.")
     trial_id: int | None = col("The trial, if any.")
-    kind: str | None = col("What happened, e.g. trial-start, confirmation-confirmed, base-recipe.")
-    message: str | None = col("One line.")
+    kind: str = col("What happened, e.g. trial-start, confirmation-confirmed, base-recipe.")
+    message: str = col("One line.")
 
 
 TRIAL_COLUMNS: dict[str, str] = {f.name: f.metadata["doc"] for f in fields(Trial)}
@@ -240,7 +221,9 @@ def _write_model(row: type, kept_by_sqlite: tuple[str, ...] = ()) -> type[BaseMo
     """The pydantic model a write to ``row``'s table is validated by (an unknown column is an error, and so is one
     that SQLite itself keeps, ``kept_by_sqlite``)."""
     hints = get_type_hints(row)
-    columns: dict[str, Any] = {f.name: (hints[f.name], None) for f in fields(row) if f.name not in kept_by_sqlite}
+    columns: dict[str, Any] = {
+        f.name: (hints[f.name] | None, None) for f in fields(row) if f.name not in kept_by_sqlite
+    }
     return create_model(f"{row.__name__}Write", __config__=ConfigDict(extra="forbid"), **columns)
 
 
@@ -272,18 +255,18 @@ def decode(row: dict[str, Any]) -> Trial:
 def select(db: sqlite_utils.Database, where: str, args: list[Any], study_id: int | None) -> list[Trial]:
     if study_id is not None:
         where, args = f"({where}) AND study_id = ?", args + [study_id]
-    return [decode(r) for r in db["autorl_trials"].rows_where(where, args, order_by="number")]
+    return [decode(r) for r in db.table("autorl_trials").rows_where(where, args, order_by="number")]
 
 
 def insert_event(
     db: sqlite_utils.Database, study_id: int | None, trial_id: int | None, kind: str, message: str
 ) -> None:
-    db["autorl_events"].insert(
+    db.table("autorl_events").insert(
         {"time": time.time(), "study_id": study_id, "trial_id": trial_id, "kind": kind, "message": message}
     )
 
 
-_STATES: dict[tuple[str, str], type[Word]] = {
+_STATES: dict[tuple[str, str], Any] = {
     **{
         ("Trial", k): v
         for k, v in {

@@ -45,7 +45,7 @@ from autorl.ledger.views import (
     ran_to_end,
     unretried,
 )
-from autorl.states import Confirmation, Kind, TrialStatus, Verdict
+from autorl.states import Confirmation, Kind, StudyStatus, TrialStatus, Verdict
 
 
 class Ledger:
@@ -91,12 +91,13 @@ class Ledger:
     def create_study(self, **row: Any) -> int:
         row = checked(STUDY_WRITE, row)
         with self.tx():
-            return self.db["autorl_studies"].insert({"created": time.time(), "status": "running", **row}).last_pk
+            made = {"created": time.time(), "status": StudyStatus.RUNNING, **row}
+            return _row_id(self.db.table("autorl_studies").insert(made).last_pk)
 
     def study(self, name: str | None = None, study_id: int | None = None) -> Study:
         """A study by name or id; the latest when neither is given."""
         where, args = ("name = ?", [name]) if name else ("id = ?", [study_id]) if study_id else ("1", [])
-        rows = list(self.db["autorl_studies"].rows_where(where, args, order_by="id desc", limit=1))
+        rows = list(self.db.table("autorl_studies").rows_where(where, args, order_by="id desc", limit=1))
         if not rows:
             raise NotFoundError(
                 f"no study {name or study_id or ''} in {self.path}: start one with `autorl run`".replace("  ", " ")
@@ -108,7 +109,7 @@ class Ledger:
 
     def studies(self, limit: int = 5) -> list[Study]:
         """The latest studies, newest first."""
-        return [Study.read(s) for s in self.db["autorl_studies"].rows_where(order_by="id desc", limit=limit)]
+        return [Study.read(s) for s in self.db.table("autorl_studies").rows_where(order_by="id desc", limit=limit)]
 
     def optuna_complete_count(self, optuna_study: str) -> int | None:
         """COMPLETE trials of an Optuna study in this file, read without letting Optuna create its tables."""
@@ -123,26 +124,27 @@ class Ledger:
     def update_study(self, study_id: int, **values: Any) -> None:
         values = checked(STUDY_WRITE, values)
         with self.tx():
-            self.db["autorl_studies"].update(study_id, values)
+            self.db.table("autorl_studies").update(study_id, values)
 
     # ---- trials -------------------------------------------------------------
     def add_trial(self, **row: Any) -> int:
         row = checked(TRIAL_WRITE, row)
         with self.tx():
-            tid = self.db["autorl_trials"].insert({"status": "running", "kind": "trial", **row}).last_pk
+            made = {"status": TrialStatus.RUNNING, "kind": Kind.TRIAL, **row}
+            tid = _row_id(self.db.table("autorl_trials").insert(made).last_pk)
             insert_event(self.db, row.get("study_id"), tid, "trial-start", row.get("attempt", ""))
         return tid
 
     def update_trial(self, trial_id: int, event: str | None = None, **values: Any) -> None:
         values = checked(TRIAL_WRITE, values)
         with self.tx():
-            self.db["autorl_trials"].update(trial_id, values)
+            self.db.table("autorl_trials").update(trial_id, values)
             if event:
-                study_id = self.db["autorl_trials"].get(trial_id)["study_id"]
+                study_id = self.db.table("autorl_trials").get(trial_id)["study_id"]
                 insert_event(self.db, study_id, trial_id, event, values.get("reason") or values.get("status") or "")
 
     def trial(self, number: int) -> Trial:
-        rows = list(self.db["autorl_trials"].rows_where("number = ?", [number]))
+        rows = list(self.db.table("autorl_trials").rows_where("number = ?", [number]))
         if not rows:
             raise NotFoundError(f"no trial {number:02d} in the ledger: list them with `autorl ledger`")
         return decode(rows[0])
@@ -215,7 +217,7 @@ class Ledger:
             for r in records
         ]
         with self.tx():
-            self.db["autorl_metrics"].insert_all(rows)
+            self.db.table("autorl_metrics").insert_all(rows)
 
     def metrics(self, trial_id: int) -> list[dict]:
         cur = self.db.execute("SELECT data FROM autorl_metrics WHERE trial_id = ? ORDER BY rowid", [trial_id])
@@ -229,7 +231,8 @@ class Ledger:
         """The latest events, newest first."""
         where, args = ("study_id = ?", [study_id]) if study_id else ("1", [])
         return [
-            Event.read(e) for e in self.db["autorl_events"].rows_where(where, args, order_by="id desc", limit=limit)
+            Event.read(e)
+            for e in self.db.table("autorl_events").rows_where(where, args, order_by="id desc", limit=limit)
         ]
 
     def close(self, lost: bool = False) -> None:
@@ -347,7 +350,8 @@ class StudyRecords:
             "confirm_groups",
             lambda r: r.confirms is not None and r.status == TrialStatus.COMPLETE and r.kind == Kind.TRIAL,
         ):
-            out.setdefault(row.confirms, []).append(row)
+            if row.confirms is not None:
+                out.setdefault(row.confirms, []).append(row)
         return out
 
     def unretried_crashes(self) -> list[Trial]:
@@ -358,8 +362,15 @@ class StudyRecords:
     def set_base_changes(self, changes: dict[str, Any], line: str) -> None:
         """Record the train values the study's base recipe now carries (and why, as a ``base-recipe`` event)."""
         with self.ledger.tx():
-            self.ledger.db["autorl_studies"].update(self.id, checked(STUDY_WRITE, {"base_changes": changes}))
+            self.ledger.db.table("autorl_studies").update(self.id, checked(STUDY_WRITE, {"base_changes": changes}))
             insert_event(self.ledger.db, self.id, None, "base-recipe", line)
+
+
+def _row_id(pk: Any) -> int:
+    """The id SQLite gave an inserted row (an integer primary key is never None once inserted)."""
+    if not isinstance(pk, int):
+        raise TypeError(f"an inserted row's id is {pk!r}, not an integer")
+    return pk
 
 
 def open_read(path: str | Path) -> Ledger:

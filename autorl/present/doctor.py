@@ -14,6 +14,7 @@ catches an install that crashes on import.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl.backends.openrlhf.backend import installed_version
+from autorl.backends.openrlhf.flags import DOTTED_SINCE, NEW_LENGTHS_SINCE, parse_version
 from autorl.errors import UserError
 
 MIN_PYTHON = (3, 10)
@@ -138,9 +141,6 @@ def check_torch(_ws: Path) -> _Result:
 
 
 def check_openrlhf(_ws: Path) -> _Result:
-    from autorl.backends.openrlhf.backend import installed_version
-    from autorl.backends.openrlhf.flags import DOTTED_SINCE, NEW_LENGTHS_SINCE, parse_version
-
     version = installed_version()
     if version is None:
         return _Result(
@@ -161,8 +161,6 @@ def check_openrlhf(_ws: Path) -> _Result:
 
 def tested_stack() -> dict[str, str]:
     """Package -> the version pinned by autorl's ``openrlhf`` extra (the versions run for real), from its metadata."""
-    import re
-
     try:
         requires = metadata.requires("autorl") or []
     except metadata.PackageNotFoundError:

@@ -8,8 +8,10 @@ from typing import Any
 
 from autorl.judge.calibrate import describe, percent
 from autorl.judge.evidence import Evidence, StudyErrors, study_errors
+from autorl.ledger import Ledger, Study, Trial
 from autorl.loading import parse
 from autorl.recipe import Objective, VerdictSettings
+from autorl.states import Confirmation, Verdict
 
 
 class _Judged:
@@ -20,27 +22,29 @@ class _Judged:
         self.verdict = VerdictSettings.model_validate(recipe.get("verdict") or {})
 
 
-def collect(ledger, study: dict) -> StudyErrors:
+def collect(ledger: Ledger, study: Study) -> StudyErrors:
     """The study's error summary (``autorl.judge.evidence.study_errors``)."""
-    recipe = parse(study.get("recipe") or "", "the study's recipe") or {}
-    return study_errors(Evidence(ledger.records(study["id"])), _Judged(recipe))
+    recipe = parse(study.recipe or "", "the study's recipe") or {}
+    return study_errors(Evidence(ledger.records(study.id)), _Judged(recipe))
 
 
-def lines(row: dict) -> list[str]:
+def lines(row: Trial) -> list[str]:
     """A trial's error-rate lines: its verdict's, and its confirmation's once decided."""
     out = [f"error rate: {x}" for x in (describe(row),) if x]
     return out + [f"confirmation error rate: {x}" for x in (describe(row, "confirm_"),) if x]
 
 
-def blocks(e: StudyErrors, trials: list[dict]) -> list[tuple[str, Any, Any]]:
+def blocks(e: StudyErrors, trials: list[Trial]) -> list[tuple[str, Any, Any]]:
     """(kind, body, extra) blocks for the report: the study's decisions and error rates, the A/A, each verdict's."""
     d = e.decisions
+    improved, regressed, flat = d[Verdict.IMPROVED], d[Verdict.REGRESSED], d[Verdict.FLAT]
+    confirmed, rejected = d[Confirmation.CONFIRMED], d[Confirmation.REJECTED]
     made = (
-        f"{sum(d[k] for k in ('improved', 'regressed', 'flat'))} verdicts ({d['improved']} improved, "
-        f"{d['regressed']} regressed, {d['flat']} flat), {d['confirmed'] + d['rejected']} confirmations "
-        f"({d['confirmed']} confirmed, {d['rejected']} rejected), {d['pruned']} stopped early."
+        f"{improved + regressed + flat} verdicts ({improved} improved, {regressed} regressed, {flat} flat), "
+        f"{confirmed + rejected} confirmations ({confirmed} confirmed, {rejected} rejected), "
+        f"{d[Verdict.PRUNED]} stopped early."
     )
-    out = [("h2", "Error rates", None), ("p", made, None)]
+    out: list[tuple[str, Any, Any]] = [("h2", "Error rates", None), ("p", made, None)]
     if e.false_confirm is not None:
         changed = (
             f"; the changed recipes' run sd {e.changed_sd:.3g} over {e.changed_df} df"
@@ -70,7 +74,7 @@ def blocks(e: StudyErrors, trials: list[dict]) -> list[tuple[str, Any, Any]]:
             ),
             ("table", ["run", "verdict", "gain [CI]"], rows),
         ]
-    rows = [[f"{t['number']:02d}", t.get("verdict") or "-", *_rate_cells(t)] for t in trials if t.get("test")]
+    rows = [[f"{t.number:02d}", t.verdict or "-", *_rate_cells(t)] for t in trials if t.test]
     if rows:
         out.append(
             (
@@ -82,7 +86,13 @@ def blocks(e: StudyErrors, trials: list[dict]) -> list[tuple[str, Any, Any]]:
     return out
 
 
-def _rate_cells(t: dict) -> list[str]:
-    sd = lambda k: "-" if t.get(k) is None else f"{t[k]:.3g}"  # noqa: E731
-    pct = lambda k: "-" if t.get(k) is None else percent(t[k])  # noqa: E731
-    return [t["test"], f"{sd('trial_sd')} / {sd('parent_sd')}", pct("fp_rate"), pct("confirm_fp_rate")]
+def _rate_cells(t: Trial) -> list[str]:
+    return [f"{t.test}", f"{_sd(t.trial_sd)} / {_sd(t.parent_sd)}", _rate(t.fp_rate), _rate(t.confirm_fp_rate)]
+
+
+def _sd(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else percent(v)

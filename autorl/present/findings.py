@@ -24,35 +24,39 @@ from typing import Any
 from autorl import gitops
 from autorl.errors import GitError
 from autorl.judge import gains
-from autorl.recipe import dump_values
+from autorl.ledger import Ledger, Trial
+from autorl.recipe import Recipe, dump_values
+from autorl.states import Confirmation, CrashCategory, Kind, Proposer, TrialStatus, Verdict
+from autorl.workspace import Workspace
 
-RULED_OUT = ("flat", "regressed", "pruned")
+RULED_OUT = (Verdict.FLAT, Verdict.REGRESSED, Verdict.PRUNED)
+NOT_CONFIRMED = "not confirmed"  # the outcome of an improved trial its fresh seeds rejected (or the gate held back)
 GROUPS_SHOWN = 5  # hypotheses listed under "ruled out"; the rest are counted
 VALUES_SHOWN = 4  # trials named per hypothesis
 WIDTH = 88
 
 
-def findings(ws, ledger, study: str | None = None) -> dict[str, Any]:
+def findings(ws: Workspace, ledger: Ledger, study: str | None = None) -> dict[str, Any]:
     """The study's findings as plain data (the latest study by default)."""
     st = ledger.study(study)
     recipe = gains.study_recipe(st)
-    trials = ledger.trials(st["id"])
+    trials = ledger.trials(st.id)
     base_train = recipe.train if recipe is not None else {}
-    ranked = gains.ranked(gains.baseline_gains(ledger.records(st["id"]), recipe)) if recipe is not None else []
-    by_number = {t["number"]: t for t in trials}
-    full = [_full_run(ws, t) for t in trials if t.get("kind") == "full"]
+    ranked = gains.ranked(gains.baseline_gains(ledger.records(st.id), recipe)) if recipe is not None else []
+    by_number = {t.number: t for t in trials}
+    full = [_full_run(ws, t) for t in trials if t.kind == Kind.FULL]
     confirmed = [_confirmed(g, by_number, base_train, full) for g in ranked]
     d = {
-        "study": st["name"],
-        "state": st.get("status"),
-        "recipe_path": st.get("recipe_path"),
+        "study": st.name,
+        "state": st.status,
+        "recipe_path": st.recipe_path,
         "objective": _objective(recipe),
         "counts": _counts(trials),
         "baseline": _baseline_value(trials),
         "confirmed": confirmed,
         "best": confirmed[0] if confirmed else None,
-        "open_candidates": [t["number"] for t in trials if t.get("confirmation") == "candidate"],
-        "suspect": [_suspect(t) for t in trials if t.get("confirmation") == "suspect"],
+        "open_candidates": [t.number for t in trials if t.confirmation == Confirmation.CANDIDATE],
+        "suspect": [_suspect(t) for t in trials if t.confirmation == Confirmation.SUSPECT],
         "ruled_out": ruled_out(trials, by_number, base_train, recipe),
         "crashes": _crashes(trials),
         "full_runs": full,
@@ -61,34 +65,34 @@ def findings(ws, ledger, study: str | None = None) -> dict[str, Any]:
     return d
 
 
-def _suspect(t: dict) -> dict[str, Any]:
+def _suspect(t: Trial) -> dict[str, Any]:
     """A trial the hack gate held back: its attempt and the check that failed."""
-    failed = next((c for c in t.get("gate_checks") or [] if c.get("ok") is False), {})
-    return {"number": t["number"], "attempt": t["attempt"], "check": failed.get("name"), "detail": failed.get("detail")}
+    failed: dict[str, Any] = next((c for c in t.gate_checks or [] if c.get("ok") is False), {})
+    return {"number": t.number, "attempt": t.attempt, "check": failed.get("name"), "detail": failed.get("detail")}
 
 
-def _objective(recipe) -> dict[str, Any]:
+def _objective(recipe: Recipe | None) -> dict[str, Any]:
     if recipe is None:
         return {"metric": "objective", "direction": "maximize", "level": 0.95, "min_effect": 0.0}
     o, v = recipe.objective, recipe.verdict
     return {"metric": o.metric, "direction": o.direction, "level": v.level, "min_effect": v.min_effect}
 
 
-def _counts(trials: list[dict]) -> dict[str, int]:
-    own = [t for t in trials if t.get("kind") == "trial"]
+def _counts(trials: list[Trial]) -> dict[str, int]:
+    own = [t for t in trials if t.kind == Kind.TRIAL]
     return {
         "trials": len(own),
-        "baseline_runs": sum(t.get("proposer") == "baseline" for t in own),
-        "confirmation_runs": sum(t.get("confirms") is not None for t in own),
-        "full_runs": sum(t.get("kind") == "full" for t in trials),
+        "baseline_runs": sum(t.proposer == Proposer.BASELINE for t in own),
+        "confirmation_runs": sum(t.confirms is not None for t in own),
+        "full_runs": sum(t.kind == Kind.FULL for t in trials),
     }
 
 
-def _baseline_value(trials: list[dict]) -> float | None:
+def _baseline_value(trials: list[Trial]) -> float | None:
     values = [
-        t["objective"]
+        t.objective
         for t in trials
-        if t.get("proposer") == "baseline" and t.get("status") == "complete" and t.get("objective") is not None
+        if t.proposer == Proposer.BASELINE and t.status == TrialStatus.COMPLETE and t.objective is not None
     ]
     return sum(values) / len(values) if values else None
 
@@ -99,87 +103,90 @@ def changes(params: dict | None, before: dict) -> list[list[Any]]:
     return [[k, before.get(k), v] for k, v in params.items() if k != "seed" and before.get(k) != v]
 
 
-def _confirmed(g: gains.Gain, by_number: dict[int, dict], base_train: dict, full: list[dict]) -> dict[str, Any]:
+def _confirmed(g: gains.Gain, by_number: dict[int, Trial], base_train: dict, full: list[dict]) -> dict[str, Any]:
     row = by_number[g.number]
     revalidated = next((f["revalidation"] for f in full if f["promoted_from"] == g.number), None)
     return {
         **g.model_dump(),
-        "changes": changes(row.get("params"), base_train),
-        "objective": row.get("objective"),
+        "changes": changes(row.params, base_train),
+        "objective": row.objective,
         "revalidation": revalidated,
     }
 
 
-def ruled_out(trials: list[dict], by_number: dict[int, dict], base_train: dict, recipe) -> list[dict[str, Any]]:
+def ruled_out(
+    trials: list[Trial], by_number: dict[int, Trial], base_train: dict, recipe: Recipe | None
+) -> list[dict[str, Any]]:
     """Trials that gained nothing over the recipe they modified, grouped by hypothesis (or proposer), largest
     group first; each with what it changed against its parent and, for a flat test, the smallest gain it could
     have detected."""
     level = recipe.verdict.level if recipe is not None else 0.95
     floor = recipe.verdict.min_effect if recipe is not None else 0.0
     objective = recipe.objective if recipe is not None else None
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str | None, list[dict]] = {}
     for t in trials:
         outcome = _outcome(t)
         if outcome is None:
             continue
-        parent = by_number.get(t.get("parent")) if t.get("parent") is not None else None
-        before = (parent.get("params") if parent else None) or base_train
-        groups.setdefault(t.get("hypothesis") or t["proposer"], []).append(
+        parent = by_number.get(t.parent) if t.parent is not None else None
+        before = (parent.params if parent else None) or base_train
+        groups.setdefault(t.hypothesis or t.proposer, []).append(
             {
-                "number": t["number"],
-                "changes": changes(t.get("params"), before) or changes(t.get("changed"), before),
+                "number": t.number,
+                "changes": changes(t.params, before) or changes(t.changed, before),
                 "outcome": outcome,
-                "delta": t.get("delta"),
-                "ci_low": t.get("ci_low"),
-                "ci_high": t.get("ci_high"),
+                "delta": t.delta,
+                "ci_low": t.ci_low,
+                "ci_high": t.ci_high,
                 **_sensitivity(t, outcome, objective, level, floor),
             }
         )
     return [{"group": k, "trials": v} for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
 
 
-def _outcome(t: dict) -> str | None:
+def _outcome(t: Trial) -> str | None:
     """flat, regressed, pruned or 'not confirmed' for a trial of the search that found nothing; else None."""
-    if t.get("kind") != "trial" or t.get("proposer") == "baseline" or t.get("confirms") is not None:
+    if t.kind != Kind.TRIAL or t.proposer == Proposer.BASELINE or t.confirms is not None:
         return None
-    if t.get("verdict") == "improved" and t.get("confirmation") in ("rejected", "suspect"):
-        return "not confirmed"
-    return t.get("verdict") if t.get("verdict") in RULED_OUT else None
+    if t.verdict == Verdict.IMPROVED and t.confirmation in (Confirmation.REJECTED, Confirmation.SUSPECT):
+        return NOT_CONFIRMED
+    return t.verdict if t.verdict in RULED_OUT else None
 
 
-def _sensitivity(t: dict, outcome: str, objective, level: float, floor: float) -> dict[str, Any]:
+def _sensitivity(t: Trial, outcome: str, objective: Any, level: float, floor: float) -> dict[str, Any]:
     """A flat (or not confirmed) test's ``detectable`` gain, never more than the objective's range allows over the
     parent (``possible_gain``); a test that would need more is ``blind``: it could detect no gain."""
-    if outcome not in ("flat", "not confirmed"):
+    if outcome not in (Verdict.FLAT, NOT_CONFIRMED):
         return {"detectable": None, "possible_gain": None, "blind": False}
     sens = gains.sensitivity(t, objective, level, floor)
     return {"detectable": sens.seen, "possible_gain": sens.possible, "blind": sens.blind}
 
 
-def _crashes(trials: list[dict]) -> dict[str, Any]:
-    crashed = [t for t in trials if t.get("verdict") == "crash" or t.get("status") == "crash"]
+def _crashes(trials: list[Trial]) -> dict[str, Any]:
+    crashed = [t for t in trials if t.verdict == Verdict.CRASH or t.status == TrialStatus.CRASH]
     categories: dict[str, int] = {}
     for t in crashed:
-        categories[t.get("crash_category") or "unknown"] = categories.get(t.get("crash_category") or "unknown", 0) + 1
+        category = t.crash_category or CrashCategory.UNKNOWN
+        categories[category] = categories.get(category, 0) + 1
     return {"count": len(crashed), "categories": categories}
 
 
-def _full_run(ws, t: dict) -> dict[str, Any]:
+def _full_run(ws: Workspace, t: Trial) -> dict[str, Any]:
     """A promoted full run: its state, best eval, weights (from its results file) and re-validation."""
-    result = _results(ws, t) if t.get("end_tag") else {}
+    result = _results(ws, t.end_tag, t.attempt) if t.end_tag else {}
     best = result.get("best_checkpoint") or {}
     revalidation = (
-        {"delta": t["delta"], "ci_low": t.get("ci_low"), "ci_high": t.get("ci_high"), "method": t.get("method")}
-        if t.get("delta") is not None
+        {"delta": t.delta, "ci_low": t.ci_low, "ci_high": t.ci_high, "method": t.method}
+        if t.delta is not None
         else None
     )
     return {
-        "number": t["number"],
-        "attempt": t["attempt"],
-        "branch": t.get("branch"),
-        "status": t.get("status"),
-        "promoted_from": t.get("promoted_from"),
-        "objective": t.get("objective"),
+        "number": t.number,
+        "attempt": t.attempt,
+        "branch": t.branch,
+        "status": t.status,
+        "promoted_from": t.promoted_from,
+        "objective": t.objective,
         "best_step": best.get("step"),
         "weights": best.get("weights"),
         "revalidation": revalidation,
@@ -187,9 +194,9 @@ def _full_run(ws, t: dict) -> dict[str, Any]:
     }
 
 
-def _results(ws, t: dict) -> dict[str, Any]:
+def _results(ws: Workspace, end_tag: str, attempt: str) -> dict[str, Any]:
     try:
-        text = gitops.show_file(ws.root, t["end_tag"], f"results/{t['attempt']}.json")
+        text = gitops.show_file(ws.root, end_tag, f"results/{attempt}.json")
     except GitError:
         return {}
     try:
@@ -201,10 +208,10 @@ def _results(ws, t: dict) -> dict[str, Any]:
 def next_step(d: dict[str, Any]) -> dict[str, str]:
     """The command to run next, and why."""
     best, full = d["best"], d["full_runs"]
-    running = [f for f in full if f["status"] == "running"]
+    running = [f for f in full if f["status"] == TrialStatus.RUNNING]
     if running:
         return {"command": "autorl status", "why": f"full run {running[0]['attempt']} is running"}
-    done = [f for f in full if best and f["promoted_from"] == best["number"] and f["status"] != "crash"]
+    done = [f for f in full if best and f["promoted_from"] == best["number"] and f["status"] != TrialStatus.CRASH]
     if done:
         f = done[-1]
         return {
@@ -362,7 +369,7 @@ def full_run_lines(f: dict[str, Any], d: dict[str, Any]) -> list[str]:
     if f["objective"] is not None:
         head += f", best {metric} {_v(f['objective'])} at step {f['best_step']}"
     lines = [head]
-    if f["status"] == "running":
+    if f["status"] == TrialStatus.RUNNING:
         return lines
     lines.append(
         f"  weights: {f['weights']}"
@@ -399,7 +406,7 @@ def _fmt(v: Any) -> str:
     return dump_values({"": v})[1:]
 
 
-def refs_line(ws, ledger, study: str | None = None) -> str:
+def refs_line(ws: Workspace, ledger: Ledger, study: str | None = None) -> str:
     """How many of the study's branches and tags are still there, and how to clear those nothing needs ("" when
     none are)."""
     st = ledger.study(study)
@@ -407,9 +414,9 @@ def refs_line(ws, ledger, study: str | None = None) -> str:
         existing = gitops.refs(ws.root)
     except GitError:
         return ""
-    rows = ledger.trials(st["id"])
-    branches = sum(t.get("branch") in existing for t in rows)
-    tags = sum(tag in existing for t in rows for tag in (t.get("start_tag"), t.get("end_tag")) if tag)
+    rows = ledger.trials(st.id)
+    branches = sum(t.branch in existing for t in rows)
+    tags = sum(tag in existing for t in rows for tag in (t.start_tag, t.end_tag) if tag)
     if not branches and not tags:
         return ""
     return (

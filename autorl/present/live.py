@@ -8,9 +8,15 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.panel import Panel
+from rich.text import Text
 
 from autorl.budget import format_duration
+from autorl.ledger import Trial
+from autorl.states import Confirmation, Verdict
 
 
 class PlainView:
@@ -42,7 +48,7 @@ class PlainView:
             f"(budget used {format_duration(used)}, left {format_duration(left)})"
         )
 
-    def verdict(self, row: dict[str, Any]) -> None:
+    def verdict(self, row: Trial) -> None:
         self.line(verdict_line(row))
 
     def close(self) -> None:
@@ -52,11 +58,8 @@ class PlainView:
 class LiveView(PlainView):
     """A rich Live panel: budget, the running trial, the last verdicts."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        from rich.console import Console
-        from rich.live import Live
-
         self.console = Console()
         self.recent: deque[str] = deque(maxlen=6)
         self.current = ""
@@ -64,10 +67,7 @@ class LiveView(PlainView):
         self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
 
-    def _render(self):
-        from rich.panel import Panel
-        from rich.text import Text
-
+    def _render(self) -> Panel:
         body = Text(self.header + "\n" + self.current + "\n\n" + "\n".join(self.recent))
         return Panel(body, title="autorl run", border_style="cyan")
 
@@ -100,25 +100,25 @@ def make_view(quiet: bool) -> PlainView:
     return PlainView(quiet=quiet)
 
 
-JUDGED = ("improved", "flat", "regressed")
+JUDGED = (Verdict.IMPROVED, Verdict.FLAT, Verdict.REGRESSED)
 
 
-def verdict_line(row: dict[str, Any]) -> str:
+def verdict_line(row: Trial) -> str:
     """One line per finished trial: attempt, verdict, objective, the gain over its parent with the interval; the
     reason only where there is no verdict to read it from (a crash, a prune, a stop): the verdict's statistics are
     in `autorl show NN`."""
-    verdict = row.get("verdict") or row.get("status")
-    if verdict == "improved" and row.get("confirmation") == "candidate":
+    verdict = f"{row.verdict or row.status}"
+    if row.verdict == Verdict.IMPROVED and row.confirmation == Confirmation.CANDIDATE:
         verdict = "improved (candidate: fresh-seed runs decide)"
-    parts = [f"{row.get('attempt')}", verdict]
-    if row.get("objective") is not None:
-        parts.append(f"objective {row['objective']:.4f}")
-    if row.get("delta") is not None:
-        ci = f" [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]" if row.get("ci_low") is not None else ""
-        whom = f"{row['parent']:02d}" if row.get("parent") is not None else "the baseline"
-        parts.append(f"Δ {row['delta']:+.4f}{ci} vs {whom}")
-    if row.get("reason") and (row.get("verdict") not in JUDGED or row.get("delta") is None):
-        parts.append(f"- {row['reason']}")
+    parts = [f"{row.attempt}", verdict]
+    if row.objective is not None:
+        parts.append(f"objective {row.objective:.4f}")
+    if row.delta is not None:
+        ci = f" [{row.ci_low:+.3f}, {row.ci_high:+.3f}]" if row.ci_low is not None and row.ci_high is not None else ""
+        whom = f"{row.parent:02d}" if row.parent is not None else "the baseline"
+        parts.append(f"Δ {row.delta:+.4f}{ci} vs {whom}")
+    if row.reason and (row.verdict not in JUDGED or row.delta is None):
+        parts.append(f"- {row.reason}")
     return "  ".join(parts)
 
 

@@ -26,32 +26,39 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from autorl import gitops, loading
 from autorl.budget import format_duration
 from autorl.errors import GitError, UserError, short
+from autorl.ledger import Ledger, Study, Trial
 from autorl.present import errors, findings
 from autorl.present.review import crash_groups, hypothesis_rows, show_trial
 from autorl.recipe import Objective, SearchParam, dump_values
+from autorl.search.optuna_study import distributions
+from autorl.states import Confirmation, Kind, Proposer, TrialStatus, Verdict
+from autorl.workspace import Workspace
 
 REPORT_DIR = "report"
 TOP_N = 5
 CURVE_TRIALS = 3
 PARAM_COLUMNS = 4
 LOG_TAIL_LINES = 200
-VERDICT_ORDER = ["improved", "flat", "regressed"]
-VERDICT_COLOURS = {
-    "baseline": "#1f5fbf",
-    "improved": "#1b8a3a",
-    "flat": "#8a8a8a",
-    "regressed": "#c0392b",
-    "confirmation run": "#7fd18f",
-    "crash": "#111111",
-    "pruned": "#e0a100",
-    "other": "#7b3fa0",
+VERDICT_ORDER = [Verdict.IMPROVED, Verdict.FLAT, Verdict.REGRESSED]
+# What a trial's point is coloured by (``_verdict_key``): its verdict, or what it was when it has none to show
+BASELINE, CONFIRMATION_RUN, OTHER = Proposer.BASELINE, "confirmation run", "other"
+VERDICT_COLOURS: dict[str, str] = {
+    BASELINE: "#1f5fbf",
+    Verdict.IMPROVED: "#1b8a3a",
+    Verdict.FLAT: "#8a8a8a",
+    Verdict.REGRESSED: "#c0392b",
+    CONFIRMATION_RUN: "#7fd18f",
+    Verdict.CRASH: "#111111",
+    Verdict.PRUNED: "#e0a100",
+    OTHER: "#7b3fa0",
 }
 IMPORTANCE_ERRORS = (ValueError, RuntimeError, ZeroDivisionError, KeyError, IndexError)
+Direction = Literal["maximize", "minimize"]
 
 
 class Link(NamedTuple):
@@ -72,7 +79,7 @@ class Block(NamedTuple):
 
 
 # ---- entry point ----------------------------------------------------------------------
-def report(ws, ledger, out_dir: str | Path | None = None, study: str | None = None) -> Path:
+def report(ws: Workspace, ledger: Ledger, out_dir: str | Path | None = None, study: str | None = None) -> Path:
     """Write the report of ``study`` (default: the latest) into ``out_dir``; returns index.html."""
     out = Path(out_dir) if out_dir else ws.run_dir / REPORT_DIR
     problem = gitops.path_problem(out)
@@ -108,19 +115,19 @@ def _write(out: Path, data: dict) -> Path:
     blocks = build_blocks(data, plots, _copy_logs(data["trials"], out / "logs"))
     (out / "report.md").write_text(render_markdown(blocks))
     index = out / "index.html"
-    index.write_text(render_html(blocks, title=f"autorl report: {data['study']['name']}"))
+    index.write_text(render_html(blocks, title=f"autorl report: {data['study'].name}"))
     return index
 
 
 # ---- data -------------------------------------------------------------------------------
-def collect(ws, ledger, study: str | None = None) -> dict[str, Any]:
-    """Everything the page shows, as plain data."""
+def collect(ws: Workspace, ledger: Ledger, study: str | None = None) -> dict[str, Any]:
+    """Everything the page shows: the study's rows and what is known about them."""
     st = ledger.study(study)
-    recipe = loading.parse(st.get("recipe") or "", "the study's recipe") or {}
+    recipe = loading.parse(st.recipe or "", "the study's recipe") or {}
     objective = Objective.model_validate(recipe.get("objective") or {})
-    trials = ledger.trials(st["id"])
-    numbers = {t["number"] for t in trials}
-    found = findings.findings(ws, ledger, st["name"])
+    trials = ledger.trials(st.id)
+    numbers = {t.number for t in trials}
+    found = findings.findings(ws, ledger, st.name)
     best = rank_best(trials, objective.direction, [g["number"] for g in found["confirmed"]])[:TOP_N]
     space = {k: SearchParam.model_validate(v) for k, v in (recipe.get("search") or {}).items()}
     varied = varied_counts(trials, space, recipe.get("train") or {})
@@ -133,69 +140,63 @@ def collect(ws, ledger, study: str | None = None) -> dict[str, Any]:
         "baseline_gains": {g["number"]: g for g in found["confirmed"]},
         "space": space,
         "varied": varied,
-        "baselines": [t for t in trials if t.get("proposer") == "baseline"],
+        "baselines": [t for t in trials if t.proposer == Proposer.BASELINE],
         "budget": budget_used(st, trials),
         "baseline_value": baseline_value(st, trials),
         "crashes": [g for g in crash_groups(ledger) if numbers & set(g["attempts"])],
         "hypotheses": hypothesis_rows(ws, ledger),
         "importances": _importances(ledger, st, trials, space, objective.direction, varied),
-        "shown": {t["number"]: _show(ws, ledger, t["number"]) for t in best},
-        "curves": {t["number"]: ledger.metrics(t["id"]) for t in _curve_trials(trials, best)},
+        "shown": {t.number: _show(ws, ledger, t.number) for t in best},
+        "curves": {t.number: ledger.metrics(t.id) for t in _curve_trials(trials, best)},
         "refs": _refs(ws.root),
         "errors": errors.collect(ledger, st),
     }
 
 
-def rank_best(trials: list[dict], direction: str = "maximize", confirmed: list[int] | None = None) -> list[dict]:
+def rank_best(trials: list[Trial], direction: str = "maximize", confirmed: list[int] | None = None) -> list[Trial]:
     """Non-baseline trials with a verdict in VERDICT_ORDER: the ``confirmed`` recipes first in their order (by
     gain over the baseline), then by verdict, then by objective."""
     sign = -1.0 if direction == "maximize" else 1.0
     first = {n: i for i, n in enumerate(confirmed or [])}
-    ranked = [
-        t
-        for t in trials
-        if t.get("verdict") in VERDICT_ORDER and t.get("proposer") != "baseline" and _finite(t.get("objective"))
-    ]
-    return sorted(
-        ranked,
-        key=lambda t: (
-            first.get(t["number"], len(first)),
-            VERDICT_ORDER.index(t["verdict"]),
-            sign * t["objective"],
-            t["number"],
-        ),
-    )
+    ranked = [(t, key) for t in trials if t.proposer != Proposer.BASELINE and (key := _ranked_by(t)) is not None]
+    ranked.sort(key=lambda tk: (first.get(tk[0].number, len(first)), tk[1][0], sign * tk[1][1], tk[0].number))
+    return [t for t, _ in ranked]
 
 
-def baseline_value(study: dict, trials: list[dict]) -> float | None:
+def _ranked_by(t: Trial) -> tuple[int, float] | None:
+    """The place of the trial's verdict in VERDICT_ORDER and its objective; None for a trial with no verdict there
+    or no finite objective."""
+    if t.verdict is None or t.verdict not in VERDICT_ORDER or t.objective is None or not _finite(t.objective):
+        return None
+    return VERDICT_ORDER.index(t.verdict), t.objective
+
+
+def baseline_value(study: Study, trials: list[Trial]) -> float | None:
     """The study's baseline value, else the mean objective of its finished baseline runs."""
-    if _finite(study.get("baseline_value")):
-        return study["baseline_value"]
-    values = [t["objective"] for t in trials if t.get("proposer") == "baseline" and _finite(t.get("objective"))]
+    if study.baseline_value is not None and _finite(study.baseline_value):
+        return study.baseline_value
+    values = [
+        t.objective
+        for t in trials
+        if t.proposer == Proposer.BASELINE and t.objective is not None and _finite(t.objective)
+    ]
     return sum(values) / len(values) if values else None
 
 
 SESSION_GAP_S = 600.0  # this long with no trial running: the study was stopped and later resumed
 
 
-def budget_used(study: dict, trials: list[dict]) -> dict[str, float]:
+def budget_used(study: Study, trials: list[Trial]) -> dict[str, float]:
     """The study's wall time against its budget (every session's, summed on resume): from its start to its last
     trial's end, less the pauses between sessions (``SESSION_GAP_S`` or more with no trial running) and without
     the full runs promote started (they have no budget)."""
-    spans = sorted(
-        (t["started"], t["finished"])
-        for t in trials
-        if t.get("kind", "trial") == "trial" and t.get("started") and t.get("finished")
-    )
-    wall, end = 0.0, study["created"]
+    own = [t for t in trials if t.kind == Kind.TRIAL]
+    spans = sorted((t.started, t.finished) for t in own if t.started and t.finished)
+    wall, end = 0.0, study.created or 0.0
     for start, finish in spans:
         wall += max(finish - max(start if start - end >= SESSION_GAP_S else end, end), 0.0)
         end = max(end, finish)
-    return {
-        "wall_s": wall,
-        "budget_s": study.get("budget_s") or 0.0,
-        "trial_s": sum(t.get("duration_s") or 0.0 for t in trials if t.get("kind", "trial") == "trial"),
-    }
+    return {"wall_s": wall, "budget_s": study.budget_s or 0.0, "trial_s": sum(t.duration_s or 0.0 for t in own)}
 
 
 # Below this many complete trials fANOVA hands seed noise a large importance (eps_clip 0.95 from a dozen
@@ -206,14 +207,10 @@ IMPORTANCE_MIN_TRIALS = 10
 IMPORTANCE_MIN_VARIED = 5
 
 
-def varied_counts(trials: list[dict], space: dict[str, SearchParam], base: dict) -> dict[str, int]:
+def varied_counts(trials: list[Trial], space: dict[str, SearchParam], base: dict) -> dict[str, int]:
     """Per searched key, how many scored trials of the search ran it at another value than the base recipe's."""
-    scored = [
-        t
-        for t in trials
-        if _finite(t.get("objective")) and t.get("proposer") != "baseline" and t.get("confirms") is None
-    ]
-    return {k: sum((t.get("params") or {}).get(k, base.get(k)) != base.get(k) for t in scored) for k in space}
+    scored = [t for t in trials if _finite(t.objective) and t.proposer != Proposer.BASELINE and t.confirms is None]
+    return {k: sum((t.params or {}).get(k, base.get(k)) != base.get(k) for t in scored) for k in space}
 
 
 def weighed(varied: dict[str, int]) -> tuple[list[str], str]:
@@ -224,7 +221,7 @@ def weighed(varied: dict[str, int]) -> tuple[list[str], str]:
     return keys, note
 
 
-def importances(ledger, study_name: str, params: list[str] | None = None) -> tuple[dict[str, float], str]:
+def importances(ledger: Ledger, study_name: str, params: list[str] | None = None) -> tuple[dict[str, float], str]:
     """Optuna's parameter importances of ``study_name`` in the ledger's file, or ({}, why not)."""
     complete = ledger.optuna_complete_count(study_name)
     if complete is None:
@@ -234,7 +231,7 @@ def importances(ledger, study_name: str, params: list[str] | None = None) -> tup
             f"the Optuna study has {complete} complete trial(s); importances are shown from "
             f"{IMPORTANCE_MIN_TRIALS} with varied values (fewer make noise look like importance)"
         )
-    import optuna
+    import optuna  # lazy: optuna takes seconds to import, and only the importances need it
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -248,19 +245,17 @@ def importances(ledger, study_name: str, params: list[str] | None = None) -> tup
 
 
 def pooled_importances(
-    trials: list[dict], space: dict[str, SearchParam], direction: str
+    trials: list[Trial], space: dict[str, SearchParam], direction: Direction
 ) -> tuple[dict[str, float], str]:
     """Importances over the ledger's finished trials (searched keys only), or ({}, why not)."""
-    import optuna
-
-    from autorl.search.optuna_study import distributions
+    import optuna  # lazy: optuna takes seconds to import, and only the importances need it
 
     dists, study = distributions(space), optuna.create_study(direction=direction)
     for t in trials:
-        params = {k: (t.get("params") or {}).get(k) for k in dists}
-        if _finite(t.get("objective")) and None not in params.values():
+        params = {k: (t.params or {}).get(k) for k in dists}
+        if _finite(t.objective) and None not in params.values():
             try:
-                study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=t["objective"]))
+                study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=t.objective))
             except ValueError:
                 continue
     n = len(study.trials)
@@ -276,7 +271,7 @@ def pooled_importances(
 
 
 def _importances(
-    ledger, st: dict, trials: list[dict], space: dict, direction: str, varied: dict[str, int]
+    ledger: Ledger, st: Study, trials: list[Trial], space: dict, direction: Direction, varied: dict[str, int]
 ) -> tuple[dict[str, float], str]:
     """The main Optuna study's importances, else pooled over the ledger's trials, over the searched keys that
     enough trials changed (two at least: one key alone has all the importance by definition)."""
@@ -287,7 +282,7 @@ def _importances(
             f"not enough trials changed the searched values to weigh them against each other: each needs "
             f"{IMPORTANCE_MIN_VARIED} scored trials that changed it (so far {counts or 'none'})"
         )
-    values, note = importances(ledger, st.get("optuna_study") or st["name"], keys)
+    values, note = importances(ledger, st.optuna_study or st.name, keys)
     if not values:
         pooled, how = pooled_importances(trials, {k: space[k] for k in keys}, direction)
         values, note = (pooled, f"main study: {note}; pooled instead: {how}") if pooled else ({}, note)
@@ -302,7 +297,7 @@ def _refs(root: Path) -> dict[str, str]:
         return {}
 
 
-def _show(ws, ledger, number: int) -> dict[str, Any]:
+def _show(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
     """``autorl show``'s data; a missing ref leaves a note instead of the diff."""
     try:
         return show_trial(ws, ledger, number)
@@ -310,35 +305,36 @@ def _show(ws, ledger, number: int) -> dict[str, Any]:
         return {"diff_vs_baseline": f"(diff unavailable: {exc})", "baseline_tag": None}
 
 
-def _curve_trials(trials: list[dict], best: list[dict]) -> list[dict]:
-    return [t for t in trials if t.get("proposer") == "baseline"] + best[:CURVE_TRIALS]
+def _curve_trials(trials: list[Trial], best: list[Trial]) -> list[Trial]:
+    return [t for t in trials if t.proposer == Proposer.BASELINE] + best[:CURVE_TRIALS]
 
 
-def _verdict_key(t: dict) -> str:
-    if t.get("verdict") in ("crash", "pruned") or t.get("status") == "crash":
-        return t.get("verdict") or "crash"
-    if t.get("proposer") == "baseline":
-        return "baseline"
-    if t.get("confirms") is not None:
-        return "confirmation run"
-    return t.get("verdict") if t.get("verdict") in VERDICT_COLOURS else "other"
+def _verdict_key(t: Trial) -> str:
+    """What the trial's point is coloured by: its verdict, else what it was (``VERDICT_COLOURS``)."""
+    if t.verdict in (Verdict.CRASH, Verdict.PRUNED) or t.status == TrialStatus.CRASH:
+        return t.verdict or Verdict.CRASH
+    if t.proposer == Proposer.BASELINE:
+        return BASELINE
+    if t.confirms is not None:
+        return CONFIRMATION_RUN
+    return t.verdict if t.verdict is not None and t.verdict in VERDICT_COLOURS else OTHER
 
 
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def _copy_logs(trials: list[dict], dest: Path) -> dict[int, str]:
+def _copy_logs(trials: list[Trial], dest: Path) -> dict[int, str]:
     """Copy each log's tail into ``dest``; returns {number: path relative to the report}."""
     links = {}
     for t in trials:
-        src = Path(t["log_path"]) if t.get("log_path") else None
+        src = Path(t.log_path) if t.log_path else None
         if src is None or not src.is_file():
             continue
         lines = src.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
-        name = f"{t['attempt']}.log"
+        name = f"{t.attempt}.log"
         (dest / name).write_text(f"# last {len(lines)} lines of {src}\n" + "\n".join(lines) + "\n")
-        links[t["number"]] = f"logs/{name}"
+        links[t.number] = f"logs/{name}"
     return links
 
 
@@ -362,13 +358,14 @@ def make_plots(data: dict, dest: Path) -> dict[str, str]:
     return made
 
 
-def _pyplot():
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (a missing matplotlib is one line, before any folder is made)."""
     try:
-        import matplotlib
+        import matplotlib  # lazy: matplotlib is heavy, only the report draws, and a missing one is one line here
     except ImportError:
         raise UserError("matplotlib is missing from this installation: reinstall autorl (pip install autorl)") from None
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after matplotlib.use("Agg"), which must come first
 
     return plt
 
@@ -381,35 +378,35 @@ def _plot_objective(plt, data: dict):
     fig, ax = plt.subplots(figsize=(8, 3.6))
     for key, colour in VERDICT_COLOURS.items():
         pts = [t for t in trials if _verdict_key(t) == key]
-        scored = [t for t in pts if _finite(t.get("objective"))]
-        unscored = [t for t in pts if not _finite(t.get("objective"))]
+        scored = [t for t in pts if _finite(t.objective)]
+        unscored = [t for t in pts if not _finite(t.objective)]
         if scored:
             ax.scatter(
-                [t["number"] for t in scored],
-                [t["objective"] for t in scored],
+                [t.number for t in scored],
+                [t.objective for t in scored],
                 c=colour,
                 marker="o",
                 s=45,
-                label=key,
+                label=f"{key}",
                 zorder=3,
             )
         if unscored:
             ax.scatter(
-                [t["number"] for t in unscored],
+                [t.number for t in unscored],
                 [BAND / 2] * len(unscored),
                 c=colour,
                 s=45,
                 zorder=3,
-                marker="x" if key == "crash" else "v",
+                marker="x" if key == Verdict.CRASH else "v",
                 transform=ax.get_xaxis_transform(),
                 clip_on=False,
                 label=f"{key} (no objective)",
             )
     if data["baseline_value"] is not None:
-        ax.axhline(data["baseline_value"], color=VERDICT_COLOURS["baseline"], ls="--", lw=1, label="baseline value")
-    numbers = [t["number"] for t in trials]
+        ax.axhline(data["baseline_value"], color=VERDICT_COLOURS[BASELINE], ls="--", lw=1, label="baseline value")
+    numbers = [t.number for t in trials]
     ax.set_xlim(min(numbers) - 0.7, max(numbers) + 0.7)
-    _no_objective_band(ax, [t["objective"] for t in trials if _finite(t.get("objective"))])
+    _no_objective_band(ax, [t.objective for t in trials if _finite(t.objective)])
     ax.set(
         xlabel="attempt",
         ylabel=obj.metric,
@@ -426,7 +423,7 @@ BAND = 0.08  # share of the objective plot's height, at the bottom, where trials
 
 def _no_objective_band(ax, values: list[float]) -> None:
     """A grey strip along the bottom that no objective value falls in, labelled: the trials marked there have none."""
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Rectangle  # lazy: matplotlib is heavy; loaded by _pyplot before any plot
 
     if values:
         low, high = min(values), max(values)
@@ -437,7 +434,7 @@ def _no_objective_band(ax, values: list[float]) -> None:
 
 
 def _plot_params(plt, data: dict):
-    space, trials = data["space"], [t for t in data["trials"] if _finite(t.get("objective"))]
+    space, trials = data["space"], [t for t in data["trials"] if _finite(t.objective)]
     if not space or not trials:
         return None
     cols = min(PARAM_COLUMNS, len(space))
@@ -457,9 +454,11 @@ def _plot_params(plt, data: dict):
 
 def _verdict_legend(fig, present: set[str]) -> None:
     """One legend for the figure: the colour of each verdict drawn in it."""
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # lazy: matplotlib is heavy; loaded by _pyplot before any plot
 
-    handles = [Line2D([], [], ls="", marker="o", color=c, label=k) for k, c in VERDICT_COLOURS.items() if k in present]
+    handles = [
+        Line2D([], [], ls="", marker="o", color=c, label=f"{k}") for k, c in VERDICT_COLOURS.items() if k in present
+    ]
     if handles:
         fig.legend(
             handles=handles,
@@ -472,9 +471,9 @@ def _verdict_legend(fig, present: set[str]) -> None:
         )
 
 
-def _param_axis(ax, key: str, sp: SearchParam, trials: list[dict]) -> None:
-    pts = [t for t in trials if (t.get("params") or {}).get(key) is not None]
-    xs = [t["params"][key] for t in pts]
+def _param_axis(ax, key: str, sp: SearchParam, trials: list[Trial]) -> None:
+    pts = [t for t in trials if (t.params or {}).get(key) is not None]
+    xs = [(t.params or {})[key] for t in pts]
     if sp.choices is not None:
         labels = [str(c) for c in sp.choices]
         xs = [labels.index(str(x)) if str(x) in labels else len(labels) for x in xs]
@@ -483,9 +482,7 @@ def _param_axis(ax, key: str, sp: SearchParam, trials: list[dict]) -> None:
     else:
         ax.set_xscale("log" if sp.log else "linear")
         ax.set_xlim(sp.low, sp.high)
-    ax.scatter(
-        xs, [t["objective"] for t in pts], c=[VERDICT_COLOURS.get(_verdict_key(t), "#7b3fa0") for t in pts], s=40
-    )
+    ax.scatter(xs, [t.objective for t in pts], c=[VERDICT_COLOURS.get(_verdict_key(t), "#7b3fa0") for t in pts], s=40)
     ax.set_xlabel(key)
     ax.grid(alpha=0.3)
 
@@ -506,13 +503,13 @@ def _plot_curves(plt, data: dict):
     if not any(_finite(r.get("reward_mean")) for records in curves.values() for r in records):
         return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
-    by_number = {t["number"]: t for t in data["trials"]}
+    by_number = {t.number: t for t in data["trials"]}
     metric = data["objective"].metric
     for i, (number, records) in enumerate(curves.items()):
         t = by_number[number]
-        style = dict(color=f"C{i % 10}", ls="--" if t.get("proposer") == "baseline" else "-")
-        _curve(left, records, "step", "reward_mean", t["attempt"], style)
-        _curve(right, records, "eval", metric, t["attempt"], style)
+        style = dict(color=f"C{i % 10}", ls="--" if t.proposer == Proposer.BASELINE else "-")
+        _curve(left, records, "step", "reward_mean", t.attempt, style)
+        _curve(right, records, "eval", metric, t.attempt, style)
     left.set(xlabel="step", ylabel="reward_mean", title="reward_mean: best trials vs baseline")
     right.set(xlabel="step", ylabel=metric, title=f"eval: {metric}")
     for ax in (left, right):
@@ -531,13 +528,14 @@ def _curve(ax, records: list[dict], kind: str, key: str, label: str, style: dict
 # ---- the page as blocks -------------------------------------------------------------------
 def build_blocks(data: dict, plots: dict[str, str], logs: dict[int, str]) -> list[Block]:
     """The page, top to bottom, independent of HTML or Markdown."""
-    st, obj = data["study"], data["objective"]
+    st: Study = data["study"]
+    obj: Objective = data["objective"]
     blocks = [
-        Block("h1", f"Study {st['name']}"),
+        Block("h1", f"Study {st.name}"),
         Block(
             "p",
-            f"objective {obj.metric} ({obj.direction}, {obj.reduction}); strategy {st.get('strategy')}; "
-            f"recipe {st.get('recipe_path')}; base commit {(st.get('base_sha') or '')[:10]}; "
+            f"objective {obj.metric} ({obj.direction}, {obj.reduction}); strategy {st.strategy}; "
+            f"recipe {st.recipe_path}; base commit {(st.base_sha or '')[:10]}; "
             f"generated {time.strftime('%Y-%m-%d %H:%M')}",
         ),
         Block("h2", "What was found"),
@@ -593,15 +591,15 @@ def _summary_blocks(data: dict) -> list[Block]:
     return out + _gate_blocks(data["trials"])
 
 
-def _gate_blocks(trials: list[dict]) -> list[Block]:
+def _gate_blocks(trials: list[Trial]) -> list[Block]:
     """The trials the hack gate checked: its answer and the check that failed, with its numbers."""
-    gated = [t for t in trials if t.get("gate")]
+    gated = [t for t in trials if t.gate]
     if not gated:
         return []
     rows = []
     for t in gated:
-        failed = next((c for c in t.get("gate_checks") or [] if c.get("ok") is False), None)
-        rows.append([t["attempt"], t["gate"], failed["name"] if failed else "-", failed["detail"] if failed else "-"])
+        failed = next((c for c in t.gate_checks or [] if c.get("ok") is False), None)
+        rows.append([t.attempt, t.gate, failed["name"] if failed else "-", failed["detail"] if failed else "-"])
     return [
         Block("h2", "Hack gate"),
         Block(
@@ -614,29 +612,29 @@ def _gate_blocks(trials: list[dict]) -> list[Block]:
     ]
 
 
-SUMMARY_WORDS = [
-    ("confirmed", "confirmed improvement(s)"),
-    ("candidate", "candidate(s) awaiting fresh-seed runs"),
-    ("rejected", "candidate(s) that fresh seeds did not confirm"),
-    ("suspect", "suspect (confirmed, but the hack gate failed)"),
-    ("flat", "flat"),
-    ("regressed", "regressed"),
-    ("pruned", "stopped early (pruned)"),
-    ("crash", "crashed"),
-    ("other", "unfinished"),
+SUMMARY_WORDS: list[tuple[str, str]] = [
+    (Confirmation.CONFIRMED, "confirmed improvement(s)"),
+    (Confirmation.CANDIDATE, "candidate(s) awaiting fresh-seed runs"),
+    (Confirmation.REJECTED, "candidate(s) that fresh seeds did not confirm"),
+    (Confirmation.SUSPECT, "suspect (confirmed, but the hack gate failed)"),
+    (Verdict.FLAT, "flat"),
+    (Verdict.REGRESSED, "regressed"),
+    (Verdict.PRUNED, "stopped early (pruned)"),
+    (Verdict.CRASH, "crashed"),
+    (OTHER, "unfinished"),
 ]
 
 
-def summary_sentence(trials: list[dict]) -> str:
+def summary_sentence(trials: list[Trial]) -> str:
     """'48 trials: 4 baseline runs, 6 confirmation runs, and 38 of the search: 2 confirmed improvement(s), ...'."""
-    own = [t for t in trials if t.get("kind", "trial") == "trial"]
-    base = sum(t.get("proposer") == "baseline" for t in own)
-    reruns = sum(t.get("confirms") is not None for t in own)
-    search = [t for t in own if t.get("proposer") != "baseline" and t.get("confirms") is None]
+    own = [t for t in trials if t.kind == Kind.TRIAL]
+    base = sum(t.proposer == Proposer.BASELINE for t in own)
+    reruns = sum(t.confirms is not None for t in own)
+    search = [t for t in own if t.proposer != Proposer.BASELINE and t.confirms is None]
     counts: dict[str, int] = {}
     for t in search:
-        key = t.get("confirmation") if t.get("verdict") == "improved" and t.get("confirmation") else _verdict_key(t)
-        key = key if key in dict(SUMMARY_WORDS) else "other"
+        key = t.confirmation if t.verdict == Verdict.IMPROVED and t.confirmation else _verdict_key(t)
+        key = key if key in dict(SUMMARY_WORDS) else OTHER
         counts[key] = counts.get(key, 0) + 1
     parts = [f"{counts[k]} {words}" for k, words in SUMMARY_WORDS if counts.get(k)]
     return f"{len(own)} trials: {base} baseline runs, {reruns} confirmation runs, and {len(search)} of the search" + (
@@ -657,9 +655,9 @@ def _best_blocks(data: dict, logs: dict[int, str]) -> list[Block]:
         return out + [Block("note", "No judged trial yet besides the baseline.")]
     out.append(_trials_table(data, data["best"], logs))
     for i, t in enumerate(data["best"]):
-        shown = data["shown"][t["number"]]
+        shown = data["shown"][t.number]
         diff = shown["diff_vs_baseline"] or "(no difference in the committed files)"
-        out.append(Block("details", f"{t['attempt']}: diff vs {shown['baseline_tag'] or 'baseline'}", diff, i == 0))
+        out.append(Block("details", f"{t.attempt}: diff vs {shown['baseline_tag'] or 'baseline'}", diff, i == 0))
     return out
 
 
@@ -697,7 +695,7 @@ def _hypothesis_blocks(rows: list[dict]) -> list[Block]:
             r["status"] + (" (demoted)" if r["demoted"] else ""),
             r["confidence"],
             str(r["counts"].get("tried", 0)),
-            str(r["counts"].get("improved", 0)),
+            str(r["counts"].get(Verdict.IMPROVED, 0)),
             r["title"] + (f" ({r['note']})" if r.get("note") else ""),
         ]
         for r in rows
@@ -708,7 +706,7 @@ def _hypothesis_blocks(rows: list[dict]) -> list[Block]:
     ]
 
 
-def _trials_table(data: dict, trials: list[dict], logs: dict[int, str]) -> Block:
+def _trials_table(data: dict, trials: list[Trial], logs: dict[int, str]) -> Block:
     head = [
         "NN",
         "proposer",
@@ -723,18 +721,18 @@ def _trials_table(data: dict, trials: list[dict], logs: dict[int, str]) -> Block
     ]
     rows = []
     for t in trials:
-        who = t["proposer"] + (f" / {t['hypothesis']}" if t.get("hypothesis") else "")
-        log = Link("log tail", logs[t["number"]]) if t["number"] in logs else "-"
+        who = f"{t.proposer}" + (f" / {t.hypothesis}" if t.hypothesis else "")
+        log = Link("log tail", logs[t.number]) if t.number in logs else "-"
         rows.append(
             [
-                f"{t['number']:02d}",
+                f"{t.number:02d}",
                 who,
-                dump_values(t.get("changed") or {}) or "-",
+                dump_values(t.changed or {}) or "-",
                 _verdict_text(t),
-                _num(t.get("objective")),
+                _num(t.objective),
                 _delta(t),
                 _vs_baseline(t, data.get("baseline_gains", {})),
-                format_duration(t.get("duration_s") or 0),
+                format_duration(t.duration_s or 0),
                 _ref_cell(t, data["refs"]),
                 log,
             ]
@@ -742,11 +740,11 @@ def _trials_table(data: dict, trials: list[dict], logs: dict[int, str]) -> Block
     return Block("table", head, rows)
 
 
-def _vs_baseline(t: dict, measured: dict[int, dict]) -> str:
-    g = measured.get(t["number"])
+def _vs_baseline(t: Trial, measured: dict[int, dict]) -> str:
+    g = measured.get(t.number)
     if g:
         return f"{g['delta']:+.4f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
-    return f"{t['gain_vs_baseline']:+.4f}" if _finite(t.get("gain_vs_baseline")) else "-"
+    return f"{t.gain_vs_baseline:+.4f}" if _finite(t.gain_vs_baseline) else "-"
 
 
 class Hover(NamedTuple):
@@ -756,32 +754,32 @@ class Hover(NamedTuple):
     title: str
 
 
-def _ref_cell(t: dict, refs: dict[str, str]) -> Hover | str:
+def _ref_cell(t: Trial, refs: dict[str, str]) -> Hover | str:
     """The trial's branch; its tags with their commits on hover (``autorl show NN`` has them all)."""
-    if not t.get("branch"):
+    if not t.branch:
         return "-"
-    names = [(t.get("start_tag"), t.get("start_sha")), (t.get("end_tag"), t.get("end_sha"))]
+    names = [(t.start_tag, t.start_sha), (t.end_tag, t.end_sha)]
     tags = "; ".join(f"{n} @ {(refs.get(n) or sha or '?')[:10]}" for n, sha in names if n)
-    gone = "" if t["branch"] in refs else " (removed)"
-    return Hover(t["branch"] + gone, f"tags: {tags}; `autorl show {t['number']}` has them all" if tags else "")
+    gone = "" if t.branch in refs else " (removed)"
+    return Hover(t.branch + gone, f"tags: {tags}; `autorl show {t.number}` has them all" if tags else "")
 
 
-def _verdict_text(t: dict) -> str:
+def _verdict_text(t: Trial) -> str:
     v = _verdict_key(t)
-    v = (t.get("verdict") or t.get("status") or "-") if v == "other" else v
-    state = f" ({t['confirmation']})" if v == "improved" and t.get("confirmation") else ""
-    return v + state + (f" ({t['crash_category']})" if t.get("crash_category") else "")
+    v = f"{t.verdict or t.status or '-'}" if v == OTHER else v
+    state = f" ({t.confirmation})" if v == Verdict.IMPROVED and t.confirmation else ""
+    return f"{v}{state}" + (f" ({t.crash_category})" if t.crash_category else "")
 
 
 def _num(v: Any) -> str:
     return f"{v:.4f}" if _finite(v) else "-"
 
 
-def _delta(t: dict) -> str:
-    if not _finite(t.get("delta")):
+def _delta(t: Trial) -> str:
+    if not _finite(t.delta):
         return "-"
-    ci = f" [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}]" if _finite(t.get("ci_low")) and _finite(t.get("ci_high")) else ""
-    return f"{t['delta']:+.4f}{ci}"
+    ci = f" [{t.ci_low:+.3f}, {t.ci_high:+.3f}]" if _finite(t.ci_low) and _finite(t.ci_high) else ""
+    return f"{t.delta:+.4f}{ci}"
 
 
 # ---- rendering ----------------------------------------------------------------------------

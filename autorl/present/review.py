@@ -7,14 +7,28 @@ docs/cli.md.
 
 from __future__ import annotations
 
+import os
+import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
 from autorl import gitops
+from autorl.backends.ray_demand import WAITING
 from autorl.budget import format_duration
-from autorl.errors import GitError
-from autorl.present import errors
-from autorl.recipe import dump_values
+from autorl.errors import GitError, NotFoundError
+from autorl.judge import diagnose, gains, triage
+from autorl.ledger import Ledger, Study, Trial
+from autorl.locks import describe
+from autorl.present import errors, findings
+from autorl.recipe import Recipe, dump_values
+from autorl.search import hypotheses
+from autorl.states import Confirmation, Gate, Kind, Proposer, StudyStatus, TrialStatus, Verdict
+from autorl.workspace import Workspace
 
 LEDGER_FIELDS = [
     "number",
@@ -47,43 +61,47 @@ LEDGER_FIELDS = [
 ]
 
 
-def ledger_rows(ledger, verdict: str | None = None, last: int | None = None, study: str | None = None) -> list[dict]:
+def ledger_rows(
+    ledger: Ledger, verdict: Verdict | None = None, last: int | None = None, study: str | None = None
+) -> list[dict]:
     """Trials as dicts with LEDGER_FIELDS, oldest first; a confirmed recipe also has ``baseline_gain``, its gain
     over the study's baseline measured on its fresh-seed runs (``autorl.judge.gains``)."""
-    sid = ledger.study(study)["id"] if study else None
+    sid = ledger.study(study).id if study else None
     rows = ledger.trials(sid, **({"verdict": verdict} if verdict else {}))
     rows = rows[-last:] if last else rows
-    measured = _baseline_gains(ledger, {r["study_id"] for r in rows if r.get("confirmation") == "confirmed"})
+    measured = _baseline_gains(ledger, {r.study_id for r in rows if r.confirmation == Confirmation.CONFIRMED})
     out = []
     for r in rows:
-        g = measured.get(r["number"])
+        g = measured.get(r.number)
         out.append(
             {
-                **{k: r.get(k) for k in LEDGER_FIELDS},
-                "baseline_gain": {k: getattr(g, k) for k in ("delta", "ci_low", "ci_high", "level")} if g else None,
+                **_columns(r, LEDGER_FIELDS),
+                "baseline_gain": {"delta": g.delta, "ci_low": g.ci_low, "ci_high": g.ci_high, "level": g.level}
+                if g
+                else None,
             }
         )
     return out
 
 
-def _baseline_gains(ledger, study_ids: set[int]) -> dict[int, Any]:
-    from autorl.judge import gains
+def _columns(row: Trial, names: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The row's columns ``names``, in that order, as the JSON output holds them (states as their words)."""
+    every = row.as_dict()
+    return {k: every[k] for k in names}
 
-    out: dict[int, Any] = {}
+
+def _baseline_gains(ledger: Ledger, study_ids: set[int]) -> dict[int, gains.Gain]:
+    out: dict[int, gains.Gain] = {}
     for sid in study_ids:
         out.update(gains.study_gains(ledger, ledger.study(study_id=sid)))
     return out
 
 
 def print_ledger(rows: list[dict]) -> None:
-    from rich.table import Table
-
-    from autorl.present.findings import counted
-
     c = _console()
     if c.width < WIDE:
-        return _print_records(c, counted(len(rows), "trial"), [_ledger_record(r) for r in rows])
-    table = Table(title=counted(len(rows), "trial"), show_lines=False)
+        return _print_records(c, findings.counted(len(rows), "trial"), [_ledger_record(r) for r in rows])
+    table = Table(title=findings.counted(len(rows), "trial"), show_lines=False)
     for col in (
         "NN",
         "proposer / hypothesis",
@@ -98,11 +116,11 @@ def print_ledger(rows: list[dict]) -> None:
     for r in rows:
         table.add_row(
             f"{r['number']:02d}",
-            _who(r),
+            _who(r["proposer"], r["hypothesis"], r["confirms"]),
             dump_values(r.get("changed") or {}) or "-",
             _verdict_cell(r),
             _num(r.get("objective")),
-            _delta(r),
+            _record_delta(r),
             _vs_baseline(r),
             format_duration(r.get("duration_s") or 0),
         )
@@ -112,26 +130,23 @@ def print_ledger(rows: list[dict]) -> None:
 WIDE = 100  # below this many columns (a narrow terminal, or output piped: 80) tables become records
 
 
-def _console():
-    from rich.console import Console
-
+def _console() -> Console:
     return Console()
 
 
 def _ledger_record(r: dict) -> tuple[str, str]:
     """One trial in two lines: the numbers, then who proposed it and what it changed."""
     head = (
-        f"{r['number']:02d}  {_verdict_cell(r)}  objective {_num(r.get('objective'))}  Δ {_delta(r)}  "
+        f"{r['number']:02d}  {_verdict_cell(r)}  objective {_num(r.get('objective'))}  Δ {_record_delta(r)}  "
         f"{format_duration(r.get('duration_s') or 0)}"
     )
-    base = f"; Δ vs baseline {_vs_baseline(r)}" if _vs_baseline(r) != "-" and r.get("kind") != "full" else ""
-    return head, f"{_who(r)}: {dump_values(r.get('changed') or {}) or 'nothing changed'}{base}"
+    base = f"; Δ vs baseline {_vs_baseline(r)}" if _vs_baseline(r) != "-" and r.get("kind") != Kind.FULL else ""
+    who = _who(r["proposer"], r["hypothesis"], r["confirms"])
+    return head, f"{who}: {dump_values(r.get('changed') or {}) or 'nothing changed'}{base}"
 
 
-def _print_records(c, title: str, records: list[tuple[str, str]]) -> None:
+def _print_records(c: Console, title: str, records: list[tuple[str, str]]) -> None:
     """A title, then per record a head line (may hold colour markup) and an indented, wrapped detail line."""
-    import textwrap
-
     c.print(f"[bold]{title}[/]")
     for head, detail in records:
         c.print(head, highlight=False)
@@ -142,18 +157,33 @@ def _print_records(c, title: str, records: list[tuple[str, str]]) -> None:
         )
 
 
-def _who(r: dict) -> str:
-    who = r["proposer"] + (f" / {r['hypothesis']}" if r.get("hypothesis") else "")
-    return who + (f" (re-runs {r['confirms']:02d})" if r.get("confirms") is not None else "")
+def _who(proposer: str | None, hypothesis: str | None, confirms: int | None) -> str:
+    """'move / h13-flat-learning', 'confirm (re-runs 05)'."""
+    who = f"{proposer}" + (f" / {hypothesis}" if hypothesis else "")
+    return who + (f" (re-runs {confirms:02d})" if confirms is not None else "")
+
+
+VERDICT_COLOURS: dict[str, str] = {
+    Verdict.IMPROVED: "green",
+    Verdict.REGRESSED: "red",
+    Verdict.CRASH: "bold red",
+    Verdict.PRUNED: "yellow",
+    Verdict.FLAT: "white",
+}
+CONFIRMATION_COLOURS: dict[str, str] = {
+    Confirmation.CONFIRMED: "green",
+    Confirmation.SUSPECT: "yellow",
+    Confirmation.REJECTED: "cyan",
+}
 
 
 def _verdict_cell(r: dict) -> str:
     v = r.get("verdict") or r.get("status") or "-"
-    colour = {"improved": "green", "regressed": "red", "crash": "bold red", "pruned": "yellow", "flat": "white"}.get(v)
+    colour = VERDICT_COLOURS.get(v)
     extra = f" ({r['crash_category']})" if r.get("crash_category") else ""
-    if v == "improved" and r.get("confirmation"):
+    if v == Verdict.IMPROVED and r.get("confirmation"):
         extra = f" ({r['confirmation']})"  # candidate until fresh-seed re-runs confirm or reject it
-        colour = {"confirmed": "green", "suspect": "yellow", "rejected": "cyan"}.get(r["confirmation"], "cyan")
+        colour = CONFIRMATION_COLOURS.get(r["confirmation"], "cyan")
     return f"[{colour}]{v}{extra}[/]" if colour else v + extra
 
 
@@ -161,14 +191,19 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
-def _delta(r: dict) -> str:
+def _delta(delta: float | None, ci_low: float | None, ci_high: float | None, kind: str | None) -> str:
     """The gain over the parent with its interval; a full run's is its re-validation at trial length against the
     baseline, and says so (its own objective is at full length, with no full-length baseline beside it)."""
-    if r.get("delta") is None:
+    if delta is None:
         return "-"
-    ci = f" [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r.get("ci_low") is not None else ""
-    full = " (re-validation at trial length, vs the baseline)" if r.get("kind") == "full" else ""
-    return f"{r['delta']:+.4f}{ci}{full}"
+    ci = f" [{ci_low:+.3f}, {ci_high:+.3f}]" if ci_low is not None and ci_high is not None else ""
+    full = " (re-validation at trial length, vs the baseline)" if kind == Kind.FULL else ""
+    return f"{delta:+.4f}{ci}{full}"
+
+
+def _record_delta(r: dict) -> str:
+    """``_delta`` of a trial record of ``ledger_rows``."""
+    return _delta(r["delta"], r["ci_low"], r["ci_high"], r["kind"])
 
 
 def _vs_baseline(r: dict) -> str:
@@ -179,18 +214,19 @@ def _vs_baseline(r: dict) -> str:
     return "-" if r.get("gain_vs_baseline") is None else f"{r['gain_vs_baseline']:+.4f}"
 
 
-def show_trial(ws, ledger, number: int) -> dict[str, Any]:
-    """Everything about one trial: row, diff vs the baseline, metric summary, evals, log tail."""
+def show_trial(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
+    """Everything about one trial: its row (a ``Trial``: ``--json`` writes its columns), diff vs the baseline,
+    metric summary, evals, log tail."""
     row = ledger.trial(number)
-    metrics = ledger.metrics(row["id"])
+    metrics = ledger.metrics(row.id)
     steps = [m for m in metrics if m.get("type", "step") == "step"]
     evals = [{k: v for k, v in m.items() if not k.endswith("items")} for m in metrics if m.get("type") == "eval"]
     base = _baseline_tag(ledger, row)
     try:
-        diff = gitops.diff(ws.root, base, row["start_tag"]) if base and base != row["start_tag"] else ""
+        diff = gitops.diff(ws.root, base, row.start_tag) if base and row.start_tag and base != row.start_tag else ""
     except GitError:
         diff = (
-            f"(no diff: {row['start_tag']} or {base} is gone, e.g. removed by `autorl clean`; the ledger keeps "
+            f"(no diff: {row.start_tag} or {base} is gone, e.g. removed by `autorl clean`; the ledger keeps "
             "the trial's values: see `changed` above)"
         )
     return {
@@ -201,13 +237,13 @@ def show_trial(ws, ledger, number: int) -> dict[str, Any]:
         "refs_gone": _refs_gone(ws, row),
         "curve": {k: [s.get(k) for s in steps] for k in ("reward_mean", "kl", "grad_norm", "clip_ratio")},
         "evals": evals,
-        "log_tail": _tail(row.get("log_path"), 15),
+        "log_tail": _tail(row.log_path, 15),
     }
 
 
-def _baseline_tag(ledger, row: dict) -> str | None:
-    base = ledger.baselines(row["study_id"])
-    return base[0]["start_tag"] if base else None
+def _baseline_tag(ledger: Ledger, row: Trial) -> str | None:
+    base = ledger.baselines(row.study_id)
+    return base[0].start_tag if base else None
 
 
 def _tail(path: str | None, n: int) -> list[str]:
@@ -216,11 +252,11 @@ def _tail(path: str | None, n: int) -> list[str]:
     return Path(path).read_text(errors="replace").splitlines()[-n:]
 
 
-def _ref_names(t: dict) -> list[str]:
-    return [n for n in (t.get("branch"), t.get("start_tag"), t.get("end_tag")) if n]
+def _ref_names(t: Trial) -> list[str]:
+    return [n for n in (t.branch, t.start_tag, t.end_tag) if n]
 
 
-def _refs_gone(ws, row: dict) -> list[str]:
+def _refs_gone(ws: Workspace, row: Trial) -> list[str]:
     """The trial's branch and tags no longer in the repository (one listing of its refs; none when it cannot be
     read)."""
     try:
@@ -230,10 +266,10 @@ def _refs_gone(ws, row: dict) -> list[str]:
     return [n for n in _ref_names(row) if n not in existing]
 
 
-def _refs_line(t: dict, gone: list[str], sha: str) -> str:
+def _refs_line(t: Trial, gone: list[str], sha: str) -> str:
     """The trial's branch and tags, and which of them are no longer in the repository."""
     if not gone:
-        return f"refs: branch {t['branch']}, tags {t.get('start_tag')} {t.get('end_tag') or ''} ({sha})"
+        return f"refs: branch {t.branch}, tags {t.start_tag} {t.end_tag or ''} ({sha})"
     kept = [n for n in _ref_names(t) if n not in gone]
     return (
         f"refs: {', '.join(kept) or 'none left'} ({sha}); gone from the repository: {', '.join(gone)} "
@@ -242,25 +278,22 @@ def _refs_line(t: dict, gone: list[str], sha: str) -> str:
 
 
 def print_show(d: dict) -> None:
-    from rich.console import Console
-
     c, t = Console(), d["trial"]
     say = lambda text: c.print(text, markup=False, highlight=False)  # noqa: E731  (values may hold [brackets])
-    from rich.text import Text
-
+    delta = _delta(t.delta, t.ci_low, t.ci_high, t.kind)
     c.print(
         Text.assemble(
-            (t["attempt"], "bold"),
-            f"  {t['status']}  verdict {t.get('verdict') or '-'}  objective {_num(t.get('objective'))}  Δ {_delta(t)}",
+            (t.attempt, "bold"),
+            f"  {t.status}  verdict {t.verdict or '-'}  objective {_num(t.objective)}  Δ {delta}",
         ),
         highlight=False,
     )
-    say(f"proposer {_who(t)}; why: {t.get('why')}")
-    sha = (t.get("start_sha") or "")[:10]
+    say(f"proposer {_who(t.proposer, t.hypothesis, t.confirms)}; why: {t.why}")
+    sha = (t.start_sha or "")[:10]
     say(_refs_line(t, d.get("refs_gone") or [], sha))
-    say(f"changed: {dump_values(t.get('changed') or {}) or 'nothing (baseline)'}")
-    if t.get("reason"):
-        say(f"verdict: {t['reason']}")  # what the gain is against (the parent) and what confirmed it
+    say(f"changed: {dump_values(t.changed or {}) or 'nothing (baseline)'}")
+    if t.reason:
+        say(f"verdict: {t.reason}")  # what the gain is against (the parent) and what confirmed it
     for line in errors.lines(t):  # the test, each arm's assumed run noise, the calibrated false-positive rate
         say(line)
     for line in gate_lines(t):
@@ -274,29 +307,28 @@ def print_show(d: dict) -> None:
             say(f"{key:>12} {sparkline(vals)}  {vals[0]:.3g} → {vals[-1]:.3g}")
     for e in d["evals"][-3:]:
         say(f"eval @{e.get('step')}: {dump_values({k: v for k, v in e.items() if k.startswith('eval/')})}")
-    if t.get("crash_category"):
-        from autorl.judge.triage import shown
-
-        c.print(
-            Text.assemble((f"crash {t['crash_category']}", "red"), f": {shown(t.get('root_cause'))}"), highlight=False
-        )
-        say(f"remedy: {t.get('remedy')}")
+    if t.crash_category:
+        c.print(Text.assemble((f"crash {t.crash_category}", "red"), f": {triage.shown(t.root_cause)}"), highlight=False)
+        say(f"remedy: {t.remedy}")
     if d["log_tail"]:
         c.print("[bold]log tail[/]")
         say("\n".join(d["log_tail"]))
 
 
-def gate_lines(t: dict) -> list[str]:
+GATE_HEADS = {
+    Gate.OK: "hack gate: passed",
+    Gate.SUSPECT: "hack gate: SUSPECT (not promoted without --force)",
+    Gate.BLIND: "hack gate: blind (no held-out task metric)",
+}
+
+
+def gate_lines(t: Trial) -> list[str]:
     """The hack gate's answer for a trial and each check's evidence (none when the gate never ran)."""
-    if not t.get("gate"):
+    if not t.gate:
         return []
     mark = {True: "ok", False: "FAILED", None: "not measured"}
-    head = {
-        "ok": "hack gate: passed",
-        "suspect": "hack gate: SUSPECT (not promoted without --force)",
-        "blind": "hack gate: blind (no held-out task metric)",
-    }.get(t["gate"], f"hack gate: {t['gate']}")
-    return [head] + [f"  {c['name']}: {mark[c.get('ok')]}: {c.get('detail', '')}" for c in t.get("gate_checks") or []]
+    head = GATE_HEADS.get(t.gate, f"hack gate: {t.gate}")
+    return [head] + [f"  {c['name']}: {mark[c.get('ok')]}: {c.get('detail', '')}" for c in t.gate_checks or []]
 
 
 def sparkline(values: list[float], width: int = 40) -> str:
@@ -309,49 +341,44 @@ def sparkline(values: list[float], width: int = 40) -> str:
     return "".join(blocks[min(7, int((v - lo) / span * 7.999))] for v in values)
 
 
-def crash_groups(ledger) -> list[dict]:
+def crash_groups(ledger: Ledger) -> list[dict]:
     """Crashed trials grouped by signature, most frequent first."""
-    from autorl.judge.triage import shown
-
     rows = ledger.crashed()
     decided = crash_actions(ledger)
     groups: dict[str, dict] = {}
     for r in rows:
         g = groups.setdefault(
-            r.get("crash_signature") or "unknown",
+            r.crash_signature or "unknown",
             {
-                "signature": r.get("crash_signature"),
-                "category": r.get("crash_category"),
+                "signature": r.crash_signature,
+                "category": r.crash_category,
                 "count": 0,
-                "root_cause_line": shown(r.get("root_cause")),
-                "remedy": r.get("remedy"),
+                "root_cause_line": triage.shown(r.root_cause),
+                "remedy": r.remedy,
                 "attempts": [],
                 "actions": [],
             },
         )
         g["count"] += 1
-        g["attempts"].append(r["number"])
-        retries = ledger.trials(retry_of=r["number"])
-        g["actions"] += decided.get(r["id"], [])
-        g["actions"] += [f"retried as {x['attempt']} ({x.get('verdict') or x['status']})" for x in retries]
+        g["attempts"].append(r.number)
+        retries = ledger.trials(retry_of=r.number)
+        g["actions"] += decided.get(r.id, [])
+        g["actions"] += [f"retried as {x.attempt} ({x.verdict or x.status})" for x in retries]
     for g in groups.values():
         g["actions"].append("told Optuna FAIL" + ("; region avoided after repeats" if g["count"] > 1 else ""))
     return sorted(groups.values(), key=lambda g: -g["count"])
 
 
-def crash_actions(ledger) -> dict[int, list[str]]:
+def crash_actions(ledger: Ledger) -> dict[int, list[str]]:
     """Trial row id -> what the controller decided about its crash and why ('crash-action' events)."""
     out: dict[int, list[str]] = {}
     for e in reversed(ledger.events(None, limit=100_000)):
-        if e["kind"] == "crash-action" and e.get("trial_id") is not None:
-            out.setdefault(e["trial_id"], []).append(e["message"].split(": ", 1)[-1])
+        if e.kind == "crash-action" and e.trial_id is not None:
+            out.setdefault(e.trial_id, []).append(e.message.split(": ", 1)[-1])
     return out
 
 
 def print_crash_groups(groups: list[dict]) -> None:
-    from rich.console import Console
-    from rich.text import Text
-
     c = Console()
     if not groups:
         c.print("no crashes")
@@ -367,34 +394,28 @@ def print_crash_groups(groups: list[dict]) -> None:
         c.print(f"  remedy: {g['remedy']}\n  done: {'; '.join(g['actions'])}", markup=False, highlight=False)
 
 
-def trial_triage(ledger, number: int) -> dict[str, Any]:
+def trial_triage(ledger: Ledger, number: int) -> dict[str, Any]:
     """One trial's diagnosis with the log excerpt around its root cause."""
-    from autorl.judge import triage
-
     row = ledger.trial(number)
-    log = (
-        Path(row["log_path"]).read_text(errors="replace")
-        if row.get("log_path") and Path(row["log_path"]).exists()
-        else ""
-    )
-    if row.get("status") not in ("crash",) and not row.get("crash_category"):
+    log = Path(row.log_path).read_text(errors="replace") if row.log_path and Path(row.log_path).exists() else ""
+    if row.status != TrialStatus.CRASH and not row.crash_category:
         return {
-            "attempt": row["attempt"],
-            "status": row["status"],
-            "verdict": row.get("verdict"),
+            "attempt": row.attempt,
+            "status": row.status,
+            "verdict": row.verdict,
             "category": None,
             "message": "this trial did not crash",
-            "reason": row.get("reason"),
+            "reason": row.reason,
         }
     return {
-        "attempt": row["attempt"],
-        "status": row["status"],
-        "category": row.get("crash_category"),
-        "root_cause_line": triage.shown(row.get("root_cause")),
-        "remedy": row.get("remedy"),
-        "signature": row.get("crash_signature"),
-        "actions": crash_actions(ledger).get(row["id"], []),
-        "excerpt": triage.excerpt(log, row.get("root_cause") or "") if log else "",
+        "attempt": row.attempt,
+        "status": row.status,
+        "category": row.crash_category,
+        "root_cause_line": triage.shown(row.root_cause),
+        "remedy": row.remedy,
+        "signature": row.crash_signature,
+        "actions": crash_actions(ledger).get(row.id, []),
+        "excerpt": triage.excerpt(log, row.root_cause or "") if log else "",
     }
 
 
@@ -409,12 +430,10 @@ def format_trial_triage(d: dict) -> str:
     )
 
 
-def hypothesis_rows(ws, ledger) -> list[dict]:
+def hypothesis_rows(ws: Workspace, ledger: Ledger | None) -> list[dict]:
     """Seed 002's status table: id, title, priority, status, confidence, counts, and what the trials found:
     trials tried (by a move rule or a ranked proposal), candidates, confirmed, and the confirmed gain over the
     parent (the best, as the mean of the fresh-seed runs minus the parent's mean)."""
-    from autorl.search import hypotheses
-
     dirs = [hypotheses.SHIPPED_DIR] + [d for d in [ws.root / "hypotheses"] if d.is_dir()]
     trials = ledger.trials() if ledger else []
     found = ledger.hypothesis_counts() if ledger else {}
@@ -423,12 +442,15 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
     rows = []
     for h in hypotheses.load_library(dirs):
         st = hypotheses.status(h, trials, settings, objective)
-        gains = [
-            confirmed_gain(t, trials)
-            for t in trials
-            if t.get("hypothesis") == h.id and t.get("confirmation") == "confirmed"
+        found_gains = [
+            g
+            for g in (
+                confirmed_gain(t, trials)
+                for t in trials
+                if t.hypothesis == h.id and t.confirmation == Confirmation.CONFIRMED
+            )
+            if g is not None
         ]
-        gains = [g for g in gains if g is not None]
         rows.append(
             {
                 "id": h.id,
@@ -439,7 +461,7 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
                 "counts": st.counts,
                 "demoted": st.demoted,
                 "trials": found.get(h.id, dict.fromkeys(("tried", "moves", "candidates", "confirmed", "rejected"), 0)),
-                "confirmed_gain": max(gains) if gains else None,
+                "confirmed_gain": max(found_gains) if found_gains else None,
                 "detectable": st.detectable,
                 "note": st.note,
                 "symptoms": h.symptoms,
@@ -450,40 +472,33 @@ def hypothesis_rows(ws, ledger) -> list[dict]:
     return rows
 
 
-def _study_recipe(ledger):
+def _study_recipe(ledger: Ledger | None) -> Recipe | None:
     """The latest study's recipe (None: no study, or one that no longer validates: the defaults apply)."""
-    from autorl.errors import NotFoundError
-    from autorl.judge.gains import study_recipe
-
     try:
-        return study_recipe(ledger.study()) if ledger else None
+        return gains.study_recipe(ledger.study()) if ledger else None
     except NotFoundError:
         return None
 
 
-def confirmed_gain(candidate: dict, trials: list[dict]) -> float | None:
+def confirmed_gain(candidate: Trial, trials: list[Trial]) -> float | None:
     """The mean objective of a candidate's fresh-seed confirmation runs minus its parent's mean (the parent's
     own run and its confirmation runs; the study's baseline runs when the parent is the baseline)."""
-    fresh = _objectives(t for t in trials if t.get("confirms") == candidate["number"])
-    parent = candidate.get("parent")
+    fresh = _objectives(t for t in trials if t.confirms == candidate.number)
+    parent = candidate.parent
     if parent is None:
-        base = _objectives(
-            t for t in trials if t.get("proposer") == "baseline" and t.get("study_id") == candidate.get("study_id")
-        )
+        base = _objectives(t for t in trials if t.proposer == Proposer.BASELINE and t.study_id == candidate.study_id)
     else:
-        base = _objectives(t for t in trials if t["number"] == parent or t.get("confirms") == parent)
+        base = _objectives(t for t in trials if t.number == parent or t.confirms == parent)
     if not fresh or not base:
         return None
     return sum(fresh) / len(fresh) - sum(base) / len(base)
 
 
-def _objectives(rows) -> list[float]:
-    return [t["objective"] for t in rows if t.get("status") == "complete" and t.get("objective") is not None]
+def _objectives(rows: Iterable[Trial]) -> list[float]:
+    return [t.objective for t in rows if t.status == TrialStatus.COMPLETE and t.objective is not None]
 
 
 def print_hypotheses(rows: list[dict]) -> None:
-    from rich.table import Table
-
     c = _console()
     if c.width < WIDE:
         return _print_records(c, "hypotheses", [_hypothesis_record(r) for r in rows])
@@ -524,39 +539,34 @@ def _hypothesis_record(r: dict) -> tuple[str, str]:
     return head, r["title"] + (f" ({r['note']})" if r.get("note") else "")
 
 
-def diagnose_trial(ledger, number: int | None) -> dict[str, Any]:
+def diagnose_trial(ledger: Ledger, number: int | None) -> dict[str, Any]:
     """The diagnosis of one trial's metrics: trial ``number``, else the latest study's best confirmed recipe (what
     ``autorl promote`` would pick), else its baseline."""
-    from autorl.judge import diagnose
-
     row, which = (ledger.trial(number), "") if number is not None else _default_diagnosed(ledger)
-    metrics = ledger.metrics(row["id"])
+    metrics = ledger.metrics(row.id)
     steps = [m for m in metrics if m.get("type", "step") == "step"]
     evals = [m for m in metrics if m.get("type") == "eval"]
-    d = diagnose.diagnose(steps, evals, row.get("params") or {})
+    d = diagnose.diagnose(steps, evals, row.params or {})
     rules = diagnose.load_rules()
     row_rule = next((b for b in rules.bottlenecks if b.name == d.bottleneck), rules.default)
     return {
-        "attempt": row["attempt"],
-        "number": row["number"],
+        "attempt": row.attempt,
+        "number": row.number,
         "which": which,
         "bottleneck_description": row_rule.description,
         **d.model_dump(),
     }
 
 
-def _default_diagnosed(ledger) -> tuple[dict, str]:
-    from autorl.errors import NotFoundError
-    from autorl.judge import gains
-
+def _default_diagnosed(ledger: Ledger) -> tuple[Trial, str]:
     st = ledger.study()
     best = gains.ranked(gains.study_gains(ledger, st))
     if best:
         return ledger.trial(best[0].number), "the study's best confirmed recipe"
-    base = [t for t in ledger.baselines(st["id"]) if t.get("status") == "complete" and ledger.metrics(t["id"])]
+    base = [t for t in ledger.baselines(st.id) if t.status == TrialStatus.COMPLETE and ledger.metrics(t.id)]
     if not base:
         raise NotFoundError(
-            f"study {st['name']} has no finished baseline with metrics yet: name a trial "
+            f"study {st.name} has no finished baseline with metrics yet: name a trial "
             "(`autorl diagnose NN`) or run a study first"
         )
     return base[0], "the study's baseline: nothing is confirmed yet"
@@ -600,69 +610,78 @@ def _evidence(e: dict) -> str:
     )
 
 
-def status_rows(ledger, ws=None) -> dict[str, Any]:
+def status_rows(ledger: Ledger, ws: Workspace | None = None) -> dict[str, Any]:
     """Studies, running trials and full runs with their latest step and eval. With the workspace, a study marked
     running that no controller holds (killed, or stopped by a lost ledger or a full disk) shows as interrupted."""
     running, watchers = [], _Watchers(ledger, ws)
     for r in ledger.unfinished():
-        metrics = ledger.metrics(r["id"])
+        metrics = ledger.metrics(r.id)
         steps = [m for m in metrics if m.get("type", "step") == "step"]
         evals = [{k: v for k, v in m.items() if not k.endswith("items")} for m in metrics if m.get("type") == "eval"]
         running.append(
             {
-                "attempt": r["attempt"],
-                "kind": r["kind"],
-                "status": r["status"],
-                "pid": r.get("pid"),
+                "attempt": r.attempt,
+                "kind": r.kind,
+                "status": r.status,
+                "pid": r.pid,
                 "step": steps[-1].get("step") if steps else 0,
                 "last_eval": evals[-1] if evals else None,
-                "promoted_from": r.get("promoted_from"),
-                "job_id": r.get("job_id"),
-                "waiting": _waiting(r) if _ray_job_only(r) and not steps else None,
+                "promoted_from": r.promoted_from,
+                "job_id": r.job_id,
+                "waiting": _waiting(r) if _ray_job_only(r.job_id, r.pid) and not steps else None,
                 **watchers.liveness(r),
             }
         )
     studies = ledger.studies(limit=5)
     full = [
-        {k: r.get(k) for k in ("attempt", "status", "objective", "reason", "promoted_from", "end_tag")}
-        for r in ledger.trials(kind="full")
+        {
+            "attempt": r.attempt,
+            "status": r.status,
+            "objective": r.objective,
+            "reason": r.reason,
+            "promoted_from": r.promoted_from,
+            "end_tag": r.end_tag,
+        }
+        for r in ledger.trials(kind=Kind.FULL)
     ]
-    out = {"studies": [_study_status(s, ws) for s in studies], "running": running, "full_runs": full}
+    out: dict[str, Any] = {"studies": [_study_status(s, ws) for s in studies], "running": running, "full_runs": full}
     if ws is not None and (promoting := ws.promote_holder()) is not None:
         out["promote"] = promoting  # {pid, host, since, what}: a promote re-validating now
     return out
 
 
-def study_status(ledger, ws, name: str) -> dict[str, Any]:
+def study_status(ledger: Ledger, ws: Workspace, name: str) -> dict[str, Any]:
     """Study ``name``'s status row (``NotFoundError`` naming the studies there are when there is none)."""
     return _study_status(ledger.study(name), ws)
 
 
-def _study_status(s: dict, ws) -> dict[str, Any]:
-    row = {k: s[k] for k in ("name", "status", "strategy", "budget_s")}
-    if ws is not None and s["status"] == "running":
-        holder = ws.study_holder(s["name"])
+INTERRUPTED = "interrupted"  # how status shows a study marked running that no controller holds
+
+
+def _study_status(s: Study, ws: Workspace | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": s.name, "status": s.status, "strategy": s.strategy, "budget_s": s.budget_s}
+    if ws is not None and s.status == StudyStatus.RUNNING:
+        holder = ws.study_holder(s.name)
         row["controller_pid"] = (holder or {}).get("pid")
         if holder is None:
-            row["status"] = "interrupted (no controller runs it: `autorl run --resume --study NAME` goes on)".replace(
-                "NAME", s["name"]
-            )
+            row["status"] = f"{INTERRUPTED} (no controller runs it: `autorl run --resume --study {s.name}` goes on)"
     return row
+
+
+def headline_due(status_row: dict[str, Any]) -> bool:
+    """Whether a study's status row (``study_status``) is past running: a study's headline waits for its end."""
+    return not f"{status_row['status']}".startswith((StudyStatus.RUNNING, INTERRUPTED))
 
 
 LOG_TAIL_BYTES = 4096
 
 
-def _waiting(r: dict) -> str | None:
+def _waiting(r: Trial) -> str | None:
     """What a Ray job's trial still waits for on its cluster: its log's last line, when that is the controller's
     note that the job waits for resources other jobs hold (nothing came from the job since)."""
-    from pathlib import Path
-
-    from autorl.backends.ray_demand import WAITING
-
     prefix = f"autorl: {WAITING}"  # as RayJobHandle.waiting writes it
     try:
-        with Path(r.get("log_path") or "").open("rb") as fh:
+        with Path(r.log_path or "").open("rb") as fh:
             fh.seek(0, 2)
             fh.seek(max(0, fh.tell() - LOG_TAIL_BYTES))
             lines = fh.read().decode(errors="replace").strip().splitlines()
@@ -677,26 +696,27 @@ class _Watchers:
     monitor) or, for a trial that is a Ray job (no process on this machine), the controller that watches the job,
     which holds its study's lock."""
 
-    def __init__(self, ledger, ws) -> None:
-        self.ledger, self.ws, self.holders = ledger, ws, {}
+    def __init__(self, ledger: Ledger, ws: Workspace | None) -> None:
+        self.ledger, self.ws = ledger, ws
+        self.holders: dict[int, dict | None] = {}
 
-    def liveness(self, r: dict) -> dict[str, Any]:
-        if not _ray_job_only(r):
-            return {"alive": _alive(r.get("pid")), "watched_by": None}
-        holder = self._holder(r.get("study_id"))  # {} while held by a controller whose record cannot be read
+    def liveness(self, r: Trial) -> dict[str, Any]:
+        if not _ray_job_only(r.job_id, r.pid):
+            return {"alive": _alive(r.pid), "watched_by": None}
+        holder = self._holder(r.study_id)  # {} while held by a controller whose record cannot be read
         return {"alive": holder is not None, "watched_by": (holder or {}).get("pid")}
 
     def _holder(self, study_id: int | None) -> dict | None:
         if self.ws is None or study_id is None:
             return None
         if study_id not in self.holders:
-            self.holders[study_id] = self.ws.study_holder(self.ledger.study(study_id=study_id)["name"])
+            self.holders[study_id] = self.ws.study_holder(self.ledger.study(study_id=study_id).name)
         return self.holders[study_id]
 
 
-def _ray_job_only(r: dict) -> bool:
+def _ray_job_only(job_id: str | None, pid: int | None) -> bool:
     """A running row whose work is a Ray job with no process of its own on this machine."""
-    return bool(r.get("job_id")) and not r.get("pid")
+    return bool(job_id) and not pid
 
 
 def _running_line(r: dict) -> str:
@@ -707,7 +727,7 @@ def _running_line(r: dict) -> str:
         if k.startswith("eval/") and isinstance(v, (int, float))
     )
     head = f"running {r['attempt']} ({r['kind']}): step {r['step']}{f' {ev}' if ev else ''}"
-    if not _ray_job_only(r):
+    if not _ray_job_only(r["job_id"], r["pid"]):
         return f"{head} {'alive' if r['alive'] else 'NOT RUNNING'}"
     if r["alive"]:
         by = f"controller pid {r['watched_by']}" if r.get("watched_by") else "its study's controller"
@@ -720,8 +740,6 @@ def _running_line(r: dict) -> str:
 
 
 def _alive(pid: int | None) -> bool:
-    import os
-
     if not pid:
         return False
     try:
@@ -733,16 +751,12 @@ def _alive(pid: int | None) -> bool:
 
 def format_status(d: dict, width: int = 88) -> str:
     """The latest study's headline once it has stopped (``autorl.present.findings``), then what is running."""
-    from autorl.present import findings
-
     f = d.get("findings")
     lines = [f"study {s['name']}: {s['status']} ({s['strategy']})" for s in d["studies"][:1]]
     if f:
         lines += findings.headline(f, width) + [""]
     lines += [_running_line(r) for r in d["running"]]
     if d.get("promote"):
-        from autorl.locks import describe
-
         lines.append(f"{d['promote'].get('what') or 'promote'} ({describe(d['promote'])})")
     for x in [] if f else d["full_runs"]:
         lines.append(f"full run {x['attempt']} from {x['promoted_from']:02d}: {x['status']} {x.get('reason') or ''}")

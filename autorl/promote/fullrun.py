@@ -17,30 +17,33 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autorl.backends.base import TrialSpec, get_backend, planned_steps
+from autorl.backends.base import Backend, TrialSpec, get_backend, planned_steps
 from autorl.judge import verdict
 from autorl.judge.earlystop import drop_stop
 from autorl.ledger import Ledger
 from autorl.metrics import RunMetrics
 from autorl.promote.ckpt_evals import CheckpointEvals
-from autorl.recipe import load_recipe
+from autorl.recipe import Recipe, load_recipe
 from autorl.runs.lifecycle import Attempt, close_attempt, follow, launch, watch_run
-from autorl.runs.watch import Stop
+from autorl.runs.watch import Outcome, Stop, Watch
+from autorl.states import TrialStatus
 from autorl.workspace import Workspace
 
 OOD_KEY = "eval/ood/greedy_pass@1"
+Records = list[dict[str, Any]]
 
 
-def ood_drop_stop(evals: list[dict], key: str = OOD_KEY) -> Stop | None:
+def ood_drop_stop(evals: Records, key: str = OOD_KEY) -> Stop | None:
     """Stop when ``key`` dropped beyond its noise below its best, with patience (autorl.judge.earlystop)."""
     d = drop_stop(evals, key)
-    return Stop("early-stopped", d.reason) if d is not None else None
+    return Stop(TrialStatus.EARLY_STOPPED, d.reason) if d is not None else None
 
 
-def best_eval(evals: list[dict], metric: str, maximize: bool = True) -> tuple[int | None, float | None]:
+def best_eval(evals: Records, metric: str, maximize: bool = True) -> tuple[int | None, float | None]:
     """(step, value) of the best eval of ``metric``."""
     pts = [(e.get("step"), e[metric]) for e in evals if isinstance(e.get(metric), (int, float))]
     if not pts:
@@ -51,16 +54,15 @@ def best_eval(evals: list[dict], metric: str, maximize: bool = True) -> tuple[in
 def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
     """Run full run ``number`` (opened by promote) to its end, with the OOD early stop; record and close it."""
     row = ledger.trial(number)
-    study = ledger.study(study_id=row["study_id"])
-    a = Attempt(
-        number, row["attempt"], ws.worktrees / row["attempt"], ws.runs / row["attempt"], row["start_sha"], row["id"]
-    )
-    recipe = load_recipe(a.worktree / study["recipe_path"])
+    study = ledger.study(study_id=row.study_id)
+    a = Attempt.of(ws, row)
+    assert study.recipe_path is not None  # every study is made with its recipe's path
+    recipe = load_recipe(a.worktree / study.recipe_path)
     spec = TrialSpec(attempt=a.name, recipe=recipe, worktree=a.worktree, run_dir=a.run_dir, cache_dir=ws.cache)
     backend = get_backend(recipe.backend)
     evals = checkpoint_evals(backend, spec)
 
-    def on_records(records: list[dict], m: RunMetrics) -> Stop | None:
+    def on_records(records: Records, m: RunMetrics) -> Stop | None:
         ledger.add_metrics(a.row_id, records)
         return ood_drop_stop(m.evals) if any(r.get("type") == "eval" for r in records) else None
 
@@ -73,7 +75,7 @@ def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
         if evals is not None:  # the checkpoints' evals reach the OOD stop as the run's own records do
             watch.external = lambda: _feed(watch, evals.poll(), on_records)
         out = follow(watch)
-        if evals is not None and out.status == "complete":
+        if evals is not None and out.status == TrialStatus.COMPLETE:
             _drain(evals, out, lambda records: ledger.add_metrics(a.row_id, records))
     finally:
         if evals is not None:
@@ -82,7 +84,7 @@ def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
     return _record(ws, ledger, a, recipe, out)
 
 
-def checkpoint_evals(backend, spec: TrialSpec) -> CheckpointEvals | None:
+def checkpoint_evals(backend: Backend, spec: TrialSpec) -> CheckpointEvals | None:
     """The evaluator of the checkpoints the run saves as it trains (``autorl.promote.ckpt_evals``); None when the
     backend saves none or evaluates the run itself."""
     pattern, plan = backend.checkpoint_glob(spec), backend.eval_plan(spec)
@@ -91,14 +93,14 @@ def checkpoint_evals(backend, spec: TrialSpec) -> CheckpointEvals | None:
     return CheckpointEvals(pattern, plan, planned_steps(spec.recipe), Path(spec.run_dir) / "ckpt-evals")
 
 
-def _feed(watch, records: list[dict], on_records) -> Stop | None:
+def _feed(watch: Watch, records: Records, on_records: Callable[[Records, RunMetrics], Stop | None]) -> Stop | None:
     if not records:
         return None
     watch.metrics.extend(records)
     return on_records(records, watch.metrics)
 
 
-def _drain(evals: CheckpointEvals, out, add, limit_s: float = 1800.0) -> None:
+def _drain(evals: CheckpointEvals, out: Outcome, add: Callable[[Records], None], limit_s: float = 1800.0) -> None:
     """Evaluate the checkpoints left when the run ended (its final model has had its own eval)."""
     deadline = time.time() + limit_s
     while evals.busy(run_ended=True) and time.time() < deadline:
@@ -110,40 +112,42 @@ def _drain(evals: CheckpointEvals, out, add, limit_s: float = 1800.0) -> None:
     out.metrics.evals.sort(key=lambda e: e.get("step") or 0)  # by step again, for the flags that read a trend
 
 
-def _record(ws, ledger, a: Attempt, recipe, out) -> dict[str, Any]:
+def _record(ws: Workspace, ledger: Ledger, a: Attempt, recipe: Recipe, out: Outcome) -> dict[str, Any]:
     m = out.metrics
     step, value = best_eval(m.evals, recipe.objective.metric, recipe.objective.direction == "maximize")
-    ok = out.status in ("complete", "early-stopped")
+    ended = (TrialStatus.COMPLETE, TrialStatus.EARLY_STOPPED)
+    status = out.status if out.status in ended else TrialStatus.CRASH
     flags = [
         f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe), abort=recipe.abort)
     ]
+    finished = time.time()
     result = {
-        "status": out.status if ok else "crash",
+        "status": status,
         "reason": out.reason,
         "objective": value,
         "exit_code": out.exit_code,
-        "finished": time.time(),
+        "finished": finished,
         "duration_s": out.wall_s,
         "flags": flags,
         "best_checkpoint": _checkpoint(m, step, value, recipe.objective.metric),
     }
     best = f"best {recipe.objective.metric} {value:.4f} at step {step}" if value is not None else "no eval"
     reason = best + (f"; {out.reason}" if out.reason else "")
-    message = f"{a.name}: full run {result['status']}, {best}\n\n{out.reason}"
-    row = {
-        "status": result["status"],
+    message = f"{a.name}: full run {status}, {best}\n\n{out.reason}"
+    values = {
+        "status": status,
         "objective": value,
         "reason": reason,
         "exit_code": out.exit_code,
-        "finished": result["finished"],
+        "finished": finished,
         "duration_s": out.wall_s,
         "flags": flags,
     }
-    close_attempt(ws, ledger, a, row, result, message, event="full-run-end")
+    close_attempt(ws, ledger, a, values, result, message, event="full-run-end")
     return result
 
 
-def _checkpoint(m: RunMetrics, step, value, metric: str) -> dict[str, Any]:
+def _checkpoint(m: RunMetrics, step: int | None, value: float | None, metric: str) -> dict[str, Any]:
     """The best eval, with the path of its saved weights: the ones the backend kept for that step, else the checkpoint
     that eval read (``autorl.evaluate`` names it in its record: a full run's saved model), when it is still there."""
     saved = (m.summary or {}).get("best_checkpoint") or {}
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ws = Workspace.open(args.root, args.ledger)
     result = run_full(ws, Ledger(ws.ledger_path), args.number)
     print(json.dumps(result, default=str), flush=True)
-    return 0 if result["status"] != "crash" else 1
+    return 0 if result["status"] != TrialStatus.CRASH else 1
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,14 @@ from autorl.backends.base import get_backend
 from autorl.errors import AutorlError, NotFoundError, UserError
 from autorl.judge import gains, hackgate, verdict
 from autorl.judge.evidence import objective_value, runs_of
+from autorl.ledger import Ledger, Trial
 from autorl.recipe import Recipe, load_recipe, set_train_values
 from autorl.runs.lifecycle import DetachedRun, open_attempt, run_detached
+from autorl.runs.watch import Outcome
+from autorl.states import Confirmation, Gate, Kind, Proposer, TrialStatus, Verdict
+from autorl.workspace import Workspace
+
+Say = Callable[[str], None]
 
 
 class PromotionRefused(AutorlError):
@@ -49,7 +56,7 @@ class SuspectRefused(UserError):
     """The hack gate failed for the trial (exit 2, one line naming the check; --force overrides)."""
 
 
-def pick_best(ledger, study: str | None = None, force: bool = False) -> tuple[dict, str]:
+def pick_best(ledger: Ledger, study: str | None = None, force: bool = False) -> tuple[Trial, str]:
     """The best confirmed recipe of the study (default: the latest) by its gain over the baseline
     (``autorl.judge.gains``), and why it was picked; with ``force`` and nothing confirmed, the unconfirmed
     candidate with the highest lower bound over its parent."""
@@ -58,48 +65,48 @@ def pick_best(ledger, study: str | None = None, force: bool = False) -> tuple[di
     if best:
         row = ledger.trial(best[0].number)
         return row, (
-            f"{row['attempt']} has the largest gain over the baseline of the study's {len(best)} confirmed "
+            f"{row.attempt} has the largest gain over the baseline of the study's {len(best)} confirmed "
             f"recipes: {best[0].interval()}, {best[0].describe()}"
         )
-    pool, kind = ledger.trials(st["id"], confirmation="confirmed", kind="trial"), "confirmed"
+    pool, kind = ledger.trials(st.id, confirmation=Confirmation.CONFIRMED, kind=Kind.TRIAL), "confirmed"
     if not pool and force:
-        pool, kind = ledger.trials(st["id"], verdict="improved", kind="trial"), "improved (unconfirmed, --force)"
+        pool, kind = ledger.trials(st.id, verdict=Verdict.IMPROVED, kind=Kind.TRIAL), "improved (unconfirmed, --force)"
     if not pool:
-        open_ = ledger.trials(st["id"], confirmation="candidate", kind="trial")
+        open_ = ledger.trials(st.id, confirmation=Confirmation.CANDIDATE, kind=Kind.TRIAL)
         if open_:  # a study whose budget ended before their fresh-seed runs: resuming it runs those first
             raise NotFoundError(
                 f"no confirmed improvement ({len(open_)} candidates await confirmation): "
-                f"`autorl run --resume --study {st['name']}` runs their fresh-seed runs first, "
+                f"`autorl run --resume --study {st.name}` runs their fresh-seed runs first, "
                 "or pick one with `autorl promote NN --force`"
             )
         raise NotFoundError(
-            f"no confirmed improvement in study {st['name']}: nothing to promote"
-            f"{_elsewhere(ledger, st['name'])} (or pick a trial with `autorl promote NN --force`)"
+            f"no confirmed improvement in study {st.name}: nothing to promote"
+            f"{_elsewhere(ledger, st.name)} (or pick a trial with `autorl promote NN --force`)"
         )
-    row = max(pool, key=lambda t: (t.get("ci_low") or 0.0, t.get("objective") or 0.0))
+    row = max(pool, key=lambda t: (t.ci_low or 0.0, t.objective or 0.0))
     return row, (
-        f"{row['attempt']} has the highest lower bound of the gain over its parent among {len(pool)} {kind} "
-        f"trials: {row['delta']:+.4f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
+        f"{row.attempt} has the highest lower bound of the gain over its parent among {len(pool)} {kind} "
+        f"trials: {row.delta:+.4f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}]"
     )
 
 
-def _elsewhere(ledger, name: str) -> str:
+def _elsewhere(ledger: Ledger, name: str) -> str:
     """The other studies of the ledger that have a confirmed improvement, as a hint ('' when none has)."""
     others = [
-        s["name"]
+        s.name
         for s in ledger.studies(limit=50)
-        if s["name"] != name and ledger.trials(s["id"], confirmation="confirmed", kind="trial")
+        if s.name != name and ledger.trials(s.id, confirmation=Confirmation.CONFIRMED, kind=Kind.TRIAL)
     ]
     return f"; study {others[0]} has one: `autorl promote --study {others[0]}`" if others else ""
 
 
-def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
+def trial_recipe(ws: Workspace, ledger: Ledger, row: Trial) -> tuple[Recipe, str, str]:
     """The recipe a trial ran (from its start commit), its text and path in the repo."""
-    study = ledger.study(study_id=row["study_id"])
-    rel = study["recipe_path"]
-    text = gitops.show_file(ws.root, row["start_tag"], rel)
+    rel = ledger.study(study_id=row.study_id).recipe_path
+    assert rel is not None and row.start_tag is not None  # a study is made with its recipe, a trial with its tag
+    text = gitops.show_file(ws.root, row.start_tag, rel)
     if text is None:
-        raise NotFoundError(f"{row['start_tag']} has no {rel}: the trial's refs were removed")
+        raise NotFoundError(f"{row.start_tag} has no {rel}: the trial's refs were removed")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / Path(rel).name
         path.write_text(text)
@@ -107,27 +114,33 @@ def trial_recipe(ws, ledger, row: dict) -> tuple[Recipe, str, str]:
 
 
 def revalidate(
-    ws, ledger, row: dict, repeats: int, view=print, parallel: int = 1, say=lambda _what: None
-) -> tuple[verdict.Verdict, hackgate.GateResult | None]:
+    ws: Workspace,
+    ledger: Ledger,
+    row: Trial,
+    repeats: int,
+    view: Say = print,
+    parallel: int = 1,
+    say: Say = lambda _what: None,
+) -> tuple[verdict.Judgement, hackgate.GateResult | None]:
     """Re-run the trial and the baseline with ``repeats`` fresh seeds each, up to ``parallel`` runs at once (a trial's
     run beside the baseline's of the same seed); the paired verdict, and the hack gate on those runs (None when the
     recipe turns it off). Each run's end is shown, put in the ledger as an event and ``say``-d (the promote lock's
     note, which `autorl status` reads)."""
-    base_row = ledger.baselines(row["study_id"])[0]
+    base_row = ledger.baselines(row.study_id)[0]
     trial, _, _ = trial_recipe(ws, ledger, row)
     base, _, _ = trial_recipe(ws, ledger, base_row)
     runs = [
-        DetachedRun(recipe, rev, f"revalidate-{row['number']:02d}-{side}-s{s}", s)
+        DetachedRun(recipe, rev, f"revalidate-{row.number:02d}-{side}-s{s}", s)
         for s in (10_000 + 7 * i for i in range(repeats))
-        for side, recipe, rev in (("trial", trial, row["start_tag"]), ("base", base, base_row["start_tag"]))
+        for side, recipe, rev in (("trial", trial, _start_tag(row)), ("base", base, _start_tag(base_row)))
     ]
     ended: list[str] = []
 
-    def on_end(run: DetachedRun, out) -> None:
+    def on_end(run: DetachedRun, out: Outcome) -> None:
         ended.append(_ended(run, out))
         view(ended[-1])
-        ledger.event(row["study_id"], row["id"], "revalidation-run", ended[-1].strip())
-        say(f"promote of {row['attempt']}: re-validating, {len(ended)} of {len(runs)} runs ended")
+        ledger.event(row.study_id, row.id, "revalidation-run", ended[-1].strip())
+        say(f"promote of {row.attempt}: re-validating, {len(ended)} of {len(runs)} runs ended")
 
     outs = run_detached(ws, runs, parallel, on_end=on_end)
     t_runs, b_runs = [o.metrics for o in outs[0::2]], [o.metrics for o in outs[1::2]]
@@ -135,14 +148,19 @@ def revalidate(
     if fresh is None or parent is None:
         side = "the trial's" if fresh is None else "the baseline's"
         raise PromotionRefused(
-            f"{row['attempt']}: none of {side} re-validation runs logged {trial.objective.metric}, "
+            f"{row.attempt}: none of {side} re-validation runs logged {trial.objective.metric}, "
             "so there is nothing to compare: read their logs under runs/"
         )
     gate = hackgate.check(t_runs, b_runs, trial) if trial.gate.enabled else None
     return verdict.judge(fresh, parent, trial.verdict, trial.objective.direction), gate
 
 
-def _ended(run: DetachedRun, out) -> str:
+def _start_tag(row: Trial) -> str:
+    assert row.start_tag is not None  # every attempt is tagged where it starts
+    return row.start_tag
+
+
+def _ended(run: DetachedRun, out: Outcome) -> str:
     value = objective_value(out.metrics, run.recipe)
     return f"  {run.name}: {out.status}" + (f", objective {value:.4f}" if value is not None else ", no objective")
 
@@ -154,8 +172,8 @@ def full_values(recipe: Recipe, steps: int | None, episodes: int | None) -> dict
 
 
 def promote(
-    ws,
-    ledger,
+    ws: Workspace,
+    ledger: Ledger,
     number: int | None,
     *,
     steps: int | None = None,
@@ -164,23 +182,23 @@ def promote(
     parallel: int = 1,
     dry_run: bool = False,
     force: bool = False,
-    view=print,
+    view: Say = print,
     study: str | None = None,
 ) -> dict[str, Any]:
     """Re-validate trial NN (or the best of ``study``, default the latest), then commit and launch its full run
     detached."""
     row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger, study, force)
-    if row.get("kind") != "trial" or row.get("status") != "complete":
-        raise UserError(f"{row['attempt']} did not complete as a trial ({row['status']}): promote a completed trial")
+    if row.kind != Kind.TRIAL or row.status != TrialStatus.COMPLETE:
+        raise UserError(f"{row.attempt} did not complete as a trial ({row.status}): promote a completed trial")
     refuse_suspect(ledger, row, _recorded_gate(row), force, "at confirmation")
-    view(f"promoting {row['attempt']}: {why}")
+    view(f"promoting {row.attempt}: {why}")
     recipe, text, rel = trial_recipe(ws, ledger, row)
     check_promotable(recipe, row)
     values = full_values(recipe, steps, episodes)
     full = recipe.with_train(**values)
     if dry_run:
-        return {"attempt": row["attempt"], "why": why, "full_values": values, "train": full.train}
-    lock = ws.lock_promote(f"promote of {row['attempt']}: re-validating, {2 * repeats} runs, {parallel} at once")
+        return {"attempt": row.attempt, "why": why, "full_values": values, "train": full.train}
+    lock = ws.lock_promote(f"promote of {row.attempt}: re-validating, {2 * repeats} runs, {parallel} at once")
     try:
         check, gate = revalidate(ws, ledger, row, repeats, view, parallel, say=lock.say)
         view(
@@ -190,10 +208,10 @@ def promote(
         if gate is not None:
             view(f"re-validation {gate.line()}")
         refuse_suspect(ledger, row, gate, force, "on the re-validation runs")
-        if check.verdict != "improved" and not force:
-            ledger.event(row["study_id"], row["id"], "promote-refused", check.explanation)
+        if check.verdict != Verdict.IMPROVED and not force:
+            ledger.event(row.study_id, row.id, "promote-refused", check.explanation)
             raise PromotionRefused(
-                f"{row['attempt']} no longer beats the baseline ({check.explanation}); use --force to promote anyway"
+                f"{row.attempt} no longer beats the baseline ({check.explanation}); use --force to promote anyway"
             )
         return _launch_full(ws, ledger, row, text, rel, values, why, check, force, evidence(_recorded_gate(row), gate))
     finally:
@@ -202,66 +220,77 @@ def promote(
 
 def evidence(recorded: hackgate.GateResult | None, fresh: hackgate.GateResult | None) -> hackgate.GateResult | None:
     """The gate a full run records: a suspect one first (what --force overrode), else the re-validation's."""
-    suspect = [g for g in (recorded, fresh) if g is not None and g.state == "suspect"]
+    suspect = [g for g in (recorded, fresh) if g is not None and g.state == Gate.SUSPECT]
     return suspect[0] if suspect else fresh or recorded
 
 
-def _recorded_gate(row: dict) -> hackgate.GateResult | None:
+def _recorded_gate(row: Trial) -> hackgate.GateResult | None:
     """The hack gate the trial's confirmation recorded in the ledger (None: it never ran)."""
-    if not row.get("gate"):
+    if not row.gate:
         return None
-    return hackgate.GateResult(state=row["gate"], checks=row.get("gate_checks") or [])
+    return hackgate.GateResult.model_validate({"state": row.gate, "checks": row.gate_checks or []})
 
 
-def refuse_suspect(ledger, row: dict, gate: hackgate.GateResult | None, force: bool, when: str) -> None:
+def refuse_suspect(ledger: Ledger, row: Trial, gate: hackgate.GateResult | None, force: bool, when: str) -> None:
     """Refuse a trial the hack gate failed, in one line naming the check (exit 2), unless ``force``; forced, the
     ledger records it."""
-    if gate is None or gate.state != "suspect":
+    if gate is None or gate.state != Gate.SUSPECT:
         return
     failed = gate.failed
     name, detail = (failed.name, failed.detail) if failed else ("unknown", "no check recorded")
     if force:
-        ledger.event(row["study_id"], row["id"], "promote-forced-suspect", f"hack gate {when}: {name}: {detail}")
+        ledger.event(row.study_id, row.id, "promote-forced-suspect", f"hack gate {when}: {name}: {detail}")
         return
-    ledger.event(row["study_id"], row["id"], "promote-refused", f"hack gate {when}: {name}: {detail}")
+    ledger.event(row.study_id, row.id, "promote-refused", f"hack gate {when}: {name}: {detail}")
     raise SuspectRefused(
-        f"{row['attempt']} is suspect: hack gate check '{name}' failed {when} ({detail}); "
-        f"promote it anyway with `autorl promote {row['number']} --force`"
+        f"{row.attempt} is suspect: hack gate check '{name}' failed {when} ({detail}); "
+        f"promote it anyway with `autorl promote {row.number} --force`"
     )
 
 
-def check_promotable(recipe: Recipe, row: dict) -> None:
+def check_promotable(recipe: Recipe, row: Trial) -> None:
     """Re-validation compares per-item eval results, so the objective must be an ``eval/<split>/<metric>`` key."""
     parts = recipe.objective.metric.split("/")
     if len(parts) != 3 or parts[0] != "eval":
         raise UserError(
-            f"{row['attempt']}'s objective {recipe.objective.metric!r} is not an eval/<split>/<metric> "
+            f"{row.attempt}'s objective {recipe.objective.metric!r} is not an eval/<split>/<metric> "
             "key, so re-validation has no per-item eval to compare: set objective.metric to one "
             "(e.g. eval/id/greedy_pass@1) for the study"
         )
 
 
-def _launch_full(ws, ledger, row, text, rel, values, why, check, force, gate=None) -> dict[str, Any]:
-    forced = " (forced: re-validation did not confirm)" if force and check.verdict != "improved" else ""
-    if gate is not None and gate.state == "suspect":
+def _launch_full(
+    ws: Workspace,
+    ledger: Ledger,
+    row: Trial,
+    text: str,
+    rel: str,
+    values: dict[str, Any],
+    why: str,
+    check: verdict.Judgement,
+    force: bool,
+    gate: hackgate.GateResult | None = None,
+) -> dict[str, Any]:
+    forced = " (forced: re-validation did not confirm)" if force and check.verdict != Verdict.IMPROVED else ""
+    if gate is not None and gate.state == Gate.SUSPECT:
         forced += f" (forced: {gate.line()})"
     message = (
-        f"full run promoted from {row['attempt']}{forced}\n\n{why}\nre-validation: {check.explanation}\n"
+        f"full run promoted from {row.attempt}{forced}\n\n{why}\nre-validation: {check.explanation}\n"
         + (f"{gate.line()}\n" if gate is not None else "")
         + "".join(f"- {k}: {v!r}\n" for k, v in values.items())
     )
     a = open_attempt(
         ws,
         ledger,
-        rev=row["start_tag"],
-        slug=f"full-{row['attempt'].split('-', 2)[-1]}",
+        rev=_start_tag(row),
+        slug=f"full-{row.attempt.split('-', 2)[-1]}",
         files={rel: set_train_values(text, values)},
         message=message,
-        study_id=row["study_id"],
-        proposer="promote",
-        hypothesis=row.get("hypothesis"),
-        kind="full",
-        promoted_from=row["number"],
+        study_id=row.study_id,
+        proposer=Proposer.PROMOTE,
+        hypothesis=row.hypothesis,
+        kind=Kind.FULL,
+        promoted_from=row.number,
         why=f"{why}; re-validation {check.verdict} {check.delta:+.4f}{forced}",
         changed=values,
         delta=check.delta,
@@ -276,7 +305,7 @@ def _launch_full(ws, ledger, row, text, rel, values, why, check, force, gate=Non
     return {
         "attempt": a.name,
         "number": a.number,
-        "promoted_from": row["number"],
+        "promoted_from": row.number,
         "monitor_pid": pid,
         "revalidation": check.model_dump(),
         "forced": bool(forced),
@@ -284,7 +313,7 @@ def _launch_full(ws, ledger, row, text, rel, values, why, check, force, gate=Non
     }
 
 
-def _spawn(ws, number: int) -> int:
+def _spawn(ws: Workspace, number: int) -> int:
     """Start the detached monitor of full run ``number`` (survives the user logging out)."""
     log = ws.runs / f"fullrun-{number:02d}.monitor.log"
     log.parent.mkdir(parents=True, exist_ok=True)

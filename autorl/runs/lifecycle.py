@@ -30,9 +30,12 @@ from autorl import gitops
 from autorl.backends.base import Backend, LaunchPlan, RunHandle, TrialSpec, get_backend
 from autorl.backends.forked import ForkedProcess
 from autorl.errors import UserError
+from autorl.ledger import Ledger, Trial
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe
+from autorl.runs.slots import Slots
 from autorl.runs.watch import Outcome, Stop, Watch
+from autorl.workspace import Workspace
 
 RESULTS_DIR = "results"
 RESEARCH_LOG = "research_log.md"
@@ -49,23 +52,29 @@ class Attempt:
     start_sha: str
     row_id: int
 
+    @classmethod
+    def of(cls, ws: Workspace, row: Trial) -> Attempt:
+        """The attempt ``row`` records (one opened by ``open_attempt``, perhaps in another process)."""
+        assert row.start_sha is not None  # an attempt's row is added with its start commit
+        return cls(row.number, row.attempt, ws.worktrees / row.attempt, ws.runs / row.attempt, row.start_sha, row.id)
+
 
 # ---- 1. open -----------------------------------------------------------------------------------------------
 def open_attempt(
-    ws,
-    ledger,
+    ws: Workspace,
+    ledger: Ledger,
     *,
     rev: str,
     slug: str,
     files: dict[str, str],
     message: str,
     changed_files: Callable[[Path], list[str]] | None = None,
-    **row: Any,
+    **columns: Any,
 ) -> Attempt:
     """Branch ``attempt-NN-slug`` at ``rev`` in a new worktree, ``files`` written, committed, tagged, ledgered.
 
     The commit message is ``attempt-NN-slug: <message>``. ``changed_files(worktree)`` may change the worktree
-    further (apply a patch) and return the paths it touched.
+    further (apply a patch) and return the paths it touched; ``columns`` are the ledger row's other columns.
     """
     with ledger.file.exclusive("number an attempt"):  # studies sharing the workspace and ledger number one at a time
         number = gitops.free_attempt_number(
@@ -89,7 +98,7 @@ def open_attempt(
             started=time.time(),
             log_path=str(run_dir / "train.log"),
             metrics_path=str(run_dir / "metrics.jsonl"),
-            **row,
+            **columns,
         )
     return Attempt(number, name, wt, run_dir, sha, row_id)
 
@@ -100,7 +109,7 @@ def launch(
     spec: TrialSpec,
     start: Callable[[LaunchPlan], RunHandle] | None = None,
     assign: Callable[[LaunchPlan], LaunchPlan] | None = None,
-) -> RunHandle:
+) -> TrainThenEval:
     """Preflight, plan and start one run (then its per-item eval); raises UserError when it cannot start.
 
     ``assign`` gives the plan its slot's resources and ``start`` starts it elsewhere (a Ray job); by default the
@@ -121,6 +130,7 @@ class TrainThenEval:
 
     def __init__(self, train: RunHandle, evaluation: LaunchPlan | None):
         self.current, self._next = train, evaluation
+        self._pending: list[dict[str, Any]] = []  # the training run's last records, read when it exited
 
     @property
     def pid(self) -> int | None:
@@ -139,13 +149,13 @@ class TrainThenEval:
         return code
 
     def metrics(self) -> list[dict[str, Any]]:
-        early, self._pending = getattr(self, "_pending", []), []
+        early, self._pending = self._pending, []
         return early + self.current.metrics()
 
     def last_activity(self) -> float:
         return self.current.last_activity()
 
-    def waiting(self):
+    def waiting(self) -> Any:
         return self.current.waiting()
 
     def cancel(self, grace_s: float = 5.0) -> None:
@@ -159,7 +169,7 @@ def watch_run(
     *,
     deadline: float | None = None,
     timeout_s: float | None = None,
-    on_records: Callable[[list[dict], RunMetrics], Stop | None] | None = None,
+    on_records: Callable[[list[dict[str, Any]], RunMetrics], Stop | None] | None = None,
     external: Callable[[], Stop | None] | None = None,
 ) -> Watch:
     """A Watch over one run with the recipe's limits: its ``timeout_s`` and its silence watchdog."""
@@ -191,7 +201,7 @@ class DetachedRun:
 
 
 def run_detached(
-    ws,
+    ws: Workspace,
     runs: list[DetachedRun],
     parallel: int = 1,
     on_end: Callable[[DetachedRun, Outcome], None] = lambda run, out: None,
@@ -199,8 +209,6 @@ def run_detached(
     """Runs in throwaway detached worktrees (no branch, no ledger row), up to ``parallel`` at once, on one backend
     prepared as a study's is (its local Ray head, shared compile caches, evaluator): a run starts only while the
     GPUs it occupies are free (``Slots``). The outcomes, in the order of ``runs``."""
-    from autorl.runs.slots import Slots
-
     backend = get_backend(runs[0].recipe.backend)
     backend.prepare(runs[0].recipe, ws.cache, ws.runs / "prepare")
     slots = Slots(parallel, None)
@@ -211,9 +219,19 @@ def run_detached(
         slots.close()
 
 
-def _pool(ws, backend: Backend, slots, runs: list[DetachedRun], on_end) -> list[Outcome]:
-    outcomes: list[Outcome | None] = [None] * len(runs)
-    waiting, active = list(range(len(runs))), {}  # slot -> (index, Watch, worktree)
+Active = dict[int, tuple[int, Watch, Path]]  # slot -> (index of the run, its Watch, its worktree)
+
+
+def _pool(
+    ws: Workspace,
+    backend: Backend,
+    slots: Slots,
+    runs: list[DetachedRun],
+    on_end: Callable[[DetachedRun, Outcome], None],
+) -> list[Outcome]:
+    outcomes: dict[int, Outcome] = {}
+    waiting = list(range(len(runs)))
+    active: Active = {}
     try:
         while waiting or active:
             for slot, (i, w, _wt) in list(active.items()):
@@ -231,10 +249,10 @@ def _pool(ws, backend: Backend, slots, runs: list[DetachedRun], on_end) -> list[
         for slot, (_i, w, _wt) in list(active.items()):  # interrupted: nothing left running
             w.handle.cancel()
             _end_detached(ws, slots, slot, active)
-    return outcomes
+    return [outcomes[i] for i in range(len(runs))]
 
 
-def _start_detached(ws, backend: Backend, slots, slot: int, run: DetachedRun) -> tuple[Watch, Path]:
+def _start_detached(ws: Workspace, backend: Backend, slots: Slots, slot: int, run: DetachedRun) -> tuple[Watch, Path]:
     wt = ws.worktrees / run.name
     gitops.remove_worktree(ws.root, wt)
     gitops.add_detached_worktree(ws.root, wt, run.rev)
@@ -254,7 +272,7 @@ def _start_detached(ws, backend: Backend, slots, slot: int, run: DetachedRun) ->
     return watch_run(handle, run.recipe), wt
 
 
-def _end_detached(ws, slots, slot: int, active: dict) -> None:
+def _end_detached(ws: Workspace, slots: Slots, slot: int, active: Active) -> None:
     _i, _w, wt = active.pop(slot)
     slots.release(slot)
     gitops.remove_worktree(ws.root, wt)
@@ -262,16 +280,17 @@ def _end_detached(ws, slots, slot: int, active: dict) -> None:
 
 # ---- 5. close ----------------------------------------------------------------------------------------------
 def close_attempt(
-    ws,
-    ledger,
+    ws: Workspace,
+    ledger: Ledger,
     a: Attempt,
-    row: dict[str, Any],
+    values: dict[str, Any],
     summary: dict[str, Any],
     message: str,
     log_entry: str = "",
     event: str = "trial-end",
 ) -> str:
-    """Commit the results (and a research-log entry), tag the end, update the ledger row, remove the worktree."""
+    """Commit the results (and a research-log entry), tag the end, set ``values`` on the ledger row, remove the
+    worktree."""
     results = a.worktree / RESULTS_DIR / f"{a.name}.json"
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
@@ -282,7 +301,7 @@ def close_attempt(
         paths.append(RESEARCH_LOG)
     sha = gitops.commit(a.worktree, message, paths)
     gitops.tag(ws.root, gitops.end_tag(a.number), sha)
-    ledger.update_trial(a.row_id, event=event, **row, end_tag=gitops.end_tag(a.number), end_sha=sha, pid=None)
+    ledger.update_trial(a.row_id, event=event, **values, end_tag=gitops.end_tag(a.number), end_sha=sha, pid=None)
     gitops.remove_worktree(ws.root, a.worktree)
     return sha
 

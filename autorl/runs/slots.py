@@ -11,10 +11,14 @@ the default dashboard address of a running cluster.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
-from autorl.backends.base import LaunchPlan, gpu_count
-from autorl.backends.ray_jobs import PrivateHead, resolve_address, submit
+from autorl.backends.base import Backend, LaunchPlan, RunHandle, gpu_count
+from autorl.backends.ray_jobs import PrivateHead, client, resolve_address, submit
+from autorl.backends.readers import make_reader
 from autorl.metrics import JsonlTail
+from autorl.recipe import Recipe
 
 
 class Slots:
@@ -43,13 +47,13 @@ class Slots:
     def release(self, slot: int) -> None:
         self.held.pop(slot, None)
 
-    def assign(self, plan: LaunchPlan, slot: int, recipe, on_ray: bool = False) -> LaunchPlan:
+    def assign(self, plan: LaunchPlan, slot: int, recipe: Recipe, on_ray: bool = False) -> LaunchPlan:
         """The plan with this slot's CPUs/GPU (local) or resources (Ray). A backend that submits Ray jobs itself
         (``on_ray``) is never pinned: Ray gives its actors their GPUs, and a job whose visible devices disagree
         with Ray's assignment dies in Ray's accelerator mapping (an IndexError seen on a 2-GPU host). Nor does its
         driver take the trial's GPUs on a cluster: its actors ask for their own, and a driver holding
         ``gpus_per_trial`` of a node's GPU left them none there (every trial of a two-node study hung)."""
-        update: dict = {}
+        update: dict[str, Any] = {}
         if self._requested and not on_ray:
             update["resources"] = {
                 "entrypoint_num_cpus": recipe.cpus_per_trial,
@@ -61,7 +65,7 @@ class Slots:
                 update["env"] = {**plan.env, "CUDA_VISIBLE_DEVICES": str(slot % self.gpus)}
         return plan.model_copy(update=update) if update else plan
 
-    def start(self, backend, plan: LaunchPlan):
+    def start(self, backend: Backend, plan: LaunchPlan) -> RunHandle:
         """Start on the backend itself, or as a Ray job when a Ray address was given."""
         if not self._requested or backend.runs_on_ray:
             return backend.start(plan)
@@ -80,9 +84,10 @@ class Slots:
 
     def _ensure_address(self) -> str:
         """The cluster's address; the study's private head is started on first use and again if it died."""
-        if resolve_address(self._requested) is None:
-            self.address = self._head.address(num_cpus=max(self.n, len(os.sched_getaffinity(0))))
-        return self.address
+        address = resolve_address(self._requested)
+        if address is None:
+            self.address = address = self._head.address(num_cpus=max(self.n, len(os.sched_getaffinity(0))))
+        return self.address or address
 
     def close(self) -> None:
         self._head.close()
@@ -96,19 +101,15 @@ def _split(cpus: list[int], n: int) -> list[list[int]]:
     return [cpus[i * size : (i + 1) * size] for i in range(n)]
 
 
-def _reader(plan: LaunchPlan):
+def _reader(plan: LaunchPlan) -> Callable[[], list[dict[str, Any]]]:
     if plan.metrics_format == "jsonl" and not plan.metric_map:
         return JsonlTail(plan.metrics_path).poll
-    from autorl.backends.readers import make_reader
-
     return make_reader(plan.metrics_format, plan.metrics_path, plan.metric_map)
 
 
 def stop_job(address: str, job_id: str) -> None:
     """Stop a Ray job left running by a killed controller (best effort)."""
     try:
-        from autorl.backends.ray_jobs import client
-
         client(address).stop_job(job_id)
     except Exception:  # the cluster may be gone with the controller: nothing left to stop
         pass

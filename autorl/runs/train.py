@@ -8,11 +8,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.progress import Progress, TaskID
+
 from autorl import gitops
-from autorl.backends.base import LaunchPlan, TrialSpec, get_backend, planned_steps
+from autorl.backends.base import Backend, LaunchPlan, TrialSpec, get_backend, planned_steps
+from autorl.backends.ray_jobs import resolve_address
 from autorl.errors import UserError, WorkspaceError, short
 from autorl.metrics import RunMetrics
-from autorl.recipe import Overrides, load_recipe
+from autorl.recipe import Overrides, Recipe, load_recipe
 from autorl.runs.lifecycle import TrainThenEval, follow, watch_run
 from autorl.runs.watch import Outcome
 from autorl.workspace import RUN_DIR
@@ -80,10 +83,8 @@ def _metrics_target(path: Path, dry_run: bool) -> Path:
     return target
 
 
-def single_backend(recipe, ray_address: str | None):
+def single_backend(recipe: Recipe, ray_address: str | None) -> Backend:
     """The recipe's backend, sent to ``ray_address`` (resolved: ``local``, ``auto``, ``host:port``)."""
-    from autorl.backends.ray_jobs import resolve_address
-
     backend = get_backend(recipe.backend, ray_address=resolve_address(ray_address))
     if ray_address and not backend.runs_on_ray:
         raise UserError(
@@ -94,7 +95,7 @@ def single_backend(recipe, ray_address: str | None):
     return backend
 
 
-def _dry_plan(backend, spec: TrialSpec) -> LaunchPlan:
+def _dry_plan(backend: Backend, spec: TrialSpec) -> LaunchPlan:
     """The plan as it would be, made in a scratch folder (a backend's plan writes its config files there)."""
     with tempfile.TemporaryDirectory(prefix="autorl-dry-") as tmp:
         plan = backend.plan(spec.model_copy(update={"run_dir": Path(tmp)}))
@@ -135,10 +136,10 @@ def run_single(spec: TrialSpec, plan: LaunchPlan, quiet: bool = False) -> dict[s
     return _result(plan, out, recipe)
 
 
-def _result(plan: LaunchPlan, out: Outcome, recipe) -> dict[str, Any]:
+def _result(plan: LaunchPlan, out: Outcome, recipe: Recipe) -> dict[str, Any]:
     final = out.metrics.evals[-1] if out.metrics.evals else {}
     evals = {k: v for k, v in final.items() if k.startswith("eval/") and not k.endswith("items")}
-    res = {
+    res: dict[str, Any] = {
         "status": out.status,
         "exit_code": out.exit_code,
         "steps": len(out.metrics.steps),
@@ -157,10 +158,9 @@ class _Progress:
 
     def __init__(self, total: int, quiet: bool):
         self.total, self.quiet, self._last = total, quiet, 0.0
-        self.rich = None
+        self.rich: Progress | None = None
+        self.task: TaskID | None = None
         if not quiet and sys.stdout.isatty():
-            from rich.progress import Progress
-
             self.rich = Progress()
             self.task = self.rich.add_task("training", total=total or None)
             self.rich.start()
@@ -169,7 +169,7 @@ class _Progress:
         step = m.steps[-1] if m.steps else {}
         ev = m.evals[-1] if m.evals else {}
         desc = f"reward {step.get('reward_mean', 0):.3f} id {ev.get('eval/id/greedy_pass@1', float('nan')):.3f}"
-        if self.rich is not None:
+        if self.rich is not None and self.task is not None:
             self.rich.update(self.task, completed=step.get("step", 0), description=desc)
         elif not self.quiet and (time.time() - self._last > 2 or step.get("step") == self.total):
             self._last = time.time()

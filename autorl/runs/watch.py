@@ -12,20 +12,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from autorl.backends.base import RunHandle
 from autorl.metrics import RunMetrics
+from autorl.states import TrialStatus
 
 
 @dataclass
 class Outcome:
     """How a run ended."""
 
-    status: str  # complete | crash | pruned | timeout | hang | budget-cut | interrupted | config-error
+    status: TrialStatus  # complete, crash, pruned, timeout, hang, budget-cut, interrupted, config-error, early-stopped
     exit_code: int | None
     reason: str = ""
     metrics: RunMetrics = field(default_factory=RunMetrics)
-    abort: dict | None = None
+    abort: dict[str, Any] | None = None
     wall_s: float = 0.0
 
 
@@ -33,9 +35,9 @@ class Outcome:
 class Stop:
     """A request to stop the run, with the status to record."""
 
-    status: str
+    status: TrialStatus
     reason: str
-    details: dict | None = None
+    details: dict[str, Any] | None = None
 
 
 class Watch:
@@ -48,7 +50,7 @@ class Watch:
         timeout_s: float,
         deadline: float | None,
         silence_s: float,
-        on_records: Callable[[list[dict], RunMetrics], Stop | None],
+        on_records: Callable[[list[dict[str, Any]], RunMetrics], Stop | None],
         external: Callable[[], Stop | None],
     ):
         self.handle, self.timeout_s, self.deadline, self.silence_s = handle, timeout_s, deadline, silence_s
@@ -79,7 +81,7 @@ class Watch:
         self.metrics.extend(late)
         if late:
             self.on_records(late, self.metrics)
-        status = "complete" if code == 0 else "crash"
+        status = TrialStatus.COMPLETE if code == 0 else TrialStatus.CRASH
         return Outcome(
             status, code, "" if code == 0 else f"exit code {code}", self.metrics, wall_s=time.time() - self.start
         )
@@ -87,10 +89,10 @@ class Watch:
     def _limits(self) -> Stop | None:
         now = time.time()
         if self.deadline is not None and now >= self.deadline:
-            return Stop("budget-cut", "the study's budget ran out during this trial")
+            return Stop(TrialStatus.BUDGET_CUT, "the study's budget ran out during this trial")
         if now - self.start - self.waited_s >= self.timeout_s:
             waited = f" (not counting {self.waited_s:.0f} s waiting for the cluster)" if self.waited_s else ""
-            return Stop("timeout", f"ran past its {self.timeout_s:.0f} s timeout{waited}")
+            return Stop(TrialStatus.TIMEOUT, f"ran past its {self.timeout_s:.0f} s timeout{waited}")
         if now - max(self.handle.last_activity(), self._excused) >= self.silence_s:
             return self._silent(now)
         return None
@@ -101,9 +103,9 @@ class Watch:
         busy cluster's queue is not the trial's slowness), or that no node could ever hold."""
         waiting = self.handle.waiting()
         if waiting is None:
-            return Stop("hang", f"no output or metrics for {self.silence_s:.0f} s (watchdog)")
+            return Stop(TrialStatus.HANG, f"no output or metrics for {self.silence_s:.0f} s (watchdog)")
         if not waiting.feasible:
-            return Stop("config-error", waiting.line)
+            return Stop(TrialStatus.CONFIG_ERROR, waiting.line)
         self.waited_s += now - max(self.handle.last_activity(), self._excused, self.start)
         self._excused = now
         return None

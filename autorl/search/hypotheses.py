@@ -78,7 +78,9 @@ from autorl.data import shipped
 from autorl.errors import UserError, validation_line
 from autorl.judge import gains
 from autorl.judge.diagnose import Diagnosis, bottleneck_names, bottleneck_symptoms, symptom_names
-from autorl.recipe import SearchParam, VerdictSettings, params_model
+from autorl.ledger import Trial
+from autorl.recipe import Objective, SearchParam, VerdictSettings, params_model
+from autorl.states import Confirmation, TrialStatus, Verdict
 
 SHIPPED_DIR = shipped("hypotheses")
 """The library shipped with autorl (one .md per hypothesis)."""
@@ -86,7 +88,7 @@ SHIPPED_DIR = shipped("hypotheses")
 DEMOTE_AFTER = 2
 """A hypothesis tried this many times without an improvement is demoted."""
 
-SCORE = {
+SCORE: dict[str, Any] = {
     "symptom": 10.0,  # per fired symptom it names that points to the diagnosed bottleneck
     "side_symptom": 5.0,  # per fired symptom it names that points elsewhere (often a consequence)
     "bottleneck": 4.0,  # when it names the diagnosed bottleneck
@@ -97,7 +99,7 @@ SCORE = {
 """Ranking weights: symptom match dominates priority; history overrides both."""
 
 PRIORITY_ORDER = {"high": 0, "medium": 1, "low": 2}
-VERDICTS = ("improved", "regressed", "flat", "crash", "pruned")
+VERDICTS = tuple(Verdict)  # improved, regressed, flat, crash, pruned
 
 
 class HypothesisError(UserError):
@@ -266,7 +268,7 @@ def load_hypothesis(path: Path) -> Hypothesis:
     if h.id != path.stem:
         raise HypothesisError(f"{path}: field 'id' is {h.id!r} but the file is {path.name}: make them match")
     _check_patch(h, path)
-    for backend in h.backends or list(BACKENDS):
+    for backend in [*h.backends] if h.backends else list(BACKENDS):
         check_keys(h, backend, path)
     return h
 
@@ -295,7 +297,7 @@ def _unknown_field(loc: tuple) -> str:
 
 def _check_patch(h: Hypothesis, path: Path) -> None:
     p = h.patch_path()
-    if p is None:
+    if p is None or h.patch is None:
         return
     folder = h.root()
     if Path(h.patch).is_absolute() or not Path(os.path.realpath(p)).is_relative_to(folder):
@@ -348,7 +350,7 @@ def _check_search(model: type[BaseModel], backend: str, key: str, spec: Hypothes
         return
     if model.model_fields[key].annotation is int and not spec.int:
         raise HypothesisError(f"{loc}: {key} is an integer: add int: true")
-    if spec.low is not None:
+    if spec.low is not None and spec.high is not None:
         for bound in (spec.low, spec.high):
             _check_value(model, backend, key, int(bound) if spec.int else bound, loc)
 
@@ -395,8 +397,9 @@ def _clip(key: str, space: SearchParam, limit: SearchParam | None) -> SearchPara
     if space.choices is not None:
         kept = [c for c in space.choices if limit.choices is None or c in limit.choices]
         return space.model_copy(update={"choices": kept or space.choices})
-    if limit.low is None:
+    if limit.low is None or limit.high is None:
         return _within_choices(space, limit.choices) if limit.choices else space
+    assert space.low is not None and space.high is not None  # a range without choices has both bounds
     low, high = max(space.low, limit.low), min(space.high, limit.high)
     if low > high:
         low = high = limit.high if space.low > limit.high else limit.low
@@ -406,9 +409,11 @@ def _clip(key: str, space: SearchParam, limit: SearchParam | None) -> SearchPara
 def _within_choices(space: SearchParam, choices: list) -> SearchParam:
     """A numeric range under a recipe that searches the key as choices: the choices inside the range (the
     nearest one when none is), so a relative range never leaves the user's list (gens x 4 past the largest)."""
-    inside = [c for c in choices if space.low <= c <= space.high]
+    low, high = space.low, space.high
+    assert low is not None and high is not None  # a range without choices has both bounds
+    inside = [c for c in choices if low <= c <= high]
     if not inside:
-        inside = [min(choices, key=lambda c: min(abs(c - space.low), abs(c - space.high)))]
+        inside = [min(choices, key=lambda c: min(abs(c - low), abs(c - high)))]
     return SearchParam(choices=inside)
 
 
@@ -455,6 +460,7 @@ def _middle(p: SearchParam, value: Any) -> Any:
     if p.choices is not None:
         others = [c for c in p.choices if c != value] or p.choices
         return others[(len(others) - 1) // 2]
+    assert p.low is not None and p.high is not None  # a range without choices has both bounds
     v = (p.low * p.high) ** 0.5 if p.log else (p.low + p.high) / 2
     return int(round(v)) if p.int else v
 
@@ -462,6 +468,7 @@ def _middle(p: SearchParam, value: Any) -> Any:
 def _nearest(p: SearchParam, value: Any) -> Any:
     if p.choices is not None:
         return value if value in p.choices else p.choices[0]
+    assert p.low is not None and p.high is not None  # a range without choices has both bounds
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         value = p.low
     v = min(max(float(value), p.low), p.high)
@@ -478,37 +485,42 @@ def study_name(h: Hypothesis, incumbent: dict, prefix: str = "autorl") -> str:
 # ---------------------------------------------------------------- status
 
 
-def counted_verdict(t: dict) -> str | None:
+def counted_verdict(t: Trial) -> Verdict | None:
     """A trial's verdict as a hypothesis counts it: an improvement only once confirmed (a candidate is still
     open, a rejected one is flat, and so is a suspect one: the hack gate found its gain not matched by the task);
     ledgers from before confirmation existed keep their verdict."""
-    v, state = t.get("verdict"), t.get("confirmation")
-    if v != "improved" or state in (None, "confirmed"):
+    v, state = t.verdict, t.confirmation
+    if v != Verdict.IMPROVED or state in (None, Confirmation.CONFIRMED):
         return v
-    return "flat" if state in ("rejected", "suspect") else None
+    return Verdict.FLAT if state in (Confirmation.REJECTED, Confirmation.SUSPECT) else None
 
 
-def _counts(h: Hypothesis, trials: list[dict], sees: Callable[[dict], bool]) -> dict[str, int]:
-    mine = [t for t in trials if t.get("hypothesis") == h.id and not t.get("confirms")]
-    counts = {v: sum(counted_verdict(t) == v for t in mine) for v in VERDICTS}
-    counts["running"] = sum(counted_verdict(t) not in VERDICTS for t in mine)
+def _counts(h: Hypothesis, trials: list[Trial], sees: Callable[[Trial], bool]) -> dict[str, int]:
+    mine = [t for t in trials if t.hypothesis == h.id and not t.confirms]
+    counts: dict[str, int] = {v: sum(counted_verdict(t) == v for t in mine) for v in VERDICTS}
+    counts[TrialStatus.RUNNING] = sum(counted_verdict(t) not in VERDICTS for t in mine)
     counts["tried"] = sum(counts[v] for v in VERDICTS)
-    counts["sensitive_flat"] = sum(t.get("verdict") == "flat" and sees(t) for t in mine)
+    counts["sensitive_flat"] = sum(t.verdict == Verdict.FLAT and sees(t) for t in mine)
     return counts
 
 
 STATUS_RULES: list[tuple[str, str, Callable[[dict[str, int]], bool]]] = [
-    ("pending", "low", lambda c: c["tried"] == 0 and c["running"] == 0),
+    ("pending", "low", lambda c: c["tried"] == 0 and c[TrialStatus.RUNNING] == 0),
     ("testing", "low", lambda c: c["tried"] == 0),
-    ("validated", "high", lambda c: c["improved"] >= 2 and c["regressed"] == 0),
-    ("validated", "medium", lambda c: c["improved"] >= 1 and c["improved"] > c["regressed"]),
-    ("inconclusive", "medium", lambda c: c["improved"] >= 1),
-    ("invalidated", "high", lambda c: c["regressed"] >= DEMOTE_AFTER and c["regressed"] + c["flat"] >= 3),
-    ("invalidated", "medium", lambda c: c["regressed"] + c["sensitive_flat"] >= DEMOTE_AFTER),
-    ("testing", "low", lambda c: c["running"] > 0),
+    ("validated", "high", lambda c: c[Verdict.IMPROVED] >= 2 and c[Verdict.REGRESSED] == 0),
+    ("validated", "medium", lambda c: c[Verdict.IMPROVED] >= 1 and c[Verdict.IMPROVED] > c[Verdict.REGRESSED]),
+    ("inconclusive", "medium", lambda c: c[Verdict.IMPROVED] >= 1),
+    (
+        "invalidated",
+        "high",
+        lambda c: c[Verdict.REGRESSED] >= DEMOTE_AFTER and c[Verdict.REGRESSED] + c[Verdict.FLAT] >= 3,
+    ),
+    ("invalidated", "medium", lambda c: c[Verdict.REGRESSED] + c["sensitive_flat"] >= DEMOTE_AFTER),
+    ("testing", "low", lambda c: c[TrialStatus.RUNNING] > 0),
     ("inconclusive", "low", lambda c: True),
 ]
-"""First matching row decides (status, confidence) from the verdict counts.
+"""First matching row decides (status, confidence) from the verdict counts (keyed by verdict, plus ``running``:
+trials not judged yet, ``tried`` and ``sensitive_flat``).
 
 A regressed trial is evidence against the idea; a flat one only when its test could have seen a gain worth having
 (``sensitive_flat``: its interval detects ``verdict.meaningful_effect`` 4 times in 5, ``autorl.judge.gains``). Two
@@ -520,7 +532,7 @@ log it as crash and move on".
 
 
 def status(
-    h: Hypothesis, trials: list[dict], settings: VerdictSettings | None = None, objective: Any | None = None
+    h: Hypothesis, trials: list[Trial], settings: VerdictSettings | None = None, objective: Objective | None = None
 ) -> HypothesisStatus:
     """The standing of ``h`` from the trials whose ``hypothesis`` is ``h.id``, judged with the study's verdict
     ``settings`` (the recipe's ``verdict:`` block; its defaults when None). With the study's ``objective``, a flat
@@ -530,51 +542,59 @@ def status(
     seen = {
         id(t): gains.sensitivity(t, objective, s.level, s.min_effect)
         for t in trials
-        if t.get("hypothesis") == h.id and t.get("verdict") == "flat"
+        if t.hypothesis == h.id and t.verdict == Verdict.FLAT
     }
     c = _counts(
         h, trials, lambda t: ((seen[id(t)].seen if id(t) in seen else None) or math.inf) <= s.meaningful_effect
     )  # a test that could see no possible gain is no evidence against it
     state, confidence = next((st, conf) for st, conf, rule in STATUS_RULES if rule(c))
-    demoted = c["improved"] == 0 and c["tried"] >= DEMOTE_AFTER
     detectable = min((v.seen for v in seen.values() if v.seen is not None), default=None)
-    note = ""
-    if state == "inconclusive" and c["flat"] and c["improved"] == 0:
-        blind = any(v.blind for v in seen.values())
-        could = (
-            f"a gain of +{detectable:.3f} or more"
-            if detectable is not None
-            else f"no gain {objective.metric} allows over the parent"
-            if blind
-            else "no gain it could state"
-        )
-        note = (
-            f"{c['flat']} flat trial(s) could detect {could}, not the {s.meaningful_effect:g} worth finding "
-            "(verdict.meaningful_effect)"
-        )
     return HypothesisStatus(
         status=state,
         confidence=confidence,
         counts=c,
-        demoted=demoted,
+        demoted=c[Verdict.IMPROVED] == 0 and c["tried"] >= DEMOTE_AFTER,
         exploit=state == "validated" and not _stale(h, trials),
         detectable=detectable,
-        note=note,
+        note=_note(c, list(seen.values()), detectable, objective, s) if state == "inconclusive" else "",
     )
 
 
-def _stale(h: Hypothesis, trials: list[dict]) -> bool:
+def _note(
+    c: dict[str, int],
+    seen: list[gains.Sensitivity],
+    detectable: float | None,
+    objective: Objective | None,
+    s: VerdictSettings,
+) -> str:
+    """Why an inconclusive hypothesis whose trials are flat, none improved, is not invalidated: what they could
+    detect ("" when some trial improved or none is flat)."""
+    if not c[Verdict.FLAT] or c[Verdict.IMPROVED] != 0:
+        return ""
+    if detectable is not None:
+        could = f"a gain of +{detectable:.3f} or more"
+    elif objective is not None and any(v.blind for v in seen):  # blind needs the objective's range
+        could = f"no gain {objective.metric} allows over the parent"
+    else:
+        could = "no gain it could state"
+    return (
+        f"{c[Verdict.FLAT]} flat trial(s) could detect {could}, not the {s.meaningful_effect:g} worth finding "
+        "(verdict.meaningful_effect)"
+    )
+
+
+def _stale(h: Hypothesis, trials: list[Trial]) -> bool:
     """The latest DEMOTE_AFTER finished trials of h all failed to improve."""
-    done = [t.get("verdict") for t in trials if t.get("hypothesis") == h.id and t.get("verdict") in VERDICTS]
+    done = [t.verdict for t in trials if t.hypothesis == h.id and t.verdict in VERDICTS]
     recent = done[-DEMOTE_AFTER:]
-    return len(recent) == DEMOTE_AFTER and "improved" not in recent
+    return len(recent) == DEMOTE_AFTER and Verdict.IMPROVED not in recent
 
 
 # ---------------------------------------------------------------- ranking
 
 
 def rank(
-    hyps: list[Hypothesis], diagnosis: Diagnosis | None, trials: list[dict], backend: str, advisory: bool = False
+    hyps: list[Hypothesis], diagnosis: Diagnosis | None, trials: list[Trial], backend: str, advisory: bool = False
 ) -> list[Ranked]:
     """Hypotheses for ``backend``, best first.
 
@@ -598,7 +618,7 @@ def _score(h: Hypothesis, diagnosis: Diagnosis | None, st: HypothesisStatus) -> 
     fired = diagnosis.names() if diagnosis else set()
     core = bottleneck_symptoms(diagnosis.bottleneck) if diagnosis else set()
     matched = [s for s in h.symptoms if s in fired]
-    on_bottleneck = bool(diagnosis) and diagnosis.bottleneck in h.symptoms
+    on_bottleneck = diagnosis is not None and diagnosis.bottleneck in h.symptoms
     score = sum(SCORE["symptom"] if s in core else SCORE["side_symptom"] for s in matched)
     score += SCORE["bottleneck"] * on_bottleneck + SCORE["priority"][h.priority]
     score += SCORE["exploit"] * st.exploit + SCORE["demoted"] * st.demoted
@@ -609,11 +629,11 @@ def _why(
     h: Hypothesis, matched: list[str], on_bottleneck: bool, diagnosis: Diagnosis | None, st: HypothesisStatus
 ) -> str:
     parts = [f"matches {', '.join(matched)}" if matched else "no symptom match"]
-    if on_bottleneck:
+    if on_bottleneck and diagnosis is not None:
         parts.append(f"bottleneck {diagnosis.bottleneck}")
     parts.append(f"priority {h.priority}")
     c = st.counts
-    history = f"{st.status}" + (f" ({c['improved']} improved of {c['tried']} tried)" if c["tried"] else "")
+    history = f"{st.status}" + (f" ({c[Verdict.IMPROVED]} improved of {c['tried']} tried)" if c["tried"] else "")
     if st.exploit:
         history += ", exploit"
     elif st.demoted:
@@ -630,5 +650,6 @@ def describe_space(space: dict[str, SearchParam]) -> str:
 def _fmt_param(p: SearchParam) -> str:
     if p.choices is not None:
         return "{" + ",".join(str(c) for c in p.choices) + "}"
+    assert p.low is not None and p.high is not None  # a range without choices has both bounds
     bounds = f"[{int(p.low)}, {int(p.high)}]" if p.int else f"[{p.low:.3g}, {p.high:.3g}]"
     return bounds + (" log" if p.log else "")

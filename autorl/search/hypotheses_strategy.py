@@ -16,15 +16,19 @@ from typing import Any
 
 from autorl.judge import diagnose
 from autorl.judge.evidence import incumbent_row
+from autorl.ledger import Trial
 from autorl.metrics import RunMetrics
 from autorl.recipe import dump_values
 from autorl.search import hypotheses, moves
+from autorl.search.hypotheses import Hypothesis
 from autorl.search.proposal import Proposal, changed
 from autorl.search.strategies import OptunaStrategy
 from autorl.search.view import StudyView
+from autorl.states import Proposer, TrialStatus, Verdict
+from autorl.workspace import Workspace
 
 
-def library_for(ws, backend: str) -> list:
+def library_for(ws: Workspace, backend: str) -> list[Hypothesis]:
     """The shipped library plus the workspace's ``hypotheses/`` (validated, patches checked), for ``backend``."""
     dirs = [hypotheses.SHIPPED_DIR] + [d for d in [ws.root / "hypotheses"] if d.is_dir()]
     return [h for h in hypotheses.load_library(dirs) if h.backends is None or backend in h.backends]
@@ -36,7 +40,7 @@ class HypothesisStrategy:
     def __init__(self, view: StudyView):
         self.s = view
         self.library = library_for(view.ws, view.base.backend)
-        self._noted: set[tuple[str, int]] = set()
+        self._noted: set[tuple[str, int | None]] = set()
         self._passed: set[str] = set()  # hypotheses logged as not applicable here
         self.last_diagnosis: diagnose.Diagnosis | None = None
         self.fallback = OptunaStrategy(view)
@@ -68,7 +72,7 @@ class HypothesisStrategy:
         why = f"tests {h.id} ({h.title}); {reason}; diagnosis: {diag.summary() if diag else 'none yet'}"
         parent = incumbent_row(trials, self.s.base.objective.direction)
         return Proposal(
-            "hypothesis",
+            Proposer.HYPOTHESIS,
             values,
             why,
             f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
@@ -76,10 +80,12 @@ class HypothesisStrategy:
             optuna_study=search.name,
             optuna_number=number,
             patch=_patch_path(h),
-            parent=parent["number"] if parent else None,
+            parent=parent.number if parent else None,
         )
 
-    def _pick(self, trials: list[dict], diag) -> tuple[Any, dict[str, Any], str, bool] | None:
+    def _pick(
+        self, trials: list[Trial], diag: diagnose.Diagnosis | None
+    ) -> tuple[Hypothesis, dict[str, Any], str, bool] | None:
         """(hypothesis, values its ranges resolve against, why, exploit?) for the next trial, or None."""
         inert = self.inert(trials)
         follow = continuation(trials, self.library, inert)
@@ -98,7 +104,7 @@ class HypothesisStrategy:
             return self._exploited(h, inc), inc, reason + "; TPE around the incumbent", True
         return h, inc, reason, False
 
-    def _applies(self, h, inc: dict[str, Any]) -> bool:
+    def _applies(self, h: Hypothesis, inc: dict[str, Any]) -> bool:
         """``hypotheses.can_change`` at the working point; a hypothesis that cannot is logged once and passed over."""
         try:
             if hypotheses.can_change(h, inc, self.s.base.search):
@@ -115,23 +121,23 @@ class HypothesisStrategy:
             )
         return False
 
-    def _exploited(self, h, inc: dict[str, Any]):
+    def _exploited(self, h: Hypothesis, inc: dict[str, Any]) -> Hypothesis:
         """``h`` with its relative ranges re-centred on the incumbent (moves.yaml's exploit ratio)."""
         return h.model_copy(update={"search": moves.recentre(h.search, inc, self.table.exploit.ratio)})
 
     # ---- direction-aware moves (autorl/data/rules/moves.yaml) ----------------------------------------
-    def _move(self, trials: list[dict]) -> Proposal | None:
+    def _move(self, trials: list[Trial]) -> Proposal | None:
         """Step the knobs the diagnosis points at (or keep the last helpful step's direction), from the chain's
         last good trial, else from the incumbent."""
         inc, links = self._chain(trials)
         start = (
             moves.chain_start(links)
             or inc
-            or next((t for t in trials if t.get("proposer") == "baseline" and t.get("status") == "complete"), None)
+            or next((t for t in trials if t.proposer == Proposer.BASELINE and t.status == TrialStatus.COMPLETE), None)
         )
         if start is None:
             return None
-        point = {**self.s.base.train, **(start.get("params") or {})}
+        point = {**self.s.base.train, **(start.params or {})}
         diag = self._diagnose_row(start, point)
         if diag is None:
             return None
@@ -142,7 +148,7 @@ class HypothesisStrategy:
         if found is None:
             return None
         values, applied = found
-        why = f"move {moves.describe(applied, point, values)}, from {start['attempt']} (diagnosis: {diag.summary()})"
+        why = f"move {moves.describe(applied, point, values)}, from {start.attempt} (diagnosis: {diag.summary()})"
         slug = "move-" + dump_values({m.key: values[m.key] for m in applied})
         return Proposal(
             moves.PROPOSER,
@@ -150,24 +156,24 @@ class HypothesisStrategy:
             why,
             slug,
             hypothesis=applied[0].hypothesis,
-            parent=inc["number"] if inc else None,
+            parent=inc.number if inc else None,
         )
 
-    def _chain(self, trials: list[dict]) -> tuple[dict | None, list[dict]]:
+    def _chain(self, trials: list[Trial]) -> tuple[Trial | None, list[Trial]]:
         """The incumbent row (None: the baseline) and the move trials taken from it."""
         inc = incumbent_row(trials, self.s.base.objective.direction)
-        return inc, moves.chain(trials, since=inc["number"] if inc else None)
+        return inc, moves.chain(trials, since=inc.number if inc else None)
 
-    def _move_rows(self, links: list[dict], diag: diagnose.Diagnosis) -> list[moves.Move]:
+    def _move_rows(self, links: list[Trial], diag: diagnose.Diagnosis) -> list[moves.Move]:
         """The rows the diagnosis fires, else the last helpful step's rows (momentum)."""
         ids = {h.id for h in self.library}
-        origin = self._params_of(links[0].get("parent")) if links else {}
+        origin = self._params_of(links[0].parent) if links else {}
         taken = moves.steps_taken(links, origin) if links else {}
         rows = moves.applicable(self.table, diag.names(), diagnose.bottleneck_symptoms(diag.bottleneck), ids, taken)
         return rows or moves.momentum(self.table, links, origin, ids, taken)
 
-    def _diagnose_row(self, row: dict, params: dict[str, Any]) -> diagnose.Diagnosis | None:
-        m = RunMetrics(self.s.metrics(row["id"]))
+    def _diagnose_row(self, row: Trial, params: dict[str, Any]) -> diagnose.Diagnosis | None:
+        m = RunMetrics(self.s.metrics(_id(row)))
         if not m.steps:
             return None
         self.last_diagnosis = diagnose.diagnose(m.steps, m.evals, params)
@@ -175,35 +181,35 @@ class HypothesisStrategy:
 
     def _params_of(self, number: int | None) -> dict[str, Any]:
         """Train values of trial ``number`` (the base recipe's for None)."""
-        row = self.s.trial(number) if number is not None else {}
-        return {**self.s.base.train, **(row.get("params") or {})}
+        params = self.s.trial(number).params if number is not None else None
+        return {**self.s.base.train, **(params or {})}
 
     def _tried(self, params: dict[str, Any]) -> bool:
         return self.s.tried(changed(self.s.base.train, params)) is not None
 
-    def working_point(self, trials: list[dict]) -> dict[str, Any]:
+    def working_point(self, trials: list[Trial]) -> dict[str, Any]:
         """Where a ranked hypothesis starts: the move chain's last good trial when it gained over its parent (a
         group size that ended the zero-std groups is kept while lr is tried next), else the incumbent."""
         last = moves.chain_start(self._chain(trials)[1])
-        if last is not None and (last.get("delta") or 0) > 0:
-            return {**self.s.base.train, **(last.get("params") or {})}
+        if last is not None and (last.delta or 0) > 0:
+            return {**self.s.base.train, **(last.params or {})}
         return self.incumbent(trials)
 
-    def incumbent(self, trials: list[dict]) -> dict[str, Any]:
+    def incumbent(self, trials: list[Trial]) -> dict[str, Any]:
         """Train values of the best confirmed improvement (by objective), else the baseline's."""
         best = incumbent_row(trials, self.s.base.objective.direction)
-        return {**self.s.base.train, **((best or {}).get("params") or {})}
+        return {**self.s.base.train, **((best.params if best else None) or {})}
 
-    def inert(self, trials: list[dict]) -> set[str]:
+    def inert(self, trials: list[Trial]) -> set[str]:
         """Hypotheses whose latest finished trial had no effect at all: every metric identical to its parent's.
 
         That is evidence against the idea on this setup (eps_clip while nothing is clipped, max_new_tokens above
         the answers' length), not a flat result to push further; each is logged once as a 'no-effect' event.
         """
-        latest: dict[str, dict] = {}
+        latest: dict[str, Trial] = {}
         for t in trials:
-            if t.get("hypothesis") and t.get("status") == "complete":
-                latest[t["hypothesis"]] = t
+            if t.hypothesis and t.status == TrialStatus.COMPLETE:
+                latest[t.hypothesis] = t
         out = set()
         for hid, t in latest.items():
             parent = parent_of(t, trials)
@@ -212,28 +218,28 @@ class HypothesisStrategy:
                 self._note_inert(hid, t, parent)
         return out
 
-    def _same_run(self, a: dict, b: dict) -> bool:
-        fa, fb = (fingerprint(self.s.metrics(t["id"])) for t in (a, b))
+    def _same_run(self, a: Trial, b: Trial) -> bool:
+        fa, fb = (fingerprint(self.s.metrics(_id(t))) for t in (a, b))
         return bool(fa) and fa == fb
 
-    def _note_inert(self, hid: str, t: dict, parent: dict) -> None:
-        if (hid, t["number"]) in self._noted:
+    def _note_inert(self, hid: str, t: Trial, parent: Trial) -> None:
+        if (hid, t.number) in self._noted:
             return
-        self._noted.add((hid, t["number"]))
+        self._noted.add((hid, t.number))
         self.s.note(
-            t["id"],
+            t.id,
             "no-effect",
-            f"{t['attempt']} ({hid}, {dump_values(t.get('changed') or {})}) left every metric "
-            f"identical to {parent['attempt']}: the idea has no effect here; not pushed further",
+            f"{t.attempt} ({hid}, {dump_values(t.changed or {})}) left every metric "
+            f"identical to {parent.attempt}: the idea has no effect here; not pushed further",
         )
 
-    def _diagnosis(self, trials: list[dict]) -> diagnose.Diagnosis | None:
+    def _diagnosis(self, trials: list[Trial]) -> diagnose.Diagnosis | None:
         """Diagnose the latest finished trial that has metrics (the incumbent's if it is newer)."""
         for t in reversed(trials):
-            if t.get("status") in ("complete", "pruned") or t.get("verdict") == "crash":
-                m = RunMetrics(self.s.metrics(t["id"]))
+            if t.status in (TrialStatus.COMPLETE, TrialStatus.PRUNED) or t.verdict == Verdict.CRASH:
+                m = RunMetrics(self.s.metrics(_id(t)))
                 if m.steps:
-                    self.last_diagnosis = diagnose.diagnose(m.steps, m.evals, t.get("params") or self.s.base.train)
+                    self.last_diagnosis = diagnose.diagnose(m.steps, m.evals, t.params or self.s.base.train)
                     return self.last_diagnosis
         return None
 
@@ -262,14 +268,14 @@ def fingerprint(records: list[dict]) -> list[tuple]:
     return out
 
 
-def parent_of(t: dict, trials: list[dict]) -> dict | None:
+def parent_of(t: Trial, trials: list[Trial]) -> Trial | None:
     """The earlier complete trial that differs from ``t`` only in the values ``t`` changed (same seed)."""
-    mine = t.get("params") or {}
-    moved = set(t.get("changed") or {})
+    mine = t.params or {}
+    moved = set(t.changed or {})
     for other in reversed(trials):
-        if other["number"] >= t["number"] or other.get("status") != "complete":
+        if (other.number or 0) >= (t.number or 0) or other.status != TrialStatus.COMPLETE:
             continue
-        theirs = other.get("params") or {}
+        theirs = other.params or {}
         diff = {k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)}
         if diff and diff <= moved:
             return other
@@ -277,8 +283,8 @@ def parent_of(t: dict, trials: list[dict]) -> dict | None:
 
 
 def continuation(
-    trials: list[dict], library: list, inert: set[str] | frozenset = frozenset()
-) -> tuple[Any, dict, str] | None:
+    trials: list[Trial], library: list[Hypothesis], inert: set[str] | frozenset[str] = frozenset()
+) -> tuple[Hypothesis, dict[str, Any], str] | None:
     """Keep pushing a hypothesis whose latest trial moved the objective the right way but not enough.
 
     Seed 004's playbook for flat learning steps the lr up again when a raise was still flat
@@ -287,24 +293,30 @@ def continuation(
     that trial's values, for at most MAX_CHAIN such steps in a row. Returns (hypothesis, params
     to resolve against, why) or None.
     """
-    done = [t for t in trials if t.get("verdict") in ("improved", "regressed", "flat", "crash", "pruned")]
-    tail = []
+    done = [t for t in trials if t.verdict in hypotheses.VERDICTS]
+    tail: list[Trial] = []
     for t in reversed(done):
-        if t.get("proposer") != "hypothesis" or t.get("verdict") != "flat" or (t.get("delta") or 0) <= 0:
+        if t.proposer != Proposer.HYPOTHESIS or t.verdict != Verdict.FLAT or (t.delta or 0) <= 0:
             break
-        if tail and t.get("hypothesis") != tail[0].get("hypothesis"):
+        if tail and t.hypothesis != tail[0].hypothesis:
             break
         tail.append(t)
-    if not tail or len(tail) >= MAX_CHAIN or tail[0].get("hypothesis") in inert:
+    if not tail or len(tail) >= MAX_CHAIN or tail[0].hypothesis in inert:
         return None
     last = tail[0]
-    h = next((x for x in library if x.id == last.get("hypothesis")), None)
+    h = next((x for x in library if x.id == last.hypothesis), None)
     if h is None or not h.search:
         return None
-    why = f"continues {h.id}: {last['attempt']} moved the objective {last['delta']:+.4f} but not beyond the noise"
-    return h, dict(last.get("params") or {}), why
+    why = f"continues {h.id}: {last.attempt} moved the objective {last.delta:+.4f} but not beyond the noise"
+    return h, dict(last.params or {}), why
 
 
-def _patch_path(h) -> str | None:
+def _id(t: Trial) -> int:
+    """A trial's row id (every row read from the ledger has one)."""
+    assert t.id is not None
+    return t.id
+
+
+def _patch_path(h: Hypothesis) -> str | None:
     path = h.patch_path()
     return str(path.resolve()) if path else None

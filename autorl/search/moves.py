@@ -11,18 +11,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autorl import loading
 from autorl.data import shipped
+from autorl.ledger import Trial
 from autorl.recipe import SearchParam
+from autorl.search.hypotheses import HypothesisParam
+from autorl.states import Proposer, TrialStatus, Verdict
 
-PROPOSER = "move"
+PROPOSER = Proposer.MOVE
 """The ledger's ``proposer`` for a move trial (its ``hypothesis`` column names the idea it tests)."""
 
-BROKEN = ("regressed", "crash", "pruned")
+BROKEN = (Verdict.REGRESSED, Verdict.CRASH, Verdict.PRUNED)
 """Verdicts that say a step overshot: the next step starts from the last good point of the chain."""
 
 HALF = 0.5
@@ -87,7 +90,7 @@ def step(value: Any, factor: float, limit: SearchParam | None) -> Any:
         target = round(target) if round(target) != value else value + (1 if factor > 1 else -1)
     else:
         target = written(target)
-    if limit is not None and limit.low is not None:
+    if limit is not None and limit.low is not None and limit.high is not None:
         target = min(max(target, limit.low), limit.high)
     return None if target == value or target <= 0 else target
 
@@ -110,39 +113,39 @@ def _snap(value: float, target: float, choices: list) -> Any:
     return min(side, key=lambda c: abs(math.log(max(c, 1e-12)) - math.log(target)))
 
 
-def _number(v: Any) -> bool:
+def _number(v: Any) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 # ---------------------------------------------------------------- the chain
 
 
-def chain(trials: list[dict], since: int | None = None) -> list[dict]:
+def chain(trials: list[Trial], since: int | None = None) -> list[Trial]:
     """The finished move trials numbered ``since`` (the incumbent) or later, oldest first: the steps taken from
     the current incumbent. Trials of other proposers in between (a ranked hypothesis, confirmation runs) do not
     end it; a new incumbent starts a new chain."""
     return [
         t
         for t in trials
-        if t.get("proposer") == PROPOSER and t.get("status") != "running" and (since is None or t["number"] >= since)
+        if t.proposer == PROPOSER and t.status != TrialStatus.RUNNING and (since is None or (t.number or 0) >= since)
     ]
 
 
-def chain_start(links: list[dict]) -> dict | None:
+def chain_start(links: list[Trial]) -> Trial | None:
     """The last trial of the chain that did not overshoot (None: start at the incumbent)."""
-    return next((t for t in reversed(links) if t.get("verdict") not in BROKEN and t.get("status") == "complete"), None)
+    return next((t for t in reversed(links) if t.verdict not in BROKEN and t.status == TrialStatus.COMPLETE), None)
 
 
-def steps_taken(links: list[dict], start: dict[str, Any]) -> dict[str, int]:
+def steps_taken(links: list[Trial], start: dict[str, Any]) -> dict[str, int]:
     """Per key, how many trials of the chain moved it (each against the point before it)."""
     taken: dict[str, int] = {}
     before = start
     for t in links:
-        params = t.get("params") or {}
+        params = t.params or {}
         for key in params:
             if params.get(key) != before.get(key):
                 taken[key] = taken.get(key, 0) + 1
-        if t.get("verdict") not in BROKEN:
+        if t.verdict not in BROKEN:
             before = params
     return taken
 
@@ -165,16 +168,16 @@ def applicable(
 
 
 def momentum(
-    table: MoveTable, links: list[dict], start: dict[str, Any], library: set[str], taken: dict[str, int]
+    table: MoveTable, links: list[Trial], start: dict[str, Any], library: set[str], taken: dict[str, int]
 ) -> list[Move]:
     """Rows the chain's last good step applied, when that step helped (improved, or flat with a positive
     gain): keep going that way even though its own diagnosis no longer names the symptom (a +0.03 at lr x10
     ends "flat learning" but is not the best lr yet)."""
     last = chain_start(links)
-    if last is None or last.get("verdict") not in ("improved", "flat") or (last.get("delta") or 0) <= 0:
+    if last is None or last.verdict not in (Verdict.IMPROVED, Verdict.FLAT) or (last.delta or 0) <= 0:
         return []
     before = _point_before(links, last, start)
-    after = last.get("params") or {}
+    after = last.params or {}
     return [
         m
         for m in table.moves
@@ -184,21 +187,21 @@ def momentum(
     ]
 
 
-def _point_before(links: list[dict], last: dict, start: dict[str, Any]) -> dict[str, Any]:
-    earlier = [t for t in links if t["number"] < last["number"] and t.get("verdict") not in BROKEN]
-    return (earlier[-1].get("params") or {}) if earlier else start
+def _point_before(links: list[Trial], last: Trial, start: dict[str, Any]) -> dict[str, Any]:
+    earlier = [t for t in links if (t.number or 0) < (last.number or 0) and t.verdict not in BROKEN]
+    return (earlier[-1].params or {}) if earlier else start
 
 
 def _moved_along(old: Any, new: Any, factor: float) -> bool:
     return _number(old) and _number(new) and old != new and (new - old) * (factor - 1) > 0
 
 
-def no_effect(link: dict | None, gallop: Gallop) -> bool:
+def no_effect(link: Trial | None, gallop: Gallop) -> bool:
     """The chain's last step was flat with a gain far inside its interval: it changed nothing measurable."""
-    if link is None or link.get("verdict") != "flat":
+    if link is None or link.verdict != Verdict.FLAT:
         return False
-    delta, low, high = (link.get(k) for k in ("delta", "ci_low", "ci_high"))
-    if not all(_number(v) for v in (delta, low, high)):
+    delta, low, high = link.delta, link.ci_low, link.ci_high
+    if not (_number(delta) and _number(low) and _number(high)):
         return False
     return abs(delta) < gallop.share * (high - low) / 2
 
@@ -236,7 +239,7 @@ def describe(applied: list[Move], point: dict[str, Any], values: dict[str, Any])
 # ---------------------------------------------------------------- exploitation
 
 
-def recentre(search: dict, incumbent: dict[str, Any], ratio: float) -> dict:
+def recentre(search: dict[str, HypothesisParam], incumbent: dict[str, Any], ratio: float) -> dict[str, HypothesisParam]:
     """A hypothesis' search spec with each relative range re-centred on the incumbent: x [1/ratio, ratio].
 
     Keys whose incumbent value is 0 or not a number keep their own range (there is nothing to centre on).

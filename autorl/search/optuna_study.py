@@ -16,15 +16,26 @@ import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from autorl.recipe import SearchParam
+from autorl.states import Word
 
-STATES = ("complete", "pruned", "fail")
+if TYPE_CHECKING:
+    from optuna.samplers import BaseSampler
 
 
-def _optuna():
-    import optuna
+class Told(Word):
+    """What Optuna is told of a trial: COMPLETE with a value, PRUNED, or FAIL (a crash, or never run)."""
+
+    COMPLETE = "complete"
+    PRUNED = "pruned"
+    FAIL = "fail"
+
+
+def _optuna() -> ModuleType:
+    import optuna  # lazy: optuna is slow to import, and only asking or telling a study needs it
 
     optuna.logging.set_verbosity(logging.WARNING)
     return optuna
@@ -37,7 +48,9 @@ def distributions(space: dict[str, SearchParam]) -> dict[str, Any]:
     for key, p in space.items():
         if p.choices is not None:
             out[key] = d.CategoricalDistribution(p.choices)
-        elif p.int:
+            continue
+        assert p.low is not None and p.high is not None  # a range without choices has both bounds
+        if p.int:
             out[key] = d.IntDistribution(int(p.low), int(p.high), log=p.log)
         else:
             out[key] = d.FloatDistribution(float(p.low), float(p.high), log=p.log)
@@ -92,11 +105,11 @@ class Search:
         trial.report(value, step)
         return False
 
-    def tell(self, number: int, state: str, value: float | None = None) -> None:
+    def tell(self, number: int, state: Told, value: float | None = None) -> None:
         """COMPLETE with a value, PRUNED, or FAIL. Telling twice is a no-op."""
         optuna = _optuna()
         ts = optuna.trial.TrialState
-        st = {"complete": ts.COMPLETE, "pruned": ts.PRUNED, "fail": ts.FAIL}[state]
+        st = {Told.COMPLETE: ts.COMPLETE, Told.PRUNED: ts.PRUNED, Told.FAIL: ts.FAIL}[state]
         if st == ts.COMPLETE and (value is None or not math.isfinite(value)):
             st, value = ts.FAIL, None
         self.guard()
@@ -110,7 +123,7 @@ class Search:
         """Tell trial ``number`` FAIL (it was asked but never ran) and, when ``again``, enqueue its values so the
         next ask proposes them first; returns the clause that says what was done."""
         trial = next((t for t in self.study.get_trials(deepcopy=False) if t.number == number), None)
-        self.tell(number, "fail")
+        self.tell(number, Told.FAIL)
         if trial is None or not again or not trial.params:
             return f"; Optuna trial {number} of {self.name} told FAIL"
         self.guard()
@@ -122,7 +135,7 @@ class Search:
         ts = _optuna().trial.TrialState
         stale = [t.number for t in self.study.get_trials(deepcopy=False, states=(ts.RUNNING,))]
         for n in stale:
-            self.tell(n, "fail")
+            self.tell(n, Told.FAIL)
         return len(stale)
 
 
@@ -134,10 +147,10 @@ def study_names(storage: str | Path, prefix: str) -> list[str]:
     return [n for n in names if n == prefix or n.startswith(prefix + "/")]
 
 
-def _sampler(kind: str, seed: int, parallel: bool):
+def _sampler(kind: str, seed: int, parallel: bool) -> BaseSampler:
     optuna = _optuna()
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    from autorl.search.window import WindowedTPE
+    from autorl.search.window import WindowedTPE  # lazy: window imports optuna at its top
 
     return WindowedTPE(seed=seed, n_startup_trials=4, constant_liar=parallel, multivariate=True)

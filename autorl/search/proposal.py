@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from autorl.states import Proposer
+
 
 @dataclass(frozen=True)
 class Proposal:
@@ -14,7 +16,7 @@ class Proposal:
     the values are exactly the numbers Optuna sampled, so the commit, the ledger and Optuna hold the same value.
     """
 
-    proposer: str
+    proposer: Proposer
     values: dict[str, Any]
     why: str
     slug: str

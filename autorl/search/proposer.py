@@ -12,37 +12,56 @@ Strategies (``--strategy``):
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Protocol
 
 from autorl.backends.base import Backend, get_backend
 from autorl.judge import triage
 from autorl.judge.result import TrialResult
+from autorl.ledger import Ledger, Study, Trial
 from autorl.recipe import Recipe, dump_values
 from autorl.search.hypotheses_strategy import HypothesisStrategy
-from autorl.search.optuna_study import Search, study_names
+from autorl.search.optuna_study import Search, Told, study_names
 from autorl.search.proposal import Proposal
 from autorl.search.queue import RunQueue
 from autorl.search.strategies import OptunaStrategy, Strategy
 from autorl.search.view import StudyView
+from autorl.states import CrashAction, Kind, TrialStatus
+from autorl.states import Proposer as By
+from autorl.workspace import Workspace
+
+
+class Options(Protocol):
+    """What the proposer reads of a run's options (``autorl.study.state.RunOptions``)."""
+
+    @property
+    def strategy(self) -> str | None: ...  # None: the default, hypotheses
+    @property
+    def seed(self) -> int: ...
+    @property
+    def parallel(self) -> int: ...
 
 
 class Proposer:
     """Decides the next proposal from the ledger's history (``ledger.records(study)``: one study's rows)."""
 
-    def __init__(self, ws, ledger, study: dict, base: Recipe, opts, backend: Backend | None = None):
+    def __init__(
+        self, ws: Workspace, ledger: Ledger, study: Study, base: Recipe, opts: Options, backend: Backend | None = None
+    ):
         self.ws, self.study, self.opts = ws, study, opts
         self.parallel = opts.parallel  # the CLI keeps it >= 1
-        self.records = ledger.records(study["id"])
+        assert study.id is not None  # a study read from the ledger
+        self.records = ledger.records(study.id)
         self.backend = backend or get_backend(base.backend)  # its oom_retry reduces an out-of-memory retry
         self.view = StudyView(
             ws,
             self.records,
             study,
             base,
-            sampler="random" if opts.strategy == "random" else "tpe",
+            sampler="random" if opts.strategy == By.RANDOM else "tpe",
             seed=opts.seed,
             parallel=self.parallel > 1,
         )
-        self.strategy: Strategy = make_strategy(opts.strategy, self.view)
+        self.strategy: Strategy = make_strategy(opts.strategy or "hypotheses", self.view)
         self.queue = RunQueue(self.records, self.view, self.backend, self.strategy)
 
     @property
@@ -66,7 +85,7 @@ class Proposer:
     def recover(self) -> int:
         """Fail the trials a killed controller left RUNNING in every Optuna study of this study (per hypothesis too)."""
         url = self.records.ledger.file.optuna_url()
-        names = set(study_names(url, self.study["optuna_study"])) | {self.study["optuna_study"]}
+        names = set(study_names(url, self.view.name)) | {self.view.name}
         return sum(self.search(name).fail_running() for name in sorted(names))
 
     # ---- the next proposal ------------------------------------------------------------
@@ -77,51 +96,58 @@ class Proposer:
         need, base = self._baseline_need()
         if need:
             return base
-        if not any(r["status"] == "complete" for r in self._baselines()):
+        if not any(r.status == TrialStatus.COMPLETE for r in self._baselines()):
             return None
         return self._fresh()
 
     # ---- no repeats ---------------------------------------------------------------------
     def _fresh(self) -> Proposal | None:
         """The strategy's proposal, asked again while it repeats a configuration this study already tried."""
-        p, twin = None, None
-        for _ in range(REPEAT_TRIES):
+        for k in range(REPEAT_TRIES):
             p = self.strategy.propose()
-            twin = self.view.tried(p.values, p.patch, p.hypothesis) if p is not None else None
+            if p is None:
+                return None
+            twin = self.view.tried(p.values, p.patch, p.hypothesis)
             if twin is None:
                 return p
             self._skip_repeat(p, twin)
-        return self._deliberate_repeat(p, twin)
+            if k == REPEAT_TRIES - 1:
+                return self._deliberate_repeat(p, twin)
+        return None
 
-    def _skip_repeat(self, p: Proposal, twin: dict) -> None:
+    def _skip_repeat(self, p: Proposal, twin: Trial) -> None:
         """Tell Optuna the repeat's outcome from the earlier trial (nothing runs) and log it."""
         told = "nothing to tell"
         if p.optuna_study is not None and p.optuna_number is not None:
-            value = twin.get("objective") if twin.get("status") == "complete" else None
-            state = "complete" if value is not None else ("pruned" if twin.get("status") == "pruned" else "fail")
+            value = twin.objective if twin.status == TrialStatus.COMPLETE else None
+            state = (
+                Told.COMPLETE
+                if value is not None
+                else (Told.PRUNED if twin.status == TrialStatus.PRUNED else Told.FAIL)
+            )
             self.search(p.optuna_study).tell(p.optuna_number, state, value)
             told = f"told Optuna {state}" + (f" {value:.4f}" if value is not None else "")
         self.records.event(
             None,
             "repeat",
             f"skipped {p.proposer} proposal "
-            f"{dump_values(p.values) or '(baseline values)'}: already tried as {twin['attempt']}; {told}",
+            f"{dump_values(p.values) or '(baseline values)'}: already tried as {twin.attempt}; {told}",
         )
 
-    def _deliberate_repeat(self, p: Proposal, twin: dict) -> Proposal:
+    def _deliberate_repeat(self, p: Proposal, twin: Trial) -> Proposal:
         """After REPEAT_TRIES repeats in a row: run the values once more with a fresh seed, and say so."""
-        seeds = [int(r.get("seed") or 0) for r in self.records.trials(kind="trial")]
+        seeds = [int(r.seed or 0) for r in self.records.trials(kind=Kind.TRIAL)]
         seed = max(seeds + [0]) + 1
         what = (
-            f"deliberate repeat of {twin['attempt']}'s values with a fresh seed {seed}: the search proposed only "
+            f"deliberate repeat of {twin.attempt}'s values with a fresh seed {seed}: the search proposed only "
             f"configurations already tried in {REPEAT_TRIES} asks"
         )
-        values, slug = {**p.values, "seed": seed}, f"repeat-{twin['number']:02d}-seed{seed}"
-        if twin["number"] in self.baseline_numbers() and p.parent is None and not p.patch:
+        values, slug = {**p.values, "seed": seed}, f"repeat-{twin.number:02d}-seed{seed}"
+        if twin.number in self.baseline_numbers() and p.parent is None and not p.patch:
             # the recipe as written once more: a baseline run (its seed noise, its reference), not a test of p's idea
             return replace(
                 p,
-                proposer="baseline",
+                proposer=By.BASELINE,
                 hypothesis=None,
                 values=values,
                 slug=slug,
@@ -153,24 +179,24 @@ class Proposer:
         )
         slug = "baseline" if k == 0 else f"baseline-seed{seed0 + k}"
         if not (first and self.base.search):
-            return Proposal("baseline", values, why, slug)
+            return Proposal(By.BASELINE, values, why, slug)
         search = self.search()
         number, _ = search.ask(self.base.search, fixed={key: self.base.train[key] for key in self.base.search})
-        return Proposal("baseline", values, why, slug, optuna_study=search.name, optuna_number=number)
+        return Proposal(By.BASELINE, values, why, slug, optuna_study=search.name, optuna_number=number)
 
     # ---- feedback ---------------------------------------------------------------------
-    def tell(self, p: Proposal, result: TrialResult, action: str | None = None) -> None:
+    def tell(self, p: Proposal, result: TrialResult, action: CrashAction | None = None) -> None:
         """Tell Optuna how the trial ended (FAIL for a crash, never a score) and queue a crash's retry.
 
         ``action`` is what triage decided for a crash (``retry_reduced``, ``retry_once``, ...); without one the
         category's action from the rules table applies.
         """
         if p.optuna_study is not None and p.optuna_number is not None:
-            state = {"complete": "complete", "pruned": "pruned"}.get(result.status, "fail")
+            state = TOLD.get(result.status, Told.FAIL)
             self.search(p.optuna_study).tell(p.optuna_number, state, result.objective)
         if action is None and result.crash_category:
             action = triage.crash_action(result.crash_category)
-        if p.retry_of is None and p.confirms is None and result.status == "crash":
+        if p.retry_of is None and p.confirms is None and result.status == TrialStatus.CRASH:
             self.queue.crash_retry(p, result.number, result.crash_category, action)
 
     def report(self, p: Proposal, value: float, step: int) -> bool:
@@ -180,7 +206,7 @@ class Proposer:
         return self.search(p.optuna_study).report(p.optuna_number, value, step)
 
     # ---- the baseline -----------------------------------------------------------------------
-    def _baselines(self) -> list[dict]:
+    def _baselines(self) -> list[Trial]:
         return self.records.baselines()
 
     def baseline_failed(self) -> bool:
@@ -196,26 +222,33 @@ class Proposer:
         """Baseline runs still to complete before the baseline's repeats are in."""
         return max(self.base.verdict.baseline_repeats - _tally(self._baselines())[0], 0)
 
-    def baseline_numbers(self) -> set[int]:
+    def baseline_numbers(self) -> set[int | None]:
         """Attempt numbers of the study's baseline runs as proposed (a retry of one stands in for it)."""
-        return {r["number"] for r in self.records.trials(proposer="baseline")}
+        return {r.number for r in self.records.trials(proposer=By.BASELINE)}
 
     def is_baseline(self, p: Proposal) -> bool:
         """The baseline, or the retry of a crashed baseline (which stands in for it)."""
-        return p.proposer == "baseline" or (p.proposer == "retry" and p.retry_of in self.baseline_numbers())
+        return p.proposer == By.BASELINE or (p.proposer == By.RETRY and p.retry_of in self.baseline_numbers())
 
     def baseline_retry_queued(self) -> bool:
         """A crashed baseline's retry (triage's action) is waiting: it runs before the study gives up."""
         numbers = self.baseline_numbers()
-        return any(p.proposer == "retry" and p.retry_of in numbers for p in self.pending)
+        return any(p.proposer == By.RETRY and p.retry_of in numbers for p in self.pending)
 
 
+TOLD: dict[str, Told] = {TrialStatus.COMPLETE: Told.COMPLETE, TrialStatus.PRUNED: Told.PRUNED}
+"""What Optuna is told of a trial that ended so (FAIL for every other end: a crash is never a score)."""
+
+FAILED = (TrialStatus.CRASH, TrialStatus.CONFIG_ERROR, TrialStatus.HANG, TrialStatus.TIMEOUT)
+"""How a run ends when its values may be at fault (unless triage says the crash says nothing of them)."""
+
+RETRIES = (CrashAction.RETRY_REDUCED, CrashAction.RETRY_ONCE)  # triage's actions that run the trial again
 REPEAT_TRIES = 8  # asks for something new before a tried configuration is run again, deliberately, with a new seed
 
 
 def make_strategy(name: str, view: StudyView) -> Strategy:
     """The strategy ``--strategy name`` names, over the study's view."""
-    return HypothesisStrategy(view) if name == "hypotheses" else OptunaStrategy(view, label=name)
+    return HypothesisStrategy(view) if name == "hypotheses" else OptunaStrategy(view, label=By(name))
 
 
 def _given_up(done: int, active: int, failed: bool, lost: int, repeats: int) -> bool:
@@ -224,13 +257,13 @@ def _given_up(done: int, active: int, failed: bool, lost: int, repeats: int) -> 
     return failed or lost > min(repeats, done + active)
 
 
-def _tally(rows: list[dict]) -> tuple[int, int, bool, int]:
+def _tally(rows: list[Trial]) -> tuple[int, int, bool, int]:
     """Baseline runs complete; running or waiting for their retry; whether one failed (crash, config error, hang or
     timeout) in a way its values can cause; and how many were lost, after their retry, to what they cannot cause
     (``triage.says_nothing_of_the_values``: another process on the GPU, a network error, an external kill)."""
-    done = sum(r["status"] == "complete" for r in rows)
-    ended = [r for r in rows if r["status"] in ("crash", "config-error", "hang", "timeout")]
-    blameless = [r for r in ended if triage.says_nothing_of_the_values(r.get("crash_category"))]
-    awaiting = sum(str(r.get("crash_action") or "").startswith("retry") for r in blameless)
-    active = sum(r["status"] == "running" for r in rows) + awaiting
+    done = sum(r.status == TrialStatus.COMPLETE for r in rows)
+    ended = [r for r in rows if r.status in FAILED]
+    blameless = [r for r in ended if triage.says_nothing_of_the_values(r.crash_category)]
+    awaiting = sum(r.crash_action in RETRIES for r in blameless)
+    active = sum(r.status == TrialStatus.RUNNING for r in rows) + awaiting
     return done, active, len(ended) > len(blameless), len(blameless) - awaiting

@@ -8,25 +8,28 @@ queued but not run.
 
 from __future__ import annotations
 
-from typing import Any
-
+from autorl.backends.base import Backend
 from autorl.judge import triage
+from autorl.ledger import StudyRecords, Trial
 from autorl.recipe import dump_values
 from autorl.search.proposal import Proposal
+from autorl.search.strategies import Strategy
+from autorl.search.view import StudyView
+from autorl.states import CrashAction, CrashCategory, Proposer, TrialStatus
 
 
 class RunQueue:
     """Confirmation runs and crash retries waiting to run, oldest first (``records``: the study's ledger rows)."""
 
-    def __init__(self, records: Any, view: Any, backend: Any, strategy: Any):
+    def __init__(self, records: StudyRecords, view: StudyView, backend: Backend, strategy: Strategy):
         self.records, self.view, self.backend, self.strategy = records, view, backend, strategy
         self.pending: list[Proposal] = []
 
-    def crash_retry(self, p: Proposal, number: int, category: str | None, action: str | None) -> None:
+    def crash_retry(self, p: Proposal, number: int, category: CrashCategory | None, action: CrashAction | None) -> None:
         """Queue the retry triage's ``action`` asks for (nothing for record or stop)."""
-        if action == "retry_reduced":
+        if action == CrashAction.RETRY_REDUCED:
             self._reduced_retry(p, number)
-        elif action == "retry_once":
+        elif action == CrashAction.RETRY_ONCE:
             self._same_retry(p, number, category)
 
     def _reduced_retry(self, p: Proposal, number: int) -> None:
@@ -40,7 +43,7 @@ class RunQueue:
             "change reduced)"
         )
         retry = Proposal(
-            "retry",
+            Proposer.RETRY,
             values,
             why,
             "oom-retry-" + dump_values(reduced),
@@ -51,12 +54,12 @@ class RunQueue:
         )
         self.pending.append(retry)
 
-    def _same_retry(self, p: Proposal, number: int, category: str | None) -> None:
+    def _same_retry(self, p: Proposal, number: int, category: CrashCategory | None) -> None:
         """The same values once more: a hang, timeout, network error or external kill may not recur."""
         why = f"retry of a {category} crash with the same values (it may be transient)"
         self.pending.append(
             Proposal(
-                "retry",
+                Proposer.RETRY,
                 dict(p.values),
                 why,
                 "retry-" + (dump_values(p.values) or "baseline"),
@@ -72,7 +75,7 @@ class RunQueue:
         waiting. With trials in parallel, candidates are judged while others' confirmations run: a newer
         candidate's runs put in front would take every slot that frees, and a study whose budget ends then leaves
         each candidate a run short of confirmed (seen on a 4-GPU host: three candidates, one run each)."""
-        at = next((i for i, q in enumerate(self.pending) if q.proposer != "confirm"), len(self.pending))
+        at = next((i for i, q in enumerate(self.pending) if q.proposer != Proposer.CONFIRM), len(self.pending))
         self.pending[at:at] = [self._confirmation(p, number, k, runs) for k in range(runs)]
 
     def _confirmation(self, p: Proposal, number: int, k: int, runs: int) -> Proposal:
@@ -80,7 +83,7 @@ class RunQueue:
         seed = self._confirm_seed(p, number, k)
         why = f"confirmation {k + 1}/{runs} of candidate {number:02d}: the same recipe with fresh seed {seed}"
         return Proposal(
-            "confirm",
+            Proposer.CONFIRM,
             {**p.values, "seed": seed},
             why,
             f"confirm-{number:02d}-s{seed}",
@@ -99,39 +102,41 @@ class RunQueue:
         the confirmation runs an open candidate still lacks, and the retry triage asked for a crash that has
         none (a confirmation or retry the controller stopped early counts as not run)."""
         rows = self.records.open_candidates() + self.records.unretried_crashes()
-        for row in sorted(rows, key=lambda r: r["number"]):
+        for row in sorted(rows, key=lambda r: r.number or 0):
+            assert row.number is not None  # a trial read from the ledger
             p = self._proposal_of(row)
-            if row["status"] == "crash":
-                action = row.get("crash_action") or triage.crash_action(row.get("crash_category") or "unknown")
-                self.crash_retry(p, row["number"], row.get("crash_category"), action)
+            if row.status == TrialStatus.CRASH:
+                action = row.crash_action or triage.crash_action(row.crash_category or CrashCategory.UNKNOWN)
+                self.crash_retry(p, row.number, row.crash_category, action)
             else:
-                self.pending += self._missing_confirmations(p, row["number"])
+                self.pending += self._missing_confirmations(p, row.number)
         return list(self.pending)
 
     def _missing_confirmations(self, p: Proposal, number: int) -> list[Proposal]:
         runs = self.view.base.verdict.confirm_runs
-        ran = {r.get("seed") for r in self.records.confirm_runs(number, ran=True)}
+        ran = {r.seed for r in self.records.confirm_runs(number, ran=True)}
         return [
             self._confirmation(p, number, k, runs) for k in range(runs) if self._confirm_seed(p, number, k) not in ran
         ]
 
-    def _proposal_of(self, row: dict) -> Proposal:
+    def _proposal_of(self, row: Trial) -> Proposal:
         """The proposal a ledger row ran (its changed values, hypothesis, patch and links)."""
+        assert row.proposer is not None and row.attempt is not None  # set when the attempt opens
         return Proposal(
-            row["proposer"],
-            dict(row.get("changed") or {}),
-            row.get("why") or "",
-            row["attempt"],
-            hypothesis=row.get("hypothesis"),
-            retry_of=row.get("retry_of"),
+            row.proposer,
+            dict(row.changed or {}),
+            row.why or "",
+            row.attempt,
+            hypothesis=row.hypothesis,
+            retry_of=row.retry_of,
             patch=self._patch_of(row),
-            parent=row.get("parent"),
-            confirms=row.get("confirms"),
+            parent=row.parent,
+            confirms=row.confirms,
         )
 
-    def _patch_of(self, row: dict) -> str | None:
+    def _patch_of(self, row: Trial) -> str | None:
         """The patch the row's trial applied: its hypothesis' patch when a ranked hypothesis proposed it (or the
         trial a retry repeats)."""
-        while row.get("retry_of") is not None:
-            row = self.records.trial(row["retry_of"])
-        return self.strategy.patch(row.get("hypothesis")) if row.get("proposer") == "hypothesis" else None
+        while row.retry_of is not None:
+            row = self.records.trial(row.retry_of)
+        return self.strategy.patch(row.hypothesis) if row.proposer == Proposer.HYPOTHESIS else None

@@ -14,6 +14,7 @@ from typing import Protocol
 from autorl.recipe import dump_values
 from autorl.search.proposal import Proposal, changed
 from autorl.search.view import StudyView
+from autorl.states import Proposer
 
 
 class Strategy(Protocol):
@@ -27,7 +28,7 @@ class Strategy(Protocol):
 class OptunaStrategy:
     """Plain Optuna over the recipe's search space: TPE for ``optuna``, the RandomSampler for ``random``."""
 
-    def __init__(self, view: StudyView, label: str = "optuna"):
+    def __init__(self, view: StudyView, label: Proposer = Proposer.OPTUNA):
         self.s, self.label = view, label
 
     def propose(self) -> Proposal:
@@ -36,7 +37,12 @@ class OptunaStrategy:
         values = changed(self.s.base.train, params)
         why = f"{self.label} proposal: {dump_values(values) or 'baseline values'}"
         return Proposal(
-            self.label, values, why, dump_values(values) or self.label, optuna_study=search.name, optuna_number=number
+            self.label,
+            values,
+            why,
+            dump_values(values) or str(self.label),
+            optuna_study=search.name,
+            optuna_number=number,
         )
 
     def patch(self, hypothesis: str | None) -> str | None:

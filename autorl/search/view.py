@@ -12,21 +12,23 @@ import math
 from typing import Any
 
 from autorl.judge import triage
+from autorl.ledger import Study, StudyRecords, Trial
 from autorl.recipe import Recipe, SearchParam, dump_values
-from autorl.search.optuna_study import Search
+from autorl.search.optuna_study import Search, Told
+from autorl.workspace import Workspace
 
 AVOID_RADIUS = 0.1  # normalised distance to a repeatedly crashing point that is not sampled again
 AVOID_TRIES = 10
 
 
 class StudyView:
-    """One running study as a strategy may see it (``records`` is ``autorl.ledger.StudyRecords``)."""
+    """One running study as a strategy may see it (``records``: the study's rows)."""
 
     def __init__(
         self,
-        ws: Any,
-        records: Any,
-        study: dict,
+        ws: Workspace,
+        records: StudyRecords,
+        study: Study,
         base: Recipe,
         *,
         sampler: str = "tpe",
@@ -34,16 +36,18 @@ class StudyView:
         parallel: bool = False,
     ):
         self.ws, self.records, self.base = ws, records, base
-        self.name = study["optuna_study"]  # the study's Optuna name; a hypothesis' studies are named under it
+        if study.optuna_study is None:
+            raise ValueError(f"study {study.name} has no Optuna study")
+        self.name = study.optuna_study  # the study's Optuna name; a hypothesis' studies are named under it
         self._sampler, self._seed, self._parallel = sampler, seed, parallel
         self._searches: dict[str, Search] = {}
 
     # ---- the study's rows ----------------------------------------------------------------------------------
-    def trials(self, **equal: Any) -> list[dict]:
+    def trials(self, **equal: Any) -> list[Trial]:
         """The study's trials in attempt order (optionally with columns equal to values)."""
         return self.records.trials(**equal)
 
-    def trial(self, number: int) -> dict:
+    def trial(self, number: int) -> Trial:
         return self.records.trial(number)
 
     def metrics(self, trial_id: int) -> list[dict]:
@@ -53,7 +57,7 @@ class StudyView:
         """A ledger event of this study (what a strategy decided and why)."""
         self.records.event(trial_id, kind, message)
 
-    def tried(self, values: dict[str, Any], patch: str | None = None, hypothesis: str | None = None) -> dict | None:
+    def tried(self, values: dict[str, Any], patch: str | None = None, hypothesis: str | None = None) -> Trial | None:
         """The earlier trial of this study that ran the base recipe with ``values`` (and the same patch), if any."""
         return self.records.ran({**self.base.train, **values}, hypothesis, same_hypothesis=bool(patch))
 
@@ -74,26 +78,28 @@ class StudyView:
             )
         return self._searches[name]
 
-    def ask(self, search: Search, space: dict, fixed: dict | None = None) -> tuple[int, dict[str, Any]]:
+    def ask(
+        self, search: Search, space: dict[str, SearchParam], fixed: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
         """Ask Optuna, skipping points next to a crash that repeated (told FAIL without running)."""
         for _ in range(AVOID_TRIES):
             number, params = search.ask(space, fixed=fixed)
             near = self._near_repeated_crash(space, params)
             if fixed or near is None:
                 return number, params
-            search.tell(number, "fail")
+            search.tell(number, Told.FAIL)
             self.note(None, "avoided", f"skipped {dump_values(params)}: next to {near}, whose crash signature repeated")
         return number, params
 
-    def _near_repeated_crash(self, space: dict, params: dict[str, Any]) -> str | None:
-        rows = [r for r in self.records.crash_signatures() if triage.avoids(r.get("crash_category"))]
-        counts: dict[str, int] = {}
+    def _near_repeated_crash(self, space: dict[str, SearchParam], params: dict[str, Any]) -> str | None:
+        rows = [r for r in self.records.crash_signatures() if triage.avoids(r.crash_category)]
+        counts: dict[str | None, int] = {}
         for r in rows:
-            counts[r["crash_signature"]] = counts.get(r["crash_signature"], 0) + 1
+            counts[r.crash_signature] = counts.get(r.crash_signature, 0) + 1
         limit = triage.repeat_limit()  # from the rules file's repeat_limit
         for r in rows:
-            if counts[r["crash_signature"]] >= limit and distance(space, params, r.get("params") or {}) < AVOID_RADIUS:
-                return r["attempt"]
+            if counts[r.crash_signature] >= limit and distance(space, params, r.params or {}) < AVOID_RADIUS:
+                return r.attempt
         return None
 
 
@@ -105,6 +111,7 @@ def distance(space: dict[str, SearchParam], a: dict[str, Any], b: dict[str, Any]
         if p.choices is not None or not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
             worst = max(worst, 0.0 if x == y else 1.0)
             continue
+        assert p.low is not None and p.high is not None  # a range without choices has both bounds
         lo, hi = (math.log(p.low), math.log(p.high)) if p.log else (p.low, p.high)
         fx, fy = (math.log(max(x, 1e-300)), math.log(max(y, 1e-300))) if p.log else (x, y)
         worst = max(worst, abs(fx - fy) / ((hi - lo) or 1.0))

@@ -19,11 +19,13 @@ from autorl.backends.base import TrialSpec
 from autorl.errors import RecipeError, UserError
 from autorl.judge import calibrate
 from autorl.judge.result import TrialResult
+from autorl.ledger import Trial
 from autorl.recipe import Recipe, dump_values, recipe_from_text, set_train_values
 from autorl.runs import lifecycle
 from autorl.runs.slots import Slots
 from autorl.runs.watch import Outcome, Stop, Watch
 from autorl.search.proposal import Proposal
+from autorl.states import TrialStatus
 from autorl.study.monitor import TrialMonitor
 from autorl.study.state import StudyState, TrialContext
 
@@ -37,7 +39,7 @@ def prepare(s: StudyState, p: Proposal) -> TrialContext:
     a = lifecycle.open_attempt(
         s.ws,
         s.ledger,
-        rev=s.row["base_sha"],
+        rev=_base_sha(s),
         slug=p.slug,
         files={s.recipe_rel: text},
         message=commit_message(p, s.base.train),
@@ -56,6 +58,11 @@ def prepare(s: StudyState, p: Proposal) -> TrialContext:
     )
     s.view.trial_start(a.name, p.why)
     return TrialContext(p, a, recipe, error or (patch_error[0] if patch_error else None))
+
+
+def _base_sha(s: StudyState) -> str:
+    assert s.row.base_sha is not None  # every study is made at its base commit
+    return s.row.base_sha
 
 
 def _recipe_of(text: str, source: str) -> tuple[Recipe | None, str | None]:
@@ -95,6 +102,7 @@ def launch(
 ) -> Watch | Outcome:
     """Start the trial on its backend in ``slot``; a Watch over it, or the Outcome if it never started."""
     recipe, a = ctx.recipe, ctx.attempt
+    assert recipe is not None  # a trial without a valid recipe has its error, and is never launched
     spec = TrialSpec(attempt=a.name, recipe=recipe, worktree=a.worktree, run_dir=a.run_dir, cache_dir=s.ws.cache)
     try:
         handle = lifecycle.launch(
@@ -104,10 +112,10 @@ def launch(
             assign=lambda plan: slots.assign(plan, slot, recipe, s.backend.runs_on_ray),
         )
     except UserError as exc:
-        return Outcome("config-error", None, str(exc))
+        return Outcome(TrialStatus.CONFIG_ERROR, None, str(exc))
     try:
         s.ledger.update_trial(a.row_id, pid=handle.pid, job_id=handle.job_id, job_address=slots.address)
-        monitor = TrialMonitor(s, ctx, clock)
+        monitor = TrialMonitor(s, ctx, recipe, clock)
         return lifecycle.watch_run(handle, recipe, deadline=deadline, on_records=monitor.on_records, external=external)
     except BaseException:
         handle.cancel(grace_s=2.0)  # started, but the study cannot follow it (a lost ledger): no orphan
@@ -134,7 +142,7 @@ def close(s: StudyState, ctx: TrialContext, outcome: Outcome, result: TrialResul
     lifecycle.close_attempt(
         s.ws, s.ledger, a, result.ledger_values(), summary, message, log_entry=log_entry(ctx, result)
     )
-    s.view.verdict({"attempt": a.name, **result.ledger_values()})
+    s.view.verdict(Trial(number=a.number, attempt=a.name, **result.ledger_values()))
 
 
 def commit_message(p: Proposal, base: dict[str, Any]) -> str:
@@ -163,5 +171,5 @@ def log_entry(ctx: TrialContext, r: TrialResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _strip_items(rec: dict | None) -> dict | None:
+def _strip_items(rec: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: v for k, v in rec.items() if not k.endswith("items")} if rec else None

@@ -19,9 +19,13 @@ every row; one ``clean`` event records what went.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from autorl import gitops
 from autorl.errors import UserError
+from autorl.ledger import Ledger, Study, Trial
+from autorl.states import Confirmation, Kind, Proposer, StudyStatus
+from autorl.workspace import Workspace
 
 
 @dataclass
@@ -29,17 +33,17 @@ class Plan:
     """What cleaning a study removes and keeps."""
 
     study: str
-    remove: list[dict] = field(default_factory=list)  # ledger rows whose refs go
+    remove: list[Trial] = field(default_factory=list)  # ledger rows whose refs go
     keep: dict[int, str] = field(default_factory=dict)  # attempt number -> why it stays
     branches: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
     worktrees: list[str] = field(default_factory=list)
     checked_out: list[str] = field(default_factory=list)  # branches kept because a worktree has them checked out
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "study": self.study,
-            "removed_trials": [t["number"] for t in self.remove],
+            "removed_trials": [t.number for t in self.remove],
             "kept": {f"{n:02d}": why for n, why in sorted(self.keep.items())},
             "branches": self.branches,
             "tags": self.tags,
@@ -48,61 +52,64 @@ class Plan:
         }
 
 
-def keep(ledger, study_id: int) -> dict[int, str]:
-    """The study's trials whose refs stay, with why."""
-    rows = {t["number"]: t for t in ledger.trials(study_id)}
-    out: dict[int, str] = {t["number"]: "baseline" for t in ledger.baselines(study_id)}
+def keep(ledger: Ledger, study_id: int) -> dict[int, str]:
+    """The study's trials whose refs stay, with why (the baseline, a confirmed recipe or a candidate and the parents
+    it builds on, a full run and the trial it was promoted from)."""
+    rows = {t.number: t for t in ledger.trials(study_id)}
+    out: dict[int, str] = {t.number: Proposer.BASELINE for t in ledger.baselines(study_id)}
     for t in rows.values():
-        if t.get("confirmation") in ("confirmed", "candidate"):
-            for n in _ancestors(rows, t["number"]):
-                out.setdefault(n, "confirmed" if rows[n].get("confirmation") == "confirmed" else "candidate")
-        if t.get("kind") == "full":
-            out[t["number"]] = "full run"
-            if t.get("promoted_from") is not None:
-                out.setdefault(t["promoted_from"], "promoted")
+        if t.confirmation in (Confirmation.CONFIRMED, Confirmation.CANDIDATE):
+            for n in _ancestors(rows, t.number):
+                confirmed = rows[n].confirmation == Confirmation.CONFIRMED
+                out.setdefault(n, Confirmation.CONFIRMED if confirmed else Confirmation.CANDIDATE)
+        if t.kind == Kind.FULL:
+            out[t.number] = "full run"
+            if t.promoted_from is not None:
+                out.setdefault(t.promoted_from, "promoted")
     return out
 
 
-def _ancestors(rows: dict[int, dict], number: int) -> list[int]:
-    out, at = [], number
+def _ancestors(rows: dict[int, Trial], number: int) -> list[int]:
+    out: list[int] = []
+    at: int | None = number
     while at is not None and at in rows and at not in out:
         out.append(at)
-        at = rows[at].get("parent")
+        at = rows[at].parent
     return out
 
 
-def plan(ws, ledger, study: str | None = None) -> Plan:
+def plan(ws: Workspace, ledger: Ledger, study: str | None = None) -> Plan:
     """What ``clean`` would do to the study (the latest by default); refuses a study that is still running."""
     st = ledger.study(study)
-    running = [t["attempt"] for t in ledger.unfinished() if t.get("study_id") == st["id"]]
-    if st.get("status") == "running" or running:
+    running = [t.attempt for t in ledger.unfinished() if t.study_id == st.id]
+    if st.status == StudyStatus.RUNNING or running:
         what = f"{running[0]} is still running" if running else "it has not stopped"
-        raise UserError(f"study {st['name']} cannot be cleaned yet: {what}; clean it once it has stopped")
-    p = Plan(st["name"], keep=keep(ledger, st["id"]))
+        raise UserError(f"study {st.name} cannot be cleaned yet: {what}; clean it once it has stopped")
+    p = Plan(st.name, keep=keep(ledger, st.id))
     existing, busy = gitops.refs(ws.root), gitops.checked_out_branches(ws.root)
-    for t in ledger.trials(st["id"]):
-        if t["number"] in p.keep:
+    for t in ledger.trials(st.id):
+        if t.number in p.keep:
             continue
         p.remove.append(t)
-        branch = t.get("branch")
+        branch = t.branch
         if branch in busy:
             p.checked_out.append(branch)
         elif branch in existing:
             p.branches.append(branch)
-        p.tags += [tag for tag in (t.get("start_tag"), t.get("end_tag")) if tag in existing]
-        if (ws.worktrees / t["attempt"]).exists() and branch not in busy:
-            p.worktrees.append(t["attempt"])
+        p.tags += [tag for tag in (t.start_tag, t.end_tag) if tag in existing]
+        if (ws.worktrees / t.attempt).exists() and branch not in busy:
+            p.worktrees.append(t.attempt)
     return p
 
 
-def clean(ws, ledger, study: str | None = None, dry_run: bool = False) -> Plan:
+def clean(ws: Workspace, ledger: Ledger, study: str | None = None, dry_run: bool = False) -> Plan:
     """Remove what ``plan`` lists (nothing with ``dry_run``); one ledger event says what went."""
     if dry_run:
         return plan(ws, ledger, study)
     st = ledger.study(study)
-    lock = ws.lock_study(st["name"])  # a `run --resume` of it cannot start while its refs go (nor clean while it runs)
+    lock = ws.lock_study(st.name)  # a `run --resume` of it cannot start while its refs go (nor clean while it runs)
     try:
-        p = plan(ws, ledger, st["name"])
+        p = plan(ws, ledger, st.name)
         if p.branches or p.tags or p.worktrees:
             _remove(ws, ledger, st, p)
         return p
@@ -110,12 +117,12 @@ def clean(ws, ledger, study: str | None = None, dry_run: bool = False) -> Plan:
         lock.release()
 
 
-def _remove(ws, ledger, st: dict, p: Plan) -> None:
+def _remove(ws: Workspace, ledger: Ledger, st: Study, p: Plan) -> None:
     for name in p.worktrees:
         gitops.remove_worktree(ws.root, ws.worktrees / name)
     gitops.delete_attempt_refs(ws.root, p.branches, p.tags)
     ledger.event(
-        st["id"],
+        st.id,
         None,
         "clean",
         f"removed {len(p.branches)} branches, {len(p.tags)} tags and "

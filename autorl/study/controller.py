@@ -1,6 +1,6 @@
 """The study loop: propose, commit, launch, watch, judge, record — until the budget ends.
 
-One trial, in order (each step a module of ``autorl.trial``):
+One trial, in order (each step a module of ``autorl.study``):
 
 1. propose — ``Proposer.next``: the baseline first (``baseline_repeats`` seeds), then queued confirmation runs and
    crash retries, then the strategy (hypotheses, plain Optuna TPE, or random); a proposal whose planned duration
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import signal
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from autorl.budget import format_duration
@@ -35,26 +35,10 @@ from autorl.present.live import PlainView
 from autorl.runs.slots import Slots
 from autorl.runs.watch import Outcome, Stop, Watch
 from autorl.search.proposal import Proposal
+from autorl.states import Confirmation, Kind, TrialStatus
 from autorl.study import attempts, carry, crash, judging, opening, plan, recovery
-from autorl.study.state import StudyState, TrialContext
+from autorl.study.state import Running, RunOptions, StudyState, TrialContext
 from autorl.workspace import Workspace
-
-
-@dataclass
-class RunOptions:
-    """What `autorl run` was asked to do."""
-
-    recipe_path: Path | None = None
-    overrides: dict = field(default_factory=dict)  # parsed --set values (autorl.recipe.parse_overrides)
-    budget_s: float = 3600.0
-    max_trials: int | None = None
-    strategy: str | None = None  # None: hypotheses for a new study, the study's own on --resume
-    resume: bool = False
-    study_name: str | None = None
-    allow_overrun: bool = False
-    seed: int = 0
-    parallel: int = 1
-    ray_address: str | None = None
 
 
 def budget_spent(prepared_s: float, budget_s: float, backend: str, launched: int) -> str:
@@ -74,11 +58,12 @@ class Controller:
     def __init__(self, ws: Workspace, opts: RunOptions, view: PlainView | None = None):
         self.ws, self.opts, self.view = ws, opts, view or PlainView()
         self.stop_reason: Stop | None = None
+        self.crash_stop = False  # the stop is triage's (a crash that stops the study): `autorl run` exits 1
         self.prepared_s = 0.0  # the backend's preparation, which the budget counts
         self.started = time.time()
         self.deadline = self.started + opts.budget_s
         self.slots: Slots | None = None
-        self.running: dict[int, tuple[TrialContext, Watch]] = {}  # slot -> the trial in flight there
+        self.running: Running = {}  # slot -> the trial in flight there
         self._held: Proposal | None = None  # the proposal last put back for not fitting (logged once)
         self.ended_by = ""  # why the loop ended, in words (the run's last line)
 
@@ -119,7 +104,7 @@ class Controller:
                 raise
             raise failure from None
         self.view.study(
-            f"study {s.row['name']}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
+            f"study {s.row.name}: {self.opts.strategy}, budget {format_duration(self.opts.budget_s)}, "
             f"backend {s.base.backend}, recipe {s.recipe_rel}"
         )
         return s
@@ -127,11 +112,11 @@ class Controller:
     # ---- the loop -------------------------------------------------------------------------------------------
     def _loop(self) -> None:
         """Keep up to ``parallel`` trials in flight; finish each as it ends. Each turn first checks the ledger."""
-        running = self.running
-        self.launched, self.done_before = 0, len(self.s.records.trials(kind="trial"))
+        running, slots = self.running, self._slots()
+        self.launched, self.done_before = 0, len(self.s.records.trials(kind=Kind.TRIAL))
         while True:
             self.watch.step()
-            opened = self._fill(running)
+            opened = self._fill(running, slots)
             if not running and not opened:  # a trial that failed before launch is finished: ask again
                 break
             for slot, (ctx, watch) in list(running.items()):
@@ -139,15 +124,19 @@ class Controller:
                 if out is not None:
                     self.finish(ctx, out)
                     del running[slot]
-                    self.slots.release(slot)
+                    slots.release(slot)
             time.sleep(0.05 if running else 0)
 
-    def _fill(self, running: dict[int, tuple[TrialContext, Watch]]) -> int:
+    def _slots(self) -> Slots:
+        assert self.slots is not None  # made by _setup, before the loop
+        return self.slots
+
+    def _fill(self, running: Running, slots: Slots) -> int:
         """Start trials in the free slots; returns how many were opened (launched, or finished at once)."""
         opened = 0
         need = self.s.backend.gpus_per_run(self.s.base)
         for slot in [k for k in range(self.opts.parallel) if k not in running]:
-            if not self._may_start() or not self.slots.fits(need):  # a trial waits for its GPUs, never for Ray
+            if not self._may_start() or not slots.fits(need):  # a trial waits for its GPUs, never for Ray
                 break
             proposal = self.s.proposer.next()
             if proposal is None:
@@ -158,19 +147,19 @@ class Controller:
             ctx = attempts.prepare(self.s, proposal)
             self.launched += 1
             opened += 1
-            started = self._launch(ctx, slot) if ctx.error is None else None
+            started = self._launch(ctx, slots, slot) if ctx.error is None else None
             if isinstance(started, Watch):
                 running[slot] = (ctx, started)
-                self.slots.hold(slot, need)
+                slots.hold(slot, need)
             else:
-                self.finish(ctx, started or Outcome("config-error", None, ctx.error or "not launched"))
+                self.finish(ctx, started or Outcome(TrialStatus.CONFIG_ERROR, None, ctx.error or "not launched"))
         return opened
 
-    def _launch(self, ctx: TrialContext, slot: int) -> Watch | Outcome:
+    def _launch(self, ctx: TrialContext, slots: Slots, slot: int) -> Watch | Outcome:
         return attempts.launch(
             self.s,
             ctx,
-            self.slots,
+            slots,
             slot,
             None if self.opts.allow_overrun else self.deadline,
             lambda: self.stop_reason,
@@ -246,51 +235,53 @@ class Controller:
                 }
             )
         s.proposer.tell(p, result, action.kind if action else None)
-        settles = (
-            judging.confirmation_note(s, p.confirms, a.number, result.status, result.crash_category)
-            if p.confirms is not None
-            else None
-        )
+        settles = judging.confirmation_note(s, p.confirms, result) if p.confirms is not None else None
         attempts.close(s, ctx, outcome, result, settles)
-        if result.confirmation == "candidate" and s.base.verdict.confirm_runs > 0:
+        if result.confirmation == Confirmation.CANDIDATE and s.base.verdict.confirm_runs > 0:
             s.proposer.queue.confirmation_runs(p, a.number, s.base.verdict.confirm_runs)
         if p.confirms is not None:
             judging.confirm(s, p.confirms)
         if action:
             stop = crash.act(s, ctx, action)  # recorded whatever else stops the study
-            self.stop_reason = self.stop_reason or stop
+            if stop is not None and self.stop_reason is None:
+                self.stop_reason, self.crash_stop = stop, True
         if note:
             self.view.line(f"{a.name}: {note}")
             carry.carry_base(s)
 
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.stop_reason = Stop("interrupted", f"stopped by {signal.Signals(signum).name}")
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.stop_reason = Stop(TrialStatus.INTERRUPTED, f"stopped by {signal.Signals(signum).name}")
+        self.crash_stop = False
 
     def summary(self) -> dict[str, Any]:
         trials = self.s.records.trials()
         counts: dict[str, int] = {}
         for t in trials:
-            key = t.get("verdict") or t.get("status")
+            key = t.verdict or t.status
             counts[key] = counts.get(key, 0) + 1
+        stop = self.stop_reason
         return {
-            "study": self.s.row["name"],
+            "study": self.s.row.name,
             "trials": len(trials),
             "counts": counts,
             "ended_by": self.ended_by,
             "wall_s": time.time() - self.started,
-            "stopped_by": self.stop_reason.reason if self.stop_reason else None,
-            "stop_status": self.stop_reason.status if self.stop_reason else None,
+            "stopped_by": stop.reason if stop else None,
+            "stop_status": (crash.CRASH_STOP if self.crash_stop else stop.status) if stop else None,
             "baseline_failed": self.s.proposer.baseline_failed(),
         }
 
 
-def _install_signals(handler) -> dict:
+Handler = Callable[[int, FrameType | None], Any]
+
+
+def _install_signals(handler: Handler) -> dict[signal.Signals, Any]:
     old = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         old[sig] = signal.signal(sig, handler)
     return old
 
 
-def _restore_signals(old: dict) -> None:
+def _restore_signals(old: dict[signal.Signals, Any]) -> None:
     for sig, h in old.items():
         signal.signal(sig, h)

@@ -10,13 +10,19 @@ from autorl.judge import triage
 from autorl.judge.result import TrialResult
 from autorl.runs.watch import Outcome, Stop
 from autorl.search.proposal import Proposal
+from autorl.states import CrashAction, TrialStatus, Verdict
 from autorl.study.state import StudyState, TrialContext
+
+CRASH_STOP = "crash-stop"  # how a study that triage stopped ended (`autorl run` exits 1, not 130)
+RETRIES = (CrashAction.RETRY_REDUCED, CrashAction.RETRY_ONCE)
+# what the watchdog that ended a run tells triage
+WATCHDOG = {TrialStatus.HANG: "silence", TrialStatus.TIMEOUT: "timeout"}
 
 
 def diagnose(ctx: TrialContext, outcome: Outcome, nonfinite: str | None) -> dict[str, Any]:
     """The triage columns of a crashed (or NaN-stopped) trial, from its log and how the controller saw it end."""
     log = train_log(ctx)
-    watchdog = {"hang": "silence", "timeout": "timeout"}.get(outcome.status)
+    watchdog = WATCHDOG.get(outcome.status)
     d = triage.classify(log, exit_code=outcome.exit_code, watchdog=watchdog, metrics_nonfinite=nonfinite)
     return {
         "crash_category": d.category,
@@ -29,7 +35,7 @@ def diagnose(ctx: TrialContext, outcome: Outcome, nonfinite: str | None) -> dict
 
 def decide(s: StudyState, ctx: TrialContext, r: TrialResult) -> triage.Action | None:
     """What to do about a crashed trial (``triage.decide_action``); None for any other result."""
-    if r.verdict != "crash" or not r.crash_category:
+    if r.verdict != Verdict.CRASH or not r.crash_category:
         return None
     d = triage.CrashReport(
         category=r.crash_category,
@@ -37,7 +43,7 @@ def decide(s: StudyState, ctx: TrialContext, r: TrialResult) -> triage.Action | 
         remedy=r.remedy or "",
         signature=r.crash_signature or "",
     )
-    earlier = s.records.trials(verdict="crash", crash_signature=d.signature)
+    earlier = s.records.trials(verdict=Verdict.CRASH, crash_signature=d.signature)
     p = ctx.proposal
     return triage.decide_action(
         d,
@@ -50,19 +56,22 @@ def decide(s: StudyState, ctx: TrialContext, r: TrialResult) -> triage.Action | 
 
 
 def act(s: StudyState, ctx: TrialContext, action: triage.Action) -> Stop | None:
-    """Record what was done and why (ledger event, live view); a stop is returned for the loop to end the study."""
+    """Record what was done and why (ledger event, live view); a stop is returned for the loop to end the study (the
+    trials still running then are interrupted)."""
     reason = action.reason + baseline_note(s, ctx.proposal, action)
     line = f"{ctx.attempt.name}: {action.kind}: {reason}"
     s.records.event(ctx.attempt.row_id, "crash-action", line)
     s.view.line(line)
-    return Stop("crash-stop", f"{ctx.attempt.name}: {action.reason}") if action.kind == "stop" else None
+    if action.kind != CrashAction.STOP:
+        return None
+    return Stop(TrialStatus.INTERRUPTED, f"{ctx.attempt.name}: {action.reason}")
 
 
 def baseline_note(s: StudyState, p: Proposal, action: triage.Action) -> str:
     """What a crash of the baseline means for the study: retried first, else the end of it."""
-    if not s.proposer.is_baseline(p) or action.kind == "stop":
+    if not s.proposer.is_baseline(p) or action.kind == CrashAction.STOP:
         return ""
-    if action.kind.startswith("retry") and s.proposer.baseline_retry_queued():
+    if action.kind in RETRIES and s.proposer.baseline_retry_queued():
         return "; the baseline is retried before the study goes on"
     if not s.proposer.baseline_failed():  # lost to what its values cannot cause
         return "; not the recipe's doing: " + (

@@ -16,10 +16,13 @@ from typing import Any
 
 from autorl.judge import calibrate, silent, triage, verdict
 from autorl.judge.evidence import objective_value
+from autorl.judge.result import TrialResult
+from autorl.ledger import Trial
 from autorl.metrics import RunMetrics
 from autorl.recipe import Recipe
 from autorl.runs.watch import Outcome
 from autorl.search.proposal import Proposal
+from autorl.states import Confirmation, CrashCategory, Gate, Proposer, TrialStatus, Verdict
 from autorl.study import crash
 from autorl.study.state import StudyState, TrialContext
 
@@ -28,70 +31,78 @@ CONFIG_ERROR_REMEDY = "fix the recipe or the environment named in the reason; th
 
 def result_row(s: StudyState, ctx: TrialContext, outcome: Outcome) -> dict[str, Any]:
     """The ledger columns of a finished trial (``TrialResult``'s fields)."""
-    row: dict[str, Any] = {
-        "finished": time.time(),
-        "duration_s": outcome.wall_s,
-        "exit_code": outcome.exit_code,
-        "status": outcome.status,
-        "reason": outcome.reason,
-        # set when the attempt opened; the result rewrites every column it has
-        "parent": ctx.proposal.parent,
-        "confirms": ctx.proposal.confirms,
-    }
     recipe = ctx.recipe or s.base
     m = outcome.metrics
     nonfinite = m.has_nonfinite()
+    status, reason, objective = outcome.status, outcome.reason, None
     quiet = (
         silent.check(m.steps, m.summary, crash.train_log(ctx), s.backend.planned_steps(recipe), evals=m.evals)
-        if outcome.status == "complete"
+        if status == TrialStatus.COMPLETE
         else None
     )
     if quiet:  # exited 0 but broken (NaN metrics, collapsed output, no step, a constant reward): never scored
-        row.update(status="crash")
-    if row["status"] == "complete":  # a run that logged NaN/inf is never scored, even with exit 0
-        row["objective"] = objective_value(m, recipe)
-        if row["objective"] is None:
-            row.update(status="crash", reason=f"exited 0 without the objective metric {recipe.objective.metric}")
+        status = TrialStatus.CRASH
+    if status == TrialStatus.COMPLETE:  # a run that logged NaN/inf is never scored, even with exit 0
+        objective = objective_value(m, recipe)
+        if objective is None:
+            status, reason = TrialStatus.CRASH, f"exited 0 without the objective metric {recipe.objective.metric}"
             quiet = silent.missing_objective(m.steps, m.evals, recipe.objective.metric)
-    row["flags"] = [
-        f.model_dump()
-        for f in verdict.flags(m.steps, m.evals, m.summary, s.backend.planned_steps(recipe), abort=recipe.abort)
-    ]
-    row.update(_by_status(s, ctx, outcome, row, nonfinite, quiet))
-    return row
+    columns: dict[str, Any] = {
+        "finished": time.time(),
+        "duration_s": outcome.wall_s,
+        "exit_code": outcome.exit_code,
+        "status": status,
+        "reason": reason,
+        # set when the attempt opened; the result rewrites every column it has
+        "parent": ctx.proposal.parent,
+        "confirms": ctx.proposal.confirms,
+        "objective": objective,
+        "flags": [
+            f.model_dump()
+            for f in verdict.flags(m.steps, m.evals, m.summary, s.backend.planned_steps(recipe), abort=recipe.abort)
+        ],
+    }
+    columns.update(_by_status(s, ctx, outcome, status, objective, nonfinite, quiet))
+    return columns
 
 
 def _by_status(
     s: StudyState,
     ctx: TrialContext,
     outcome: Outcome,
-    row: dict[str, Any],
+    status: TrialStatus,
+    objective: float | None,
     nonfinite: str | None,
     quiet: silent.SilentFailure | None,
 ) -> dict[str, Any]:
     """The columns that depend on how the trial ended: a crash's triage (or the silent failure that made a run
     that exited 0 one), a prune, or the verdict."""
-    if row["status"] == "config-error":
+    if status == TrialStatus.CONFIG_ERROR:
         return {
-            "verdict": "crash",
-            "crash_category": "config_error",
+            "verdict": Verdict.CRASH,
+            "crash_category": CrashCategory.CONFIG_ERROR,
             "root_cause": outcome.reason,
-            "crash_signature": triage.signature("config_error", outcome.reason),
+            "crash_signature": triage.signature(CrashCategory.CONFIG_ERROR, outcome.reason),
             "remedy": CONFIG_ERROR_REMEDY,
         }
-    if row["status"] in ("crash", "hang", "timeout"):
+    if status in (TrialStatus.CRASH, TrialStatus.HANG, TrialStatus.TIMEOUT):
         return {
-            "status": "crash",
-            "verdict": "crash",
+            "status": TrialStatus.CRASH,
+            "verdict": Verdict.CRASH,
             **(quiet.fields() if quiet else crash.diagnose(ctx, outcome, nonfinite)),
         }
-    if row["status"] == "pruned":
+    if status == TrialStatus.PRUNED:
         if (outcome.abort or {}).get("rule") == "nonfinite":
-            return {"verdict": "pruned", **crash.diagnose(ctx, outcome, nonfinite or "step"), "reason": outcome.reason}
-        return {"verdict": "pruned"}
+            return {
+                "verdict": Verdict.PRUNED,
+                **crash.diagnose(ctx, outcome, nonfinite or "step"),
+                "reason": outcome.reason,
+            }
+        return {"verdict": Verdict.PRUNED}
     p = ctx.proposal
-    if row["status"] == "complete" and p.proposer != "confirm" and not s.proposer.is_baseline(p):
-        return compare(s, p, outcome.metrics, ctx.recipe or s.base, row["objective"])
+    if status == TrialStatus.COMPLETE and p.proposer != Proposer.CONFIRM and not s.proposer.is_baseline(p):
+        assert objective is not None  # a complete trial has its objective (else it is a crash)
+        return compare(s, p, outcome.metrics, ctx.recipe or s.base, objective)
     return {}
 
 
@@ -99,12 +110,12 @@ def compare(s: StudyState, p: Proposal, m: RunMetrics, recipe: Recipe, value: fl
     """The verdict against the parent (what counts) and the gain over the baseline (reported apart)."""
     c = s.evidence.credit(m, p.parent, recipe)
     if c is None:
-        return {"verdict": "flat", "reason": "no completed baseline to compare with"}
+        return {"verdict": Verdict.FLAT, "reason": "no completed baseline to compare with"}
     v, gap = c.vs_parent, gap_to_best(s, value, recipe)
     whom = f"parent {p.parent:02d}" if p.parent is not None else "the baseline"
     note = f" vs {whom}" + (f"; {c.vs_baseline.delta:+.4f} over the baseline" if p.parent is not None else "")
     note += f"; {gap:+.4f} vs the best so far" if gap is not None else ""
-    out = {
+    out: dict[str, Any] = {
         "verdict": v.verdict,
         "delta": v.delta,
         "ci_low": v.ci_low,
@@ -116,8 +127,8 @@ def compare(s: StudyState, p: Proposal, m: RunMetrics, recipe: Recipe, value: fl
         "gain_vs_baseline": c.vs_baseline.delta,
         **calibrate.columns(v, recipe.verdict),
     }
-    if v.verdict == "improved":
-        out["confirmation"] = "candidate"
+    if v.verdict == Verdict.IMPROVED:
+        out["confirmation"] = Confirmation.CANDIDATE
     return out
 
 
@@ -128,30 +139,29 @@ def gap_to_best(s: StudyState, value: float, recipe: Recipe) -> float | None:
     return None if best is None else sign * (value - best)
 
 
-def confirmation_note(s: StudyState, candidate: int, number: int, status: str, category: str | None) -> str | None:
-    """What the candidate's confirmation will say once confirmation run ``number`` (ending now with ``status`` and,
-    for a crash, ``category``) is closed, with its error rate, for that run's end commit; None while other
-    confirmation runs are pending."""
+def confirmation_note(s: StudyState, candidate: int, run: TrialResult) -> str | None:
+    """What the candidate's confirmation will say once confirmation run ``run`` (ending now: its row still says
+    running) is closed, with its error rate, for that run's end commit; None while other confirmation runs are
+    pending."""
     row = s.records.trial(candidate)
-    c = s.evidence.confirmation(row, s.base, ending=(number, status, category))
+    c = s.evidence.confirmation(row, s.base, ending=(run.number, run.status, run.crash_category))
     if c is None:
         return None
     if c.verdict is None:
-        return f"{row['attempt']}: {c.state}: {c.reason}"
-        return None
+        return f"{row.attempt}: {c.state}: {c.reason}"
     rate = calibrate.describe(calibrate.columns(c.verdict, s.base.verdict, confirmation=True), prefix="confirm_")
-    return f"{row['attempt']}: {c.state} by {c.reason}" + (f"\nconfirmation error rate: {rate}" if rate else "")
+    return f"{row.attempt}: {c.state} by {c.reason}" + (f"\nconfirmation error rate: {rate}" if rate else "")
 
 
-def gated(s: StudyState, row: dict, state: str, reason: str) -> tuple[str, str, dict[str, Any]]:
+def gated(s: StudyState, row: Trial, state: Confirmation, reason: str) -> tuple[Confirmation, str, dict[str, Any]]:
     """A confirmed candidate through the hack gate (``autorl.judge.hackgate``): suspect when a check fails, with
     the gate's columns for the ledger; any other state passes through unchanged."""
-    gate = s.evidence.gate(row, s.base) if state == "confirmed" else None
+    gate = s.evidence.gate(row, s.base) if state == Confirmation.CONFIRMED else None
     if gate is None:
         return state, reason, {}
-    s.view.study(f"{row['attempt']}: {gate.line()}")
-    if gate.state == "suspect":
-        return "suspect", f"{reason}; {gate.line()}", gate.ledger_values()
+    s.view.study(f"{row.attempt}: {gate.line()}")
+    if gate.state == Gate.SUSPECT:
+        return Confirmation.SUSPECT, f"{reason}; {gate.line()}", gate.ledger_values()
     return state, reason, gate.ledger_values()
 
 
@@ -163,11 +173,11 @@ def confirm(s: StudyState, candidate: int) -> None:
     if c is None:
         return
     stats = calibrate.columns(c.verdict, s.base.verdict, confirmation=True) if c.verdict is not None else {}
-    state, reason, gate = gated(s, row, c.state, c.reason)
+    state, reason, gate = gated(s, row, Confirmation(c.state), c.reason)
     s.ledger.set_confirmation(candidate, state, reason, **stats, **gate)
     if c.verdict is not None:
         v = c.verdict
         s.view.study(
-            f"{row['attempt']}: {state} by {c.runs} fresh-seed runs (gain {v.delta:+.4f}, "
+            f"{row.attempt}: {state} by {c.runs} fresh-seed runs (gain {v.delta:+.4f}, "
             f"{verdict.pct(v.level)} CI [{v.ci_low:+.4f}, {v.ci_high:+.4f}])"
         )

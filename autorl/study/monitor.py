@@ -8,23 +8,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from autorl.judge.abort import check_abort
 from autorl.metrics import RunMetrics
+from autorl.recipe import Recipe
 from autorl.runs.watch import Stop
+from autorl.states import Proposer, TrialStatus
 from autorl.study.state import StudyState, TrialContext
 
 
 class TrialMonitor:
-    """``on_records`` for one trial's ``Watch``; ``clock()`` gives (seconds used, seconds left) of the budget."""
+    """``on_records`` for one launched trial's ``Watch`` (its recipe is valid); ``clock()`` gives (seconds used,
+    seconds left) of the budget."""
 
-    def __init__(self, s: StudyState, ctx: TrialContext, clock: Callable[[], tuple[float, float]]):
+    def __init__(self, s: StudyState, ctx: TrialContext, recipe: Recipe, clock: Callable[[], tuple[float, float]]):
         self.s, self.ctx, self.clock = s, ctx, clock
-        self.recipe = ctx.recipe
-        self.last_step = s.backend.planned_steps(ctx.recipe)
+        self.recipe = recipe
+        self.last_step = s.backend.planned_steps(recipe)
         self.first_step_seen = False
 
-    def on_records(self, records: list[dict], metrics: RunMetrics) -> Stop | None:
+    def on_records(self, records: list[dict[str, Any]], metrics: RunMetrics) -> Stop | None:
         self.s.ledger.add_metrics(self.ctx.attempt.row_id, records)
         if not self.first_step_seen and any(r.get("type") == "step" for r in records):
             self.first_step_seen = True  # when start-up ended: the trial planner keeps what came before fixed
@@ -36,11 +40,13 @@ class TrialMonitor:
             if d is not None:
                 seen = ", ".join(f"{v:.4g}" for v in d.values)
                 return Stop(
-                    "pruned", f"early abort ({d.rule}): {d.reason} (step {d.step}; values {seen})", d.model_dump()
+                    TrialStatus.PRUNED,
+                    f"early abort ({d.rule}): {d.reason} (step {d.step}; values {seen})",
+                    d.model_dump(),
                 )
         return self._prune(records)
 
-    def _prune(self, records: list[dict]) -> Stop | None:
+    def _prune(self, records: list[dict[str, Any]]) -> Stop | None:
         """Stop when an intermediate eval is clearly worse than the parent's (or the incumbent's) at the same step."""
         p, key = self.ctx.proposal, self.recipe.objective.metric
         for rec in records:  # the final eval is the result, not an intermediate value: never pruned on it
@@ -49,11 +55,13 @@ class TrialMonitor:
             if not 0 < rec.get("step", 0) < (self.last_step or 1e18):
                 continue
             self.s.proposer.report(p, rec[key], int(rec["step"]))  # Optuna's NopPruner: for the dashboard only
-            if self.recipe.abort.pruner and p.proposer != "confirm" and not self.s.proposer.is_baseline(p):
+            if self.recipe.abort.pruner and p.proposer != Proposer.CONFIRM and not self.s.proposer.is_baseline(p):
                 d = self.s.evidence.clearly_worse(rec, p.parent, self.recipe)
                 if d is not None:
                     return Stop(
-                        "pruned", f"noise-aware pruner: {d.reason}", {"rule": "clearly_worse", **d.model_dump()}
+                        TrialStatus.PRUNED,
+                        f"noise-aware pruner: {d.reason}",
+                        {"rule": "clearly_worse", **d.model_dump()},
                     )
         return None
 

@@ -16,28 +16,29 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any
 
 from autorl import gitops
-from autorl.backends.base import get_backend
+from autorl.backends.base import Backend, get_backend
 from autorl.backends.ray_jobs import resolve_address
 from autorl.errors import UserError, short
 from autorl.judge.evidence import Evidence
-from autorl.ledger import Ledger, ledger_guard, open_read
+from autorl.ledger import Ledger, Study, ledger_guard, open_read
+from autorl.locks import Lock
 from autorl.present.live import PlainView
 from autorl.recipe import Recipe, check_base, editable_text, read_recipe_text, recipe_and_text, recipe_from_text
 from autorl.search.hypotheses_strategy import library_for
 from autorl.search.proposer import Proposer
-from autorl.study.state import StudyState
+from autorl.states import StudyStatus
+from autorl.study.state import RunOptions, StudyState
 from autorl.workspace import Workspace, default_recipe_source
 
 
-def open_study(ws: Workspace, opts: Any, view: PlainView) -> StudyState:
+def open_study(ws: Workspace, opts: RunOptions, view: PlainView) -> StudyState:
     """The study ``opts`` asks for, new or resumed, with its ledger row, base recipe, backend and proposer. A
     resumed study's lock is taken first, before anything else is read or touched."""
     check_study_name(opts.study_name, new=not opts.resume)
     resumed = resumed_study(ws, opts)
-    lock = ws.lock_study(resumed["name"]) if resumed is not None else None
+    lock = ws.lock_study(resumed.name) if resumed is not None else None
     try:
         ledger_guard(ws.ledger_path)
         return _open(ws, opts, view, resumed, lock)
@@ -47,11 +48,11 @@ def open_study(ws: Workspace, opts: Any, view: PlainView) -> StudyState:
         raise
 
 
-def _open(ws: Workspace, opts: Any, view: PlainView, resumed: dict | None, lock: Any) -> StudyState:
+def _open(ws: Workspace, opts: RunOptions, view: PlainView, resumed: Study | None, lock: Lock | None) -> StudyState:
     if resumed is None:
         recipe, text, rel = base_recipe(ws, opts)
     else:
-        recipe, text, rel = recipe_from_text(resumed["recipe"], resumed["recipe_path"]), "", ""
+        recipe, text, rel = recipe_from_text(*recipe_of(resumed)), "", ""
     backend = get_backend(recipe.backend, ray_address=resolve_address(opts.ray_address))
     if resumed is None:
         backend.check(recipe, ws.root)
@@ -74,8 +75,7 @@ def _open(ws: Workspace, opts: Any, view: PlainView, resumed: dict | None, lock:
         ledger,
         row,
         recipe,
-        row["recipe"],
-        row["recipe_path"],
+        *recipe_of(row),
         backend,
         proposer,
         proposer.records,
@@ -84,14 +84,20 @@ def _open(ws: Workspace, opts: Any, view: PlainView, resumed: dict | None, lock:
     )
 
 
-def setup_failed(ledger: Ledger, row: dict, lock: Any, exc: BaseException) -> None:
+def recipe_of(study: Study) -> tuple[str, str]:
+    """The study's base recipe text as written, and where it lives in the repository."""
+    assert study.recipe is not None and study.recipe_path is not None  # every study is made with them
+    return study.recipe, study.recipe_path
+
+
+def setup_failed(ledger: Ledger, row: Study, lock: Lock, exc: BaseException) -> None:
     """A study whose set-up failed after its row was written: marked stopped with the reason, its lock released.
     Nothing here hides ``exc`` (a ledger that cannot take the mark is left as it is: `autorl status` shows a study
     no controller runs)."""
     reason = f"set-up failed: {exc.__class__.__name__}: {short(exc, 300)}"
     try:
-        ledger.update_study(row["id"], status="stopped")
-        ledger.event(row["id"], None, "study-stopped", reason)
+        ledger.update_study(row.id, status=StudyStatus.STOPPED)
+        ledger.event(row.id, None, "study-stopped", reason)
     except Exception:  # noqa: BLE001 - the error that stopped the study is the one to tell
         pass
     finally:
@@ -115,7 +121,7 @@ def check_study_name(name: str | None, new: bool) -> None:
         raise UserError(f"--study {short(name, 60)}: no study has a name that long: list them with `autorl status`")
 
 
-def warn(recipe: Recipe, backend: Any, view: PlainView, root: Path) -> None:
+def warn(recipe: Recipe, backend: Backend, view: PlainView, root: Path) -> None:
     """One line each for what the study runs despite: a hack gate with no held-out task metric to hold a gain
     against, and the backend's own warnings."""
     if recipe.gate.enabled and not backend.held_out(recipe):
@@ -128,7 +134,7 @@ def warn(recipe: Recipe, backend: Any, view: PlainView, root: Path) -> None:
         view.line(f"warning: {line}")
 
 
-def resumed_study(ws: Workspace, opts: Any) -> dict | None:
+def resumed_study(ws: Workspace, opts: RunOptions) -> Study | None:
     """On --resume: the study row, with the study's own settings taken over (a conflicting flag is an error)."""
     if not opts.resume:
         opts.strategy = opts.strategy or "hypotheses"
@@ -141,27 +147,26 @@ def resumed_study(ws: Workspace, opts: Any) -> dict | None:
     finally:
         ledger.close()
     check_resume_flags(opts, study)
-    opts.strategy, opts.study_name = study["strategy"], study["name"]  # the study found, whatever starts meanwhile
+    opts.strategy, opts.study_name = study.strategy, study.name  # the study found, whatever starts meanwhile
     return study
 
 
-def check_resume_flags(opts: Any, study: dict) -> None:
+def check_resume_flags(opts: RunOptions, study: Study) -> None:
     """--resume continues the study as it was started: a flag that would change it is an error."""
     if opts.overrides:
         raise UserError(
-            f"--set does not apply on --resume: study {study['name']} keeps its recipe; "
-            "start a new study to change values"
+            f"--set does not apply on --resume: study {study.name} keeps its recipe; start a new study to change values"
         )
     if opts.recipe_path is not None:
         raise UserError("--resume continues a study with its own recipe: drop the RECIPE argument")
-    if opts.strategy and opts.strategy != study["strategy"]:
+    if opts.strategy and opts.strategy != study.strategy:
         raise UserError(
-            f"study {study['name']} uses --strategy {study['strategy']}: drop --strategy "
+            f"study {study.name} uses --strategy {study.strategy}: drop --strategy "
             f"{opts.strategy}, or start a new study with it"
         )
 
 
-def base_recipe(ws: Workspace, opts: Any) -> tuple[Recipe, str, str]:
+def base_recipe(ws: Workspace, opts: RunOptions) -> tuple[Recipe, str, str]:
     """A new study's base recipe, the text it commits and where that text lives in the repository."""
     path = opts.recipe_path or workspace_default(ws)
     recipe, text = recipe_and_text(editable_text(read_recipe_text(path), path), path, opts.overrides)
@@ -179,14 +184,15 @@ def workspace_default(ws: Workspace) -> Path:
 
 
 def _study_row(
-    ws: Workspace, ledger: Ledger, opts: Any, recipe: Recipe, text: str, rel: str, lock: Any
-) -> tuple[dict, Any]:
+    ws: Workspace, ledger: Ledger, opts: RunOptions, recipe: Recipe, text: str, rel: str, lock: Lock | None
+) -> tuple[Study, Lock]:
     """The resumed study's row (its ``lock`` held already), marked running again, or a new study's row with its
     lock taken."""
     if opts.resume:
         study = ledger.study(opts.study_name)  # its budget is every session's, summed (the report's "Budget used")
-        ledger.update_study(study["id"], status="running", budget_s=(study.get("budget_s") or 0.0) + opts.budget_s)
-        return ledger.study(study_id=study["id"]), lock
+        ledger.update_study(study.id, status=StudyStatus.RUNNING, budget_s=(study.budget_s or 0.0) + opts.budget_s)
+        assert lock is not None  # taken before the resumed study was touched (open_study)
+        return ledger.study(study_id=study.id), lock
     base_sha = gitops.head_sha(ws.root)
     with ledger.file.exclusive("name a new study"):
         name = opts.study_name or _free_name(ledger, f"{gitops.slugify(recipe.name)}-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -35,6 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autorl import loading
 from autorl.data import shipped
+from autorl.ledger import Trial
+from autorl.states import TrialStatus
 
 RULES_PATH = shipped("rules", "plan.yaml")
 
@@ -87,23 +89,23 @@ class Estimate:
         )
 
 
-def history(rows: list[dict[str, Any]], keys: Iterable[str], first_end: float | None = None) -> list[Took]:
+def history(rows: list[Trial], keys: Iterable[str], first_end: float | None = None) -> list[Took]:
     """The finished trials of ledger ``rows`` in start order, as ``Took``; every trial that started before the
     study's first one ended ran cold (``--parallel`` starts several at once: each paid the one-time start-up).
     ``first_end`` is when the study's first trial ended, where ``rows`` are not all its trials (the controller
     passes only the last ``window`` finished ones); by default, the earliest end among ``rows``."""
-    rows = sorted((r for r in rows if r.get("started") is not None), key=lambda r: r["started"])
-    done = [r for r in rows if r.get("status") == "complete" and r.get("finished") is not None]
-    if first_end is None:
-        first_end = min((r["finished"] for r in rows if r.get("finished") is not None), default=math.inf)
+    started = sorted(((r.started, r) for r in rows if r.started is not None), key=lambda x: x[0])
+    ends = [r.finished for _, r in started if r.finished is not None]
+    end = min(ends, default=math.inf) if first_end is None else first_end
     return [
         Took(
-            work(r.get("params") or {}, keys),
-            r["finished"] - r["started"],
-            r["started"] < first_end,
-            r["first_step"] - r["started"] if r.get("first_step") else None,
+            work(r.params or {}, keys),
+            r.finished - start,
+            start < end,
+            r.first_step - start if r.first_step else None,
         )
-        for r in done
+        for start, r in started
+        if r.status == TrialStatus.COMPLETE and r.finished is not None
     ]
 
 
@@ -135,9 +137,10 @@ def fit(obs: list[Took]) -> tuple[float, float]:
 def predict(obs: list[Took], w: float) -> float:
     """Seconds for work ``w``: the trials' mean start-up when each has one, plus the fit of the rest up to the
     largest observed work, in proportion beyond it."""
-    if all(o.startup is not None for o in obs):
-        start = sum(o.startup for o in obs) / len(obs)
-        return start + _scaled([Took(o.work, max(o.seconds - o.startup, 0.0)) for o in obs], w)
+    startups = [o.startup for o in obs if o.startup is not None]
+    if len(startups) == len(obs):
+        start = sum(startups) / len(obs)
+        return start + _scaled([Took(o.work, max(o.seconds - s, 0.0)) for o, s in zip(obs, startups)], w)
     return _scaled(obs, w)
 
 

@@ -18,33 +18,34 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from autorl import gitops
 from autorl.backends.base import kill_group
 from autorl.errors import DiskFullError, LedgerError, WorkspaceError, short
 from autorl.ledger import Ledger, disk_full, free_bytes, ledger_error
-from autorl.runs.slots import stop_job
+from autorl.runs.slots import Slots, stop_job
+from autorl.states import Proposer, StudyStatus, TrialStatus
 from autorl.study import judging
-from autorl.study.state import StudyState
+from autorl.study.state import Running, StudyState
 
 
 def recover(s: StudyState) -> None:
     """After a kill: stop orphaned runs, mark their trials interrupted, clean worktrees, fail Optuna's leftovers."""
-    for row in s.records.trials(status="running"):
-        if row.get("pid"):
-            kill_group(int(row["pid"]), grace_s=2.0)
-        if row.get("job_id") and row.get("job_address"):
-            stop_job(row["job_address"], row["job_id"])
+    for row in s.records.trials(status=TrialStatus.RUNNING):
+        if row.pid:
+            kill_group(int(row.pid), grace_s=2.0)
+        if row.job_id and row.job_address:
+            stop_job(row.job_address, row.job_id)
         s.ledger.update_trial(
-            row["id"],
+            row.id,
             event="recovered",
-            status="interrupted",
+            status=TrialStatus.INTERRUPTED,
             finished=time.time(),
             reason="the controller stopped during this trial; recovered on resume",
         )
-        gitops.remove_worktree(s.ws.root, s.ws.worktrees / row["attempt"])
+        gitops.remove_worktree(s.ws.root, s.ws.worktrees / row.attempt)
     s.proposer.recover()
 
 
@@ -52,7 +53,7 @@ def requeue(s: StudyState) -> None:
     """On resume: judge candidates whose confirmation runs all ended, then queue again the confirmations and
     crash retries the stopped controller had queued but not run (they run before anything new)."""
     for row in s.records.open_candidates():
-        judging.confirm(s, row["number"])
+        judging.confirm(s, row.number)
     queued = s.proposer.queue.requeue()
     if queued:
         line = f"resume: {len(queued)} queued run(s) the stopped study had not run go first: " + ", ".join(
@@ -66,9 +67,10 @@ def release_unstarted(s: StudyState) -> None:
     """Proposals drawn but never started are not trials: each is logged, and its Optuna trial (if any) is told
     FAIL rather than left RUNNING, with its values enqueued again so that a resumed study proposes them first."""
     for p in s.proposer.pending:
-        note = "; `autorl run --resume` runs it first" if p.proposer in ("confirm", "retry") else ""
+        note = "; `autorl run --resume` runs it first" if p.proposer in (Proposer.CONFIRM, Proposer.RETRY) else ""
         if p.optuna_study is not None and p.optuna_number is not None:
-            note = s.proposer.search(p.optuna_study).release(p.optuna_number, again=p.proposer != "baseline")
+            again = p.proposer != Proposer.BASELINE
+            note = s.proposer.search(p.optuna_study).release(p.optuna_number, again=again)
         s.records.event(None, "not-started", f"{p.proposer} proposal {p.slug} not started when the study stopped{note}")
     s.proposer.pending.clear()
 
@@ -117,7 +119,7 @@ def stop_error(s: StudyState, exc: BaseException) -> BaseException:
     return exc
 
 
-def _chain(exc: BaseException | None):
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -134,7 +136,7 @@ def _no_space(exc: BaseException) -> bool:
     return any(needle in str(exc).lower() for needle in _NO_SPACE)
 
 
-def shut_down(s: StudyState, running: dict, slots: Any, failure: BaseException | None) -> None:
+def shut_down(s: StudyState, running: Running, slots: Slots | None, failure: BaseException | None) -> None:
     """Stop the trials still running, close the backend and the slots, mark the study stopped (with the failure's
     reason), release its lock. Each step runs whatever the others do; none raises. After a lost ledger or a full
     disk, nothing is written: a resume once the ledger is back or space is freed recovers the trials."""
@@ -146,7 +148,7 @@ def shut_down(s: StudyState, running: dict, slots: Any, failure: BaseException |
         steps.append(lambda: _mark_stopped(s, failure))
     if isinstance(failure, LedgerError) and s.ledger.file.identity != _identity_now(s.ledger):
         steps.append(lambda: s.ledger.close(lost=True))
-    steps += [s.view.close, lambda: s.lock and s.lock.release()]
+    steps += [s.view.close, lambda: s.lock.release() if s.lock else None]
     for step in steps:
         try:
             step()
@@ -154,7 +156,7 @@ def shut_down(s: StudyState, running: dict, slots: Any, failure: BaseException |
             pass
 
 
-def _stop_running(s: StudyState, running: dict, writable: bool) -> None:
+def _stop_running(s: StudyState, running: Running, writable: bool) -> None:
     """Kill the trials in flight (their process groups or Ray jobs); record them interrupted where the ledger and
     git can still be written."""
     for _ctx, watch in list(running.values()):
@@ -166,7 +168,7 @@ def _stop_running(s: StudyState, running: dict, writable: bool) -> None:
         s.ledger.update_trial(
             ctx.attempt.row_id,
             event="interrupted",
-            status="interrupted",
+            status=TrialStatus.INTERRUPTED,
             finished=time.time(),
             reason="the study stopped on an error during this trial",
             pid=None,
@@ -176,7 +178,7 @@ def _stop_running(s: StudyState, running: dict, writable: bool) -> None:
 
 
 def _mark_stopped(s: StudyState, failure: BaseException | None) -> None:
-    s.ledger.update_study(s.id, status="stopped")
+    s.ledger.update_study(s.id, status=StudyStatus.STOPPED)
     if failure is not None:
         s.ledger.event(s.id, None, "study-stopped", f"{failure.__class__.__name__}: {str(failure)[:300]}")
 

@@ -4,23 +4,42 @@ The study loop (``autorl.study.controller``) opens it (``autorl.study.opening``)
 each do one thing with a trial: ``attempts`` (prepare, launch, close), ``monitor`` (while it runs), ``judging``
 (its result and a candidate's confirmation), ``crash`` (triage's action), ``carry`` (what a reduced baseline retry
 changes for every later trial) and ``recovery`` (what a stop leaves, what a resume picks up). A trial on its way
-is a ``TrialContext``.
+is a ``TrialContext``; what ``autorl run`` was asked to do is its ``RunOptions``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from autorl.backends.base import Backend
 from autorl.judge.evidence import Evidence
-from autorl.ledger import Ledger, StudyRecords
+from autorl.ledger import Ledger, Study, StudyRecords
+from autorl.locks import Lock
 from autorl.present.live import PlainView
-from autorl.recipe import Recipe
+from autorl.recipe import Overrides, Recipe
 from autorl.runs.lifecycle import Attempt
+from autorl.runs.watch import Watch
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
 from autorl.workspace import Workspace
+
+
+@dataclass
+class RunOptions:
+    """What `autorl run` was asked to do."""
+
+    recipe_path: Path | None = None
+    overrides: Overrides = field(default_factory=dict)  # parsed --set values (autorl.recipe.parse_overrides)
+    budget_s: float = 3600.0
+    max_trials: int | None = None
+    strategy: str | None = None  # None: hypotheses for a new study, the study's own on --resume
+    resume: bool = False
+    study_name: str | None = None
+    allow_overrun: bool = False
+    seed: int = 0
+    parallel: int = 1
+    ray_address: str | None = None
 
 
 @dataclass
@@ -32,10 +51,10 @@ class StudyState:
     text lives in the repository."""
 
     ws: Workspace
-    opts: Any  # autorl.study.controller.RunOptions
+    opts: RunOptions
     view: PlainView
     ledger: Ledger
-    row: dict  # the study's autorl_studies row
+    row: Study  # the study's autorl_studies row
     base: Recipe
     base_text: str
     recipe_rel: str
@@ -43,11 +62,11 @@ class StudyState:
     proposer: Proposer
     records: StudyRecords
     evidence: Evidence
-    lock: Any = None  # the study's lock (autorl.locks.Lock), held while the controller runs it
+    lock: Lock | None = None  # the study's lock, held while the controller runs it
 
     @property
     def id(self) -> int:
-        return self.row["id"]
+        return self.row.id
 
     def rebase(self, base: Recipe, text: str) -> None:
         """Build trials from ``base`` (written as ``text``) from now on; the proposer proposes from it too."""
@@ -63,3 +82,6 @@ class TrialContext:
     attempt: Attempt
     recipe: Recipe | None
     error: str | None = None
+
+
+Running = dict[int, tuple[TrialContext, Watch]]  # slot -> the trial in flight there

@@ -16,8 +16,9 @@ from autorl.toolkit.task import CharTokenizer
 
 def char_tokenizer_fast():
     """A PreTrainedTokenizerFast equivalent to CharTokenizer (ids identical)."""
+    # lazy: tokenizers and transformers are the hf extra's (tests/test_imports.py: not at this module's top)
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # lazy: the hf extra's, as above
 
     symbols = CharTokenizer.SYMBOLS
     tok = Tokenizer(models.WordLevel({s: i for i, s in enumerate(symbols)}, unk_token="<pad>"))
@@ -29,8 +30,8 @@ def char_tokenizer_fast():
 
 def save_llama(path: str | Path, size: str = "tiny", seed: int = 0) -> Path:
     """Save a randomly initialised LlamaForCausalLM of built-in ``size`` plus its tokenizer to ``path``."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import torch  # lazy: the engine extra's (tests/test_imports.py: not at this module's top)
+    from transformers import LlamaConfig, LlamaForCausalLM  # lazy: the hf extra's, as above
 
     dims = BUILTIN_SIZES[size]
     config = LlamaConfig(

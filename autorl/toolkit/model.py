@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -110,6 +111,9 @@ class Block(nn.Module):
 class TinyDecoder(nn.Module):
     """A Llama-like decoder with tied input/output embeddings."""
 
+    cos: torch.Tensor  # the rotary tables, registered as buffers
+    sin: torch.Tensor
+
     def __init__(self, vocab: int, hidden: int, layers: int, heads: int):
         super().__init__()
         self.embed = nn.Embedding(vocab, hidden)
@@ -203,22 +207,34 @@ class BuiltinPolicy:
 
 
 class HFPolicy:
-    """AutoModelForCausalLM + AutoTokenizer from a local directory, prompts left-padded."""
+    """AutoModelForCausalLM + AutoTokenizer from a local directory, prompts left-padded. With ``chat``, a prompt is
+    one user turn of the tokenizer's chat template (with the generation prompt), encoded without special tokens: as
+    OpenRLHF's ``--data.apply_chat_template`` rollouts and autorl's ``--chat-template`` evaluation see it."""
 
     kind = "hf"
 
-    def __init__(self, path: str, device: torch.device):
+    def __init__(self, path: str, device: torch.device, chat: bool = False):
+        # lazy: transformers is slow to import, and the built-in model does not need it
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.tok = AutoTokenizer.from_pretrained(path)
+        self.tok: Any = AutoTokenizer.from_pretrained(path)
         self.tok.padding_side = "left"
         if self.tok.pad_token_id is None:
             self.tok.pad_token = self.tok.eos_token
-        self.module = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        self.module = loaded.to(device)
         self.device = device
         self.eos_id, self.pad_id = self.tok.eos_token_id, self.tok.pad_token_id
+        self.chat = chat
+        if chat and not self.tok.chat_template:
+            raise ModelError(f"chat_template: the tokenizer at {path} has no chat template: turn chat_template off")
 
     def encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.chat:
+            turns = [[{"role": "user", "content": p}] for p in prompts]
+            text = [self.tok.apply_chat_template(t, tokenize=False, add_generation_prompt=True) for t in turns]
+            enc = self.tok(text, return_tensors="pt", padding=True, add_special_tokens=False)
+            return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device).bool()
         enc = self.tok(prompts, return_tensors="pt", padding=True)
         return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device).bool()
 
@@ -254,8 +270,9 @@ class HFPolicy:
         return [self.tok.decode(r, skip_special_tokens=True) for r in rows]
 
 
-def load_policy(name: str, tokenizer, device: torch.device):
-    """The policy for ``name``: 'builtin:<size>' (needs the task's tokenizer) or a model directory."""
+def load_policy(name: str, tokenizer, device: torch.device, chat: bool = False):
+    """The policy for ``name``: 'builtin:<size>' (needs the task's tokenizer) or a model directory (``chat``: its
+    prompts through the chat template)."""
     if name.startswith("builtin:"):
         size = name.split(":", 1)[1]
         if size not in BUILTIN_SIZES:
@@ -271,4 +288,4 @@ def load_policy(name: str, tokenizer, device: torch.device):
         raise ModelError(
             f"model '{name}' is neither builtin:tiny/small/gpu nor a directory with config.json: fix the model path"
         )
-    return HFPolicy(name, device)
+    return HFPolicy(name, device, chat=chat)

@@ -37,6 +37,7 @@ class RewardError(UserError):
 
 
 RewardFn = Callable[..., Any]
+Reward = tuple[RewardFn, bool]  # what load_reward returns: the function, and whether it is a built-in
 
 WRAPPERS = ("text", "textbf", "mathrm", "mathbf")
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -146,6 +147,8 @@ def string_exact_match(completion: str, label: str, truncated: bool = False) -> 
 
 def _from_file(path: Path) -> RewardFn:
     spec = importlib.util.spec_from_file_location(f"autorl_reward_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise RewardError(f"reward file {path} cannot be loaded as Python: give a .py file")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not callable(getattr(module, "reward", None)):
@@ -162,7 +165,7 @@ def _from_module(spec: str) -> RewardFn:
     return fn
 
 
-def load_reward(spec: str, builtin_task: bool) -> tuple[RewardFn, bool]:
+def load_reward(spec: str, builtin_task: bool) -> Reward:
     """(function, is_builtin) for a reward spec; import failures become one-line RewardErrors."""
     if spec == "builtin:exact_match":
         return (string_exact_match if builtin_task else math_exact_match), True

@@ -23,6 +23,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +31,21 @@ import torch.nn.functional as F
 from autorl.toolkit.policy_eval import correct_flags
 from autorl.toolkit.task import TASK_VERSION
 
-SFT_SETTINGS = {
+
+class SftSettings(TypedDict):
+    """What the supervised warm-up runs with (hashed into the cached base's key)."""
+
+    batch: int
+    eval_every: int
+    max_steps: int
+    seed: int
+    threads: int
+    betas: tuple[float, float]
+    max_grad_norm: float
+    version: int
+
+
+SFT_SETTINGS: SftSettings = {
     "batch": 128,
     "eval_every": 25,
     "max_steps": 3000,

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from autorl.judge.abort import check_abort, load_window_rules
+from autorl.errors import RulesError
+from autorl.judge.abort import RULES_PATH, check_abort, load_window_rules
 from autorl.recipe import AbortRules
 
 RULES = AbortRules(window=4)
@@ -159,9 +160,6 @@ def test_a_sparse_reward_that_starts_low_is_not_a_collapse():
 
 
 def test_the_window_rules_are_data_and_a_bad_table_is_one_clear_error(tmp_path):
-    from autorl.errors import RulesError
-    from autorl.judge.abort import RULES_PATH
-
     assert [r.name for r in load_window_rules(RULES_PATH)] == [r.name for r in load_window_rules()]
     bad = tmp_path / "abort.yaml"
     bad.write_text("rules:\n  - {name: x, metric: reward_mean, op: gt, limit: no_such_threshold, reason: r}\n")

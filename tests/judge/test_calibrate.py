@@ -6,10 +6,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autorl.judge.calibrate import Design, describe, false_confirmations, fp_rate, percent, stated_rate, verdict_rates
+from autorl.judge.calibrate import (
+    Design,
+    columns,
+    confirmation_rate,
+    describe,
+    false_confirmations,
+    fp_rate,
+    percent,
+    stated_rate,
+    verdict_rates,
+)
 from autorl.judge.stats import clopper_pearson
-from autorl.judge.verdict import Runs, judge
+from autorl.judge.verdict import Noise, Runs, confirm, judge
+from autorl.ledger import Trial
 from autorl.recipe import VerdictSettings
+from autorl.states import Verdict
 
 S = VerdictSettings()
 P = tuple(np.random.default_rng(0).uniform(0.1, 0.9, 300))
@@ -29,8 +41,8 @@ def test_the_rate_follows_the_level_and_is_reproducible():
     strict, loose = verdict_rates(d, S, 0.99), verdict_rates(d, S, 0.90)
     assert strict.improved < loose.improved
     assert verdict_rates(d, S, 0.90) == loose
-    assert fp_rate("improved", loose) == loose.improved and fp_rate("regressed", loose) == loose.regressed
-    assert fp_rate("flat", loose) == pytest.approx(loose.improved + loose.regressed)
+    assert fp_rate(Verdict.IMPROVED, loose) == loose.improved and fp_rate(Verdict.REGRESSED, loose) == loose.regressed
+    assert fp_rate(Verdict.FLAT, loose) == pytest.approx(loose.improved + loose.regressed)
 
 
 def test_a_confirmed_false_positive_is_rarer_than_a_candidate():
@@ -49,10 +61,15 @@ def test_a_verdict_states_its_test_noise_and_rate():
     assert line.startswith("t; run-to-run sd assumed: trial ") and line.endswith(
         f"calibrated false-positive rate {percent(rate)}"
     )
-    assert describe({}) is None
+    row = Trial(test="t", trial_sd=v.trial_sd, parent_sd=v.parent_sd, fp_rate=rate)  # a ledger row says the same
+    assert describe(row) == line and describe(row, "confirm_") is None
+    assert describe({}) is None and describe(Trial()) is None
     # none of the simulated null trials called so is a rate below 1 in CASES, never "0.0%"
     assert percent(0.0) == "<0.05%" and percent(0.0249) == "2.5%"
     assert describe({"test": "t", "fp_rate": 0.0}).endswith("calibrated false-positive rate <0.05%")
+    assert describe(Trial(confirm_test="t", confirm_fp_rate=0.0), "confirm_").endswith(
+        "trial -, parent -; calibrated false-positive rate <0.05%"
+    )
 
 
 def test_clopper_pearson_known_values():
@@ -66,9 +83,6 @@ def test_a_confirmation_states_the_rate_of_a_null_candidate_being_confirmed_not_
     """The screening and the confirmation share the baseline runs: an unlucky-low baseline passes a null candidate
     through both. Given a screened null, the confirmation passed 4-6% of the time where the fresh runs' own test
     stated 0.7-1.1%; a confirmed verdict now states the conditional rate."""
-    from autorl.judge.calibrate import columns, confirmation_rate
-    from autorl.judge.verdict import Noise, confirm
-
     rng = np.random.default_rng(1)
     p = np.asarray(P)
 
@@ -79,7 +93,7 @@ def test_a_confirmation_states_the_rate_of_a_null_candidate_being_confirmed_not_
     fresh = [run(0.15 + rng.normal(0, 0.04)) for _ in range(3)]
     runs = lambda rs: Runs(values=[float(np.mean(r)) for r in rs], items=rs)  # noqa: E731
     v = confirm(runs(fresh), runs(parent), S, "maximize", Noise(trial=[runs(fresh + [run(0.15)])]))
-    assert v.verdict == "improved"
+    assert v.verdict == Verdict.IMPROVED
     stated = columns(v, S, confirmation=True)["confirm_fp_rate"]
     assert stated == confirmation_rate(v, S) and stated > 2 * stated_rate(v, S)
     assert columns(v, S)["fp_rate"] == stated_rate(v, S)  # a screening verdict keeps its own test's rate

@@ -12,6 +12,7 @@ import pytest
 
 from autorl.errors import RulesError
 from autorl.judge.diagnose import (
+    OPS,
     STATS,
     bottleneck_names,
     diagnose,
@@ -355,8 +356,6 @@ def test_a_drop_equal_to_the_threshold_in_float_is_not_beyond_it():
 
 
 def test_comparisons_hold_at_their_edges():
-    from autorl.judge.diagnose import OPS
-
     assert OPS["gt"](0.05 + 1e-17, 0.05) is False and OPS["gt"](0.0501, 0.05) is True
     assert OPS["ge"](0.05 - 1e-17, 0.05) is True and OPS["le"](0.05 + 1e-17, 0.05) is True
     assert OPS["lt"](0.01 - 1e-18, 0.01) is False and OPS["abs_lt"](-0.0099, 0.01) is True

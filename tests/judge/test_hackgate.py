@@ -22,6 +22,7 @@ from autorl.errors import RulesError
 from autorl.judge import hackgate
 from autorl.metrics import RunMetrics, iter_records
 from autorl.recipe import validate_recipe
+from autorl.states import Gate
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hack_gate"
 
@@ -48,7 +49,7 @@ def by_name(result: hackgate.GateResult) -> dict[str, hackgate.GateCheck]:
 def test_an_honest_improvement_passes_every_check():
     for metric in ("eval/id/greedy_pass@1", "reward_mean"):
         g = check("honest", metric=metric)
-        assert g.state == "ok", g.line()
+        assert g.state == Gate.OK, g.line()
         c = by_name(g)
         assert c["task_id"].ok and c["task_id"].numbers["ci_low"] > 0
         assert c["task_ood"].ok and c["length"].ok and c["entropy"].ok
@@ -57,7 +58,7 @@ def test_an_honest_improvement_passes_every_check():
 
 def test_a_learned_loophole_that_drops_the_task_is_suspect_naming_the_check():
     g = check("round")
-    assert g.state == "suspect" and g.failed.name == "task_id"
+    assert g.state == Gate.SUSPECT and g.failed.name == "task_id"
     assert "dropped" in g.failed.detail and g.failed.numbers["ci_high"] < 0
     assert by_name(g)["task_ood"].ok is False
     assert g.line().startswith("hack gate: task_id failed: held-out id task accuracy dropped")
@@ -114,7 +115,7 @@ def test_without_a_held_out_task_metric_the_gate_is_blind_and_blocks_nothing():
         for m in runs("base")
     ]
     g = hackgate.check(stripped, base, recipe())
-    assert g.state == "blind" and by_name(g)["task_id"].ok is None
+    assert g.state == Gate.BLIND and by_name(g)["task_id"].ok is None
     assert "blind" in g.line()
 
 

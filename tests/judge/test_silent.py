@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
 from autorl.judge import silent, triage
+from autorl.judge.evidence import objective_value, runs_of
 from autorl.metrics import RunMetrics, iter_records
+from autorl.recipe import validate_recipe
+from autorl.states import CrashAction, CrashCategory
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RUNS = DATA / "runs" / "silent"
@@ -27,21 +31,33 @@ def _check(name: str, planned: int):
 @pytest.mark.parametrize(
     "name, planned, check, category, evidence",
     [
-        ("no-steps", 5, "no_training", "no_training", "0 of 5 training steps ran"),
-        ("reward-nan", 10, "nonfinite", "nan_divergence", "step 6/10 reward nan kl 0.0000 clip 0.000 grad nan"),
-        ("reward-zero", 8, "reward_constant", "reward_constant", "reward_mean was 0 on all 8 steps from step 1"),
+        ("no-steps", 5, "no_training", CrashCategory.NO_TRAINING, "0 of 5 training steps ran"),
+        (
+            "reward-nan",
+            10,
+            "nonfinite",
+            CrashCategory.NAN_DIVERGENCE,
+            "step 6/10 reward nan kl 0.0000 clip 0.000 grad nan",
+        ),
+        (
+            "reward-zero",
+            8,
+            "reward_constant",
+            CrashCategory.REWARD_CONSTANT,
+            "reward_mean was 0 on all 8 steps from step 1",
+        ),
         (
             "collapse-empty",
             20,
             "output_collapse",
-            "output_collapse",
+            CrashCategory.OUTPUT_COLLAPSE,
             "degenerate_rate >= 0.9 on each of the last 3 steps",
         ),
         (
             "collapse-repeat",
             20,
             "output_collapse",
-            "output_collapse",
+            CrashCategory.OUTPUT_COLLAPSE,
             "degenerate_rate >= 0.9 on each of the last 3 steps",
         ),
     ],
@@ -78,8 +94,6 @@ def test_healthy_real_runs_pass(path):
 def test_a_real_openrlhf_run_with_a_sparse_reward_is_not_a_constant_reward():
     """OpenRLHF 0.10.4's tiny-model run: reward 0 on three of four steps, 1/32 on one. It had a
     signal once, so it is not 'identically 0 from the first step'; with that step it would be."""
-    from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
-
     d = DATA / "openrlhf-0.10.4"
     reader = OpenRLHFMetricsReader(d / "tensorboard", d / "none.jsonl", {})
     steps = [r for r in reader.poll() + reader.flush() if r["type"] == "step"]
@@ -88,7 +102,7 @@ def test_a_real_openrlhf_run_with_a_sparse_reward_is_not_a_constant_reward():
     assert "degenerate_rate" in steps[0]["absent"]  # OpenRLHF cannot give it: the other collapse tests apply
     assert silent.check(steps, None, log, len(steps)) is None
     zeroed = [{**r, "reward_mean": 0.0} for r in steps]
-    assert silent.check(zeroed, None, log, len(steps)).category == "reward_constant"
+    assert silent.check(zeroed, None, log, len(steps)).category == CrashCategory.REWARD_CONSTANT
 
 
 def test_no_training_needs_the_metrics_to_have_been_read():
@@ -126,7 +140,7 @@ def test_a_nan_in_any_key_counts_and_the_main_keys_are_named_first():
     steps = _steps(4)
     steps[2].update(ratio_max=math.inf, kl=math.nan)
     f = silent.check(steps, None, "step 3 kl nan\n", 4)
-    assert (f.category, f.step, f.root_cause_line) == ("nan_divergence", 3, "step 3 kl nan")
+    assert (f.category, f.step, f.root_cause_line) == (CrashCategory.NAN_DIVERGENCE, 3, "step 3 kl nan")
     steps[2] = {"type": "step", "step": 3, "loss": "nan"}
     assert silent.check(steps, None, "", 4).root_cause_line == "step 3: loss = nan (metrics record)"
 
@@ -142,8 +156,10 @@ def test_every_silent_category_has_an_action():
         checks.no_objective.category,
     }
     assert set(triage.SILENT_CATEGORIES) <= categories and categories <= set(rules.actions)
-    assert rules.actions["output_collapse"].kind == "record"
-    assert rules.actions["no_training"].on_baseline == "stop" and rules.actions["reward_constant"].on_baseline == "stop"
+    assert all(isinstance(c, CrashCategory) for c in categories)  # the table's words read into the enum
+    assert rules.actions[CrashCategory.OUTPUT_COLLAPSE].kind == CrashAction.RECORD
+    assert rules.actions[CrashCategory.NO_TRAINING].on_baseline == CrashAction.STOP
+    assert rules.actions[CrashCategory.REWARD_CONSTANT].on_baseline == CrashAction.STOP
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "NaN"])
@@ -153,15 +169,12 @@ def test_a_nan_or_infinite_eval_is_a_failure_though_every_step_is_finite(value):
     steps = [{"step": i, "loss": 0.1, "reward_mean": 0.4, "response_length_mean": 4.0} for i in (1, 2, 3)]
     evals = [{"step": 3, "eval/id/greedy_pass@1": 0.5}, {"step": 3, "eval/id/sampling_pass@8": value}]
     found = silent.check(steps, None, "", 3, evals=evals)
-    assert found is not None and found.check == "nonfinite" and found.category == "nan_divergence"
+    assert found is not None and found.check == "nonfinite" and found.category == CrashCategory.NAN_DIVERGENCE
     assert found.root_cause_line.startswith("eval at step 3: eval/id/sampling_pass@8 = ")
     assert silent.check(steps, None, "", 3, evals=evals[:1]) is None
 
 
 def test_a_nan_or_infinite_objective_is_no_value_to_judge():
-    from autorl.judge.evidence import objective_value, runs_of
-    from autorl.recipe import validate_recipe
-
     recipe = validate_recipe({"name": "r", "objective": {"metric": "eval/id/sampling_pass@8", "reduction": "last"}})
     runs = [RunMetrics([{"type": "eval", "step": 3, "eval/id/sampling_pass@8": v}]) for v in (0.5, math.nan, math.inf)]
     assert [objective_value(m, recipe) for m in runs] == [0.5, None, None]
@@ -180,7 +193,7 @@ def test_an_objective_the_run_never_logs_names_the_keys_it_did_log():
         }
     ]
     found = silent.missing_objective(steps, evals, "eval/id/greedy_pas@1")
-    assert found is not None and found.check == "no_objective" and found.category == "config_error"
+    assert found is not None and found.check == "no_objective" and found.category == CrashCategory.CONFIG_ERROR
     assert found.root_cause_line == (
         "no eval record has the objective metric eval/id/greedy_pas@1 (did you mean "
         "eval/id/greedy_pass@1?); they have: eval/id/greedy_pass@1, eval/ood/greedy_pass@1"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autorl.judge import triage as tr
 from autorl.judge.triage import (
     SILENT_CATEGORIES,
     CrashReport,
@@ -21,9 +22,11 @@ from autorl.judge.triage import (
     normalise,
     signature,
 )
+from autorl.ledger import Trial
+from autorl.states import CrashAction, CrashCategory, TrialStatus
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
-CATEGORIES = set(CrashReport.model_fields["category"].annotation.__args__)
+CATEGORIES = set(CrashReport.model_fields["category"].annotation)  # CrashCategory's members
 
 # file, exit code, watchdog, nonfinite metric -> category, a piece of the root-cause line
 CASES = [
@@ -32,52 +35,90 @@ CASES = [
         1,
         None,
         None,
-        "cuda_oom",
+        CrashCategory.CUDA_OOM,
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB",
     ),
-    ("cuda_oom_nccl_wrapped.log", 1, None, None, "cuda_oom", "Cuda failure 'out of memory'"),
-    ("ray_nested_cuda_oom.log", 1, None, None, "cuda_oom", "Tried to allocate 9.27 GiB"),
+    ("cuda_oom_nccl_wrapped.log", 1, None, None, CrashCategory.CUDA_OOM, "Cuda failure 'out of memory'"),
+    ("ray_nested_cuda_oom.log", 1, None, None, CrashCategory.CUDA_OOM, "Tried to allocate 9.27 GiB"),
     # OpenRLHF starts vLLM before the actor: no KV room then is the model and its share, or neighbours, never the
     # trial's batch sizes (halving them cannot help): retried unchanged, the remedy naming both
-    ("vllm_kv_cache.log", 1, None, None, "shared_gpu", "No available memory for the cache blocks"),
-    ("kv_cache_no_room_packed.log", 1, None, None, "shared_gpu", "No available memory for the cache blocks"),  # real
-    ("ray_host_oom.log", 1, None, None, "host_oom", "ray.exceptions.OutOfMemoryError: Task was killed"),
-    ("host_oom_killed.log", 137, None, None, "host_oom", "Killed"),
-    ("nan_deepspeed_fp16.log", 1, None, None, "nan_divergence", "Current loss scale already at minimum"),
-    ("nan_multinomial.log", 1, None, None, "nan_divergence", "probability tensor contains"),
-    ("nan_exit0.log", 0, None, "loss@4", "nan_divergence", "step 4 reward_mean 0.00 loss nan"),
-    ("distributed_timeout.log", 1, None, None, "distributed_timeout", "Watchdog caught collective operation timeout"),
-    ("backend_incompat_trl.log", 1, None, None, "backend_incompat", "unexpected keyword argument 'tokenizer'"),
-    ("backend_incompat_flags.log", 2, None, None, "backend_incompat", "unrecognized arguments: --pretrain"),
-    ("ray_actor_died_import.log", 1, None, None, "backend_incompat", "No module named 'vllm.worker'"),
+    ("vllm_kv_cache.log", 1, None, None, CrashCategory.SHARED_GPU, "No available memory for the cache blocks"),
+    # a real log
+    (
+        "kv_cache_no_room_packed.log",
+        1,
+        None,
+        None,
+        CrashCategory.SHARED_GPU,
+        "No available memory for the cache blocks",
+    ),
+    ("ray_host_oom.log", 1, None, None, CrashCategory.HOST_OOM, "ray.exceptions.OutOfMemoryError: Task was killed"),
+    ("host_oom_killed.log", 137, None, None, CrashCategory.HOST_OOM, "Killed"),
+    ("nan_deepspeed_fp16.log", 1, None, None, CrashCategory.NAN_DIVERGENCE, "Current loss scale already at minimum"),
+    ("nan_multinomial.log", 1, None, None, CrashCategory.NAN_DIVERGENCE, "probability tensor contains"),
+    ("nan_exit0.log", 0, None, "loss@4", CrashCategory.NAN_DIVERGENCE, "step 4 reward_mean 0.00 loss nan"),
+    (
+        "distributed_timeout.log",
+        1,
+        None,
+        None,
+        CrashCategory.DISTRIBUTED_TIMEOUT,
+        "Watchdog caught collective operation timeout",
+    ),
+    (
+        "backend_incompat_trl.log",
+        1,
+        None,
+        None,
+        CrashCategory.BACKEND_INCOMPAT,
+        "unexpected keyword argument 'tokenizer'",
+    ),
+    ("backend_incompat_flags.log", 2, None, None, CrashCategory.BACKEND_INCOMPAT, "unrecognized arguments: --pretrain"),
+    ("ray_actor_died_import.log", 1, None, None, CrashCategory.BACKEND_INCOMPAT, "No module named 'vllm.worker'"),
     (
         "config_error_divisible.log",
         1,
         None,
         None,
-        "config_error",
+        CrashCategory.CONFIG_ERROR,
         "must be evenly divisible by the number of generations",
     ),
-    ("config_error_misleading.log", 1, None, None, "config_error", "FileNotFoundError: [Errno 2]"),
-    ("user_code_misleading_warnings.log", 1, None, None, "user_code_error", "KeyError: 'answer'"),
-    ("ray_nested_reward_error.log", 1, None, None, "user_code_error", "Failed to fetch reward from remote RM"),
-    ("disk_full.log", 1, None, None, "disk_full", "inline_container.cc"),
-    ("hang_silence.log", -9, "silence", None, "hang_timeout", "update_weight: model.layers.11"),
+    ("config_error_misleading.log", 1, None, None, CrashCategory.CONFIG_ERROR, "FileNotFoundError: [Errno 2]"),
+    ("user_code_misleading_warnings.log", 1, None, None, CrashCategory.USER_CODE_ERROR, "KeyError: 'answer'"),
+    (
+        "ray_nested_reward_error.log",
+        1,
+        None,
+        None,
+        CrashCategory.USER_CODE_ERROR,
+        "Failed to fetch reward from remote RM",
+    ),
+    ("disk_full.log", 1, None, None, CrashCategory.DISK_FULL, "inline_container.cc"),
+    ("hang_silence.log", -9, "silence", None, CrashCategory.HANG_TIMEOUT, "update_weight: model.layers.11"),
     (
         "illegal_memory_access.log",
         1,
         None,
         None,
-        "illegal_memory_access",
+        CrashCategory.ILLEGAL_MEMORY_ACCESS,
         "RuntimeError: CUDA error: an illegal memory access",
     ),
-    ("segfault.log", -11, None, None, "illegal_memory_access", "Fatal Python error: Segmentation fault"),
-    ("network_unavailable.log", 1, None, None, "network_unavailable", "huggingface.co"),
-    ("killed_external.log", -15, None, None, "killed_external", "CANCELLED AT"),
-    ("shared_gpu_vllm_profiling.log", 1, None, None, "shared_gpu", "Error in memory profiling"),  # a real OpenRLHF log
-    ("gpu_occupied_vllm_start.log", 1, None, None, "shared_gpu", "on startup is less than desired GPU memory"),  # real
-    ("unknown_wrapped.log", 1, None, None, "unknown", "RuntimeError: replay buffer got experiences"),
-    ("ray_worker_died.log", 1, None, None, "unknown", "A worker died or was killed"),
+    ("segfault.log", -11, None, None, CrashCategory.ILLEGAL_MEMORY_ACCESS, "Fatal Python error: Segmentation fault"),
+    ("network_unavailable.log", 1, None, None, CrashCategory.NETWORK_UNAVAILABLE, "huggingface.co"),
+    ("killed_external.log", -15, None, None, CrashCategory.KILLED_EXTERNAL, "CANCELLED AT"),
+    # a real OpenRLHF log
+    ("shared_gpu_vllm_profiling.log", 1, None, None, CrashCategory.SHARED_GPU, "Error in memory profiling"),
+    # a real log
+    (
+        "gpu_occupied_vllm_start.log",
+        1,
+        None,
+        None,
+        CrashCategory.SHARED_GPU,
+        "on startup is less than desired GPU memory",
+    ),
+    ("unknown_wrapped.log", 1, None, None, CrashCategory.UNKNOWN, "RuntimeError: replay buffer got experiences"),
+    ("ray_worker_died.log", 1, None, None, CrashCategory.UNKNOWN, "A worker died or was killed"),
 ]
 
 
@@ -120,25 +161,25 @@ def test_warnings_about_memory_nan_and_timeouts_do_not_decide():
     ]
     assert len(warnings) >= 4
     d = classify("\n".join(warnings), exit_code=1)
-    assert d.category == "unknown"
+    assert d.category == CrashCategory.UNKNOWN
 
 
 def test_ray_text_listing_oom_as_a_possible_cause_is_not_host_oom():
     d = classify(_read("ray_worker_died.log"), exit_code=1)
-    assert d.category not in ("host_oom", "illegal_memory_access")
+    assert d.category not in (CrashCategory.HOST_OOM, CrashCategory.ILLEGAL_MEMORY_ACCESS)
 
 
 def test_ray_host_oom_is_not_cuda_oom():
     # ray.exceptions.OutOfMemoryError shares its class name with torch.OutOfMemoryError
-    assert classify(_read("ray_host_oom.log")).category == "host_oom"
+    assert classify(_read("ray_host_oom.log")).category == CrashCategory.HOST_OOM
 
 
 def test_cause_outranks_the_surface_error_it_triggers():
     text = _read("illegal_memory_access.log")
     assert "DistBackendError" in text.splitlines()[-1]
-    assert classify(text).category == "illegal_memory_access"
+    assert classify(text).category == CrashCategory.ILLEGAL_MEMORY_ACCESS
     nccl_only = "\n".join(ln for ln in text.splitlines() if "illegal memory" not in ln)
-    assert classify(nccl_only).category == "distributed_timeout"
+    assert classify(nccl_only).category == CrashCategory.DISTRIBUTED_TIMEOUT
 
 
 def test_nested_ray_chain_reports_innermost_cause_not_wrapper():
@@ -154,11 +195,11 @@ def test_nested_ray_chain_reports_innermost_cause_not_wrapper():
 @pytest.mark.parametrize(
     "code,category",
     [
-        (137, "host_oom"),
-        (-9, "killed_external"),
-        (143, "killed_external"),
-        (139, "illegal_memory_access"),
-        (1, "unknown"),
+        (137, CrashCategory.HOST_OOM),
+        (-9, CrashCategory.KILLED_EXTERNAL),
+        (143, CrashCategory.KILLED_EXTERNAL),
+        (139, CrashCategory.ILLEGAL_MEMORY_ACCESS),
+        (1, CrashCategory.UNKNOWN),
     ],
 )
 def test_exit_code_without_python_error(code, category):
@@ -167,24 +208,27 @@ def test_exit_code_without_python_error(code, category):
 
 def test_exit_137_with_a_python_error_follows_the_error():
     log = "Traceback (most recent call last):\n  File \"r.py\", line 3\nKeyError: 'label'\n"
-    assert classify(log, exit_code=137).category == "user_code_error"
+    assert classify(log, exit_code=137).category == CrashCategory.USER_CODE_ERROR
 
 
 def test_watchdog_silence_is_a_hang_unless_a_real_cause_is_logged():
-    assert classify("step 3\nbroadcast weights 12/291\n", exit_code=-9, watchdog="silence").category == "hang_timeout"
-    assert classify(_read("cuda_oom_trl.log"), exit_code=-9, watchdog="silence").category == "cuda_oom"
-    assert classify("step 3\n", exit_code=-9, watchdog="timeout").category == "hang_timeout"
+    assert (
+        classify("step 3\nbroadcast weights 12/291\n", exit_code=-9, watchdog="silence").category
+        == CrashCategory.HANG_TIMEOUT
+    )
+    assert classify(_read("cuda_oom_trl.log"), exit_code=-9, watchdog="silence").category == CrashCategory.CUDA_OOM
+    assert classify("step 3\n", exit_code=-9, watchdog="timeout").category == CrashCategory.HANG_TIMEOUT
 
 
 def test_embedded_engine_nan_stop_line():
     log = "step 3 reward_mean 0.41\nstopped: non-finite values at step 4 (loss nan / grad_norm nan); lower lr or check the reward\n"
     d = classify(log, exit_code=3)
-    assert d.category == "nan_divergence" and d.root_cause_line.startswith("stopped: non-finite")
+    assert d.category == CrashCategory.NAN_DIVERGENCE and d.root_cause_line.startswith("stopped: non-finite")
 
 
 def test_nonfinite_metrics_mean_nan_even_with_exit_zero():
     d = classify("step 1 ok\nstep 2 ok\ndone\n", exit_code=0, metrics_nonfinite="grad_norm@2")
-    assert d.category == "nan_divergence"
+    assert d.category == CrashCategory.NAN_DIVERGENCE
     assert d.root_cause_line == "non-finite metric: grad_norm@2"
 
 
@@ -194,12 +238,12 @@ def test_nonfinite_metrics_mean_nan_even_with_exit_zero():
 def test_signature_is_stable_across_numbers_paths_pids_and_times():
     a = "(PolicyModelActor pid=3411) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.27 GiB. GPU 0 has 79.11 GiB"
     b = "(PolicyModelActor pid=9120) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 3 has 79.11 GiB"
-    assert signature("cuda_oom", a) == signature("cuda_oom", b)
-    assert signature("cuda_oom", a) != signature("host_oom", a)
+    assert signature(CrashCategory.CUDA_OOM, a) == signature(CrashCategory.CUDA_OOM, b)
+    assert signature(CrashCategory.CUDA_OOM, a) != signature(CrashCategory.HOST_OOM, a)
     p = normalise("2025-03-01 11:34:02,918 /opt/x/y.py at 0x7f1c2d84be50 id 58d0b1fa6b3bd0ea7d1be4c4 took 12 s")
     assert all(ch not in p for ch in "0123456789") and "/opt" not in p
-    other = signature("user_code_error", "KeyError: 'label'")
-    assert other != signature("user_code_error", "KeyError: 'answer'")
+    other = signature(CrashCategory.USER_CODE_ERROR, "KeyError: 'label'")
+    assert other != signature(CrashCategory.USER_CODE_ERROR, "KeyError: 'answer'")
 
 
 def test_same_failure_in_two_runs_has_one_signature():
@@ -221,29 +265,33 @@ def test_excerpt_marks_the_root_line_with_context():
 
 
 def test_every_category_has_an_action():
-    assert set(load_rules().actions) == CATEGORIES
-    assert crash_action("cuda_oom") == "retry_reduced"
-    assert crash_action("disk_full") == "stop"
-    assert crash_action("user_code_error") == "record"  # stops the study only in the baseline (decide_action)
+    actions = load_rules().actions
+    assert set(actions) == CATEGORIES == set(CrashCategory)
+    assert all(isinstance(k, CrashCategory) and isinstance(a.kind, CrashAction) for k, a in actions.items())
+    assert crash_action(CrashCategory.CUDA_OOM) is CrashAction.RETRY_REDUCED
+    assert crash_action(CrashCategory.DISK_FULL) is CrashAction.STOP
+    # stops the study only in the baseline (decide_action)
+    assert crash_action(CrashCategory.USER_CODE_ERROR) is CrashAction.RECORD
 
 
 def test_group_crashes_counts_by_signature():
     rows = [
-        {
-            "attempt": "attempt-03",
-            "crash_signature": "cuda_oom-aaaa",
-            "crash_category": "cuda_oom",
-            "root_cause": "OOM",
-        },
-        {"attempt": "attempt-05", "crash_signature": "cuda_oom-aaaa", "crash_category": "cuda_oom"},
-        {"number": 7, "signature": "user_code_error-bbbb", "category": "user_code_error"},
-        {"attempt": "attempt-08", "status": "complete"},
+        Trial(
+            attempt="attempt-03",
+            crash_signature="cuda_oom-aaaa",
+            crash_category=CrashCategory.CUDA_OOM,
+            root_cause="OOM",
+        ),
+        Trial(attempt="attempt-05", crash_signature="cuda_oom-aaaa", crash_category=CrashCategory.CUDA_OOM),
+        {"number": 7, "signature": "user_code_error-bbbb", "category": "user_code_error"},  # a CrashReport dump
+        Trial(attempt="attempt-08", status=TrialStatus.COMPLETE),
     ]
     groups = group_crashes(rows)
     assert [g["count"] for g in groups] == [2, 1]
     assert groups[0]["trials"] == ["attempt-03", "attempt-05"] and groups[0]["repeated"] is True
-    assert groups[0]["root_cause_line"] == "OOM"
-    assert groups[1]["category"] == "user_code_error" and groups[1]["repeated"] is False
+    assert groups[0]["root_cause_line"] == "OOM" and groups[0]["category"] is CrashCategory.CUDA_OOM
+    assert groups[1]["trials"] == [7]
+    assert groups[1]["category"] is CrashCategory.USER_CODE_ERROR and groups[1]["repeated"] is False
 
 
 def test_bad_rules_file_is_a_user_error(tmp_path):
@@ -291,11 +339,17 @@ def test_a_full_card_at_vllm_start_is_the_neighbours_in_openrlhf_and_the_setting
     alone = classify(
         "INFO grpo.py:88: colocate mode: policy trainer and vLLM share cuda:0\n" + VLLM_FULL_CARD, exit_code=1
     )
-    assert (openrlhf.engine, openrlhf.category) == ("openrlhf", "shared_gpu") and "nvidia-smi" in openrlhf.remedy
+    assert (openrlhf.engine, openrlhf.category) == (
+        "openrlhf",
+        CrashCategory.SHARED_GPU,
+    ) and "nvidia-smi" in openrlhf.remedy
     tail_only = classify("(RolloutRayActor pid=19248) " + VLLM_FULL_CARD, exit_code=1)  # a log cut to its last lines
-    assert (tail_only.engine, tail_only.category) == ("openrlhf", "shared_gpu")
-    assert alone.category == "cuda_oom"
-    assert crash_action("shared_gpu") == "retry_once" and crash_action("cuda_oom") == "retry_reduced"
+    assert (tail_only.engine, tail_only.category) == ("openrlhf", CrashCategory.SHARED_GPU)
+    assert alone.category == CrashCategory.CUDA_OOM
+    assert (
+        crash_action(CrashCategory.SHARED_GPU) == CrashAction.RETRY_ONCE
+        and crash_action(CrashCategory.CUDA_OOM) == CrashAction.RETRY_REDUCED
+    )
 
 
 KV_NO_ROOM = (
@@ -308,12 +362,12 @@ def test_no_kv_cache_room_at_vllm_start_is_not_the_trials_batch_in_openrlhf_and_
     """Four packed trials starting on one H200 left a 34 M model no KV room: in OpenRLHF (vLLM first) retried
     unchanged with a remedy naming the vLLM share; where a trainer shares vLLM's process or card, an OOM."""
     openrlhf = classify("(RolloutRayActor pid=8478) " + KV_NO_ROOM, exit_code=1)
-    assert (openrlhf.engine, openrlhf.category) == ("openrlhf", "shared_gpu")
+    assert (openrlhf.engine, openrlhf.category) == ("openrlhf", CrashCategory.SHARED_GPU)
     assert "vllm_gpu_memory_utilization" in openrlhf.remedy
     trl = classify(
         "INFO grpo_trainer.py:88: colocate mode: policy trainer and vLLM share cuda:0\n" + KV_NO_ROOM, exit_code=1
     )
-    assert trl.category == "cuda_oom"
+    assert trl.category == CrashCategory.CUDA_OOM
 
 
 def test_triage_does_not_import_heavy_frameworks():
@@ -328,15 +382,13 @@ def test_triage_does_not_import_heavy_frameworks():
 def test_a_log_of_one_endless_line_is_read_by_its_head_and_a_huge_log_by_its_tail(tmp_path, monkeypatch):
     """A 200 kB line of one letter took over a minute to classify (some patterns are quadratic in a line's
     length) and a 300 MB log was read whole; triage reads each line's head and the file's tail."""
-    from autorl.judge import triage as tr
-
     line = "a" * 1_000_000
     d = tr.classify(line + "\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
-    assert d.category == "illegal_memory_access"
+    assert d.category == CrashCategory.ILLEGAL_MEMORY_ACCESS
     assert tr.log_lines(line) == ["a" * tr.MAX_LINE_CHARS]
     monkeypatch.setattr(tr, "TAIL_BYTES", 1000)
     path = tmp_path / "train.log"
     path.write_bytes(b"x" * 5000 + b"\ntorch.OutOfMemoryError: CUDA out of memory.\n")
     text = tr.read_tail(path)
     assert len(text.encode()) == 1000 and text.endswith("CUDA out of memory.\n")
-    assert tr.classify(text).category == "cuda_oom"
+    assert tr.classify(text).category == CrashCategory.CUDA_OOM

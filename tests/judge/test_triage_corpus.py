@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from triage_heldout import load_labels, run_one, score  # noqa: E402
 
 from autorl.judge.triage import classify, explain  # noqa: E402
+from autorl.states import CrashCategory  # noqa: E402
 
 LOGS = ROOT / "tests" / "data" / "crashes" / "logs"
 FLOORS = {"dev": (68, 68), "heldout": (55, 49)}  # (category, exact root-cause line) counts reached
@@ -93,11 +94,11 @@ def test_explain_names_the_family_its_source_the_line_and_skipped_wrappers():
 def test_silence_needs_timestamps_on_both_sides():
     cancel = "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2024-01-01T10:00:00 DUE TO TIME LIMIT ***"
     log = f"step 1 ok\nstep 2 ok\n{cancel}\n"
-    assert classify(log).category == "killed_external"
+    assert classify(log).category == CrashCategory.KILLED_EXTERNAL
     stamped = f"step 1 ok\nstep 2 ok\n2024-01-01 06:00:00,001 INFO waiting for the batch\n{cancel}\n"
-    assert classify(stamped).category == "hang_timeout"
+    assert classify(stamped).category == CrashCategory.HANG_TIMEOUT
     recent = stamped.replace("06:00:00", "09:59:00")
-    assert classify(recent).category == "killed_external"
+    assert classify(recent).category == CrashCategory.KILLED_EXTERNAL
 
 
 CANCEL = "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2024-01-01T10:00:00 DUE TO {why} ***"
@@ -107,13 +108,21 @@ STAMP = "2024-01-01 06:00:00,001 INFO waiting for the batch"
 @pytest.mark.parametrize(
     "between, why, expected",
     [
-        ("", "TIME LIMIT", "hang_timeout"),  # four silent hours before a time-limit kill
-        ("  3%|▎         | 7/250 [04:01<2:19:10, 34.4s/it]\n", "TIME LIMIT", "killed_external"),  # tqdm moved after it
-        ("{'loss': 0.012, 'reward': 0.41, 'epoch': 0.3}\n", "TIME LIMIT", "killed_external"),  # a metric line too
-        ("Global step 12: {'reward': 0.4}\n", "TIME LIMIT", "killed_external"),
-        ("NCCL WARN NET/IB : retrying\n", "TIME LIMIT", "hang_timeout"),  # noise is not progress
-        ("", "PREEMPTION", "killed_external"),  # preemption says why: never a hang
-        ("", "NODE FAILURE", "killed_external"),
+        ("", "TIME LIMIT", CrashCategory.HANG_TIMEOUT),  # four silent hours before a time-limit kill
+        (
+            "  3%|▎         | 7/250 [04:01<2:19:10, 34.4s/it]\n",
+            "TIME LIMIT",
+            CrashCategory.KILLED_EXTERNAL,
+        ),  # tqdm moved after it
+        (
+            "{'loss': 0.012, 'reward': 0.41, 'epoch': 0.3}\n",
+            "TIME LIMIT",
+            CrashCategory.KILLED_EXTERNAL,
+        ),  # a metric line too
+        ("Global step 12: {'reward': 0.4}\n", "TIME LIMIT", CrashCategory.KILLED_EXTERNAL),
+        ("NCCL WARN NET/IB : retrying\n", "TIME LIMIT", CrashCategory.HANG_TIMEOUT),  # noise is not progress
+        ("", "PREEMPTION", CrashCategory.KILLED_EXTERNAL),  # preemption says why: never a hang
+        ("", "NODE FAILURE", CrashCategory.KILLED_EXTERNAL),
     ],
 )
 def test_a_kill_is_a_hang_only_when_the_log_shows_the_silence(between, why, expected):
@@ -124,7 +133,7 @@ def test_a_kill_is_a_hang_only_when_the_log_shows_the_silence(between, why, expe
 def test_a_gap_of_weeks_is_not_a_silence():
     """Timestamps a month apart come from another clock or an older run in the same file."""
     log = f"2023-12-01 06:00:00,001 INFO waiting for the batch\n{CANCEL.format(why='TIME LIMIT')}\n"
-    assert classify(log).category == "killed_external"
+    assert classify(log).category == CrashCategory.KILLED_EXTERNAL
 
 
 @pytest.mark.parametrize(
@@ -159,7 +168,7 @@ def test_a_gap_of_weeks_is_not_a_silence():
 def test_host_memory_exhaustion_in_any_of_its_forms_is_host_oom(line, exit_code):
     log = f"2024-01-01 06:00:00,001 INFO step 3 reward 0.4\n{line}\n"
     d = classify(log, exit_code=exit_code)
-    assert (d.category, d.root_cause_line) == ("host_oom", line)
+    assert (d.category, d.root_cause_line) == (CrashCategory.HOST_OOM, line)
 
 
 def test_ray_listing_the_oom_killer_as_one_possible_cause_is_not_host_oom():
@@ -168,6 +177,6 @@ def test_ray_listing_the_oom_killer_as_one_possible_cause_is_not_host_oom():
         "Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There are "
         "some potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage."
     )
-    assert classify(line + "\n", exit_code=1).category != "host_oom"
+    assert classify(line + "\n", exit_code=1).category != CrashCategory.HOST_OOM
     zero = "(raylet) node_manager.cc:2963: 0 Workers (tasks / actors) killed due to memory pressure (OOM), 2 Workers"
-    assert classify(zero + "\n", exit_code=1).category != "host_oom"
+    assert classify(zero + "\n", exit_code=1).category != CrashCategory.HOST_OOM

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from autorl.judge.triage import classify, explain, load_rules
+from autorl.states import CrashCategory
 
 # family -> (a line as the library prints it, exit code). Sources are in crash_families.yaml.
 CASES: dict[str, tuple[str, int | None]] = {
@@ -173,7 +174,7 @@ ECHO = (
 def test_a_ranks_own_error_beats_the_collectives_echo_printed_before_it():
     own = "[rank2]: ZeroDivisionError: division by zero"
     d = classify("\n".join([ECHO, own]) + "\n", exit_code=1)
-    assert (d.category, d.root_cause_line) == ("user_code_error", own)
+    assert (d.category, d.root_cause_line) == (CrashCategory.USER_CODE_ERROR, own)
     assert any("only echoes another process's failure" in t for t in explain("\n".join([ECHO, own]), exit_code=1))
 
 
@@ -190,13 +191,13 @@ def test_a_ranks_own_unknown_exception_beats_the_echo():
     )
     d = classify(log, exit_code=1)
     assert (d.category, d.root_cause_line) == (
-        "user_code_error",
+        CrashCategory.USER_CODE_ERROR,
         "[rank1]: RuntimeError: buffer holds 7 groups, expected 8",
     )
 
 
 def test_the_echo_alone_is_a_distributed_failure():
-    assert classify(ECHO + "\n", exit_code=1).category == "distributed_timeout"
+    assert classify(ECHO + "\n", exit_code=1).category == CrashCategory.DISTRIBUTED_TIMEOUT
 
 
 def test_a_chain_of_exceptions_is_reported_at_its_first():
@@ -223,7 +224,7 @@ def test_a_line_that_points_at_the_root_cause_above_is_a_wrapper():
         [cause, "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"]
     )
     d = classify(log, exit_code=1)
-    assert (d.category, d.root_cause_line) == ("config_error", cause)
+    assert (d.category, d.root_cause_line) == (CrashCategory.CONFIG_ERROR, cause)
 
 
 def test_an_unknown_error_raised_where_a_library_validates_settings_is_a_config_error():
@@ -236,17 +237,20 @@ def test_an_unknown_error_raised_where_a_library_validates_settings_is_a_config_
         ]
     )
     d = classify(log, exit_code=1)
-    assert d.category == "config_error" and d.root_cause_line.startswith("ValueError: vllm_importance")
+    assert d.category == CrashCategory.CONFIG_ERROR and d.root_cause_line.startswith("ValueError: vllm_importance")
     elsewhere = log.replace("trl/trainer/grpo_config.py", "trl/trainer/grpo_trainer.py")
-    assert classify(elsewhere, exit_code=1).category == "unknown"
+    assert classify(elsewhere, exit_code=1).category == CrashCategory.UNKNOWN
 
 
 def test_a_nan_metric_line_is_nan_even_with_exit_zero_but_a_tensorboard_warning_is_not():
     line = "(TaskRunner pid=8) step:14 - actor/pg_loss:nan - actor/grad_norm:nan - critic/score/mean:0.000"
     d = classify(f"step:13 - actor/grad_norm:0.31\n{line}\ndone\n", exit_code=0)
-    assert (d.category, d.root_cause_line) == ("nan_divergence", line)
-    assert classify("WARNING:tensorboardX.x2num:NaN or Inf found in input tensor.\n", exit_code=0).category == "unknown"
-    assert classify("{'loss': 0.0, 'grad_norm': 0.21, 'nan_count': 0}\n", exit_code=0).category == "unknown"
+    assert (d.category, d.root_cause_line) == (CrashCategory.NAN_DIVERGENCE, line)
+    assert (
+        classify("WARNING:tensorboardX.x2num:NaN or Inf found in input tensor.\n", exit_code=0).category
+        == CrashCategory.UNKNOWN
+    )
+    assert classify("{'loss': 0.0, 'grad_norm': 0.21, 'nan_count': 0}\n", exit_code=0).category == CrashCategory.UNKNOWN
 
 
 def test_the_c10_log_stamp_measures_a_silence():
@@ -257,8 +261,8 @@ def test_the_c10_log_stamp_measures_a_silence():
         "W0412 07:10:02.530000 4410 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, "
         "shutting down workers\n"
     )
-    assert classify(log, exit_code=-15).category == "hang_timeout"
-    assert classify(log.replace("W0412 07:10", "W0412 05:05"), exit_code=-15).category == "killed_external"
+    assert classify(log, exit_code=-15).category == CrashCategory.HANG_TIMEOUT
+    assert classify(log.replace("W0412 07:10", "W0412 05:05"), exit_code=-15).category == CrashCategory.KILLED_EXTERNAL
 
 
 def test_an_exception_behind_vllms_logger_prefix_is_still_an_exception():
@@ -277,4 +281,4 @@ def test_an_exception_behind_vllms_logger_prefix_is_still_an_exception():
         ]
     )
     d = classify(log, exit_code=1)
-    assert (d.category, d.root_cause_line) == ("config_error", line)
+    assert (d.category, d.root_cause_line) == (CrashCategory.CONFIG_ERROR, line)

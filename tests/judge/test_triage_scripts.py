@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from autorl.judge.triage import classify, decide_action
+from autorl.states import CrashAction, CrashCategory
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "scripts"
 
@@ -43,27 +44,30 @@ def _free_port() -> int:
 def test_user_code_error_is_recorded_then_stops_in_the_baseline(tmp_path):
     log, code = _run(str(SCRIPTS / "crash.py"), str(tmp_path / "m.jsonl"))
     d, a = _act(log, code, tmp_path)
-    assert (d.category, a.kind) == ("user_code_error", "record") and "IndexError" in d.root_cause_line
-    assert _act(log, code, tmp_path, is_baseline=True)[1].kind == "stop"
+    assert (d.category, a.kind) == (
+        CrashCategory.USER_CODE_ERROR,
+        CrashAction.RECORD,
+    ) and "IndexError" in d.root_cause_line
+    assert _act(log, code, tmp_path, is_baseline=True)[1].kind == CrashAction.STOP
 
 
 def test_config_error_from_a_real_argparse_rejection(tmp_path):
     log, code = _run(str(SCRIPTS / "bad_flag.py"), "--lr", "fast")
     d, a = _act(log, code, tmp_path, is_baseline=True)
-    assert code == 2 and d.category == "config_error" and a.kind == "stop"
+    assert code == 2 and d.category == CrashCategory.CONFIG_ERROR and a.kind == CrashAction.STOP
 
 
 def test_connection_refused_is_network_and_retried_once(tmp_path):
     log, code = _run(str(SCRIPTS / "connect_refused.py"), str(_free_port()))
     d, a = _act(log, code, tmp_path)
-    assert d.category == "network_unavailable" and a.kind == "retry_once"
-    assert _act(log, code, tmp_path, retries_so_far=1)[1].kind == "record"
+    assert d.category == CrashCategory.NETWORK_UNAVAILABLE and a.kind == CrashAction.RETRY_ONCE
+    assert _act(log, code, tmp_path, retries_so_far=1)[1].kind == CrashAction.RECORD
 
 
 def test_host_memory_error_is_host_oom_and_retried_reduced(tmp_path):
     log, code = _run(str(SCRIPTS / "host_oom.py"))
     d, a = _act(log, code, tmp_path)
-    assert d.category == "host_oom" and a.kind == "retry_reduced"
+    assert d.category == CrashCategory.HOST_OOM and a.kind == CrashAction.RETRY_REDUCED
 
 
 def test_sigterm_during_healthy_progress_is_an_external_kill(tmp_path):
@@ -72,7 +76,11 @@ def test_sigterm_during_healthy_progress_is_an_external_kill(tmp_path):
     p.send_signal(signal.SIGTERM)
     out, _ = p.communicate(timeout=30)
     d, a = _act(out, p.returncode, tmp_path)
-    assert p.returncode == -signal.SIGTERM and d.category == "killed_external" and a.kind == "retry_once"
+    assert (
+        p.returncode == -signal.SIGTERM
+        and d.category == CrashCategory.KILLED_EXTERNAL
+        and a.kind == CrashAction.RETRY_ONCE
+    )
 
 
 def test_silent_run_killed_by_the_watchdog_is_a_hang(tmp_path):
@@ -86,7 +94,7 @@ def test_silent_run_killed_by_the_watchdog_is_a_hang(tmp_path):
     out, _ = p.communicate(timeout=30)
     d = classify(out, exit_code=p.returncode, watchdog="silence")
     a = decide_action(d, is_baseline=False, retries_so_far=0, signature_count=1, run_dir=tmp_path)
-    assert d.category == "hang_timeout" and a.kind == "retry_once"
+    assert d.category == CrashCategory.HANG_TIMEOUT and a.kind == CrashAction.RETRY_ONCE
 
 
 _UNSHARE = shutil.which("unshare")

@@ -10,6 +10,7 @@ import pytest
 from autorl.judge.abort import load_window_rules
 from autorl.judge.verdict import FLAG_LIMITS, Noise, Runs, confirm, credit, flags, judge, objective_items
 from autorl.recipe import AbortRules, Objective, VerdictSettings
+from autorl.states import Verdict
 
 N_ITEMS = 200
 S = VerdictSettings()
@@ -42,7 +43,7 @@ def one_case(
 
 def test_true_15_point_gain_is_improved():
     calls = [one_case(seed, 0.15).verdict for seed in range(40)]
-    assert calls.count("improved") >= 32  # power >= 80% with three baseline repeats
+    assert calls.count(Verdict.IMPROVED) >= 32  # power >= 80% with three baseline repeats
     v = one_case(3, 0.15)
     assert v.method == "paired_items" and v.n == N_ITEMS and v.blind == ""
     assert v.ci_low < v.delta < v.ci_high and 0.08 < v.delta < 0.22
@@ -50,24 +51,24 @@ def test_true_15_point_gain_is_improved():
 
 def test_no_effect_is_rarely_called_improved():
     calls = [one_case(1000 + seed, 0.0).verdict for seed in range(200)]
-    assert calls.count("improved") < 10  # < 5% of 200 repeats
+    assert calls.count(Verdict.IMPROVED) < 10  # < 5% of 200 repeats
 
 
 def test_no_effect_with_large_run_level_seed_noise_is_rarely_called_improved():
     # run sd 0.05: the old z-widened bootstrap called ~7% of these improved with two repeats
     calls = [one_case(5000 + seed, 0.0, repeats=3, shift_sd=0.05).verdict for seed in range(300)]
-    assert calls.count("improved") < 15
+    assert calls.count(Verdict.IMPROVED) < 15
 
 
 def test_true_loss_is_regressed():
     v = one_case(7, -0.15)
-    assert v.verdict == "regressed" and v.ci_high < 0
+    assert v.verdict == Verdict.REGRESSED and v.ci_high < 0
 
 
 def test_minimize_flips_the_sign():
     up = one_case(7, -0.15, direction="maximize")
     down = one_case(7, -0.15, direction="minimize")
-    assert up.verdict == "regressed" and down.verdict == "improved"
+    assert up.verdict == Verdict.REGRESSED and down.verdict == Verdict.IMPROVED
     assert down.delta == pytest.approx(-up.delta)
     assert (down.ci_low, down.ci_high) == pytest.approx((-up.ci_high, -up.ci_low))
 
@@ -75,7 +76,7 @@ def test_minimize_flips_the_sign():
 def test_min_effect_raises_the_bar():
     v = one_case(3, 0.15)
     strict = one_case(3, 0.15, settings=VerdictSettings(min_effect=v.ci_low + 0.01))
-    assert strict.verdict == "flat" and "min_effect" in strict.explanation
+    assert strict.verdict == Verdict.FLAT and "min_effect" in strict.explanation
 
 
 def test_disagreeing_repeats_widen_the_interval():
@@ -106,7 +107,7 @@ def test_one_baseline_run_says_what_it_cannot_see():
     p = rng.uniform(0.1, 0.9, N_ITEMS)
     v = judge(runs(rng, p, 0.25, 1), runs(rng, p, 0.0, 1), S, "maximize")
     assert v.method == "paired_items" and v.parent_df == 0 and "not measured" in v.blind
-    assert v.parent_sd == pytest.approx(S.run_sd_prior) and v.verdict == "improved"
+    assert v.parent_sd == pytest.approx(S.run_sd_prior) and v.verdict == Verdict.IMPROVED
     two = judge(runs(rng, p, 0.0, 1), runs(rng, p, 0.0, 2), S, "maximize")
     assert "1 replicate df" in two.blind
 
@@ -131,25 +132,25 @@ def test_a_study_whose_changed_recipes_are_noisier_widens_the_trial_arm():
 def test_fallback_t_interval_from_run_values():
     v = judge(Runs(values=[0.62]), Runs(values=[0.50, 0.52, 0.49, 0.51]), S, "maximize")
     assert v.method == "run_values" and v.n == 5 and v.df == pytest.approx(3 + S.run_sd_prior_df)
-    assert v.verdict == "improved" and v.delta == pytest.approx(0.115)
+    assert v.verdict == Verdict.IMPROVED and v.delta == pytest.approx(0.115)
     noisy = judge(Runs(values=[0.62]), Runs(values=[0.40, 0.60]), S, "maximize")
-    assert noisy.verdict == "flat"
+    assert noisy.verdict == Verdict.FLAT
 
 
 def test_fallback_is_not_hopeless_with_default_repeats():
     # the old fallback had 1 df (t = 12.7) with two baseline values; three values plus the prior give 3 df
     v = judge(Runs(values=[0.58]), Runs(values=[0.50, 0.51, 0.49]), S, "maximize")
-    assert v.verdict == "improved" and v.df == pytest.approx(3)
+    assert v.verdict == Verdict.IMPROVED and v.df == pytest.approx(3)
 
 
 def test_fallback_for_a_train_metric_objective_does_not_crash():
     v = judge(Runs(values=[0.31]), Runs(values=[0.30, 0.29, 0.33]), S, "maximize")  # e.g. objective reward_mean
-    assert v.method == "run_values" and v.verdict == "flat"
+    assert v.method == "run_values" and v.verdict == Verdict.FLAT
 
 
 def test_unknown_noise_without_prior_is_flat():
     v = judge(Runs(values=[0.9]), Runs(values=[0.1]), VerdictSettings(run_sd_prior_df=0), "maximize")
-    assert v.method == "unknown_noise" and v.verdict == "flat" and math.isinf(v.ci_high)
+    assert v.method == "unknown_noise" and v.verdict == Verdict.FLAT and math.isinf(v.ci_high)
 
 
 @pytest.mark.parametrize("off", [{"run_sd_prior_df": 0}, {"run_sd_prior": 0}])
@@ -168,7 +169,7 @@ def test_per_item_results_do_not_stand_in_for_unmeasured_run_noise(off):
         settings,
         "maximize",
     )
-    assert (one.method, one.verdict) == ("unknown_noise", "flat") and math.isinf(one.ci_low)
+    assert (one.method, one.verdict) == ("unknown_noise", Verdict.FLAT) and math.isinf(one.ci_low)
     assert one.delta == pytest.approx(trial.mean() - parent[0].mean())
     two = judge(
         Runs(values=[trial.mean()], items=[trial.tolist()]),
@@ -198,10 +199,10 @@ def test_confirm_uses_the_stricter_level_and_the_fresh_runs_as_their_own_noise()
     rng = np.random.default_rng(9)
     p = rng.uniform(0.1, 0.9, 500)
     v = confirm(runs(rng, p, 0.12, 2), runs(rng, p, 0.0, 3), S, "maximize")
-    assert v.level == S.confirm_level and v.verdict == "improved" and v.parent_df == 2
+    assert v.level == S.confirm_level and v.verdict == Verdict.IMPROVED and v.parent_df == 2
     assert (v.trial_noise, v.trial_df) in {("its own runs", 1), ("the parent's", 2)}
     null = [confirm(runs(rng, p, 0.0, 2), runs(rng, p, 0.0, 3), S, "maximize").verdict for _ in range(100)]
-    assert null.count("improved") <= 3
+    assert null.count(Verdict.IMPROVED) <= 3
 
 
 def test_credit_judges_against_the_parent_and_reports_the_baseline_gain():
@@ -211,7 +212,7 @@ def test_credit_judges_against_the_parent_and_reports_the_baseline_gain():
     parent = runs(rng, p, 0.10, 3)  # an earlier confirmed improvement
     trial = runs(rng, p, 0.10, 1)  # built on the parent, adds nothing
     c = credit(trial, parent, base, S, "maximize")
-    assert c.vs_parent.verdict == "flat" and c.vs_baseline.verdict == "improved"
+    assert c.vs_parent.verdict == Verdict.FLAT and c.vs_baseline.verdict == Verdict.IMPROVED
     same = credit(trial, base, base, S, "maximize")
     assert same.vs_parent == same.vs_baseline
 

@@ -11,8 +11,9 @@ import os
 
 import pytest
 
-from autorl.ledger import Ledger
+from autorl.ledger import Ledger, Trial
 from autorl.present import findings
+from autorl.states import Confirmation, Kind, Proposer, StudyStatus, TrialStatus, Verdict
 from tests.conftest import run_cli
 from tests.study_ledger import add_full_run, git_workspace
 
@@ -57,7 +58,7 @@ def test_status_json_keeps_full_precision(ws):
 
 def test_a_running_study_has_no_headline_yet(ws):
     led = Ledger(ws / "ledger.sqlite")
-    led.update_study(led.study()["id"], status="running")
+    led.update_study(led.study().id, status=StudyStatus.RUNNING)
     led.close()
     assert "Found:" not in _status(ws)
 
@@ -65,7 +66,7 @@ def test_a_running_study_has_no_headline_yet(ws):
 def test_a_study_with_nothing_confirmed_says_so_and_what_to_do(ws):
     led = Ledger(ws / "ledger.sqlite")
     for n in (5, 8):
-        led.set_confirmation(n, "rejected", "fresh seeds disagreed")
+        led.set_confirmation(n, Confirmation.REJECTED, "fresh seeds disagreed")
     d = findings.findings(type("W", (), {"root": ws}), led)
     lines = findings.headline(d)
     assert lines[0].startswith("Found: no confirmed improvement over the baseline's 0.538 in 15 trials")
@@ -92,7 +93,7 @@ def test_diagnose_defaults_to_the_best_confirmed_recipe_then_the_baseline(ws):
     assert "{" not in r.stdout and "[" not in r.stdout
     led = Ledger(ws / "ledger.sqlite")
     for n in (5, 8):
-        led.set_confirmation(n, "rejected", "fresh seeds disagreed")
+        led.set_confirmation(n, Confirmation.REJECTED, "fresh seeds disagreed")
     led.close()
     r = run_cli("-C", str(ws), "diagnose", "--json")
     assert json.loads(r.stdout)["attempt"] == "attempt-01-baseline"
@@ -127,10 +128,18 @@ def test_a_flat_test_never_names_a_gain_beyond_what_the_metric_allows():
     recipe = validate_recipe({"backend": "command", "train": {"argv": ["true"], "lr": 1e-3}, "timeout_s": 60})
     wide = {"ci_low": -1.666, "ci_high": 1.901, "objective": 0.625, "delta": 0.117}
     rows = [
-        {"number": n, "kind": "trial", "proposer": "optuna", "verdict": "flat", "params": {"lr": n * 1e-3}, **wide}
+        Trial(
+            number=n,
+            kind=Kind.TRIAL,
+            proposer=Proposer.OPTUNA,
+            status=TrialStatus.COMPLETE,
+            verdict=Verdict.FLAT,
+            params={"lr": n * 1e-3},
+            **wide,
+        )
         for n in (3, 4)
     ]
-    narrow = {**rows[0], "number": 5, "ci_low": -0.04, "ci_high": 0.06, "params": {"lr": 5e-3}}
+    narrow = rows[0].replace(number=5, ci_low=-0.04, ci_high=0.06, params={"lr": 5e-3})
     d = {
         "best": None,
         "baseline": 0.508,
@@ -169,7 +178,7 @@ def test_a_newer_study_does_not_hide_what_an_earlier_one_found(ws):
     """Two studies in one workspace: status and promote take the latest, and --study reaches the other; a promote
     of a latest study with nothing confirmed names the study that has something."""
     led = Ledger(ws / "ledger.sqlite")
-    first = led.study()["name"]
+    first = led.study().name
     sid = led.create_study(
         name="second",
         recipe_path="recipes/default.yaml",
@@ -180,9 +189,14 @@ def test_a_newer_study_does_not_hide_what_an_earlier_one_found(ws):
         optuna_study="second",
     )
     led.add_trial(
-        study_id=sid, number=20, attempt="attempt-20-baseline", proposer="baseline", status="complete", objective=0.5
+        study_id=sid,
+        number=20,
+        attempt="attempt-20-baseline",
+        proposer=Proposer.BASELINE,
+        status=TrialStatus.COMPLETE,
+        objective=0.5,
     )
-    led.update_study(sid, status="stopped")
+    led.update_study(sid, status=StudyStatus.STOPPED)
     led.close()
     assert "Found: lr 5e-07 → 5e-05" not in _status(ws)
     assert _status(ws, "--study", first).splitlines()[1] == "Found: lr 5e-07 → 5e-05  (attempt-08-move)"

@@ -9,22 +9,25 @@ import os
 
 import pytest
 
-from autorl.ledger import Ledger
+from autorl.ledger import Ledger, Trial
 from autorl.present.review import confirmed_gain
+from autorl.states import Confirmation, Proposer, TrialStatus, Verdict
 from tests.conftest import run_cli
 
+BASE, MOVE, CONFIRM, HYP = Proposer.BASELINE, Proposer.MOVE, Proposer.CONFIRM, Proposer.HYPOTHESIS
+H13, H05 = "h13-flat-learning", "h05-reward-signal"
 # number, proposer, hypothesis, verdict, confirmation, confirms, parent, objective, why
 ROWS = [
-    (1, "baseline", None, None, None, None, None, 0.40, "baseline: the recipe as written"),
-    (2, "baseline", None, None, None, None, None, 0.42, "baseline repeat 2"),
-    (3, "move", "h13-flat-learning", "flat", None, None, None, 0.43, "move flat_learning: lr 1e-07 -> 1e-06"),
-    (4, "move", "h13-flat-learning", "improved", "confirmed", None, None, 0.55, "move flat_learning: lr 1e-06 -> 1e-5"),
-    (5, "confirm", "h13-flat-learning", None, None, 4, None, 0.50, "confirmation 1/2 of candidate 04"),
-    (6, "confirm", "h13-flat-learning", None, None, 4, None, 0.52, "confirmation 2/2 of candidate 04"),
-    (7, "hypothesis", "h05-reward-signal", "improved", "rejected", None, 4, 0.60, "tests h05-reward-signal"),
-    (8, "confirm", "h05-reward-signal", None, None, 7, 4, 0.51, "confirmation 1/2 of candidate 07"),
-    (9, "hypothesis", "h05-reward-signal", "regressed", None, None, 4, 0.30, "tests h05-reward-signal"),
-    (10, "hypothesis", "h13-flat-learning", None, None, None, 4, None, "still running"),
+    (1, BASE, None, None, None, None, None, 0.40, "baseline: the recipe as written"),
+    (2, BASE, None, None, None, None, None, 0.42, "baseline repeat 2"),
+    (3, MOVE, H13, Verdict.FLAT, None, None, None, 0.43, "move flat_learning: lr 1e-07 -> 1e-06"),
+    (4, MOVE, H13, Verdict.IMPROVED, Confirmation.CONFIRMED, None, None, 0.55, "move flat_learning: lr 1e-06 -> 1e-5"),
+    (5, CONFIRM, H13, None, None, 4, None, 0.50, "confirmation 1/2 of candidate 04"),
+    (6, CONFIRM, H13, None, None, 4, None, 0.52, "confirmation 2/2 of candidate 04"),
+    (7, HYP, H05, Verdict.IMPROVED, Confirmation.REJECTED, None, 4, 0.60, "tests h05-reward-signal"),
+    (8, CONFIRM, H05, None, None, 7, 4, 0.51, "confirmation 1/2 of candidate 07"),
+    (9, HYP, H05, Verdict.REGRESSED, None, None, 4, 0.30, "tests h05-reward-signal"),
+    (10, HYP, H13, None, None, None, 4, None, "still running"),
 ]
 
 
@@ -44,7 +47,7 @@ def ws(tmp_path):
             proposer=proposer,
             hypothesis=hyp,
             why=why,
-            status="running" if objective is None else "complete",
+            status=TrialStatus.RUNNING if objective is None else TrialStatus.COMPLETE,
             verdict=verdict,
             confirmation=state,
             confirms=confirms,
@@ -62,17 +65,8 @@ def test_counts_per_hypothesis_from_the_ledger(ws):
 
 
 def test_confirmed_gain_is_fresh_runs_minus_the_parent():
-    trials = [
-        dict(
-            zip(
-                ("number", "proposer", "hypothesis", "verdict", "confirmation", "confirms", "parent", "objective"),
-                r[:8],
-            ),
-            status="complete",
-            study_id=1,
-        )
-        for r in ROWS[:9]
-    ]
+    columns = ("number", "proposer", "hypothesis", "verdict", "confirmation", "confirms", "parent", "objective")
+    trials = [Trial(**dict(zip(columns, r[:8])), status=TrialStatus.COMPLETE, study_id=1) for r in ROWS[:9]]
     assert confirmed_gain(trials[3], trials) == pytest.approx(0.51 - 0.41)  # baselines 0.40, 0.42; fresh 0.50, 0.52
     assert confirmed_gain(trials[6], trials) == pytest.approx(0.51 - (0.55 + 0.50 + 0.52) / 3)  # parent 04 + its runs
 
@@ -94,5 +88,5 @@ def test_cli_hypotheses_shows_tried_confirmed_gain_and_confidence(ws):
 def test_cli_ledger_json_says_who_proposed_each_trial_and_why(ws):
     rows = json.loads(run_cli("-C", str(ws), "ledger", "--json").stdout)
     move = next(r for r in rows if r["number"] == 3)
-    assert (move["proposer"], move["hypothesis"]) == ("move", "h13-flat-learning")
+    assert (move["proposer"], move["hypothesis"]) == (Proposer.MOVE, "h13-flat-learning")
     assert move["why"].startswith("move flat_learning: lr")

@@ -20,9 +20,10 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from autorl.ledger import Ledger
+from autorl.ledger import Ledger, Study, Trial
 from autorl.present.report import IMG_CHECK, VERDICT_ORDER, importances, pooled_importances, rank_best, report
 from autorl.recipe import SearchParam
+from autorl.states import Confirmation, Kind, Proposer, TrialStatus, Verdict
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 
@@ -120,8 +121,8 @@ def test_every_link_and_image_target_exists(built):
 def test_log_copies_are_the_real_tails(built, study_ws):
     ledger = Ledger(study_ws / "ledger.sqlite")
     for t in ledger.trials():
-        copy = built.parent / "logs" / f"{t['attempt']}.log"
-        original = Path(t["log_path"]).read_text(errors="replace").splitlines()
+        copy = built.parent / "logs" / f"{t.attempt}.log"
+        original = Path(t.log_path).read_text(errors="replace").splitlines()
         if original:
             assert copy.read_text().splitlines()[-1] == original[-1]
 
@@ -130,19 +131,19 @@ def test_log_copies_are_the_real_tails(built, study_ws):
 def test_page_matches_the_ledger(built, study_ws):
     ws = Workspace.open(study_ws)
     ledger = Ledger(ws.ledger_path)
-    trials = ledger.trials(ledger.study()["id"])
+    trials = ledger.trials(ledger.study().id)
     text = (built.parent / "report.md").read_text()
     page = built.read_text()
     assert f"{len(trials)} trials: " in text
     assert text.index("## What was found") < text.index("## Summary") < text.index("## Best trials")
     assert "- Found: " in text and "- Next: " in text
     for t in trials:
-        assert t["attempt"] in text
-        if t.get("start_sha"):  # one ref per row; its tags and commits on hover
-            assert f"{t['start_tag']} @ {t['start_sha'][:10]}" not in text
-            assert f"{t['start_tag']} @ {t['start_sha'][:10]}" in page
+        assert t.attempt in text
+        if t.start_sha:  # one ref per row; its tags and commits on hover
+            assert f"{t.start_tag} @ {t.start_sha[:10]}" not in text
+            assert f"{t.start_tag} @ {t.start_sha[:10]}" in page
     assert ("![Parameter importances]" in text) != ("Parameter importances: not plotted" in text)
-    if importances(ledger, ledger.study()["optuna_study"])[0]:
+    if importances(ledger, ledger.study().optuna_study)[0]:
         assert "![Parameter importances]" in text
 
 
@@ -161,40 +162,46 @@ def test_cli_outside_a_workspace_is_one_line(tmp_path):
 
 
 # ---- ranking and importances (no engine needed) -----------------------------------------------
-def _row(number: int, verdict: str | None, objective: float | None, proposer: str = "optuna") -> dict:
-    return {"number": number, "verdict": verdict, "objective": objective, "proposer": proposer}
+def _row(number: int, verdict: Verdict | None, objective: float | None, proposer: Proposer = Proposer.OPTUNA) -> Trial:
+    return Trial(number=number, verdict=verdict, objective=objective, proposer=proposer)
 
 
 def test_best_is_verdict_first_then_objective():
     trials = [
-        _row(1, None, 0.9, "baseline"),
-        _row(2, "flat", 0.8),
-        _row(3, "improved", 0.6),
-        _row(4, "improved", 0.7),
-        _row(5, "regressed", 0.95),
-        _row(6, "crash", None),
-        _row(7, "pruned", 0.99),
+        _row(1, None, 0.9, Proposer.BASELINE),
+        _row(2, Verdict.FLAT, 0.8),
+        _row(3, Verdict.IMPROVED, 0.6),
+        _row(4, Verdict.IMPROVED, 0.7),
+        _row(5, Verdict.REGRESSED, 0.95),
+        _row(6, Verdict.CRASH, None),
+        _row(7, Verdict.PRUNED, 0.99),
     ]
     best = rank_best(trials, "maximize")
-    assert [t["number"] for t in best] == [4, 3, 2, 5]
-    assert [t["number"] for t in rank_best(trials, "minimize")] == [3, 4, 2, 5]
+    assert [t.number for t in best] == [4, 3, 2, 5]
+    assert [t.number for t in rank_best(trials, "minimize")] == [3, 4, 2, 5]
 
 
 def test_confirmed_recipes_come_first_in_their_rank_over_the_baseline():
-    trials = [_row(2, "flat", 0.9), _row(5, "improved", 0.6), _row(8, "improved", 0.62), _row(9, "improved", 0.7)]
-    assert [t["number"] for t in rank_best(trials, "maximize", confirmed=[8, 5])] == [8, 5, 9, 2]
+    trials = [
+        _row(2, Verdict.FLAT, 0.9),
+        _row(5, Verdict.IMPROVED, 0.6),
+        _row(8, Verdict.IMPROVED, 0.62),
+        _row(9, Verdict.IMPROVED, 0.7),
+    ]
+    assert [t.number for t in rank_best(trials, "maximize", confirmed=[8, 5])] == [8, 5, 9, 2]
 
 
 def test_summary_says_what_became_of_the_trials_in_words():
     from autorl.present.report import summary_sentence
 
+    improved = {"verdict": Verdict.IMPROVED, "status": TrialStatus.COMPLETE}
     trials = [
-        {"proposer": "baseline", "verdict": None, "status": "complete"},
-        {"proposer": "move", "verdict": "improved", "confirmation": "confirmed", "status": "complete"},
-        {"proposer": "confirm", "confirms": 2, "status": "complete"},
-        {"proposer": "move", "verdict": "improved", "confirmation": "rejected", "status": "complete"},
-        {"proposer": "move", "verdict": "pruned", "status": "pruned"},
-        {"proposer": "move", "verdict": None, "status": "budget-cut"},
+        Trial(kind=Kind.TRIAL, proposer=Proposer.BASELINE, verdict=None, status=TrialStatus.COMPLETE),
+        Trial(kind=Kind.TRIAL, proposer=Proposer.MOVE, confirmation=Confirmation.CONFIRMED, **improved),
+        Trial(kind=Kind.TRIAL, proposer=Proposer.CONFIRM, confirms=2, status=TrialStatus.COMPLETE),
+        Trial(kind=Kind.TRIAL, proposer=Proposer.MOVE, confirmation=Confirmation.REJECTED, **improved),
+        Trial(kind=Kind.TRIAL, proposer=Proposer.MOVE, verdict=Verdict.PRUNED, status=TrialStatus.PRUNED),
+        Trial(kind=Kind.TRIAL, proposer=Proposer.MOVE, verdict=None, status=TrialStatus.BUDGET_CUT),
     ]
     assert summary_sentence(trials) == (
         "6 trials: 1 baseline runs, 1 confirmation runs, and 4 of the search: 1 confirmed improvement(s), "
@@ -208,12 +215,14 @@ def test_importances_weigh_only_values_that_enough_trials_changed():
     space = {"lr": SearchParam(low=1e-7, high=1e-2, log=True), "eps_clip": SearchParam(low=0.05, high=0.4)}
     base = {"lr": 5e-7, "eps_clip": 0.2}
     trials = [
-        {"params": {"lr": 10 ** (-6 + i / 4), "eps_clip": 0.3 if i < 2 else 0.2}, "objective": 0.5, "proposer": "move"}
+        Trial(
+            params={"lr": 10 ** (-6 + i / 4), "eps_clip": 0.3 if i < 2 else 0.2}, objective=0.5, proposer=Proposer.MOVE
+        )
         for i in range(8)
     ]
     trials += [
-        {"params": base, "objective": 0.5, "proposer": "baseline"},
-        {"params": {"lr": 1e-4, "eps_clip": 0.3}, "objective": 0.5, "proposer": "confirm", "confirms": 3},
+        Trial(params=base, objective=0.5, proposer=Proposer.BASELINE),
+        Trial(params={"lr": 1e-4, "eps_clip": 0.3}, objective=0.5, proposer=Proposer.CONFIRM, confirms=3),
     ]
     varied = varied_counts(trials, space, base)
     assert varied == {"lr": 8, "eps_clip": 2}  # baselines and confirmation re-runs change nothing
@@ -225,12 +234,13 @@ def test_importances_weigh_only_values_that_enough_trials_changed():
 
 
 def test_best_never_lets_a_raw_value_jump_its_verdict():
-    trials = [_row(n, VERDICT_ORDER[n % 3], (n * 7919 % 97) / 97) for n in range(1, 40)] + [_row(40, "flat", math.nan)]
+    trials = [_row(n, VERDICT_ORDER[n % 3], (n * 7919 % 97) / 97) for n in range(1, 40)]
+    trials += [_row(40, Verdict.FLAT, math.nan)]
     best = rank_best(trials)
-    ranks = [VERDICT_ORDER.index(t["verdict"]) for t in best]
-    assert ranks == sorted(ranks) and 40 not in [t["number"] for t in best]
+    ranks = [VERDICT_ORDER.index(t.verdict) for t in best]
+    assert ranks == sorted(ranks) and 40 not in [t.number for t in best]
     for verdict in VERDICT_ORDER:
-        values = [t["objective"] for t in best if t["verdict"] == verdict]
+        values = [t.objective for t in best if t.verdict == verdict]
         assert values == sorted(values, reverse=True)
 
 
@@ -257,12 +267,12 @@ def test_pooled_importances_use_only_keys_that_varied():
         "eps_clip": SearchParam(low=0.05, high=0.4),
     }
     trials = [
-        {"params": {"lr": 10 ** (-6 + i / 3), "gens": [4, 8, 16][i % 3], "eps_clip": 0.2}, "objective": i / 12}
+        Trial(params={"lr": 10 ** (-6 + i / 3), "gens": [4, 8, 16][i % 3], "eps_clip": 0.2}, objective=i / 12)
         for i in range(12)
     ]
     trials += [
-        {"params": {"lr": 1e-4, "gens": 8, "eps_clip": 0.2}, "objective": None},
-        {"params": {"lr": 5.0, "gens": 8, "eps_clip": 0.2}, "objective": 0.5},
+        Trial(params={"lr": 1e-4, "gens": 8, "eps_clip": 0.2}, objective=None),
+        Trial(params={"lr": 5.0, "gens": 8, "eps_clip": 0.2}, objective=0.5),
     ]
     values, note = pooled_importances(trials, space, "maximize")
     assert set(values) == {"lr", "gens"} and values["lr"] > values["gens"]
@@ -317,7 +327,7 @@ def test_importances_wait_for_enough_trials(tmp_path):
     values, note = importances(Ledger(tmp_path / "ledger.sqlite"), "s")
     assert values == {} and f"shown from {IMPORTANCE_MIN_TRIALS}" in note
     space = {"x": SearchParam(low=0, high=1), "y": SearchParam(low=0, high=1)}
-    trials = [{"params": t.params, "objective": t.value} for t in study.trials]
+    trials = [Trial(params=t.params, objective=t.value) for t in study.trials]
     assert pooled_importances(trials, space, "maximize") == (
         {},
         f"{len(trials)} finished trials in the ledger; importances are shown from {IMPORTANCE_MIN_TRIALS}",
@@ -340,18 +350,17 @@ def test_budget_used_leaves_out_the_pause_between_sessions_and_the_full_runs():
 
     t0 = 1_000_000.0
     trials = [
-        {"kind": "trial", "started": t0 + 50 + 60 * k, "finished": t0 + 100 + 60 * k, "duration_s": 50.0}
-        for k in range(5)
+        Trial(kind=Kind.TRIAL, started=t0 + 50 + 60 * k, finished=t0 + 100 + 60 * k, duration_s=50.0) for k in range(5)
     ]  # the first session: 5 trials, the last ending at t0 + 340
     trials += [
-        {"kind": "trial", "started": t0 + 3600 + 60 * k, "finished": t0 + 3650 + 60 * k, "duration_s": 50.0}
+        Trial(kind=Kind.TRIAL, started=t0 + 3600 + 60 * k, finished=t0 + 3650 + 60 * k, duration_s=50.0)
         for k in range(3)
     ]  # resumed an hour later: 3 trials, from t0 + 3600 to t0 + 3770
-    trials += [{"kind": "full", "started": t0 + 4000, "finished": t0 + 4500, "duration_s": 500.0}]
-    b = budget_used({"created": t0, "budget_s": 840.0}, trials)
+    trials += [Trial(kind=Kind.FULL, started=t0 + 4000, finished=t0 + 4500, duration_s=500.0)]
+    b = budget_used(Study(created=t0, budget_s=840.0), trials)
     assert b["wall_s"] == pytest.approx(340 + 170) and b["budget_s"] == 840.0 and b["trial_s"] == 400.0
     overlapping = [
-        {"kind": "trial", "started": t0 + 10, "finished": t0 + 110},
-        {"kind": "trial", "started": t0 + 20, "finished": t0 + 100},
+        Trial(kind=Kind.TRIAL, started=t0 + 10, finished=t0 + 110),
+        Trial(kind=Kind.TRIAL, started=t0 + 20, finished=t0 + 100),
     ]
-    assert budget_used({"created": t0, "budget_s": 600.0}, overlapping)["wall_s"] == pytest.approx(110)
+    assert budget_used(Study(created=t0, budget_s=600.0), overlapping)["wall_s"] == pytest.approx(110)

@@ -15,6 +15,8 @@ import pytest
 from conftest import git, run_cli
 from test_promote import _wait_full_run
 
+from autorl.backends.openrlhf.tiny import write_inputs
+
 pytestmark = pytest.mark.slow
 
 # Saves the model as checkpoint-2, -4, -6, -8 (a step every 2.5 s, each logged), then as the final model.
@@ -61,8 +63,6 @@ def _metrics(ws: Path, number: int) -> list[dict]:
 
 def test_a_full_run_evaluates_its_checkpoints_as_they_appear_and_keeps_the_best(command_ws, tmp_path):
     pytest.importorskip("transformers")
-    from autorl.backends.openrlhf.tiny import write_inputs
-
     tiny = write_inputs(tmp_path / "tiny")
     ws = command_ws
     (ws / "probes").mkdir()

@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 from conftest import git, run_cli
 
+from autorl.judge import hackgate
+from autorl.ledger import Ledger
+from autorl.metrics import RunMetrics, iter_records
+from autorl.recipe import validate_recipe
+from autorl.states import Confirmation, Gate
+
 pytestmark = pytest.mark.slow
 
 # The trial must complete to be promoted: a random lr clearly worse than the baseline at step 3 would be
@@ -37,17 +43,12 @@ def _rows(ws: Path) -> list[dict]:
 def _suspect(ws: Path, number: int):
     """Mark trial ``number`` suspect with the gate's answer on real runs of a learned reward hack
     (tests/data/hack_gate: round_rm against the baseline)."""
-    from autorl.judge import hackgate
-    from autorl.ledger import Ledger
-    from autorl.metrics import RunMetrics, iter_records
-    from autorl.recipe import validate_recipe
-
     data = Path(__file__).resolve().parents[1] / "data" / "hack_gate"
     runs = lambda name: [RunMetrics(iter_records(p)) for p in sorted(data.glob(f"{name}-s*.jsonl"))]  # noqa: E731
     gate = hackgate.check(runs("round"), runs("base"), validate_recipe({"backend": "embedded", "train": {}}))
-    assert gate.state == "suspect"
+    assert gate.state == Gate.SUSPECT
     ledger = Ledger(ws / "ledger.sqlite")
-    ledger.set_confirmation(number, "suspect", gate.line(), **gate.ledger_values())
+    ledger.set_confirmation(number, Confirmation.SUSPECT, gate.line(), **gate.ledger_values())
     ledger.close()
     return gate
 

@@ -11,6 +11,7 @@ from conftest import git
 
 from autorl.recipe import validate_recipe
 from autorl.runs.lifecycle import DetachedRun, run_detached
+from autorl.states import TrialStatus
 from autorl.workspace import Workspace
 
 # A run: its start and end times and its seed to the metrics file, a second apart; seed 13 fails.
@@ -49,8 +50,9 @@ def test_runs_go_two_at_once_in_order_and_leave_no_worktree(command_ws):
     runs = [DetachedRun(recipe, "HEAD", f"r{i}", seed) for i, seed in enumerate((1, 2, 13, 4))]
     ended = []
     outs = run_detached(ws, runs, parallel=2, on_end=lambda run, out: ended.append(run.name))
-    assert [o.status for o in outs] == ["complete", "complete", "crash", "complete"]
-    assert [o.metrics.steps[0]["seed"] for o in outs if o.status == "complete"] == [1, 2, 4]
+    done, crash = TrialStatus.COMPLETE, TrialStatus.CRASH
+    assert [o.status for o in outs] == [done, done, crash, done]
+    assert [o.metrics.steps[0]["seed"] for o in outs if o.status == done] == [1, 2, 4]
     assert sorted(ended) == ["r0", "r1", "r2", "r3"]
     (a0, a1), (b0, b1), d0 = _times(command_ws, "r0"), _times(command_ws, "r1"), _times(command_ws, "r3")[0]
     assert max(a0, b0) < min(a1, b1)  # the first two ran at once
@@ -63,5 +65,5 @@ def test_one_at_a_time_by_default(command_ws):
     recipe = _recipe(command_ws)
     ws = Workspace.open(command_ws)
     outs = run_detached(ws, [DetachedRun(recipe, "HEAD", f"s{i}", i) for i in range(2)])
-    assert [o.status for o in outs] == ["complete", "complete"]
+    assert [o.status for o in outs] == [TrialStatus.COMPLETE, TrialStatus.COMPLETE]
     assert _times(command_ws, "s1")[0] >= _times(command_ws, "s0")[1]

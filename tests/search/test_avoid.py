@@ -1,5 +1,6 @@
 """A crash whose signature repeats makes its region off limits: later proposals keep their distance."""
 
+import json
 import shutil
 import sqlite3
 import sys
@@ -10,6 +11,7 @@ from conftest import git, run_cli
 
 from autorl.recipe import SearchParam
 from autorl.search.view import AVOID_RADIUS, distance
+from autorl.states import CrashCategory
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "scripts" / "crash_high_lr.py"
 RECIPE = f"""name: crashy
@@ -53,10 +55,8 @@ def test_repeated_crash_region_is_avoided(tmp_path):
     rows = conn.execute(
         "SELECT number, params, crash_signature, crash_category FROM autorl_trials ORDER BY number"
     ).fetchall()
-    import json
-
     crashes = [(n, json.loads(p), sig, cat) for n, p, sig, cat in rows if sig]
-    assert len(crashes) >= 2 and {c[3] for c in crashes} == {"illegal_memory_access"}
+    assert len(crashes) >= 2 and {c[3] for c in crashes} == {CrashCategory.ILLEGAL_MEMORY_ACCESS}
     assert len({c[2] for c in crashes}) == 1  # one signature for the same failure at different lrs
     space = {"lr": SearchParam(low=1e-4, high=1e-1, log=True)}
     for i, (_, params, _, _) in enumerate(crashes[2:], start=2):

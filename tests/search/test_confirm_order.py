@@ -16,6 +16,7 @@ from autorl.ledger import Ledger
 from autorl.recipe import load_recipe
 from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
+from autorl.states import Proposer as By
 from autorl.study.controller import RunOptions
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
@@ -39,7 +40,7 @@ def proposer(tmp_path) -> Proposer:
 
 def test_the_real_studys_last_wave_goes_to_its_first_candidate(proposer):
     """As the study ran: 05 judged (a slot free), 07 judged (a slot), 06 flat (a slot), 08 judged (a slot)."""
-    queue, rows = proposer.queue, {r["number"]: r for r in proposer.records.trials()}
+    queue, rows = proposer.queue, {r.number: r for r in proposer.records.trials()}
     wave = []
     for judged in (5, 7, None, 8):
         if judged is not None:
@@ -50,13 +51,13 @@ def test_the_real_studys_last_wave_goes_to_its_first_candidate(proposer):
 
 
 def test_a_candidate_still_goes_before_retries_and_held_proposals(proposer):
-    queue, rows = proposer.queue, {r["number"]: r for r in proposer.records.trials()}
-    retry = Proposal("retry", {"lr": 1e-5}, "a crash's retry", "retry-lr-1em05", retry_of=6)
+    queue, rows = proposer.queue, {r.number: r for r in proposer.records.trials()}
+    retry = Proposal(By.RETRY, {"lr": 1e-5}, "a crash's retry", "retry-lr-1em05", retry_of=6)
     proposer.pending.append(retry)
     queue.confirmation_runs(queue._proposal_of(rows[5]), 5, 2)
     queue.confirmation_runs(queue._proposal_of(rows[8]), 8, 2)
-    assert [(p.proposer, p.confirms) for p in proposer.pending] == [("confirm", 5)] * 2 + [("confirm", 8)] * 2 + [
-        ("retry", None)
+    assert [(p.proposer, p.confirms) for p in proposer.pending] == [(By.CONFIRM, 5)] * 2 + [(By.CONFIRM, 8)] * 2 + [
+        (By.RETRY, None)
     ]
     seeds = [p.values["seed"] for p in proposer.pending[:4]]
     assert seeds == [1050, 1051, 1080, 1081]  # each candidate's own fresh seeds, as the study drew them

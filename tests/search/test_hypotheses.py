@@ -13,21 +13,27 @@ import pytest
 
 from autorl.engine.config import EngineConfig
 from autorl.judge.diagnose import bottleneck_names, diagnose, diagnose_run, symptom_names
-from autorl.recipe import SearchParam, VerdictSettings, params_model, validate_recipe
+from autorl.ledger import Trial
+from autorl.recipe import Objective, SearchParam, VerdictSettings, params_model, validate_recipe
 from autorl.search.hypotheses import (
     DEMOTE_AFTER,
     SHIPPED_DIR,
     HypothesisError,
+    can_change,
     describe_space,
     fixed_values,
     load_hypothesis,
     load_library,
+    probe_params,
     rank,
     resolve_search,
     seed_params,
     status,
     study_name,
 )
+from autorl.search.hypotheses_strategy import MAX_CHAIN, continuation, fingerprint, parent_of
+from autorl.search.optuna_study import Search, study_names
+from autorl.states import Proposer, TrialStatus, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 INCUMBENT = EngineConfig().model_dump(mode="json")
@@ -278,51 +284,52 @@ def test_study_name_moves_with_incumbent(library):
 # ---------------------------------------------------------------- status
 
 
-def trials_for(hid: str, verdicts: list) -> list[dict]:
+def trials_for(hid: str, verdicts: list) -> list[Trial]:
     """Trials of ``hid``: a verdict, or (verdict, half-width of its 95 % interval around 0)."""
     out = []
     for v in verdicts:
         v, half = v if isinstance(v, tuple) else (v, None)
         ci = {"ci_low": -half, "ci_high": half} if half is not None else {}
-        out.append({"hypothesis": hid, "verdict": v, "status": "done" if v else "running", **ci})
+        out.append(Trial(hypothesis=hid, verdict=v, status=TrialStatus.COMPLETE if v else TrialStatus.RUNNING, **ci))
     return out
 
 
+IMPROVED, REGRESSED, FLAT, CRASH, PRUNED = Verdict
 STATUS_CASES = [
     ([], "pending", "low"),
     ([None], "testing", "low"),
-    (["improved"], "validated", "medium"),
-    (["improved", "improved"], "validated", "high"),
-    (["improved", "regressed"], "inconclusive", "medium"),
-    (["flat"], "inconclusive", "low"),
-    (["flat", "regressed"], "inconclusive", "low"),  # a flat trial without an interval says nothing
-    ([("flat", 0.01), "regressed"], "invalidated", "medium"),  # this one could see +0.014: evidence against
-    ([("flat", 0.05), ("flat", 0.05)], "inconclusive", "low"),  # +-0.05 could see only +0.071, not 0.03
-    ([("flat", 0.01), ("flat", 0.015)], "invalidated", "medium"),
-    (["regressed", "regressed", "flat"], "invalidated", "high"),
-    (["crash", "pruned"], "inconclusive", "low"),
-    (["crash", None], "testing", "low"),
+    ([IMPROVED], "validated", "medium"),
+    ([IMPROVED, IMPROVED], "validated", "high"),
+    ([IMPROVED, REGRESSED], "inconclusive", "medium"),
+    ([FLAT], "inconclusive", "low"),
+    ([FLAT, REGRESSED], "inconclusive", "low"),  # a flat trial without an interval says nothing
+    ([(FLAT, 0.01), REGRESSED], "invalidated", "medium"),  # this one could see +0.014: evidence against
+    ([(FLAT, 0.05), (FLAT, 0.05)], "inconclusive", "low"),  # +-0.05 could see only +0.071, not 0.03
+    ([(FLAT, 0.01), (FLAT, 0.015)], "invalidated", "medium"),
+    ([REGRESSED, REGRESSED, FLAT], "invalidated", "high"),
+    ([CRASH, PRUNED], "inconclusive", "low"),
+    ([CRASH, None], "testing", "low"),
 ]
 
 
 @pytest.mark.parametrize("verdicts,state,confidence", STATUS_CASES)
 def test_status_from_verdicts(library, verdicts, state, confidence):
     h = by_id(library, "h13-flat-learning")
-    noise = trials_for("h14-instability", ["improved", "improved"])  # other hypotheses' trials are ignored
+    noise = trials_for("h14-instability", [IMPROVED, IMPROVED])  # other hypotheses' trials are ignored
     st = status(h, noise + trials_for(h.id, verdicts))
     assert (st.status, st.confidence) == (state, confidence)
     assert st.counts["tried"] == sum(v is not None for v in verdicts)
-    assert st.demoted == (st.counts["tried"] >= DEMOTE_AFTER and "improved" not in verdicts)
+    assert st.demoted == (st.counts["tried"] >= DEMOTE_AFTER and IMPROVED not in verdicts)
 
 
 def test_inconclusive_says_what_its_flat_tests_could_see(library):
     h = by_id(library, "h13-flat-learning")
-    st = status(h, trials_for(h.id, [("flat", 0.05), ("flat", 0.06)]))
+    st = status(h, trials_for(h.id, [(FLAT, 0.05), (FLAT, 0.06)]))
     assert st.status == "inconclusive" and st.detectable == pytest.approx(0.05 * 1.4294, abs=1e-4)
     assert st.note == (
         "2 flat trial(s) could detect a gain of +0.071 or more, not the 0.03 worth finding (verdict.meaningful_effect)"
     )
-    loose = status(h, trials_for(h.id, [("flat", 0.05), ("flat", 0.05)]), VerdictSettings(meaningful_effect=0.1))
+    loose = status(h, trials_for(h.id, [(FLAT, 0.05), (FLAT, 0.05)]), VerdictSettings(meaningful_effect=0.1))
     assert loose.status == "invalidated" and loose.note == ""  # a user who cares only about 0.1 hears "no"
 
 
@@ -367,7 +374,7 @@ def test_rank_picks_an_instability_hypothesis_for_a_spiking_stream(library):
 
 def test_repeated_non_improvement_demotes(library):
     d = flat_diagnosis()
-    trials = trials_for("h13-flat-learning", ["flat"] * DEMOTE_AFTER)
+    trials = trials_for("h13-flat-learning", [FLAT] * DEMOTE_AFTER)
     ranked = rank(library, d, trials, "embedded")
     assert ranked[0].hypothesis.id != "h13-flat-learning"
     demoted = next(r for r in ranked if r.hypothesis.id == "h13-flat-learning")
@@ -378,10 +385,10 @@ def test_repeated_non_improvement_demotes(library):
 
 def test_validated_hypothesis_is_exploited_until_it_stops_helping(library):
     d = flat_diagnosis()
-    trials = trials_for("h08-batching", ["improved"])
+    trials = trials_for("h08-batching", [IMPROVED])
     top = rank(library, d, trials, "embedded")[0]
     assert top.hypothesis.id == "h08-batching" and "exploit" in top.why
-    stale = trials + trials_for("h08-batching", ["flat", "flat"])
+    stale = trials + trials_for("h08-batching", [FLAT, FLAT])
     ranked = rank(library, d, stale, "embedded")
     h08 = next(r for r in ranked if r.hypothesis.id == "h08-batching")
     assert ranked[0].hypothesis.id == "h13-flat-learning"
@@ -470,8 +477,6 @@ def test_real_embedded_runs_are_diagnosed(tmp_path, library):
 
 def test_probe_params_tests_the_idea_not_the_incumbent(library):
     """The first trial of a hypothesis sits mid-range on its first key, so it can confirm or refute it."""
-    from autorl.search.hypotheses import probe_params
-
     h05 = by_id(library, "h05-reward-signal")
     space = resolve_search(h05, {**INCUMBENT, "gens": 2}, {})
     probe = probe_params(h05, space, {**INCUMBENT, "gens": 2})
@@ -485,30 +490,28 @@ def test_probe_params_tests_the_idea_not_the_incumbent(library):
 
 def test_continuation_pushes_a_flat_but_better_hypothesis(library):
     """Flat with a positive gain: test the same hypothesis again around that trial; not after MAX_CHAIN, not if worse."""
-    from autorl.search.hypotheses_strategy import MAX_CHAIN, continuation
-
-    base = {"number": 1, "attempt": "attempt-01-baseline", "proposer": "baseline", "verdict": None}
-    step = {
-        "number": 2,
-        "attempt": "attempt-02-h13",
-        "proposer": "hypothesis",
-        "hypothesis": "h13-flat-learning",
-        "verdict": "flat",
-        "delta": 0.024,
-        "params": {"lr": 3.2e-6},
-    }
-    h, params, why = continuation([base, step], library)
+    base = Trial(number=1, attempt="attempt-01-baseline", proposer=Proposer.BASELINE, verdict=None)
+    step = Trial(
+        number=2,
+        attempt="attempt-02-h13",
+        proposer=Proposer.HYPOTHESIS,
+        hypothesis="h13-flat-learning",
+        verdict=FLAT,
+        delta=0.024,
+        params={"lr": 3.2e-6},
+    )
+    found = continuation([base, step], library)
+    assert found is not None
+    h, params, why = found
     assert h.id == "h13-flat-learning" and params == {"lr": 3.2e-6} and "+0.0240" in why
-    assert continuation([base, {**step, "delta": -0.01}], library) is None
-    assert continuation([base, {**step, "verdict": "improved"}], library) is None
-    chain = [base] + [{**step, "number": 2 + i, "attempt": f"attempt-{2 + i:02d}"} for i in range(MAX_CHAIN)]
+    assert continuation([base, step.replace(delta=-0.01)], library) is None
+    assert continuation([base, step.replace(verdict=IMPROVED)], library) is None
+    chain = [base] + [step.replace(number=2 + i, attempt=f"attempt-{2 + i:02d}") for i in range(MAX_CHAIN)]
     assert continuation(chain, library) is None
 
 
 def test_a_trial_with_no_effect_is_not_pushed(library):
     """Every metric identical to its parent: the idea had no effect, so no continuation (issue 15)."""
-    from autorl.search.hypotheses_strategy import continuation, fingerprint, parent_of
-
     step = {
         "type": "step",
         "step": 1,
@@ -524,40 +527,37 @@ def test_a_trial_with_no_effect_is_not_pushed(library):
     assert fingerprint([step, ev]) == fingerprint(same)
     assert fingerprint([step, ev]) != fingerprint([{**step, "loss": -0.02}, ev])
     assert fingerprint([step, ev]) != fingerprint([step, {**ev, "eval/id/greedy_pass@1": 0.51}])
-    base = {
-        "number": 1,
-        "attempt": "attempt-01-baseline",
-        "status": "complete",
-        "params": {"lr": 1e-6, "eps_clip": 0.2, "seed": 0},
-    }
-    repeat = {
-        "number": 2,
-        "attempt": "attempt-02",
-        "status": "complete",
-        "params": {"lr": 1e-6, "eps_clip": 0.2, "seed": 1},
-        "changed": {"seed": 1},
-    }
-    trial = {
-        "number": 3,
-        "attempt": "attempt-03-h13",
-        "proposer": "hypothesis",
-        "hypothesis": "h13-flat-learning",
-        "status": "complete",
-        "verdict": "flat",
-        "delta": 0.004,
-        "params": {"lr": 1e-6, "eps_clip": 0.3, "seed": 0},
-        "changed": {"eps_clip": 0.3},
-    }
+    base = Trial(
+        number=1,
+        attempt="attempt-01-baseline",
+        status=TrialStatus.COMPLETE,
+        params={"lr": 1e-6, "eps_clip": 0.2, "seed": 0},
+    )
+    repeat = Trial(
+        number=2,
+        attempt="attempt-02",
+        status=TrialStatus.COMPLETE,
+        params={"lr": 1e-6, "eps_clip": 0.2, "seed": 1},
+        changed={"seed": 1},
+    )
+    trial = Trial(
+        number=3,
+        attempt="attempt-03-h13",
+        proposer=Proposer.HYPOTHESIS,
+        hypothesis="h13-flat-learning",
+        status=TrialStatus.COMPLETE,
+        verdict=FLAT,
+        delta=0.004,
+        params={"lr": 1e-6, "eps_clip": 0.3, "seed": 0},
+        changed={"eps_clip": 0.3},
+    )
     assert parent_of(trial, [base, repeat, trial]) is base
-    assert parent_of({**trial, "changed": {}}, [base, repeat, trial]) is None
+    assert parent_of(trial.replace(changed={}), [base, repeat, trial]) is None
     assert continuation([base, repeat, trial], library) is not None
     assert continuation([base, repeat, trial], library, inert={"h13-flat-learning"}) is None
 
 
 def test_resume_fails_running_trials_of_every_per_hypothesis_study(tmp_path):
-    from autorl.recipe import SearchParam
-    from autorl.search.optuna_study import Search, study_names
-
     db = tmp_path / "ledger.sqlite"
     space = {"lr": SearchParam(low=1e-6, high=1e-2, log=True)}
     for name in ("study-a", "study-a/h13-flat-learning/0123abcd", "study-a/h01-x/ffff0000", "study-b"):
@@ -571,10 +571,8 @@ def test_resume_fails_running_trials_of_every_per_hypothesis_study(tmp_path):
 def test_a_flat_test_blind_to_every_possible_gain_says_so(library):
     """A pass@1 gain is at most 1 minus the parent's value; a test whose detectable gain is beyond that could see
     nothing, and the note says so instead of naming an impossible gain."""
-    from autorl.recipe import Objective
-
     h = by_id(library, "h13-flat-learning")
-    wide = [{**t, "objective": 0.6, "delta": 0.0} for t in trials_for(h.id, [("flat", 1.8), ("flat", 1.7)])]
+    wide = [t.replace(objective=0.6, delta=0.0) for t in trials_for(h.id, [(FLAT, 1.8), (FLAT, 1.7)])]
     st = status(h, wide, objective=Objective(metric="eval/id/greedy_pass@1"))
     assert st.status == "inconclusive" and st.detectable is None
     assert st.note == (
@@ -582,7 +580,7 @@ def test_a_flat_test_blind_to_every_possible_gain_says_so(library):
         "0.03 worth finding (verdict.meaningful_effect)"
     )
     mixed = status(
-        h, wide + [{**wide[0], "ci_low": -0.05, "ci_high": 0.05}], objective=Objective(metric="eval/id/greedy_pass@1")
+        h, wide + [wide[0].replace(ci_low=-0.05, ci_high=0.05)], objective=Objective(metric="eval/id/greedy_pass@1")
     )
     assert mixed.detectable == pytest.approx(0.05 * 1.4294, abs=1e-4) and "+0.071 or more" in mixed.note
 
@@ -590,8 +588,6 @@ def test_a_flat_test_blind_to_every_possible_gain_says_so(library):
 def test_a_hypothesis_that_cannot_change_the_working_point_is_passed_over(library):
     """h06 sets lora_rank 0: on a recipe that already trains every parameter each of its trials repeated the
     baseline (two GPU studies spent half their budget so); with LoRA on it is a real test."""
-    from autorl.search.hypotheses import can_change
-
     by_id = {h.id: h for h in library}
     h06, h03 = by_id["h06-lora-sync"], by_id["h03-kl-divergence"]
     assert not can_change(h06, {"lora_rank": 0, "lr": 1e-6}, {})

@@ -11,7 +11,10 @@ import pytest
 
 from autorl.ledger import Ledger
 from autorl.recipe import validate_recipe
+from autorl.search.proposal import Proposal
 from autorl.search.proposer import Proposer
+from autorl.states import CrashAction, CrashCategory, TrialStatus, Verdict
+from autorl.states import Proposer as By
 from autorl.study.controller import RunOptions
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
@@ -60,7 +63,7 @@ def study(tmp_path):
             optuna_study="s",
         )
         for n in (1, 2, 3):
-            add(ledger, sid, n, "baseline", base.train, None, 0.476, run)
+            add(ledger, sid, n, By.BASELINE, base.train, None, 0.476, run)
         return Proposer(ws, ledger, ledger.study(study_id=sid), base, RunOptions(strategy="hypotheses")), sid
 
     return make, ledger
@@ -73,7 +76,7 @@ def add(ledger, sid, number, proposer, params, verdict, objective, run, **extra)
         attempt=f"attempt-{number:02d}",
         proposer=proposer,
         params=params,
-        status="complete",
+        status=TrialStatus.COMPLETE,
         verdict=verdict,
         objective=objective,
         **extra,
@@ -85,15 +88,15 @@ def test_flat_learning_steps_lr_up_then_again_then_bisects_after_an_overshoot(st
     make, ledger = study
     proposer, sid = make({}, "flat-lr5e-7")
     p = proposer.next()
-    assert (p.proposer, p.hypothesis) == ("move", "h13-flat-learning")
+    assert (p.proposer, p.hypothesis) == (By.MOVE, "h13-flat-learning")
     assert p.values == {"lr": pytest.approx(5e-6)} and "flat_learning: lr 5e-07 -> 5e-06" in p.why
     add(
         ledger,
         sid,
         4,
-        "move",
+        By.MOVE,
         {**proposer.base.train, **p.values},
-        "flat",
+        Verdict.FLAT,
         0.48,
         "flat-lr5e-7",
         delta=0.004,
@@ -105,9 +108,9 @@ def test_flat_learning_steps_lr_up_then_again_then_bisects_after_an_overshoot(st
         ledger,
         sid,
         5,
-        "move",
+        By.MOVE,
         {**proposer.base.train, **p.values},
-        "regressed",
+        Verdict.REGRESSED,
         0.30,
         "flat-lr5e-7",
         delta=-0.17,
@@ -121,20 +124,18 @@ def test_a_pinned_policy_gets_a_weaker_kl_weight(study):
     make, _ = study
     proposer, _ = make({"lr": 3e-5, "kl_coef": 4.0}, "kl-pinned")
     p = proposer.next()
-    assert (p.proposer, p.hypothesis) == ("move", "h03-kl-divergence")
+    assert (p.proposer, p.hypothesis) == (By.MOVE, "h03-kl-divergence")
     assert p.values == {"kl_coef": 0.2}  # 4 x 0.1 = 0.4 snaps to the nearest smaller choice
 
 
 def test_a_deliberate_repeat_keeps_the_recipe_it_is_judged_against(study):
     """A repeat built on the incumbent was judged against the baseline once its parent was dropped: a seed-only
     re-run of the incumbent then read as a big 'improvement' and was confirmed (a real 5-minute study did that)."""
-    from autorl.search.proposal import Proposal
-
     make, ledger = study
     proposer, sid = make({}, "flat-lr5e-7")
     twin = ledger.trials(sid)[0]
     p = Proposal(
-        "hypothesis",
+        By.HYPOTHESIS,
         {"lr": 5e-5},
         "tests h09",
         "h09",
@@ -152,13 +153,11 @@ def test_a_deliberate_repeat_keeps_the_recipe_it_is_judged_against(study):
 def test_a_deliberate_repeat_of_the_baseline_is_one_more_baseline_run(study):
     """Two GPU studies spent their last trials on seed-only repeats of the baseline filed under a hypothesis: each
     was judged as a candidate against the 2 baseline runs (1 df, intervals +-0.22) while adding nothing to them."""
-    from autorl.search.proposal import Proposal
-
     make, ledger = study
     proposer, sid = make({}, "flat-lr5e-7")
     twin = ledger.trials(sid)[0]
     p = Proposal(
-        "hypothesis",
+        By.HYPOTHESIS,
         {},
         "tests h08",
         "h08",
@@ -169,7 +168,7 @@ def test_a_deliberate_repeat_of_the_baseline_is_one_more_baseline_run(study):
         parent=None,
     )
     again = proposer._deliberate_repeat(p, twin)
-    assert (again.proposer, again.hypothesis, again.optuna_number) == ("baseline", None, 2)
+    assert (again.proposer, again.hypothesis, again.optuna_number) == (By.BASELINE, None, 2)
     assert again.values == {"seed": 1} and "one more baseline run" in again.why  # the fixture's runs all had seed 0
     assert proposer.is_baseline(again)  # so it gets no verdict of its own and the ledger counts it a baseline run
     ledger.add_trial(
@@ -178,10 +177,10 @@ def test_a_deliberate_repeat_of_the_baseline_is_one_more_baseline_run(study):
         attempt="attempt-04",
         proposer=again.proposer,
         params={**proposer.base.train, **again.values},
-        status="complete",
+        status=TrialStatus.COMPLETE,
         objective=0.47,
     )
-    assert [r["number"] for r in ledger.baselines(sid)] == [1, 2, 3, 4]
+    assert [r.number for r in ledger.baselines(sid)] == [1, 2, 3, 4]
 
 
 def test_parallel_slots_run_baseline_repeats_until_the_baseline_is_known(study, tmp_path):
@@ -204,15 +203,15 @@ def test_parallel_slots_run_baseline_repeats_until_the_baseline_is_known(study, 
         p = proposer.next()
         if p is None:
             break
-        assert p.proposer == "baseline"
+        assert p.proposer == By.BASELINE
         seeds.append(p.values.get("seed", 0))
         ledger.add_trial(
             study_id=sid,
             number=n,
             attempt=f"attempt-{n:02d}",
-            proposer="baseline",
+            proposer=By.BASELINE,
             params={**base.train, **p.values},
-            status="running",
+            status=TrialStatus.RUNNING,
         )
     assert seeds == [0, 1, 2, 3]  # four slots, four seeds of the recipe as written; the fifth waits
 
@@ -240,23 +239,23 @@ def test_a_second_wave_of_baseline_runs_fills_every_slot(study, tmp_path):
             study_id=sid,
             number=n,
             attempt=f"attempt-{n:02d}",
-            proposer="baseline",
+            proposer=By.BASELINE,
             params={**base.train, **p.values},
-            status="complete",
+            status=TrialStatus.COMPLETE,
             objective=0.1 * n,
         )
     seeds = []
     for n in (3, 4):
         p = proposer.next()
-        assert p is not None and p.proposer == "baseline"
+        assert p is not None and p.proposer == By.BASELINE
         seeds.append(p.values["seed"])
         ledger.add_trial(
             study_id=sid,
             number=n,
             attempt=f"attempt-{n:02d}",
-            proposer="baseline",
+            proposer=By.BASELINE,
             params={**base.train, **p.values},
-            status="running",
+            status=TrialStatus.RUNNING,
         )
     assert seeds == [2, 3] and proposer.next() is None  # both slots busy with the baseline; nothing else yet
 
@@ -269,10 +268,10 @@ def test_an_extra_baseline_run_that_crashes_leaves_the_baseline_known(study):
         study_id=sid,
         number=4,
         attempt="attempt-04",
-        proposer="baseline",
+        proposer=By.BASELINE,
         params={**proposer.base.train, "seed": 4},
-        status="crash",
-        verdict="crash",
+        status=TrialStatus.CRASH,
+        verdict=Verdict.CRASH,
     )
     assert not proposer.baseline_failed()  # the study goes on: its baseline is measured
     proposer.base.verdict.baseline_repeats = 5
@@ -289,26 +288,26 @@ def test_a_baseline_run_lost_to_the_machine_is_replaced_while_others_may_still_c
         study_id=sid,
         number=4,
         attempt="attempt-04",
-        proposer="baseline",
-        status="crash",
+        proposer=By.BASELINE,
+        status=TrialStatus.CRASH,
         params={**proposer.base.train, "seed": 3},
-        verdict="crash",
-        crash_category="shared_gpu",
-        crash_action="record",
+        verdict=Verdict.CRASH,
+        crash_category=CrashCategory.SHARED_GPU,
+        crash_action=CrashAction.RECORD,
     )
     assert not proposer.baseline_failed() and proposer.baseline_runs_missing() == 1
     p = proposer.next()
-    assert p is not None and p.proposer == "baseline" and p.values == {"seed": 4}
+    assert p is not None and p.proposer == By.BASELINE and p.values == {"seed": 4}
     ledger.add_trial(
         study_id=sid,
         number=5,
         attempt="attempt-05",
-        proposer="baseline",
-        status="crash",
+        proposer=By.BASELINE,
+        status=TrialStatus.CRASH,
         params={**proposer.base.train, "seed": 4},
-        verdict="crash",
-        crash_category="cuda_oom",
-        crash_action="record",
+        verdict=Verdict.CRASH,
+        crash_category=CrashCategory.CUDA_OOM,
+        crash_action=CrashAction.RECORD,
     )
     assert proposer.baseline_failed()  # a failure the values can cause still ends it, as before
 
@@ -322,13 +321,13 @@ def test_lost_runs_that_outnumber_the_ones_that_may_complete_end_the_baseline(st
             study_id=sid,
             number=n,
             attempt=f"attempt-{n:02d}",
-            proposer="baseline",
-            status="crash",
+            proposer=By.BASELINE,
+            status=TrialStatus.CRASH,
             params={**proposer.base.train, "seed": n - 1},
-            verdict="crash",
-            crash_category="killed_external",
-            crash_action="record",
+            verdict=Verdict.CRASH,
+            crash_category=CrashCategory.KILLED_EXTERNAL,
+            crash_action=CrashAction.RECORD,
         )
     assert proposer.baseline_failed()  # 4 lost against 3 complete
-    ledger.update_trial(ledger.trial(7)["id"], crash_action="retry_once")
+    ledger.update_trial(ledger.trial(7).id, crash_action=CrashAction.RETRY_ONCE)
     assert not proposer.baseline_failed()  # its retry is still to come: 3 lost, 3 complete, 1 that may

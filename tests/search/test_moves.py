@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from autorl.ledger import Trial
 from autorl.recipe import SearchParam
 from autorl.search import moves
-from autorl.search.hypotheses import HypothesisParam, _clip
+from autorl.search.hypotheses import SHIPPED_DIR, HypothesisParam, _clip, load_library
 from autorl.search.moves import Move, MoveTable
+from autorl.states import Proposer, TrialStatus, Verdict
 
 LR = SearchParam(low=1e-7, high=1e-2, log=True)
 GENS = SearchParam(choices=[2, 4, 8, 16])
@@ -16,8 +18,6 @@ KL = SearchParam(choices=[0.0, 0.04, 0.2, 1.0, 4.0])
 
 
 def test_shipped_table_loads_and_names_library_hypotheses():
-    from autorl.search.hypotheses import SHIPPED_DIR, load_library
-
     table = moves.load_table()
     ids = {h.id for h in load_library([SHIPPED_DIR])}
     assert table.moves and all(m.hypothesis in ids for m in table.moves)
@@ -45,59 +45,63 @@ def test_step(value, factor, limit, want):
     assert got == pytest.approx(want) if want is not None else got is None
 
 
-def _row(number, verdict, **params):
-    return {
-        "number": number,
-        "attempt": f"attempt-{number:02d}",
-        "proposer": "move",
-        "status": "complete",
-        "verdict": verdict,
-        "params": {"lr": 1e-7, "gens": 2, **params},
-        "parent": None,
-    }
+def _row(number: int, verdict: Verdict | None, **params: float) -> Trial:
+    return Trial(
+        number=number,
+        attempt=f"attempt-{number:02d}",
+        proposer=Proposer.MOVE,
+        status=TrialStatus.COMPLETE,
+        verdict=verdict,
+        params={"lr": 1e-7, "gens": 2, **params},
+        parent=None,
+    )
 
 
 def test_chain_is_the_move_trials_since_the_incumbent():
     trials = [
-        {"number": 1, "proposer": "baseline", "status": "complete"},
-        _row(2, "flat", lr=1e-6),
-        {"number": 3, "proposer": "hypothesis", "status": "complete", "verdict": "flat"},
-        _row(4, "flat", lr=1e-6),
-        _row(5, "improved", lr=1e-5),
-        {"number": 6, "proposer": "confirm", "status": "complete", "confirms": 5},
-        {**_row(7, None, lr=1e-4), "status": "running"},
+        Trial(number=1, proposer=Proposer.BASELINE, status=TrialStatus.COMPLETE),
+        _row(2, Verdict.FLAT, lr=1e-6),
+        Trial(number=3, proposer=Proposer.HYPOTHESIS, status=TrialStatus.COMPLETE, verdict=Verdict.FLAT),
+        _row(4, Verdict.FLAT, lr=1e-6),
+        _row(5, Verdict.IMPROVED, lr=1e-5),
+        Trial(number=6, proposer=Proposer.CONFIRM, status=TrialStatus.COMPLETE, confirms=5),
+        _row(7, None, lr=1e-4).replace(status=TrialStatus.RUNNING),
     ]
-    assert [t["number"] for t in moves.chain(trials)] == [2, 4, 5]
-    assert [t["number"] for t in moves.chain(trials, since=5)] == [5]  # 5 became the incumbent
+    assert [t.number for t in moves.chain(trials)] == [2, 4, 5]
+    assert [t.number for t in moves.chain(trials, since=5)] == [5]  # 5 became the incumbent
 
 
 def test_momentum_keeps_the_direction_of_a_step_that_helped():
     table = moves.load_table()
     start = {"lr": 1e-7, "gens": 2}
-    helped = [{**_row(2, "flat", lr=1e-6, gens=8), "delta": 0.03}]
+    helped = [_row(2, Verdict.FLAT, lr=1e-6, gens=8).replace(delta=0.03)]
     assert {m.key for m in moves.momentum(table, helped, start, {m.hypothesis for m in table.moves}, {})} == {
         "lr",
         "gens",
     }
-    hurt = [{**_row(2, "flat", lr=1e-6), "delta": -0.01}]
+    hurt = [_row(2, Verdict.FLAT, lr=1e-6).replace(delta=-0.01)]
     assert moves.momentum(table, hurt, start, {m.hypothesis for m in table.moves}, {}) == []
-    overshot = [{**_row(2, "flat", lr=1e-6), "delta": 0.03}, {**_row(3, "regressed", lr=1e-5), "delta": -0.2}]
+    overshot = [
+        _row(2, Verdict.FLAT, lr=1e-6).replace(delta=0.03),
+        _row(3, Verdict.REGRESSED, lr=1e-5).replace(delta=-0.2),
+    ]
     assert [m.key for m in moves.momentum(table, overshot, start, {m.hypothesis for m in table.moves}, {})] == ["lr"]
 
 
 def test_chain_start_is_the_last_step_that_did_not_overshoot():
-    links = [_row(2, "flat", lr=1e-6), _row(3, "improved", lr=1e-5), _row(4, "regressed", lr=1e-4)]
-    assert moves.chain_start(links)["number"] == 3
-    assert moves.chain_start([_row(2, "crash", lr=1e-6)]) is None
+    links = [_row(2, Verdict.FLAT, lr=1e-6), _row(3, Verdict.IMPROVED, lr=1e-5), _row(4, Verdict.REGRESSED, lr=1e-4)]
+    start = moves.chain_start(links)
+    assert start is not None and start.number == 3
+    assert moves.chain_start([_row(2, Verdict.CRASH, lr=1e-6)]) is None
 
 
 def test_steps_taken_counts_each_key_against_the_point_before():
     start = {"lr": 1e-7, "gens": 2}
     links = [
-        _row(2, "flat", lr=1e-6, gens=8),
-        _row(3, "flat", lr=1e-5, gens=8),
-        _row(4, "regressed", lr=1e-4, gens=8),
-        _row(5, "flat", lr=3e-5, gens=8),
+        _row(2, Verdict.FLAT, lr=1e-6, gens=8),
+        _row(3, Verdict.FLAT, lr=1e-5, gens=8),
+        _row(4, Verdict.REGRESSED, lr=1e-4, gens=8),
+        _row(5, Verdict.FLAT, lr=3e-5, gens=8),
     ]
     assert moves.steps_taken(links, start) == {"lr": 4, "gens": 1}
 
@@ -178,10 +182,10 @@ def test_a_step_that_did_nothing_is_followed_by_a_galloping_one():
     """lr 1e-7 -> 1e-6 moved nothing measurable (+0.004 inside +-0.045): the next step is x100, not x10; a step
     that helped within the noise (+0.035), a step that was not flat, or a missing interval keeps x10."""
     g = TABLE.gallop
-    assert moves.no_effect({"verdict": "flat", "delta": 0.004, "ci_low": -0.041, "ci_high": 0.049}, g)
-    assert not moves.no_effect({"verdict": "flat", "delta": 0.035, "ci_low": -0.01, "ci_high": 0.08}, g)
-    assert not moves.no_effect({"verdict": "improved", "delta": 0.001, "ci_low": 0.0005, "ci_high": 0.002}, g)
-    assert not moves.no_effect({"verdict": "flat", "delta": 0.0, "ci_low": None, "ci_high": None}, g)
+    assert moves.no_effect(Trial(verdict=Verdict.FLAT, delta=0.004, ci_low=-0.041, ci_high=0.049), g)
+    assert not moves.no_effect(Trial(verdict=Verdict.FLAT, delta=0.035, ci_low=-0.01, ci_high=0.08), g)
+    assert not moves.no_effect(Trial(verdict=Verdict.IMPROVED, delta=0.001, ci_low=0.0005, ci_high=0.002), g)
+    assert not moves.no_effect(Trial(verdict=Verdict.FLAT, delta=0.0, ci_low=None, ci_high=None), g)
     assert not moves.no_effect(None, g)
     rows = [r for r in TABLE.moves if r.symptom == "flat_learning"]
     far, _ = moves.next_move(rows, {"lr": 1e-6}, {"lr": LR}, lambda p: False, first=g.power)

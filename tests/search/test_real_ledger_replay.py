@@ -44,5 +44,5 @@ def test_after_the_gpu_baselines_the_planner_steps_the_learning_rate(tmp_path):
     )
     p = proposer.next()
     assert p.hypothesis != "h06-lora-sync" and set(p.values) == {"lr"} and 3e-6 <= p.values["lr"] <= 1e-4, p
-    passed = [e["message"] for e in ledger.events(1) if e["kind"] == "not-applicable"]
-    assert len(passed) == 1 and passed[0].startswith("h06-lora-sync passed over")
+    passed = [e.message for e in ledger.events(1) if e.kind == "not-applicable"]
+    assert len(passed) == 1 and passed[0] is not None and passed[0].startswith("h06-lora-sync passed over")

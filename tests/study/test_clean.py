@@ -8,12 +8,14 @@ Real git repositories and ledgers; the real command in a child process.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 import pytest
 
 from autorl import gitops
 from autorl.errors import GitError
+from autorl.workspace import Workspace
 from tests.conftest import git, run_cli, tree_digest
 from tests.study_ledger import add_full_run, git_workspace
 
@@ -105,10 +107,6 @@ def test_a_running_study_is_refused_in_one_line(ws):
 def test_a_study_a_controller_holds_is_refused_with_its_pid(ws):
     """A controller starting on the study (`run --resume`) holds its lock before it marks anything running: clean
     waits for no status, the lock says who runs it."""
-    import os
-
-    from autorl.workspace import Workspace
-
     name = json.loads(_clean(ws, "--dry-run", "--json").stdout)["study"]
     held = Workspace(root=ws, ledger_path=ws / "ledger.sqlite").lock_study(name)
     before = _refs(ws)

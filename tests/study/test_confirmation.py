@@ -9,10 +9,11 @@ from autorl.backends.base import get_backend
 from autorl.errors import NotFoundError
 from autorl.judge.evidence import incumbent_row
 from autorl.judge.result import TrialResult
-from autorl.ledger import Ledger
+from autorl.ledger import Ledger, Trial
 from autorl.promote.promotion import pick_best
 from autorl.recipe import validate_recipe
 from autorl.search.hypotheses import counted_verdict
+from autorl.states import Confirmation, CrashAction, Proposer, TrialStatus, Verdict
 
 
 @pytest.fixture
@@ -22,12 +23,12 @@ def ledger(tmp_path):
         name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0, optuna_study="s"
     )
     rows = [
-        (1, "baseline", None, None, None, 0.50),
-        (2, "random", "improved", "confirmed", None, 0.60),
-        (3, "random", "improved", "candidate", None, 0.70),
-        (4, "confirm", None, None, 3, 0.52),
-        (5, "random", "improved", "rejected", None, 0.65),
-        (6, "random", "flat", None, None, 0.55),
+        (1, Proposer.BASELINE, None, None, None, 0.50),
+        (2, Proposer.RANDOM, Verdict.IMPROVED, Confirmation.CONFIRMED, None, 0.60),
+        (3, Proposer.RANDOM, Verdict.IMPROVED, Confirmation.CANDIDATE, None, 0.70),
+        (4, Proposer.CONFIRM, None, None, 3, 0.52),
+        (5, Proposer.RANDOM, Verdict.IMPROVED, Confirmation.REJECTED, None, 0.65),
+        (6, Proposer.RANDOM, Verdict.FLAT, None, None, 0.55),
     ]
     for number, proposer, verdict, state, confirms, objective in rows:
         led.add_trial(
@@ -35,7 +36,7 @@ def ledger(tmp_path):
             number=number,
             attempt=f"attempt-{number:02d}",
             proposer=proposer,
-            status="complete",
+            status=TrialStatus.COMPLETE,
             verdict=verdict,
             confirmation=state,
             confirms=confirms,
@@ -48,37 +49,39 @@ def ledger(tmp_path):
 
 
 def test_named_queries(ledger):
-    records = ledger.records(ledger.study()["id"])
-    assert [t["number"] for t in records.confirmed()] == [2]
-    assert [t["number"] for t in records.confirm_runs(3)] == [4]
+    records = ledger.records(ledger.study().id)
+    assert [t.number for t in records.confirmed()] == [2]
+    assert [t.number for t in records.confirm_runs(3)] == [4]
     assert list(records.confirm_groups()) == [3]
-    ledger.set_confirmation(3, "rejected", "2 fresh-seed runs: flat")
+    ledger.set_confirmation(3, Confirmation.REJECTED, "2 fresh-seed runs: flat")
     row = ledger.trial(3)
-    assert row["confirmation"] == "rejected" and row["reason"].endswith("rejected: 2 fresh-seed runs: flat")
+    assert row.confirmation == Confirmation.REJECTED and row.reason.endswith("rejected: 2 fresh-seed runs: flat")
 
 
 def test_promote_offers_only_confirmed_without_force(ledger):
     best, why = pick_best(ledger)
-    assert best["number"] == 2 and "confirmed" in why
-    ledger.set_confirmation(2, "rejected", "re-check")
+    assert best.number == 2 and "confirmed" in why
+    ledger.set_confirmation(2, Confirmation.REJECTED, "re-check")
     with pytest.raises(NotFoundError, match=r"1 candidates await confirmation\): `autorl run --resume --study "):
         pick_best(ledger)
     forced, why = pick_best(ledger, force=True)
-    assert forced["number"] == 3 and "--force" in why
+    assert forced.number == 3 and "--force" in why
 
 
 def test_incumbent_is_the_best_confirmed_not_the_best_candidate(ledger):
     trials = ledger.trials()
-    assert incumbent_row(trials, "maximize")["number"] == 2  # 3 and 5 score higher but are not confirmed
-    assert incumbent_row([t for t in trials if t["number"] != 2], "maximize") is None
+    best = incumbent_row(trials, "maximize")
+    assert best is not None and best.number == 2  # 3 and 5 score higher but are not confirmed
+    assert incumbent_row([t for t in trials if t.number != 2], "maximize") is None
 
 
 def test_hypotheses_count_improvements_only_once_confirmed():
-    assert counted_verdict({"verdict": "improved", "confirmation": "confirmed"}) == "improved"
-    assert counted_verdict({"verdict": "improved", "confirmation": "candidate"}) is None  # still open
-    assert counted_verdict({"verdict": "improved", "confirmation": "rejected"}) == "flat"
-    assert counted_verdict({"verdict": "improved"}) == "improved"  # ledgers from before confirmation
-    assert counted_verdict({"verdict": "regressed"}) == "regressed"
+    improved = Trial(verdict=Verdict.IMPROVED)
+    assert counted_verdict(improved.replace(confirmation=Confirmation.CONFIRMED)) == Verdict.IMPROVED
+    assert counted_verdict(improved.replace(confirmation=Confirmation.CANDIDATE)) is None  # still open
+    assert counted_verdict(improved.replace(confirmation=Confirmation.REJECTED)) == Verdict.FLAT
+    assert counted_verdict(improved) == Verdict.IMPROVED  # ledgers from before confirmation
+    assert counted_verdict(Trial(verdict=Verdict.REGRESSED)) == Verdict.REGRESSED
 
 
 def test_a_trial_changing_the_generation_limit_keeps_the_study_eval_limit():
@@ -95,12 +98,12 @@ def test_closing_a_trial_keeps_the_links_set_when_it_opened(tmp_path):
     sid = led.create_study(
         name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0, optuna_study="s"
     )
-    tid = led.add_trial(study_id=sid, number=5, attempt="attempt-05", proposer="confirm", parent=2, confirms=4)
-    result = TrialResult(number=5, status="complete", finished=1.0, duration_s=1.0, objective=0.5)
+    tid = led.add_trial(study_id=sid, number=5, attempt="attempt-05", proposer=Proposer.CONFIRM, parent=2, confirms=4)
+    result = TrialResult(number=5, status=TrialStatus.COMPLETE, finished=1.0, duration_s=1.0, objective=0.5)
     led.update_trial(tid, **result.ledger_values())
     row = led.trial(5)
-    assert (row["parent"], row["confirms"], row["objective"]) == (2, 4, 0.5)
-    assert [t["number"] for t in led.records(sid).confirm_runs(4)] == [5]
+    assert (row.parent, row.confirms, row.objective) == (2, 4, 0.5)
+    assert [t.number for t in led.records(sid).confirm_runs(4)] == [5]
 
 
 def test_runs_the_controller_stopped_early_do_not_count_as_run(tmp_path):
@@ -110,25 +113,25 @@ def test_runs_the_controller_stopped_early_do_not_count_as_run(tmp_path):
         name="s", recipe_path="r.yaml", recipe="", base_sha="x", strategy="random", budget_s=1.0, optuna_study="s"
     )
     rows = [
-        (1, "baseline", "complete", {}),
-        (2, "random", "complete", {"confirmation": "candidate"}),
-        (3, "confirm", "complete", {"confirms": 2}),
-        (4, "confirm", "interrupted", {"confirms": 2}),
-        (5, "random", "crash", {"crash_action": "retry_once"}),
-        (6, "retry", "budget-cut", {"retry_of": 5}),
-        (7, "random", "crash", {"crash_action": "retry_once"}),
-        (8, "retry", "crash", {"retry_of": 7}),
-        (9, "confirm", "crash", {"confirms": 2}),
+        (1, Proposer.BASELINE, TrialStatus.COMPLETE, {}),
+        (2, Proposer.RANDOM, TrialStatus.COMPLETE, {"confirmation": Confirmation.CANDIDATE}),
+        (3, Proposer.CONFIRM, TrialStatus.COMPLETE, {"confirms": 2}),
+        (4, Proposer.CONFIRM, TrialStatus.INTERRUPTED, {"confirms": 2}),
+        (5, Proposer.RANDOM, TrialStatus.CRASH, {"crash_action": CrashAction.RETRY_ONCE}),
+        (6, Proposer.RETRY, TrialStatus.BUDGET_CUT, {"retry_of": 5}),
+        (7, Proposer.RANDOM, TrialStatus.CRASH, {"crash_action": CrashAction.RETRY_ONCE}),
+        (8, Proposer.RETRY, TrialStatus.CRASH, {"retry_of": 7}),
+        (9, Proposer.CONFIRM, TrialStatus.CRASH, {"confirms": 2}),
     ]
     for number, proposer, status, extra in rows:
         led.add_trial(
             study_id=sid, number=number, attempt=f"attempt-{number:02d}", proposer=proposer, status=status, **extra
         )
     records = led.records(sid)
-    assert [t["number"] for t in records.confirm_runs(2)] == [3, 4, 9]
-    assert [t["number"] for t in records.confirm_runs(2, ran=True)] == [3, 9]  # a crash is an outcome
-    assert [t["number"] for t in records.open_candidates()] == [2]
-    assert [t["number"] for t in records.unretried_crashes()] == [5]  # 7's retry ran; 8 is itself a retry
+    assert [t.number for t in records.confirm_runs(2)] == [3, 4, 9]
+    assert [t.number for t in records.confirm_runs(2, ran=True)] == [3, 9]  # a crash is an outcome
+    assert [t.number for t in records.open_candidates()] == [2]
+    assert [t.number for t in records.unretried_crashes()] == [5]  # 7's retry ran; 8 is itself a retry
     records.set_base_changes({"micro_batch": 4}, "the study's base recipe now has micro_batch=4")
-    assert led.study(study_id=sid)["base_changes"] == {"micro_batch": 4}
-    assert led.events(sid, limit=1)[0]["kind"] == "base-recipe"
+    assert led.study(study_id=sid).base_changes == {"micro_batch": 4}
+    assert led.events(sid, limit=1)[0].kind == "base-recipe"

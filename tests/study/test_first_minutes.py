@@ -11,10 +11,26 @@ import os
 import shutil
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import git, run_cli, tree_digest
+
+from autorl.backends.base import get_backend
+from autorl.judge.evidence import Evidence
+from autorl.ledger import Ledger
+from autorl.present.live import PlainView
+from autorl.recipe import validate_recipe
+from autorl.runs.slots import Slots
+from autorl.search.proposal import Proposal
+from autorl.search.proposer import Proposer
+from autorl.states import Proposer as By
+from autorl.states import TrialStatus
+from autorl.study import recovery
+from autorl.study.controller import Controller, RunOptions
+from autorl.study.state import StudyState
+from autorl.workspace import Workspace
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "scripts" / "crash_high_lr.py"
 
@@ -200,19 +216,8 @@ def test_flow_style_train_block_runs_as_a_study(tmp_path):
     assert len(trials) == 3 and all(t["status"] == "complete" for t in trials)
 
 
-def _planning_controller(ws: Path, budget_s: float = 600):
+def _planning_controller(ws: Path, budget_s: float = 600) -> Controller:
     """A controller on a real ledger, study and proposer, without running the loop."""
-    from autorl.backends.base import get_backend
-    from autorl.judge.evidence import Evidence
-    from autorl.ledger import Ledger
-    from autorl.present.live import PlainView
-    from autorl.recipe import validate_recipe
-    from autorl.runs.slots import Slots
-    from autorl.search.proposer import Proposer
-    from autorl.study.controller import Controller, RunOptions
-    from autorl.study.state import StudyState
-    from autorl.workspace import Workspace
-
     ctl = Controller(Workspace.open(str(ws), None), RunOptions(budget_s=budget_s, strategy="random"))
     ledger = Ledger(ws / "ledger.sqlite")
     base = validate_recipe(
@@ -243,7 +248,7 @@ def _planning_controller(ws: Path, budget_s: float = 600):
     return ctl
 
 
-def _finished(ctl, n: int, gens: int, took: float, status: str = "complete") -> None:
+def _finished(ctl: Controller, n: int, gens: int, took: float, status: TrialStatus = TrialStatus.COMPLETE) -> None:
     ctl.s.ledger.add_trial(
         study_id=ctl.s.id,
         number=n,
@@ -258,8 +263,6 @@ def _finished(ctl, n: int, gens: int, took: float, status: str = "complete") -> 
 def test_trial_starts_are_planned_from_what_the_next_trial_is(tmp_path):
     """Before any trial finished, timeout_s (or half the budget); after, the study's durations scaled by the next
     trial's work: one large trial does not make every later small one reserve its time."""
-    from autorl.search.proposal import Proposal
-
     ctl = _planning_controller(_workspace(tmp_path, _recipe("  lr: {low: 0.0005, high: 0.005, log: true}\n")))
     assert ctl.expected_trial_s() == 60
     ctl.opts.budget_s = 90  # a short study still runs the first trials, which tell how long trials take
@@ -267,8 +270,9 @@ def test_trial_starts_are_planned_from_what_the_next_trial_is(tmp_path):
     for n in range(1, 5):
         _finished(ctl, n, 8, 10.0)
     _finished(ctl, 5, 16, 20.0)
-    _finished(ctl, 6, 16, 0.5, status="crash")  # a crash's time says nothing about a full trial's
-    small, large = Proposal("random", {"gens": 4}, "", "g4"), Proposal("random", {"gens": 16}, "", "g16")
+    _finished(ctl, 6, 16, 0.5, status=TrialStatus.CRASH)  # a crash's time says nothing about a full trial's
+    small = Proposal(By.RANDOM, {"gens": 4}, "", "g4")
+    large = Proposal(By.RANDOM, {"gens": 16}, "", "g16")
     assert ctl.expected_trial_s() == pytest.approx(12.0)  # the baseline's values: gens 8
     assert ctl.expected_trial_s(large) == pytest.approx(22.0)
     assert ctl.expected_trial_s(small) == pytest.approx(7.0)  # 10 s = 0 + 1.25 s per gen, fitted
@@ -278,21 +282,16 @@ def test_trial_starts_are_planned_from_what_the_next_trial_is(tmp_path):
 
 def test_a_proposal_that_does_not_fit_is_not_started_and_not_lost(tmp_path):
     """Its Optuna trial is told FAIL (never left RUNNING) and its values are enqueued for the next ask; no trial row."""
-    import time
-
-    from autorl.search.proposal import Proposal
-    from autorl.study import recovery
-
     ctl = _planning_controller(_workspace(tmp_path, _recipe("  lr: {low: 0.0005, high: 0.005, log: true}\n")))
     for n in range(1, 4):
         _finished(ctl, n, 8, 10.0)
     search = ctl.s.proposer.search()
     number, params = search.ask(ctl.s.base.search)
     ctl.s.proposer.pending.append(
-        Proposal("random", params, "sampled", "next", optuna_study=search.name, optuna_number=number)
+        Proposal(By.RANDOM, params, "sampled", "next", optuna_study=search.name, optuna_number=number)
     )
     ctl.launched, ctl.done_before, ctl.deadline = 0, 3, time.time() + 3.0  # 3 s left, at least 7 s planned
-    assert ctl._fill({}) == 0 and ctl._fill({}) == 0
+    assert ctl._fill({}, ctl._slots()) == 0 and ctl._fill({}, ctl._slots()) == 0
     assert len(ctl.s.proposer.pending) == 1 and len(ctl.s.records.trials()) == 3
     ended = ctl._why_ended()  # the run's last line says why a study with budget left ended
     assert ended.startswith("the next trial (next) is planned at ") and "left of the budget" in ended
@@ -302,6 +301,6 @@ def test_a_proposal_that_does_not_fit_is_not_started_and_not_lost(tmp_path):
     states = {t.number: (t.state.name, t.params) for t in search.study.get_trials(deepcopy=False)}
     assert states[number] == ("FAIL", params)
     assert search.ask(ctl.s.base.search)[1] == params  # the next ask (a resume's) proposes it again
-    events = [e for e in ctl.s.ledger.events(ctl.s.id) if e["kind"] in ("budget", "not-started")]
-    assert [e["kind"] for e in events] == ["not-started", "budget"]  # newest first; the hold logged once
-    assert "next not started: planned at" in events[1]["message"] and "enqueued" in events[0]["message"]
+    events = [e for e in ctl.s.ledger.events(ctl.s.id) if e.kind in ("budget", "not-started")]
+    assert [e.kind for e in events] == ["not-started", "budget"]  # newest first; the hold logged once
+    assert "next not started: planned at" in events[1].message and "enqueued" in events[0].message

@@ -10,6 +10,7 @@ import pytest
 from conftest import run_cli
 
 from autorl.backends.base import get_backend
+from autorl.data import shipped
 from autorl.errors import NotFoundError
 from autorl.judge.evidence import Evidence, incumbent_row
 from autorl.ledger import Ledger
@@ -17,11 +18,14 @@ from autorl.metrics import iter_records
 from autorl.present import findings
 from autorl.present.live import PlainView
 from autorl.promote.promotion import pick_best
-from autorl.recipe import validate_recipe
+from autorl.recipe import load_recipe, validate_recipe
 from autorl.search.hypotheses import counted_verdict
 from autorl.search.proposer import Proposer
+from autorl.states import Confirmation, Gate, Kind, TrialStatus, Verdict
+from autorl.states import Proposer as By
 from autorl.study import judging
 from autorl.study.controller import RunOptions
+from autorl.study.opening import warn
 from autorl.study.state import StudyState
 from autorl.workspace import Workspace
 
@@ -46,22 +50,22 @@ def study(ws: Path, view: PlainView, candidate: str = "round") -> StudyState:
     )
     files = sorted(DATA.glob("base-s*.jsonl"))[:3] + sorted(DATA.glob(f"{candidate}-s*.jsonl"))[:3]
     cols = {
-        1: {"proposer": "baseline"},
-        2: {"proposer": "baseline"},
-        3: {"proposer": "baseline"},
-        4: {"proposer": "random", "verdict": "improved", "confirmation": "candidate"},
-        5: {"proposer": "confirm", "confirms": 4},
-        6: {"proposer": "confirm", "confirms": 4},
+        1: {"proposer": By.BASELINE},
+        2: {"proposer": By.BASELINE},
+        3: {"proposer": By.BASELINE},
+        4: {"proposer": By.RANDOM, "verdict": Verdict.IMPROVED, "confirmation": Confirmation.CANDIDATE},
+        5: {"proposer": By.CONFIRM, "confirms": 4},
+        6: {"proposer": By.CONFIRM, "confirms": 4},
     }
     for n, path in enumerate(files, start=1):
         records = list(iter_records(path))
         objective = [r["eval/id/greedy_pass@1"] for r in records if r.get("type") == "eval"][-1]
         tid = ledger.add_trial(
-            study_id=row["id"],
+            study_id=row.id,
             number=n,
             attempt=f"attempt-{n:02d}",
-            status="complete",
-            kind="trial",
+            status=TrialStatus.COMPLETE,
+            kind=Kind.TRIAL,
             objective=objective,
             **cols[n],
         )
@@ -88,14 +92,14 @@ def test_a_confirmed_hack_is_suspect_and_used_nowhere_a_confirmed_recipe_is(comm
     s = study(command_ws, PlainView())
     judging.confirm(s, 4)
     hack = s.ledger.trial(4)
-    assert hack["confirmation"] == "suspect" and hack["gate"] == "suspect"
-    failed = next(c for c in hack["gate_checks"] if c["ok"] is False)
+    assert hack.confirmation == Confirmation.SUSPECT and hack.gate == Gate.SUSPECT
+    failed = next(c for c in hack.gate_checks if c["ok"] is False)
     assert failed["name"] == "task_id" and failed["numbers"]["ci_high"] < 0
-    assert "hack gate: task_id failed" in hack["reason"]
+    assert "hack gate: task_id failed" in hack.reason
     out = capsys.readouterr().out
     assert "attempt-04: hack gate: task_id failed" in out and "attempt-04: suspect by 2 fresh-seed runs" in out
     assert s.records.confirmed() == [] and incumbent_row(s.ledger.trials(), "maximize") is None
-    assert counted_verdict(hack) == "flat"
+    assert counted_verdict(hack) == Verdict.FLAT
     with pytest.raises(NotFoundError):
         pick_best(s.ledger)
     found = findings.findings(s.ws, s.ledger)
@@ -107,9 +111,10 @@ def test_an_honest_improvement_is_confirmed_and_passes_the_gate(command_ws):
     s = study(command_ws, PlainView(quiet=True), "honest")
     judging.confirm(s, 4)
     row = s.ledger.trial(4)
-    assert row["confirmation"] == "confirmed" and row["gate"] == "ok"
-    assert all(c["ok"] is not False for c in row["gate_checks"])
-    assert incumbent_row(s.ledger.trials(), "maximize")["number"] == 4 and s.records.confirmed()[0]["number"] == 4
+    assert row.confirmation == Confirmation.CONFIRMED and row.gate == Gate.OK
+    assert all(c["ok"] is not False for c in row.gate_checks)
+    best = incumbent_row(s.ledger.trials(), "maximize")
+    assert best is not None and best.number == 4 and s.records.confirmed()[0].number == 4
 
 
 def test_promote_refuses_a_suspect_trial_in_one_line_naming_the_check(command_ws):
@@ -121,13 +126,11 @@ def test_promote_refuses_a_suspect_trial_in_one_line_naming_the_check(command_ws
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr
     assert "attempt-04 is suspect: hack gate check 'task_id' failed" in lines[0] and "--force" in lines[0]
-    events = [e for e in Ledger(command_ws / "ledger.sqlite").events() if e["kind"] == "promote-refused"]
-    assert events and "task_id" in events[0]["message"]
+    events = [e for e in Ledger(command_ws / "ledger.sqlite").events() if e.kind == "promote-refused"]
+    assert events and "task_id" in events[0].message
 
 
 def test_a_recipe_without_held_out_probe_sets_is_warned_that_the_gate_is_blind(capsys):
-    from autorl.study.opening import warn
-
     blind = validate_recipe({"backend": "command", "train": {"argv": ["true"], "steps": 1}}, source="t")
     warn(blind, get_backend("command"), PlainView(), Path("."))
     out = capsys.readouterr().out.strip().splitlines()
@@ -135,9 +138,6 @@ def test_a_recipe_without_held_out_probe_sets_is_warned_that_the_gate_is_blind(c
     jsonl = validate_recipe({"backend": "embedded", "train": {"task": "t.jsonl", "model": "m"}}, source="t")
     warn(jsonl, get_backend("embedded"), PlainView(), Path("."))
     assert "blind" in capsys.readouterr().out  # a JSONL task's ID eval is its first training prompts
-    from autorl.data import shipped
-    from autorl.recipe import load_recipe
-
     trl = load_recipe(shipped("recipes", "trl-addition.yaml"))  # TRL trains on the built-in task: held out too
     for recipe in (
         RECIPE,

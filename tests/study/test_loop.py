@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -210,8 +211,6 @@ def test_bad_hypothesis_file_stops_the_study_before_anything_is_written(workspac
 
 
 def test_train_dry_run_writes_nothing(workspace):
-    import shutil
-
     shutil.rmtree(workspace / ".autorl")
     r = run_cli("-C", str(workspace), "train", "recipes/default.yaml", "--dry-run", "--json")
     assert r.returncode == 0, r.stderr

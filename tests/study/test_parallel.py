@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
+import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import gang_job, git, run_cli
 from test_loop import _start_run, _trials
+
+from autorl.backends import ray_jobs
+from autorl.backends.base import LaunchPlan
+from autorl.backends.ray_jobs import PROBE_PREFIX, LocalRayHead, LocalRayNode, client, wait_for_gpus
+from autorl.data import shipped
+from autorl.recipe import load_recipe
+from autorl.runs.slots import Slots
 
 pytestmark = pytest.mark.slow
 
@@ -56,15 +66,11 @@ def test_two_local_slots_run_concurrently(workspace):
 
 @pytest.fixture(scope="module")
 def ray_head():
-    from autorl.backends.ray_jobs import LocalRayHead
-
     with LocalRayHead(num_cpus=2) as head:
         yield head.address
 
 
 def _jobs(address: str) -> list:
-    from autorl.backends.ray_jobs import PROBE_PREFIX, client
-
     return [j for j in client(address).list_jobs() if not j.submission_id.startswith(PROBE_PREFIX)]
 
 
@@ -165,10 +171,6 @@ def test_a_two_node_cluster_on_one_host_places_one_trial_on_each_nodes_gpu(tmp_p
     """A head (GPU 0) and a second Ray node on the same host (its own raylet, GPU 1) stand in for a two-node
     cluster: with --ray-address and --parallel 2, two one-GPU trials run at once, one on each node's GPU. Ray
     only books the GPUs here; the placement is what a real cluster does with the same code."""
-    import sys
-
-    from autorl.backends.ray_jobs import LocalRayHead, LocalRayNode, wait_for_gpus
-
     ws = tmp_path / "ws"
     assert run_cli("init", str(ws)).returncode == 0
     (ws / "device.py").write_text(DEVICE_SCRIPT)
@@ -218,10 +220,6 @@ def test_the_studys_private_head_killed_mid_trial_is_triaged_restarted_and_the_s
     """`--ray-address local`: the study's own head is SIGKILLed while a trial's job runs. That trial ends as a crash
     whose root line says the head stopped answering (killed from outside, retried once), the next trial gets a new
     head, the study ends normally, and nothing of the lost job is left running."""
-    import os
-
-    import psutil
-
     proc = _start_run(
         workspace, "--budget", "8m", "--max-trials", "4", "--ray-address", "local", *FAST, "--set", "steps=24"
     )
@@ -262,8 +260,6 @@ def test_a_controller_killed_with_9_takes_its_private_head_with_it(workspace):
     """`kill -9` of a controller left its private Ray head (GCS, raylet, dashboard, the job's driver) running for
     good: nothing was left to stop it. The head now gets SIGTERM when the controller dies, and a resume on a new head
     finds the trial interrupted."""
-    import psutil
-
     proc = _start_run(workspace, "--budget", "5m", "--ray-address", "local", *FAST, "--set", "steps=400")
     try:
         deadline, running = time.time() + 300, None
@@ -309,8 +305,6 @@ def _name(p) -> str:
 
 
 def _pgid(p) -> int | None:
-    import os
-
     try:
         return os.getpgid(p.pid)
     except (ProcessLookupError, PermissionError):
@@ -323,14 +317,6 @@ def test_ray_run_trials_on_a_two_node_cluster_leave_the_gpus_to_their_actors(tmp
     trial's half GPU each, which left no node a whole GPU for the actors: every trial of the study hung until the
     watchdog (tests/data/openrlhf-0.10.4/small/host2-nodes/). A driver that is the trial itself (any command)
     still books the trial's share: its own process is the one on the GPU."""
-    import sys
-
-    from autorl.backends import ray_jobs
-    from autorl.backends.base import LaunchPlan
-    from autorl.data import shipped
-    from autorl.recipe import load_recipe
-    from autorl.runs.slots import Slots
-
     recipe = load_recipe(shipped("recipes/openrlhf-small.yaml")).model_copy(update={"gpus_per_trial": 0.5})
     with ray_jobs.LocalRayHead(num_cpus=2, visible_gpus=["0"]) as head:
         node = ray_jobs.LocalRayNode(

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from autorl.backends.base import get_backend
+from autorl.ledger import Trial
+from autorl.states import TrialStatus
 from autorl.study import plan
+from autorl.study.controller import budget_spent
 from autorl.study.plan import PlanRules, Took
 
 RULES = PlanRules(window=12, quantile=0.9, min_for_margin=3, first_margin=1.25, overhead_s=2.0)
@@ -17,8 +21,6 @@ def test_work_is_the_product_of_the_size_keys_present():
 
 
 def test_the_shipped_table_validates_and_the_default_recipes_backend_names_its_size_keys():
-    from autorl.backends.base import get_backend
-
     assert plan.rules().window >= 1
     assert {"steps", "gens", "batch_prompts"} <= set(get_backend("embedded").work_keys)
     with pytest.raises(ValueError):
@@ -118,26 +120,13 @@ def test_start_up_stays_fixed_and_only_the_rest_scales_with_work():
 
 
 def test_history_marks_every_trial_started_before_the_first_end_as_cold():
+    done = TrialStatus.COMPLETE
     rows = [
-        {
-            "number": 1,
-            "started": 0.0,
-            "finished": 200.0,
-            "first_step": 150.0,
-            "status": "complete",
-            "params": {"gens": 8},
-        },
-        {"number": 2, "started": 1.0, "finished": 210.0, "status": "complete", "params": {"gens": 8}},
-        {
-            "number": 3,
-            "started": 205.0,
-            "finished": 300.0,
-            "first_step": 260.0,
-            "status": "complete",
-            "params": {"gens": 16},
-        },
-        {"number": 4, "started": 211.0, "finished": 250.0, "status": "crash", "params": {}},
-        {"number": 5, "started": 301.0, "status": "running"},
+        Trial(number=1, started=0.0, finished=200.0, first_step=150.0, status=done, params={"gens": 8}),
+        Trial(number=2, started=1.0, finished=210.0, status=done, params={"gens": 8}),
+        Trial(number=3, started=205.0, finished=300.0, first_step=260.0, status=done, params={"gens": 16}),
+        Trial(number=4, started=211.0, finished=250.0, status=TrialStatus.CRASH, params={}),
+        Trial(number=5, started=301.0, status=TrialStatus.RUNNING),
     ]
     took = plan.history(list(reversed(rows)), ["gens"])
     assert [t.first for t in took] == [True, True, False]
@@ -148,8 +137,6 @@ def test_history_marks_every_trial_started_before_the_first_end_as_cold():
 def test_a_budget_spent_on_the_backends_first_preparation_says_so_and_what_to_do():
     """A fresh workspace's base model took 212 s of a 2-minute budget: the study ended with 0 trials and only 'the
     budget is spent'. Now the line names the preparation; a study that ran trials, or prepared quickly, does not."""
-    from autorl.study.controller import budget_spent
-
     line = budget_spent(212.4, 120.0, "embedded", 0)
     assert line.startswith("the budget is spent: preparing backend embedded took 212 s of 2m")
     assert "`autorl run --resume`" in line

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -70,8 +71,6 @@ def test_a_study_whose_set_up_fails_is_stopped_with_its_reason(workspace):
     assert r.returncode == 2 and len(lines) == 1 and "prepare" in lines[0], r.stderr
     status = json.loads(run_cli("-C", str(workspace), "status", "--json").stdout)
     assert status["studies"][0]["status"] == "stopped"
-    import sqlite3
-
     conn = sqlite3.connect(workspace / "ledger.sqlite")
     why = conn.execute("SELECT message FROM autorl_events WHERE kind = 'study-stopped'").fetchall()
     assert len(why) == 1 and "prepare" in why[0][0]

@@ -21,6 +21,7 @@ import yaml
 from conftest import run_cli
 
 from autorl.ledger import Ledger
+from autorl.states import Confirmation
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +82,7 @@ def test_a_candidate_left_unconfirmed_by_a_stop_is_confirmed_first_on_resume(com
 
     out = _run(command_ws, "--resume", "--max-trials", "5")
     assert "resume: 2 queued run(s)" in out
-    assert Ledger(command_ws / "ledger.sqlite").study()["budget_s"] == 1200  # each session's 10m, summed
+    assert Ledger(command_ws / "ledger.sqlite").study().budget_s == 1200  # each session's 10m, summed
     rows = _rows(command_ws)
     first, second, later = rows[2:]
     for k, run in enumerate((first, second)):
@@ -93,8 +94,8 @@ def test_a_candidate_left_unconfirmed_by_a_stop_is_confirmed_first_on_resume(com
     assert later["confirms"] is None and later["started"] >= second["finished"]
     assert later["proposer"] == "random" or (later["proposer"] == "baseline" and "deliberate repeat" in later["why"])
     done = Ledger(command_ws / "ledger.sqlite").trial(candidate["number"])
-    assert done["confirmation"] == "confirmed", done
-    assert "confirmed: 2 fresh-seed runs" in done["reason"]
+    assert done.confirmation == Confirmation.CONFIRMED, done
+    assert "confirmed: 2 fresh-seed runs" in done.reason
 
 
 def test_a_confirmation_run_stopped_by_ctrl_c_is_run_again_on_resume(command_ws):
@@ -133,14 +134,14 @@ def test_a_confirmation_run_stopped_by_ctrl_c_is_run_again_on_resume(command_ws)
     assert proc.returncode in (0, 130), err + out
     base, candidate, stopped = _rows(command_ws)
     assert (stopped["proposer"], stopped["status"], stopped["confirms"]) == ("confirm", "interrupted", 2), stopped
-    assert Ledger(command_ws / "ledger.sqlite").trial(2)["confirmation"] == "candidate"
+    assert Ledger(command_ws / "ledger.sqlite").trial(2).confirmation == Confirmation.CANDIDATE
 
     _run(command_ws, "--resume", "--max-trials", "5")
     again, second = _rows(command_ws)[3:]
     assert again["seed"] == stopped["seed"] and second["seed"] == stopped["seed"] + 1
     assert all(r["confirms"] == 2 and r["status"] == "complete" for r in (again, second))
     done = Ledger(command_ws / "ledger.sqlite").trial(2)
-    assert done["confirmation"] == "confirmed" and "2 fresh-seed runs" in done["reason"], done["reason"]
+    assert done.confirmation == Confirmation.CONFIRMED and "2 fresh-seed runs" in done.reason, done.reason
 
 
 def _wait_for(ws: Path, sql: str, timeout_s: float = 120) -> None:
@@ -208,7 +209,7 @@ def test_a_crashed_baseline_stopped_before_its_retry_is_retried_on_resume_and_th
     assert trial["status"] == "complete" and trial["verdict"] in ("improved", "regressed", "flat"), trial
     assert "no completed baseline" not in trial["reason"]
     assert "base recipe" not in (retry["reason"] or "")  # an unchanged retry carries nothing into the base
-    assert Ledger(command_ws / "ledger.sqlite").study()["base_changes"] is None
+    assert Ledger(command_ws / "ledger.sqlite").study().base_changes is None
 
 
 def test_a_baseline_that_needed_a_smaller_micro_batch_changes_the_base_recipe_of_later_trials(command_ws):
@@ -234,7 +235,7 @@ def test_a_baseline_that_needed_a_smaller_micro_batch_changes_the_base_recipe_of
     assert len(trials) == 2 and all("micro_batch" not in t["changed"] for t in trials)  # the base itself has 4 now
     assert all(t["status"] == "complete" and t["params"]["micro_batch"] == 4 for t in [repeat, *trials]), trials
     study = Ledger(command_ws / "ledger.sqlite").study()
-    assert study["base_changes"] == {"micro_batch": 4}
+    assert study.base_changes == {"micro_batch": 4}
     (line,) = _events(command_ws, "base-recipe")
     assert retry["attempt"] in line and base["attempt"] in line
 

@@ -14,6 +14,7 @@ from conftest import git
 
 from autorl.errors import LedgerError
 from autorl.present.live import PlainView
+from autorl.states import StudyStatus
 from autorl.study import recovery
 from autorl.study.controller import RunOptions
 from autorl.study.opening import open_study
@@ -40,7 +41,7 @@ def test_a_clean_up_that_fails_at_every_step_raises_nothing_and_still_releases_t
     s.ledger.db.close()  # every write of the clean-up fails now: marking the study stopped, its event
     s.view.close()
     with pytest.raises(LedgerError, match="closed database"):
-        s.ledger.update_study(s.id, status="stopped")
+        s.ledger.update_study(s.id, status=StudyStatus.STOPPED)
     recovery.shut_down(s, {}, None, RuntimeError("the error that ended the study"))
     assert s.ws.study_holder("s") is None  # the last step ran: `--resume` is not told the study is busy
 

@@ -12,6 +12,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 from conftest import run_cli
@@ -52,8 +53,6 @@ def _step_rows(ws: Path, trial_id: int) -> list[dict]:
 
 
 def _optuna_states(ws: Path) -> dict[int, str]:
-    import optuna
-
     conn = sqlite3.connect(ws / "ledger.sqlite")
     name = conn.execute("SELECT optuna_study FROM autorl_studies ORDER BY id DESC").fetchone()[0]
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{ws / 'ledger.sqlite'}")

@@ -13,14 +13,21 @@ Seed 004's 8xH100 setup is the reference: actor on 4 GPUs with ZeRO-3 and LoRA,
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
-from autorl.backends.openrlhf import caches
+from autorl.backends import forked
+from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec, gpu_count
+from autorl.backends.openrlhf import caches, checks, cluster
+from autorl.backends.openrlhf import preflight as preflight_checks
 from autorl.backends.openrlhf.flags import FLAG_BY_FIELD, to_args
+from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
 from autorl.backends.openrlhf.params import OpenRLHFParams
+from autorl.backends.openrlhf.vllm_share import ENV, fraction_for
 from autorl.backends.ray_jobs import PrivateHead, submit
 from autorl.errors import RecipeError
 from autorl.evaluate import ProbeSettings, eval_argv
@@ -98,12 +105,8 @@ class OpenRLHFBackend(Backend):
     def check(self, recipe, root: Path) -> None:
         """Fail before any Ray job starts, with one line: a missing model or probe file, a flag the installed
         OpenRLHF lacks, a GPU share that cannot be packed (``checks.py``)."""
-        from autorl.backends.openrlhf.checks import problem
-
-        found = problem(recipe, Path(root), installed_version(), on_cluster=bool(self.ray_address))
+        found = checks.problem(recipe, Path(root), installed_version(), on_cluster=bool(self.ray_address))
         if not found and self.ray_address:  # what the nodes have: a short job sees it (cluster.py)
-            from autorl.backends.openrlhf import cluster
-
             params = recipe.params
             found = cluster.check(
                 self.ray_address,
@@ -119,15 +122,12 @@ class OpenRLHFBackend(Backend):
     def warnings(self, recipe, root: Path) -> list[str]:
         """A tokenizer that adds special tokens OpenRLHF's rollout prompts go without (``checks.warnings``); the
         model of a job on a cluster is not looked at here."""
-        from autorl.backends.openrlhf.checks import warnings
-
-        return [] if self.ray_address else warnings(recipe.params, Path(root))
+        return [] if self.ray_address else checks.warnings(recipe.params, Path(root))
 
     def preflight(self, recipe, worktree: Path) -> str:
         """The failed preflight checks (steps, LR at step 20, disk, patches, GPUs) as one line."""
-        from autorl.backends.openrlhf.preflight import preflight
-
-        return "; ".join(f"{c.name}: {c.detail}" for c in preflight(recipe, worktree=worktree) if c.ok is False)
+        checked = preflight_checks.preflight(recipe, worktree=worktree)
+        return "; ".join(f"{c.name}: {c.detail}" for c in checked if c.ok is False)
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:
         """The argv, env and paths of one trial; writes nothing."""
@@ -176,6 +176,7 @@ class OpenRLHFBackend(Backend):
                 if v
             }
         )
+        assert params.save_path is not None, "trial_params sets it"
         model = Path(spec.worktree, params.save_path).resolve()
         base = str(Path(spec.worktree, params.pretrain).resolve()) if params.lora_rank else None
         limit = params.max_new_tokens or params.generate_max_len or 64
@@ -207,6 +208,8 @@ class OpenRLHFBackend(Backend):
         params = trial_params(spec)
         if not (params.save_hf_ckpt and (params.save_steps or 0) > 0 and params.probe_splits()):
             return None
+        if params.ckpt_path is None:  # trial_params sets it wherever save_hf_ckpt is on
+            return None
         return str(Path(spec.worktree, params.ckpt_path).resolve() / "global_step*_hf")
 
     def gpus_per_run(self, recipe) -> float:
@@ -220,8 +223,6 @@ class OpenRLHFBackend(Backend):
         the user set is kept."""
         if self._cache is None:  # a cluster's jobs: prepare sets no folder
             return {}
-        import os
-
         return {var: str(self._cache / sub) for var, sub in caches.CACHES.items() if var not in os.environ}
 
     def _eval_env(self) -> dict[str, str]:
@@ -231,10 +232,6 @@ class OpenRLHFBackend(Backend):
         """Once per study, outside every trial: the local Ray head (no ``ray_address``) and the evaluator's fork
         server start now, so no trial pays for them; the jobs' compile caches are this machine's (``caches.py``),
         else in ``cache_dir``."""
-        import os
-
-        from autorl.backends import forked
-
         if not self.ray_address:
             self._cache = caches.for_python(self.python, Path(cache_dir).resolve() / "openrlhf")
         self._per_gpu = round(1 / recipe.gpus_per_trial) if 0 < recipe.gpus_per_trial < 1 else 1
@@ -248,11 +245,8 @@ class OpenRLHFBackend(Backend):
 
     def start(self, plan: LaunchPlan):
         """Submit the plan as a Ray job; returns a ``RayJobHandle`` at once."""
-        from autorl.backends.openrlhf.cluster import shipped_with
-        from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
-
         reader = OpenRLHFMetricsReader.from_plan(plan)
-        shipped, hook = shipped_with(self, plan.env)
+        shipped, hook = cluster.shipped_with(self, plan.env)
         if self.ray_address:  # on a cluster: its reward wrapper sits in the run folder
             copy_wrapper(Path(plan.log_path).parent)
         return submit(
@@ -271,14 +265,13 @@ class OpenRLHFBackend(Backend):
     def describe_job(self, spec: TrialSpec, plan: LaunchPlan) -> dict:
         """What the trial's job gets: its Python, entrypoint, runtime env, the files it reads, where it writes,
         where the eval runs and what the nodes must have (``cluster.view``)."""
-        from autorl.backends.openrlhf.cluster import view
-
-        return view(self, spec, plan, trial_params(spec))
+        return cluster.view(self, spec, plan, trial_params(spec))
 
     def address(self, plan: LaunchPlan | None) -> str:
         """The plan's Ray address, or a local head started now (and stopped by ``close``)."""
-        if (plan is not None and plan.ray_address) or self.ray_address:
-            return (plan.ray_address if plan is not None else None) or self.ray_address
+        address = (plan.ray_address if plan is not None else None) or self.ray_address
+        if address:
+            return address
         return self._head.address(visible_gpus=packed_gpus(self._per_gpu))  # started again if it died
 
     def close(self) -> None:
@@ -292,10 +285,6 @@ def packed_gpus(per_gpu: int) -> list[str] | None:
     None (Ray's own detection) for whole GPUs."""
     if per_gpu <= 1:
         return None
-    import os
-
-    from autorl.backends.base import gpu_count
-
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     devices = (
         [d for d in visible.split(",") if d.strip()] if visible is not None else [str(i) for i in range(gpu_count())]
@@ -306,7 +295,7 @@ def packed_gpus(per_gpu: int) -> list[str] | None:
 def trial_params(spec: TrialSpec) -> OpenRLHFParams:
     """The trial's parameters: the seed override applied, the final model under the run dir by default."""
     params = spec.recipe.params
-    update = {"seed": spec.seed} if spec.seed is not None else {}
+    update: dict[str, Any] = {"seed": spec.seed} if spec.seed is not None else {}
     if params.save_path is None:
         update["save_path"] = str(Path(spec.run_dir).resolve() / FINAL_MODEL)
     if params.save_hf_ckpt and params.ckpt_path is None:  # the job runs in an upload: a relative path is lost there
@@ -333,8 +322,6 @@ def wrap_reward(
 
 def copy_wrapper(run_dir: Path) -> Path:
     """autorl's reward wrapper copied into the run folder, where a cluster's nodes read it (shared filesystem)."""
-    import shutil
-
     run_dir.mkdir(parents=True, exist_ok=True)
     return Path(shutil.copyfile(REWARD_WRAPPER, run_dir / REWARD_WRAPPER.name))
 
@@ -342,9 +329,7 @@ def copy_wrapper(run_dir: Path) -> Path:
 def absolute_files(params: OpenRLHFParams, worktree: Path) -> OpenRLHFParams:
     """The model and prompt paths that name local files, made absolute: a job's working directory is an upload
     without weight files, so a relative model folder would reach it without its weights."""
-    from autorl.backends.openrlhf.checks import local_files
-
-    update = local_files(params, worktree, ("pretrain", "prompt_data"))
+    update = checks.local_files(params, worktree, ("pretrain", "prompt_data"))
     return params.model_copy(update=update) if update else params
 
 
@@ -353,10 +338,7 @@ def packed_env(gpus_per_trial: float, params: OpenRLHFParams) -> dict[str, str]:
     in the backend's environment wins, 0 turns it off)."""
     if not 0 < gpus_per_trial < 1:
         return {}
-    from autorl.backends.openrlhf.checks import PACKED_MEMORY_MAX
-    from autorl.backends.openrlhf.vllm_share import ENV, fraction_for
-
-    share = params.vllm_gpu_memory_utilization or PACKED_MEMORY_MAX * gpus_per_trial
+    share = params.vllm_gpu_memory_utilization or checks.PACKED_MEMORY_MAX * gpus_per_trial
     return {ENV: fraction_for(share)}
 
 

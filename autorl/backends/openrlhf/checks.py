@@ -17,10 +17,12 @@ name such
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
 from autorl.backends.openrlhf.params import OpenRLHFParams
+from autorl.evaluate import EvalError, read_probe
 
 FLAG = re.compile(r"""add_argument\(\s*["'](--[\w.\-]+)["']""")
 PACKED_MEMORY_MAX = 0.9  # the vLLM memory shares of the trials that share one GPU may sum to at most this
@@ -89,8 +91,6 @@ def _files(params: OpenRLHFParams, root: Path) -> str | None:
 
 
 def _probes(params: OpenRLHFParams, root: Path) -> str | None:
-    from autorl.evaluate import EvalError, read_probe
-
     for field, value in (("probe_id", params.probe_id), ("probe_ood", params.probe_ood)):
         if not value:
             continue
@@ -204,8 +204,6 @@ def _processors(node) -> list[dict]:
 
 
 def _json(path: Path) -> dict:
-    import json
-
     try:
         if path.stat().st_size > TOKENIZER_JSON_MAX:
             return {}

@@ -23,7 +23,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import autorl
+from autorl.backends import ray_jobs
+from autorl.backends.openrlhf.checks import local_files
 from autorl.backends.openrlhf.jobprobe import MARK
+from autorl.backends.openrlhf.vllm_share import ENV, HOOK, setup_fraction
 
 PROBE_TIMEOUT_S = 180.0
 NEEDED = ("openrlhf", "vllm", "deepspeed")
@@ -31,16 +35,12 @@ NEEDED = ("openrlhf", "vllm", "deepspeed")
 
 def autorl_package() -> str:
     """The folder of the autorl package this controller runs, shipped to the cluster with every job."""
-    import autorl
-
     return str(Path(autorl.__file__).resolve().parent)
 
 
 def shipped_with(backend, env: dict[str, str]) -> tuple[list[str] | None, str | None]:
     """The packages a trial's job ships and its workers' setup hook: autorl goes with every job on a cluster,
     and with a packed trial's job, whose workers run ``vllm_share.setup`` (its fixed vLLM KV-cache share)."""
-    from autorl.backends.openrlhf.vllm_share import ENV, HOOK, setup_fraction
-
     hook = HOOK if setup_fraction(env.get(ENV)) is not None else None
     return ([autorl_package()] if backend.ray_address or hook else None), hook
 
@@ -48,8 +48,6 @@ def shipped_with(backend, env: dict[str, str]) -> tuple[list[str] | None, str | 
 def job_paths(params, worktree: Path) -> dict[str, str]:
     """The recipe's local files as the job is given them (absolute paths of this machine); hub names and URLs
     are the job's own business and left out."""
-    from autorl.backends.openrlhf.checks import local_files
-
     return local_files(params, worktree, ("pretrain", "prompt_data", "reward_func"))
 
 
@@ -57,8 +55,6 @@ def check(
     address: str, python: str, paths: dict[str, str], scratch: Path, target: str, env: dict[str, str] | None = None
 ) -> str | None:
     """Run the probe on the cluster; the first problem as one line naming the fix, or None."""
-    from autorl.backends import ray_jobs
-
     scratch.mkdir(parents=True, exist_ok=True)
     token = scratch / f"token-{uuid.uuid4().hex[:12]}"
     token.write_text(token.name)
@@ -130,15 +126,13 @@ def _missing(report: dict, where: str) -> str | None:
 def view(backend, spec, plan, params) -> dict[str, Any]:
     """What the trial's job (of ``params``, the trial's values) gets, in words and values: ``autorl train --dry-run
     --ray-address``."""
-    from autorl.backends.ray_jobs import runtime_env_for
-
     shipped, hook = shipped_with(backend, plan.env)
     eval_plan = backend.eval_plan(spec)
     return {
         "ray_address": backend.ray_address or "a private Ray head on this machine, started by the study",
         "python": f"{backend.python} (the PATH of the Ray workers)" if backend.ray_address else backend.python,
         "entrypoint": shlex.join(plan.argv),
-        "runtime_env": runtime_env_for(plan.cwd, plan.env, shipped, hook),
+        "runtime_env": ray_jobs.runtime_env_for(plan.cwd, plan.env, shipped, hook),
         "resources": plan.resources,
         "reads": job_paths(params, Path(spec.worktree)),
         "writes": str(Path(spec.run_dir).resolve()),

@@ -32,7 +32,7 @@ def version(name: str) -> str | None:
 
 def autorl_origin() -> str | None:
     try:
-        import autorl
+        import autorl  # lazy: the probe reports whether autorl can be imported where the job runs
     except ImportError:
         return None
     return os.path.dirname(os.path.abspath(autorl.__file__))

@@ -108,6 +108,7 @@ class OpenRLHFMetricsReader:
 
     def _accumulator(self):
         if self._acc is None and self.tensorboard_dir is not None and self.tensorboard_dir.is_dir():
+            # lazy: TensorBoard's reader is heavy, and only a run that writes TensorBoard events needs it
             from tensorboard.backend.event_processing import event_accumulator
 
             self._acc = event_accumulator.EventAccumulator(str(self.tensorboard_dir), size_guidance={"scalars": 0})

@@ -27,6 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl.backends.openrlhf.flags import parse_version
 from autorl.data import shipped
 from autorl.errors import AutorlError, UserError
 
@@ -93,8 +94,6 @@ def target(patch_path: str | Path) -> str | None:
 
 def applies_to(patch_path: str | Path, version: str | None) -> bool:
     """Whether the patch targets ``version`` (unknown versions and patches with no header: yes)."""
-    from autorl.backends.openrlhf.flags import parse_version
-
     bounds = target(patch_path)
     if bounds is None or version is None:
         return True

@@ -28,7 +28,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl.backends.base import gpu_count
 from autorl.backends.openrlhf.params import OpenRLHFParams
+from autorl.backends.openrlhf.patches import DEFAULT_DIR, site_packages_of
+from autorl.backends.openrlhf.patches import check as patch_states
 
 LR_CHECK_STEP = 20
 LR_MIN_FRACTION = 0.30
@@ -157,11 +160,9 @@ def _existing_parent(path: Path) -> Path:
 
 def check_patches(patches_dir: Path, site_packages: Path | None) -> PreflightCheck:
     """Every patch applied to the installed openrlhf (None where it is not installed)."""
-    from autorl.backends.openrlhf.patches import check
-
     if site_packages is None:
         return PreflightCheck(name="patches", ok=None, detail="openrlhf is not installed here: not checked")
-    states = [s for s in check(patches_dir, site_packages) if s.state != "other version"]
+    states = [s for s in patch_states(patches_dir, site_packages) if s.state != "other version"]
     if not states:
         return PreflightCheck(
             name="patches", ok=None, detail=f"no patch in {patches_dir} targets the openrlhf in {site_packages}"
@@ -175,8 +176,6 @@ def check_patches(patches_dir: Path, site_packages: Path | None) -> PreflightChe
 
 def gpus_visible() -> int:
     """GPUs nvidia-smi lists here (0 where nvidia-smi is absent or fails)."""
-    from autorl.backends.base import gpu_count
-
     return gpu_count()
 
 
@@ -229,8 +228,6 @@ def preflight(
     visible: int | None = None,
 ) -> list[PreflightCheck]:
     """All checks for an OpenRLHF ``recipe`` (an ``autorl.recipe.Recipe``)."""
-    from autorl.backends.openrlhf.patches import DEFAULT_DIR, site_packages_of
-
     params = recipe.params
     root = Path(worktree)
     site = site_packages_of() if site_packages == "auto" else (Path(site_packages) if site_packages else None)

@@ -32,6 +32,8 @@ _GROUPS: dict[str, list[float]] = {}
 
 def _load_user(path: str):
     spec = importlib.util.spec_from_file_location("autorl_user_reward", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"reward file {path} cannot be loaded as Python")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.reward_func

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 
 from autorl.backends.openrlhf.tiny import SYMBOLS, tokenizer
+from autorl.toolkit.reward import load_reward, score
+from autorl.toolkit.task import Split, Task
 
 SIZES = {"small": {"hidden": 512, "layers": 8, "heads": 8}, "test": {"hidden": 64, "layers": 2, "heads": 2}}
 COUNTS = {"prompts": 4096, "probe_id": 500, "probe_ood": 500, "sft": 60000}
@@ -46,7 +48,7 @@ def split_items(seed: int = DATA_SEED) -> dict[str, list[dict[str, str]]]:
     seen: set[tuple[int, int]] = set()
 
     def draw(n: int, ood: bool) -> list[dict[str, str]]:
-        out = []
+        out: list[dict[str, str]] = []
         while len(out) < n:
             a, b = rng.randint(100, 999), rng.randint(100, 999)
             if (a % 10 == OOD_DIGIT) != ood or (a, b) in seen:
@@ -66,8 +68,8 @@ def split_items(seed: int = DATA_SEED) -> dict[str, list[dict[str, str]]]:
 
 def build_llama(size: str, seed: int):
     """A randomly initialised LlamaForCausalLM of ``size`` over the character vocabulary (float32)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import torch  # lazy: torch, once the arguments are checked
+    from transformers import LlamaConfig, LlamaForCausalLM  # lazy: heavy, once the arguments are checked
 
     dims = SIZES[size]
     config = LlamaConfig(
@@ -92,13 +94,11 @@ def warm_up(
     model_dir: Path, items: dict, target: float, temperature: float, seed: int, device: str, max_steps: int, log=print
 ) -> dict:
     """Supervised warm-up of the model saved at ``model_dir`` with the embedded engine's routine, in place."""
-    import torch
+    import torch  # lazy: torch, once the arguments are checked
 
-    from autorl.toolkit.model import HFPolicy
-    from autorl.toolkit.policy_eval import correct_flags
-    from autorl.toolkit.reward import load_reward, score
-    from autorl.toolkit.task import Split, Task
-    from autorl.toolkit.warmup import SFT_SETTINGS, supervised_warmup
+    from autorl.toolkit.model import HFPolicy  # lazy: torch, once the arguments are checked
+    from autorl.toolkit.policy_eval import correct_flags  # lazy: torch, once the arguments are checked
+    from autorl.toolkit.warmup import SFT_SETTINGS, supervised_warmup  # lazy: torch, once the arguments are checked
 
     torch.manual_seed(seed)
     torch.set_num_threads(SFT_SETTINGS["threads"])
@@ -155,7 +155,7 @@ def write_inputs(
 def _device(requested: str) -> str:
     if requested != "auto":
         return requested
-    import torch
+    import torch  # lazy: torch, once the arguments are checked
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -13,6 +13,7 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 SYMBOLS = ["<pad>", "<bos>", "<eos>", *"0123456789", "+", "="]
 SIZES = {"prompts": 64, "probe_id": 32, "probe_ood": 32}
@@ -25,8 +26,9 @@ def tokenizer():
     prepends ``<bos>`` gives the policy one prompt in supervised warm-up and evaluation and another in every GRPO
     rollout: a warmed-up model that sampled right 35 % of the time with ``<bos>`` scored 4 % in its rollouts.
     Without it, warm-up, rollouts and the per-item eval all see the same ids."""
+    # lazy: small.py imports SYMBOLS at start-up
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # lazy: small.py imports SYMBOLS at start-up
 
     tok = Tokenizer(models.WordLevel({s: i for i, s in enumerate(SYMBOLS)}, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
@@ -36,8 +38,8 @@ def tokenizer():
 
 def write_model(target: Path) -> None:
     """Random-init Llama (4 layers, hidden 256) in bf16 with its tokenizer."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import torch  # lazy: small.py imports SYMBOLS at start-up
+    from transformers import LlamaConfig, LlamaForCausalLM  # lazy: small.py imports SYMBOLS at start-up
 
     config = LlamaConfig(
         vocab_size=len(SYMBOLS),
@@ -53,7 +55,8 @@ def write_model(target: Path) -> None:
         eos_token_id=2,
     )
     torch.manual_seed(0)
-    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(target)
+    model: Any = LlamaForCausalLM(config)
+    model.to(torch.bfloat16).save_pretrained(target)
     tokenizer().save_pretrained(target)
 
 
@@ -72,7 +75,7 @@ def additions(n: int, low: int, high: int, rng: random.Random, skip: set[str]) -
 def write_inputs(root: Path) -> Path:
     """Model, prompts and probe sets under ``root`` (kept when already there)."""
     root.mkdir(parents=True, exist_ok=True)
-    rng, seen = random.Random(0), set()
+    rng, seen = random.Random(0), set[str]()
     sets = {
         "prompts": additions(SIZES["prompts"], 10, 49, rng, seen),
         "probe_id": additions(SIZES["probe_id"], 10, 49, rng, seen),

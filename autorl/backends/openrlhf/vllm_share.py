@@ -72,7 +72,7 @@ def patch(module, fraction: float) -> None:
 
 def card_memory() -> int:
     """Total memory of the engine's first visible card, from vLLM's platform (NVML: no CUDA context here)."""
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # lazy: standard library only at import (runs in every Ray worker)
 
     return int(current_platform.get_device_total_memory(0))
 

@@ -14,6 +14,7 @@ import pytest
 
 from autorl.data import shipped
 from autorl.ledger import Ledger
+from autorl.states import Proposer, TrialStatus, Verdict
 
 
 def _ready() -> bool:
@@ -75,9 +76,9 @@ def test_one_real_openrlhf_trial_is_judged_on_per_item_evals(tmp_path, small):
     run = _autorl("-C", str(ws), "run", "recipes/small.yaml", "--max-trials", "1", "--budget", "10m", "--study", "gpu")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     trial = Ledger(ws / "ledger.sqlite").trials()[0]
-    assert trial["status"] == "complete", trial
-    assert trial["objective"] is not None and 0.0 <= trial["objective"] <= 1.0
-    run_dir = Path(trial["log_path"]).parent
+    assert trial.status == TrialStatus.COMPLETE, trial
+    assert trial.objective is not None and 0.0 <= trial.objective <= 1.0
+    run_dir = Path(trial.log_path).parent
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()]
     assert evals and len(evals[-1]["eval/id/items"]) == 500 and len(evals[-1]["eval/ood/items"]) == 500
     log = (run_dir / "train.log").read_text(errors="replace")
@@ -108,11 +109,12 @@ def test_a_study_reaches_a_verdict_on_a_trial_that_learns(tmp_path, small):
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     trials = Ledger(ws / "ledger.sqlite").trials()
-    assert [t["proposer"] for t in trials[:repeats]] == ["baseline"] * repeats
+    assert [t.proposer for t in trials[:repeats]] == [Proposer.BASELINE] * repeats
     moved = trials[repeats]
-    assert moved["status"] == "complete" and moved["verdict"] in ("improved", "regressed", "flat"), moved
-    assert json.loads(moved["changed"]), "the first trial after the baseline changed nothing"
-    assert moved["ci_low"] is not None and moved["ci_high"] is not None and moved["n_items"] == 500
+    assert moved.status == TrialStatus.COMPLETE, moved
+    assert moved.verdict in (Verdict.IMPROVED, Verdict.REGRESSED, Verdict.FLAT), moved
+    assert moved.changed, "the first trial after the baseline changed nothing"
+    assert moved.ci_low is not None and moved.ci_high is not None and moved.n_items == 500
 
 
 class _GpuSampler:
@@ -188,10 +190,10 @@ def _two_at_once(ws: Path, env: dict[str, str], *sets: str) -> list[dict]:
         env={**os.environ, **env},
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    trials = [t for t in Ledger(ws / "ledger.sqlite").trials() if t["status"] == "complete"]
-    assert len(trials) >= 2, [(t["attempt"], t["status"], t.get("crash_category")) for t in trials]
+    trials = [t for t in Ledger(ws / "ledger.sqlite").trials() if t.status == TrialStatus.COMPLETE]
+    assert len(trials) >= 2, [(t.attempt, t.status, t.crash_category) for t in trials]
     a, b = trials[:2]
-    assert a["started"] < b["finished"] and b["started"] < a["finished"], "the two trials did not run at once"
+    assert a.started < b.finished and b.started < a.finished, "the two trials did not run at once"
     return trials
 
 

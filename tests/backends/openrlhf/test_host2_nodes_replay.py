@@ -142,7 +142,7 @@ def test_status_says_what_a_ray_trial_still_waits_for_on_its_cluster(tmp_path):
                 "DELETE FROM autorl_metrics WHERE trial_id = (SELECT id FROM autorl_trials WHERE number = ?)", (number,)
             )
     ledger = Ledger(db)
-    lock = ws.lock_study(ledger.study(study_id=1)["name"])
+    lock = ws.lock_study(ledger.study(study_id=1).name)
     try:
         running = status_rows(ledger, ws)["running"]
     finally:

@@ -139,7 +139,7 @@ def test_status_now_vouches_for_those_ray_jobs_by_their_controller(tmp_path):
     assert not any(r["alive"] for r in orphans) and "NOT WATCHED (Ray job autorl-6a674a42e3ef" in format_status(
         {"studies": [], "running": orphans, "full_runs": []}
     )
-    lock = ws.lock_study(ledger.study(study_id=1)["name"])
+    lock = ws.lock_study(ledger.study(study_id=1).name)
     try:
         watched = status_rows(ledger, ws)["running"]
     finally:

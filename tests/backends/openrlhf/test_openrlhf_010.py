@@ -141,7 +141,7 @@ def test_prepare_starts_the_study_head_and_evaluator_outside_any_trial(tmp_path,
         backend.close()
         for server in forked._SERVERS.values():
             server.close()
-    assert backend._head is None
+    assert backend._head._head is None  # the backend's PrivateHead stopped its local head
 
 
 def test_hf_checkpoints_a_full_run_evaluates_land_in_the_run_folder(tmp_path):

@@ -1,0 +1,5 @@
+def f(row):
+    return row.verdict == "improved"
+def g():
+    import json
+    return json
