@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The small GPU recipe on real OpenRLHF 0.10.x: make its warm-started model, time one trial, sweep the learning
-# rate, run studies. In an environment with openrlhf, ray[default], vllm, deepspeed and a GPU:
+# The GPU recipes on real OpenRLHF 0.10.x: make the model (MODEL=small: the warm-started 34 M Llama of
+# openrlhf-small.yaml, the default; MODEL=smollm2: SmolLM2-135M-Instruct of openrlhf-smollm2.yaml, from its wheel),
+# time one trial, sweep the learning rate, run studies. In an environment with openrlhf, ray[default], vllm,
+# deepspeed and a GPU:
 #   bash benchmarks/openrlhf_small.sh OUTDIR PHASE...
-# phases: make (the model and probe sets), one (one trial alone, timed; ONE_SET=key=value), oneb (the same in
+# phases: make (the model and probe sets), evalbase (the base model judged per item on both probe sets, by Hugging
+# Face generate and by vLLM, timed), one (one trial alone, timed; ONE_SET=key=value), oneb (the same in
 # the background, in its own session), sweep (LRS="1e-6 1e-5 1e-4 1e-3", one trial each, at once on the one GPU),
 # study (SEEDS="0 1" studies of BUDGET, at once, in the background; `wait` collects them; GPUS="0 1" gives each
-# study its own card, in turn), par (one study of BUDGET at --parallel PAR on the cards PAR_GPUS, in the background,
+# study its own card, in turn; STUDY_PAR=4 packs that many trials on it), par (one study of BUDGET at --parallel PAR on the cards PAR_GPUS, in the background,
 # beside any others; PAR_NAME names its workspace /tmp/ws-NAME, default par), wait (WAIT_S: until no study
 # of any /tmp/ws-* workspace runs, then each one's ledger, phases and a trial's logs), split (one trial with the actor and the vLLM engine on separate cards,
 # SPLIT_GPUS), nodes (a two-node Ray cluster on one host, NODES_GPUS="0 1": a head and a second node a card each,
@@ -19,10 +22,16 @@
 # block (e.g. FULL="save_steps: 8, save_hf_ckpt: true, disable_ds_ckpt: true": a promoted full run saves and evaluates
 # checkpoints as it trains).
 set -uo pipefail
-OUT=${1:-/tmp/openrlhf-small}; mkdir -p "$OUT"; SMALL=${SMALL:-/tmp/autorl-openrlhf-small}
+MODEL=${MODEL:-small}
+case "$MODEL" in
+  small) RECIPE=openrlhf-small; INPUTS=/tmp/autorl-openrlhf-small ;;
+  smollm2) RECIPE=openrlhf-smollm2; INPUTS=/tmp/autorl-smollm2 ;;
+  *) echo "MODEL must be small or smollm2" >&2; exit 2 ;;
+esac
+OUT=${1:-/tmp/openrlhf-$MODEL}; mkdir -p "$OUT"; SMALL=${SMALL:-$INPUTS}
 cd "$(dirname "$0")/.." || exit 1  # the package root: a checkout beside it must not shadow it
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-REC=$(python3 -c "import autorl.data as d; print(d.shipped('recipes/openrlhf-small.yaml'))")
+REC=$(python3 -c "import autorl.data as d; print(d.shipped('recipes/$RECIPE.yaml'))")
 t() { echo "== $(date +%T) $*"; }
 sample_gpu() {  # GPU utilisation and memory once a second, until the phase ends
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 1 >> "$OUT/gpu-$1.csv" 2>/dev/null &
@@ -31,13 +40,29 @@ sample_gpu() {  # GPU utilisation and memory once a second, until the phase ends
 workspace() {  # a fresh workspace at $1 with the recipe's paths pointing at $SMALL
   rm -rf "$1"; python3 -m autorl.cli init "$1" >/dev/null || exit 1
   git -C "$1" config user.email bench@example.invalid; git -C "$1" config user.name bench
-  sed "s#/tmp/autorl-openrlhf-small#$SMALL#g" "$REC" > "$1/recipes/small.yaml"
+  sed "s#$INPUTS#$SMALL#g" "$REC" > "$1/recipes/small.yaml"
   if [ -n "${FULL:-}" ]; then echo "full: {$FULL}" >> "$1/recipes/small.yaml"; fi
 }
 phase_make() {
   t make; s=$(date +%s)
-  python3 -m autorl.backends.openrlhf.small "$SMALL" > "$OUT/make.log" 2>&1; echo "make exit $? in $(( $(date +%s) - s )) s"
-  tail -3 "$OUT/make.log"; cp "$SMALL/warmup.json" "$OUT/" 2>/dev/null
+  if [ "$MODEL" = smollm2 ]; then
+    python3 -m autorl.toolkit.pretrained smollm2 "$SMALL" --dtype bf16 > "$OUT/make.log" 2>&1
+  else
+    python3 -m autorl.backends.openrlhf.small "$SMALL" > "$OUT/make.log" 2>&1
+  fi
+  echo "make exit $? in $(( $(date +%s) - s )) s"
+  tail -9 "$OUT/make.log"; cp "$SMALL/warmup.json" "$SMALL/conversion.json" "$OUT/" 2>/dev/null
+}
+phase_evalbase() {  # the base model judged per item on both probes, by each engine, as a trial's eval is
+  local max_new; max_new=$(python3 -c "import yaml; print(yaml.safe_load(open('$REC'))['train']['max_new_tokens'])")
+  local chat; chat=$(python3 -c "import yaml; print('--chat-template' if yaml.safe_load(open('$REC'))['train'].get('apply_chat_template') else '')")
+  for engine in hf vllm; do
+    t "evalbase $engine"; s=$(date +%s)
+    CUDA_VISIBLE_DEVICES=${EVAL_GPU:-0} python3 -m autorl.evaluate --model "$SMALL/model" --id "$SMALL/probe_id.jsonl" \
+      --ood "$SMALL/probe_ood.jsonl" --metrics-out "$OUT/evalbase-$engine.jsonl" --max-new-tokens "$max_new" \
+      --engine "$engine" $chat --no-special-tokens > "$OUT/evalbase-$engine.log" 2>&1
+    echo "evalbase $engine exit $? in $(( $(date +%s) - s )) s"; tail -1 "$OUT/evalbase-$engine.log"
+  done
 }
 phase_one() {
   t one; workspace /tmp/ws-one; g=$(sample_gpu one); s=$(date +%s)
@@ -99,7 +124,8 @@ phase_study() {
     workspace "/tmp/ws-study$seed"
     if [ ${#gpus[@]} -gt 0 ]; then export CUDA_VISIBLE_DEVICES=${gpus[$(( i % ${#gpus[@]} ))]}; fi; i=$(( i + 1 ))
     setsid python3 -m autorl.cli -C "/tmp/ws-study$seed" run recipes/small.yaml --budget "${BUDGET:-20m}" \
-      --seed "$seed" --study "small-seed$seed" "${extra[@]}" > "$OUT/study$seed.log" 2>&1 < /dev/null &
+      --seed "$seed" --study "$MODEL-seed$seed" ${STUDY_PAR:+--parallel "$STUDY_PAR"} "${extra[@]}" \
+      > "$OUT/study$seed.log" 2>&1 < /dev/null &
   done
   unset CUDA_VISIBLE_DEVICES
   sample_studies
@@ -191,7 +217,8 @@ phase_wait() {  # collect studies started by an earlier call (they run in their 
   for d in /tmp/ws-*; do
     [ -f "$d/ledger.sqlite" ] || continue; n=$(basename "$d")
     python3 -m autorl.cli -C "$d" ledger > "$OUT/$n-ledger.txt" 2>&1; tail -25 "$OUT/$n-ledger.txt"
-    cp "$d/ledger.sqlite" "$OUT/$n-ledger.sqlite" 2>/dev/null
+    python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
+      "$d/ledger.sqlite" "$OUT/$n-ledger.sqlite" 2>/dev/null  # with what its write-ahead log holds
     python3 benchmarks/openrlhf_phases.py "$d" > "$OUT/$n-phases.md" 2>&1; cat "$OUT/$n-phases.md"
   done
   cp /tmp/gpu-study.csv "$OUT/" 2>/dev/null && gpu_busy /tmp/gpu-study.csv | tee "$OUT/gpu-busy.txt"
