@@ -42,6 +42,7 @@ from typing import Any
 from autorl.backends import ray_demand
 from autorl.backends.base import kill_group
 from autorl.errors import BackendError
+from autorl.install import install_advice
 
 TERMINAL = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -int(signal.SIGTERM)}
 RUNTIME_EXCLUDES = [".git", "__pycache__", "*.safetensors", "*.bin", "*.pt"]
@@ -511,7 +512,7 @@ class LocalRayHead:
         if "Cannot include dashboard with missing packages" in tail:
             raise BackendError(
                 "the local Ray head needs Ray's dashboard packages for its Jobs API: "
-                "pip install 'ray[default]' (or autorl[ray]) and retry"
+                f"pip install 'ray[default]' (or {install_advice('ray')}) and retry"
             )
         raise BackendError(f"local Ray head did not come up within {self.ready_timeout_s:.0f} s: {tail.strip()}")
 

@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
 from autorl.engine.config import GRPOParams
+from autorl.install import install_advice
 
 # TRLParams key -> GRPOConfig field (values copied as they are).
 TRL_FIELDS: dict[str, str] = {
@@ -127,7 +128,7 @@ class TRLBackend(Backend):
             return ""
         return (
             f"the trl backend needs {', '.join(missing)} in {sys.executable}: install them with "
-            "`pip install 'autorl[trl]'` (torch first, as the README says)"
+            f"{install_advice('trl')} (torch first, as the README says)"
         )
 
     def plan(self, spec: TrialSpec) -> LaunchPlan:

@@ -7,6 +7,10 @@ TRL), free disk at the workspace, GPUs and GNU patch. A failed check says what
 to do. Only ``required`` checks decide the exit code: a laptop without GPUs or
 OpenRLHF can still run the embedded engine.
 
+An extra of autorl (``openrlhf``, ``trl``, ``ray``) is installed from where this autorl came from (its checkout, or
+the wheel it was installed from: ``install_command``), never by name from PyPI, whose project named autorl is an
+unrelated, empty package.
+
 torch is imported in a child process, never in this one, so the check also
 catches an install that crashes on import.
 """
@@ -28,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autorl.backends.openrlhf.backend import installed_version
 from autorl.backends.openrlhf.flags import DOTTED_SINCE, NEW_LENGTHS_SINCE, parse_version
 from autorl.errors import UserError
+from autorl.install import install_advice, install_command
 
 MIN_PYTHON = (3, 10)
 MIN_FREE_GB = 2.0
@@ -45,9 +50,9 @@ REQUIRED_PACKAGES = [
     ("matplotlib", "matplotlib>=3.7"),
     ("gitpython", "gitpython>=3.1.40"),
 ]
-OPTIONAL_PACKAGES = [
-    ("backend", "ray", "trials on a Ray cluster (--ray-address) and the openrlhf backend", "autorl[ray]"),
-    ("backend", "trl", "the trl backend", "autorl[trl]"),
+OPTIONAL_PACKAGES = [  # (kind, distribution, what needs it, the extra of autorl that installs it)
+    ("backend", "ray", "trials on a Ray cluster (--ray-address) and the openrlhf backend", "ray"),
+    ("backend", "trl", "the trl backend", "trl"),
 ]
 
 TORCH_PROBE = """
@@ -76,6 +81,7 @@ class _Result(NamedTuple):
     fix: str = ""
 
 
+# ---- installing autorl's extras ------------------------------------------------------------
 # ---- the checks -------------------------------------------------------------------------
 def check_python(_ws: Path) -> _Result:
     v = sys.version_info
@@ -146,7 +152,9 @@ def check_openrlhf(_ws: Path) -> _Result:
         return _Result(
             False,
             "openrlhf not installed",
-            "only needed for backend: openrlhf here; else set train.openrlhf_version to the cluster's version",
+            "for backend: openrlhf on this machine, "
+            + install_advice("openrlhf")
+            + "; for a cluster's OpenRLHF, set train.openrlhf_version to its version",
         )
     v = parse_version(version)
     dialect = (
@@ -180,13 +188,16 @@ def _stack_package(dist: str) -> Callable[[Path], _Result]:
             have = metadata.version(dist)
         except metadata.PackageNotFoundError:
             return _Result(
-                False, f"{dist} not installed (tested: {tested})", "pip install 'autorl[openrlhf]' on the GPU machine"
+                False,
+                f"{dist} not installed (tested: {tested})",
+                install_advice("openrlhf", " on the GPU machine"),
             )
         if have != tested:
             return _Result(
                 False,
                 f"{dist} {have}; autorl ran the OpenRLHF stack with {tested}",
-                f"pip install '{dist}=={tested}' (or 'autorl[openrlhf]'), or expect untested behaviour",
+                f"`pip install '{dist}=={tested}'`, or expect untested behaviour "
+                f"(the whole stack: `{install_command('openrlhf')}`)",
             )
         return _Result(True, f"{dist} {have} (the version autorl was run with)")
 
@@ -224,12 +235,22 @@ def check_patch(_ws: Path) -> _Result:
     return _Result(True, first)
 
 
-def _package(dist: str, why: str, extra: str) -> Callable[[Path], _Result]:
+def _package(dist: str, why: str, requirement: str) -> Callable[[Path], _Result]:
     def check(_ws: Path) -> _Result:
         try:
             return _Result(True, f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
-            return _Result(False, f"{dist} not installed ({why})", f"pip install '{extra}'")
+            return _Result(False, f"{dist} not installed ({why})", f"pip install '{requirement}'")
+
+    return check
+
+
+def _extra(dist: str, why: str, extra: str) -> Callable[[Path], _Result]:
+    def check(_ws: Path) -> _Result:
+        try:
+            return _Result(True, f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            return _Result(False, f"{dist} not installed ({why})", install_advice(extra))
 
     return check
 
@@ -246,7 +267,7 @@ CHECKS: list[_Spec] = [
     _Spec("git identity", check_git_identity, False),
     *[_Spec(f"package:{d}", _package(d, "autorl needs it", req), True) for d, req in REQUIRED_PACKAGES],
     _Spec("package:torch", check_torch, False),
-    *[_Spec(f"{kind}:{d}", _package(d, why, extra), False) for kind, d, why, extra in OPTIONAL_PACKAGES],
+    *[_Spec(f"{kind}:{d}", _extra(d, why, extra), False) for kind, d, why, extra in OPTIONAL_PACKAGES],
     _Spec("backend:openrlhf", check_openrlhf, False),
     *[_Spec(f"stack:{d}", _stack_package(d), False) for d in STACK],
     _Spec("disk", check_disk, True),

@@ -35,7 +35,7 @@ from autorl.ledger import Ledger, Study, Trial
 from autorl.present import errors, findings
 from autorl.present.review import crash_groups, hypothesis_rows, show_trial
 from autorl.recipe import Objective, SearchParam, dump_values
-from autorl.search.optuna_study import distributions
+from autorl.search.optuna_study import distributions, study_names
 from autorl.states import Confirmation, Kind, Proposer, TrialStatus, Verdict
 from autorl.workspace import Workspace
 
@@ -228,7 +228,7 @@ def importances(ledger: Ledger, study_name: str, params: list[str] | None = None
         return {}, f"no Optuna study {study_name} in the ledger"
     if complete < IMPORTANCE_MIN_TRIALS:
         return {}, (
-            f"the Optuna study has {complete} complete trial(s); importances are shown from "
+            f"{optuna_counts(ledger, study_name, complete)}; importances are shown from "
             f"{IMPORTANCE_MIN_TRIALS} with varied values (fewer make noise look like importance)"
         )
     import optuna  # lazy: optuna takes seconds to import, and only the importances need it
@@ -242,6 +242,22 @@ def importances(ledger: Ledger, study_name: str, params: list[str] | None = None
     if not values:
         return {}, f"no parameter varied across the {complete} complete trials of the Optuna study"
     return dict(values), f"fANOVA over {complete} complete trials of Optuna study {study_name}"
+
+
+def optuna_counts(ledger: Ledger, study_name: str, complete: int) -> str:
+    """How many complete trials the study's Optuna studies hold: its own study, and the ones under it. The
+    ``hypotheses`` strategy tells each trial to the study of its hypothesis and incumbent
+    (``<study>/<hypothesis>/<digest>``), so after a hundred trials its own may hold only the first baseline."""
+    own = f"the Optuna study {study_name} has {findings.counted(complete, 'complete trial')}"
+    under = [n for n in study_names(ledger.file.optuna_url(), study_name) if n != study_name]
+    if not under:
+        return own
+    rest = sum(ledger.optuna_complete_count(n) or 0 for n in under)
+    return (
+        f"{own}; the other {findings.counted(rest, 'complete trial')} of this study went to "
+        f"{len(under)} Optuna {'study' if len(under) == 1 else 'studies'} of one hypothesis and incumbent each "
+        f"({study_name}/<hypothesis>/<digest>), whose search spaces differ"
+    )
 
 
 def pooled_importances(
@@ -285,7 +301,7 @@ def _importances(
     values, note = importances(ledger, st.optuna_study or st.name, keys)
     if not values:
         pooled, how = pooled_importances(trials, {k: space[k] for k in keys}, direction)
-        values, note = (pooled, f"main study: {note}; pooled instead: {how}") if pooled else ({}, note)
+        values, note = (pooled, f"main study: {note}; pooled instead: {how}") if pooled else ({}, f"{note}; {how}")
     return values, note + (f"; {left}" if values and left else "")
 
 
@@ -363,7 +379,9 @@ def _pyplot() -> Any:
     try:
         import matplotlib  # lazy: matplotlib is heavy, only the report draws, and a missing one is one line here
     except ImportError:
-        raise UserError("matplotlib is missing from this installation: reinstall autorl (pip install autorl)") from None
+        raise UserError(
+            "matplotlib, a dependency of autorl, is missing from this installation: `pip install 'matplotlib>=3.7'`"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # lazy: after matplotlib.use("Agg"), which must come first
 
@@ -743,7 +761,7 @@ def _trials_table(data: dict, trials: list[Trial], logs: dict[int, str]) -> Bloc
 def _vs_baseline(t: Trial, measured: dict[int, dict]) -> str:
     g = measured.get(t.number)
     if g:
-        return f"{g['delta']:+.4f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
+        return f"{g['delta']:+.4f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}] ({findings.measured_on(g['level'])})"
     return f"{t.gain_vs_baseline:+.4f}" if _finite(t.gain_vs_baseline) else "-"
 
 

@@ -186,7 +186,12 @@ def test_a_missing_package_fails_the_preflight_with_how_to_install(tmp_path):
     missing = type(trl)()
     missing.requires = ("trl", "autorl_no_such_module")
     line = missing.preflight(recipe, tmp_path)
-    assert line.startswith("the trl backend needs autorl_no_such_module in ") and "pip install 'autorl[trl]'" in line
+    assert (
+        line.startswith("the trl backend needs autorl_no_such_module in ")
+        and "pip install " in line
+        and "autorl[trl]" in line
+        and "not from PyPI" in line
+    )
 
 
 def test_trl_addition_recipe_validates():

@@ -61,7 +61,7 @@ def target_version(params: OpenRLHFParams) -> str:
     version = params.openrlhf_version or installed_version()
     if version is None:
         raise RecipeError(
-            "openrlhf is not installed here: set train.openrlhf_version to the cluster's version (e.g. 0.9.3)"
+            "openrlhf is not installed here: set train.openrlhf_version to the cluster's version (e.g. 0.10.4)"
         )
     return version
 

@@ -16,9 +16,11 @@ name such
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from autorl.backends.openrlhf.params import OpenRLHFParams
@@ -128,7 +130,54 @@ def installed_flags(version: str | None, installed: str | None) -> set[str] | No
         return None
     if spec is None or not spec.origin:
         return None
-    return set(FLAG.findall(Path(spec.origin).read_text(errors="replace")))
+    return flags_in_source(Path(spec.origin).read_text(errors="replace"))
+
+
+def flags_in_source(text: str) -> set[str]:
+    """Every flag an ``add_argument`` call of this source defines, read with ``ast``: a flag written as an f-string
+    inside a ``for NAME in (literal, ...)`` loop (0.10.x defines ``--actor.adam.lr`` and ``--critic.adam.lr`` so) is
+    read once per value; a regex over the text saw only the literal ones. Falls back to the regex on a source that
+    does not parse."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set(FLAG.findall(text))
+    return set(_defined_flags(tree.body, {}))
+
+
+def _defined_flags(body: list[ast.stmt], env: dict[str, str]) -> Iterator[str]:
+    for stmt in body:
+        if isinstance(stmt, ast.For) and isinstance(stmt.target, ast.Name):
+            try:
+                values = ast.literal_eval(stmt.iter)
+            except ValueError:
+                values = ()
+            for value in values if isinstance(values, (tuple, list)) else ():
+                yield from _defined_flags(stmt.body, {**env, stmt.target.id: str(value)})
+        elif isinstance(getattr(stmt, "body", None), list):  # a function, an if, a with: read inside it
+            inner = [*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", [])]  # type: ignore[attr-defined]
+            yield from _defined_flags(inner, env)
+        else:
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                    yield from (f for f in (_text(a, env) for a in node.args) if f and f.startswith("--"))
+
+
+def _text(node: ast.expr, env: dict[str, str]) -> str | None:
+    """A string literal, or an f-string whose names are loop variables in ``env``; None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+            elif isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name) and v.value.id in env:
+                parts.append(env[v.value.id])
+            else:
+                return None
+        return "".join(parts)
+    return None
 
 
 def _packing(recipe) -> str | None:

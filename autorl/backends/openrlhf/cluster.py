@@ -28,6 +28,7 @@ from autorl.backends import ray_jobs
 from autorl.backends.openrlhf.checks import local_files
 from autorl.backends.openrlhf.jobprobe import MARK
 from autorl.backends.openrlhf.vllm_share import ENV, HOOK, setup_fraction
+from autorl.install import install_advice
 
 PROBE_TIMEOUT_S = 180.0
 NEEDED = ("openrlhf", "vllm", "deepspeed")
@@ -103,7 +104,7 @@ def _packages(report: dict, where: str, target: str) -> str | None:
         if have.get(name) is None:
             return (
                 f"{name} is not installed for the trials' Python ({where}): install it on every node "
-                f"(pip install 'autorl[openrlhf]' pins the versions this project ran), then retry"
+                f"({install_advice('openrlhf')} pins the versions this project ran), then retry"
             )
     if have["openrlhf"] != target:
         return (

@@ -10,6 +10,10 @@
 ``FLAGS`` is the one table of that mapping. A field set in a recipe that the
 target version has no flag for is a :class:`~autorl.errors.RecipeError` before
 anything launches, naming the field, the version and what to use instead.
+
+A flag that only a shipped patch adds (``offload``: ``--offload`` from ``offload_cli.patch`` on the flat CLI,
+``--ds.param_offload`` from ``offload_cli_0.10.4.patch`` on 0.10.4) names the one dotted release its patch was
+written against (``patched``); other dotted releases have no such flag.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Flag(NamedTuple):
     since: tuple[int, ...] | None = None
     until: tuple[int, ...] | None = None
     hint: str = ""
+    patched: tuple[int, ...] | None = None  # the dotted flag exists only in this release, through a shipped patch
 
 
 FLAGS: list[Flag] = [
@@ -58,8 +63,10 @@ FLAGS: list[Flag] = [
     Flag(
         "offload",
         "--offload",
-        None,
-        hint="only the flat CLI patched by patches/offload_cli.patch has it; remove offload (keep adam_offload)",
+        "--ds.param_offload",
+        hint="only the flat CLI (0.9.3) patched by patches/offload_cli.patch and 0.10.4 patched by "
+        "patches/offload_cli_0.10.4.patch have it; use 0.10.4, or remove offload (keep adam_offload)",
+        patched=(0, 10, 4),
     ),
     Flag("adam_offload", "--adam_offload", "--ds.adam_offload"),
     Flag("gradient_checkpointing", "--gradient_checkpointing", "--actor.gradient_checkpointing_enable"),
@@ -132,10 +139,12 @@ def flag_for(field: str, version: str) -> str:
     """The flag for ``field`` under ``version``, or RecipeError naming field and version."""
     rule = FLAG_BY_FIELD[field]
     v = parse_version(version)
-    name = rule.dotted if v >= DOTTED_SINCE else rule.flat
+    dotted = v >= DOTTED_SINCE
+    name = rule.dotted if dotted else rule.flat
     too_old = rule.since is not None and v < rule.since
     too_new = rule.until is not None and v >= rule.until
-    if name is None or too_old or too_new:
+    unpatched = dotted and rule.patched is not None and v != rule.patched
+    if name is None or too_old or too_new or unpatched:
         hint = f": {rule.hint}" if rule.hint else ""
         raise RecipeError(f"train.{field} is not supported by openrlhf {version}{hint}")
     return name

@@ -48,7 +48,11 @@ class OpenRLHFParams(ProbeSettings):
         description="Actor attention (eager, sdpa, flash_attention_2, or a kernels repo id); gpt-oss needs one that "
         "keeps its attention sinks: eager or kernels-community/vllm-flash-attn3.",
     )
-    offload: bool = Field(False, description="ZeRO-3 parameter offload to CPU (flat CLI + offload_cli.patch only).")
+    offload: bool = Field(
+        False,
+        description="ZeRO-3 parameter offload to CPU: a patched flag (patches/offload_cli.patch on 0.9.3, "
+        "offload_cli_0.10.4.patch on 0.10.4; `autorl patches apply`).",
+    )
     adam_offload: bool = Field(False, description="Offload Adam states to CPU.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
     gradient_checkpointing_use_reentrant: bool = Field(False, description="Reentrant checkpointing (ZeRO-3 + offload).")

@@ -9,7 +9,11 @@ each patch's state without touching a file:
 - ``not applied``: the forward dry run (``--forward --dry-run``) succeeds;
 - ``conflicts``: neither does (another version, or the files were edited);
 - ``other version``: the patch's header line ``# autorl: applies to openrlhf < 0.10.2``
-  (bounds joined by commas) excludes the installed version, so it is neither checked nor applied.
+  (bounds joined by commas) excludes the installed version, so it is neither checked nor applied. A patch
+  written for one release (``== 0.10.4``) is applied only where that release is known to be installed.
+
+A second header line, ``# autorl: needed for train.offload``, says the patch adds what only recipes that set
+that field use (a flag): preflight requires it only of those recipes (``needed_by``).
 
 ``apply`` applies the ``not applied`` ones and leaves the rest. GNU ``patch``
 must be on PATH. Commands are argv lists; no shell.
@@ -33,6 +37,7 @@ from autorl.errors import AutorlError, UserError
 
 State = Literal["applied", "not applied", "conflicts", "other version"]
 TARGET = re.compile(r"^# autorl: applies to openrlhf ([^(\n]+)", re.MULTILINE)
+NEEDED = re.compile(r"^# autorl: needed for train\.(\w+)", re.MULTILINE)
 BOUND = re.compile(r"^\s*(<=|>=|==|<|>)\s*([0-9][0-9.]*)\s*$")
 COMPARE = {
     "<": lambda a, b: a < b,
@@ -92,11 +97,27 @@ def target(patch_path: str | Path) -> str | None:
     return match.group(1).strip() if match else None
 
 
+def needed_for(patch_path: str | Path) -> str | None:
+    """The ``train`` field whose recipes need this patch (its header ``# autorl: needed for train.FIELD``); None:
+    every recipe on the versions it targets."""
+    match = NEEDED.search(Path(patch_path).read_text())
+    return match.group(1) if match else None
+
+
+def needed_by(patch_path: str | Path, params) -> bool:
+    """Whether a recipe's ``train`` block (``params``; None: any recipe) needs this patch."""
+    field = needed_for(patch_path)
+    return field is None or params is None or bool(getattr(params, field, False))
+
+
 def applies_to(patch_path: str | Path, version: str | None) -> bool:
-    """Whether the patch targets ``version`` (unknown versions and patches with no header: yes)."""
+    """Whether the patch targets ``version``. Patches with no header: yes. An unknown version: yes, unless the
+    patch is written for one release only (``== X``), which is never applied on a guess."""
     bounds = target(patch_path)
-    if bounds is None or version is None:
+    if bounds is None:
         return True
+    if version is None:
+        return not any(b.strip().startswith("==") for b in bounds.split(","))
     for bound in bounds.split(","):
         match = BOUND.match(bound)
         if match is None:
@@ -120,7 +141,7 @@ def _other(patch_path: Path, version: str | None) -> PatchStatus:
         name=patch_path.name,
         state="other version",
         files=touched_files(patch_path),
-        detail=f"written for openrlhf {target(patch_path)}; installed: {version}",
+        detail=f"written for openrlhf {target(patch_path)}; installed: {version or 'unknown (no dist-info)'}",
     )
 
 
@@ -129,7 +150,10 @@ def apply(patches_dir: str | Path, site_packages: str | Path) -> list[PatchStatu
     statuses = check(patches_dir, site_packages)
     bad = [s.name for s in statuses if s.state == "conflicts"]
     if bad:
-        raise PatchError(f"patches {', '.join(bad)} conflict with {site_packages}: reinstall openrlhf 0.9.3 and retry")
+        version = version_at(site_packages) or "the version the patches name"
+        raise PatchError(
+            f"patches {', '.join(bad)} conflict with {site_packages}: reinstall openrlhf {version} and retry"
+        )
     for status in statuses:
         if status.state == "not applied":
             proc = _run(["--forward", "--batch"], Path(patches_dir) / status.name, Path(site_packages))

@@ -10,7 +10,8 @@ numbers behind its answer:
   never trains at the LR it claims to test (seed 004 §7); a run of 20 steps or
   fewer must train at >= 30 % of the target on average over its steps;
 - ``disk:<path>``: free space at save_path and ckpt_path vs the expected checkpoints;
-- ``patches``: every ``patches/*.patch`` applied to the installed openrlhf
+- ``patches``: every ``patches/*.patch`` written for the installed openrlhf and needed by this recipe (a patch
+  marked ``needed for train.offload`` only where the recipe sets ``offload``) is applied
   (``ok=None``, not checked, where openrlhf is not installed);
 - ``gpus``: actor + reference + vLLM engines x TP vs GPUs visible here;
 - ``files``: the recipe's own files (``prompt_data``, ``eval_dataset``, ``reward_func``) exist in the worktree,
@@ -30,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autorl.backends.base import gpu_count
 from autorl.backends.openrlhf.params import OpenRLHFParams
-from autorl.backends.openrlhf.patches import DEFAULT_DIR, site_packages_of
+from autorl.backends.openrlhf.patches import DEFAULT_DIR, needed_by, site_packages_of
 from autorl.backends.openrlhf.patches import check as patch_states
 
 LR_CHECK_STEP = 20
@@ -158,14 +159,23 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def check_patches(patches_dir: Path, site_packages: Path | None) -> PreflightCheck:
-    """Every patch applied to the installed openrlhf (None where it is not installed)."""
+def check_patches(
+    patches_dir: Path, site_packages: Path | None, params: OpenRLHFParams | None = None
+) -> PreflightCheck:
+    """Every patch the recipe's ``params`` need (None: every patch) applied to the installed openrlhf (None where it
+    is not installed)."""
     if site_packages is None:
         return PreflightCheck(name="patches", ok=None, detail="openrlhf is not installed here: not checked")
-    states = [s for s in patch_states(patches_dir, site_packages) if s.state != "other version"]
+    states = [
+        s
+        for s in patch_states(patches_dir, site_packages)
+        if s.state != "other version" and needed_by(Path(patches_dir) / s.name, params)
+    ]
     if not states:
         return PreflightCheck(
-            name="patches", ok=None, detail=f"no patch in {patches_dir} targets the openrlhf in {site_packages}"
+            name="patches",
+            ok=None,
+            detail=f"no patch in {patches_dir} that this recipe needs targets the openrlhf in {site_packages}",
         )
     missing = [f"{s.name} ({s.state})" for s in states if s.state != "applied"]
     detail = f"{len(states) - len(missing)}/{len(states)} applied in {site_packages}"
@@ -231,11 +241,12 @@ def preflight(
     params = recipe.params
     root = Path(worktree)
     site = site_packages_of() if site_packages == "auto" else (Path(site_packages) if site_packages else None)
-    patches = Path(patches_dir) if patches_dir else (root / "patches" if (root / "patches").is_dir() else DEFAULT_DIR)
+    local = root / "patches"  # a workspace's own patches, where it has any (`autorl init` makes the folder empty)
+    patches = Path(patches_dir) if patches_dir else (local if any(local.glob("*.patch")) else DEFAULT_DIR)
     return [
         *check_schedule(params, root),
         *check_disk(params, root),
-        check_patches(patches, site),
+        check_patches(patches, site, params),
         check_gpus(params, gpus_visible() if visible is None else visible),
         check_files(params, root),
     ]

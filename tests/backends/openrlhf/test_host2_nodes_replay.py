@@ -151,7 +151,7 @@ def test_status_says_what_a_ray_trial_still_waits_for_on_its_cluster(tmp_path):
         ("autorl-ce5058b25f04", waits),
         ("autorl-0b91e2945885", None),
     ]
-    text = format_status({"studies": [], "running": running, "full_runs": []})
+    text = " ".join(format_status({"studies": [], "running": running, "full_runs": []}).split())  # unwrapped
     assert (
         f"alive (Ray job autorl-ce5058b25f04, watched by controller pid {os.getpid()}; waiting for the cluster: "
         f"{waits})"

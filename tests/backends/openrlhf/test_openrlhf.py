@@ -42,7 +42,7 @@ def _recipe_params(name: str, **changes) -> OpenRLHFParams:
 
 
 def test_20b_recipe_parses_with_093(site_093):
-    params = _recipe_params("gpt-oss-20b")
+    params = _recipe_params("gpt-oss-20b-openrlhf-0.9.3")
     ns = _parse(site_093, build_argv(params, "attempt-01-x", "/tb"))
     assert ns.actor_learning_rate == pytest.approx(5e-7)
     assert ns.eps_clip == pytest.approx(0.1) and ns.init_kl_coef == pytest.approx(0.001)
@@ -55,7 +55,7 @@ def test_20b_recipe_parses_with_093(site_093):
 
 
 def test_120b_offload_needs_the_patched_cli(site_093, patched_093):
-    argv = build_argv(_recipe_params("gpt-oss-120b"), "a", "/tb")
+    argv = build_argv(_recipe_params("gpt-oss-120b-openrlhf-0.9.3"), "a", "/tb")
     with pytest.raises(argparse_error()):
         _parse(site_093, argv)
     ns = _parse(patched_093, argv)
@@ -112,7 +112,7 @@ def test_every_param_has_a_flag_or_is_autorl_only():
 )
 def test_unsupported_field_names_field_and_version(field, value, version):
     changes = {"prompt_max_len": None, "generate_max_len": None, "openrlhf_version": version, field: value}
-    params = _recipe_params("gpt-oss-20b", **changes)
+    params = _recipe_params("gpt-oss-20b-openrlhf-0.9.3", **changes)
     with pytest.raises(RecipeError, match=rf"train\.{field} .*openrlhf {version}"):
         build_argv(params, "r", "/tb")
 
@@ -124,7 +124,7 @@ def test_dialect_boundary():
 
 
 def test_missing_version_is_a_recipe_error_without_openrlhf():
-    params = _recipe_params("gpt-oss-20b", openrlhf_version=None)
+    params = _recipe_params("gpt-oss-20b-openrlhf-0.9.3", openrlhf_version=None)
     with pytest.raises(RecipeError, match="openrlhf_version"):
         build_argv(params, "r", "/tb")
 
@@ -135,7 +135,7 @@ def test_eval_dataset_without_reward_is_rejected():
 
 
 def test_plan(tmp_path):
-    recipe = load_recipe(ROOT / "recipes/gpt-oss-20b.yaml")
+    recipe = load_recipe(ROOT / "recipes/gpt-oss-20b-openrlhf-0.9.3.yaml")
     spec = TrialSpec(
         attempt="attempt-03-lr",
         recipe=recipe,

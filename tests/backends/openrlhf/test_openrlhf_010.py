@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,29 @@ def test_reward_wrapper_counts_zero_std_groups(monkeypatch):
         out = fn.reward_func([query], [prompt], ["2" if prompt == "1+1=" else "4"])
         flags.append(float(out["extra_logs"]["zero_std_group"][0]))
     assert flags == [0.0, 0.0, 0.0, 2.0]  # group 1 mixed, group 2 all wrong: mean 0.5 = half the groups
+
+
+def test_the_documented_reward_function_runs_through_the_wrapper(tmp_path, monkeypatch):
+    """docs/openrlhf.md's example of OpenRLHF's reward_func(queries, prompts, labels), given as the recipe's reward
+    file, called as OpenRLHF 0.10.4 calls it (lists of one; the query is prompt + reply as one decoded text)."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "openrlhf.md").read_text()
+    blocks = [
+        b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "def reward_func(queries, prompts, labels)" in b
+    ]
+    assert len(blocks) == 1
+    user = tmp_path / "my_reward.py"
+    user.write_text(blocks[0])
+    monkeypatch.setenv("AUTORL_GROUP_SIZE", "2")
+    monkeypatch.setenv("AUTORL_REWARD", str(user))
+    spec = importlib.util.spec_from_file_location("wrapper_with_user_reward", REWARD_WRAPPER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    right = module.reward_func(["<|user|>7+5=<|assistant|>12<|end|>"], ["<|user|>7+5=<|assistant|>"], ["12"])
+    wrong = module.reward_func(["<|user|>7+5=<|assistant|>13<|end|>"], ["<|user|>7+5=<|assistant|>"], ["12"])
+    assert float(right["rewards"][0]) == 1.0 and float(wrong["rewards"][0]) == 0.0
+    assert float(right["extra_logs"]["label_in_reply"][0]) == 1.0 and "scores" in right
+    assert float(right["extra_logs"]["zero_std_group"][0]) == 0.0
+    assert float(wrong["extra_logs"]["zero_std_group"][0]) == 0.0  # the group 1, 0 has a spread
 
 
 def test_eval_plan_runs_the_shared_evaluator(tmp_path):

@@ -1,4 +1,5 @@
-"""patches/*.patch against the real openrlhf 0.9.3 wheel: check, apply, conflicts, and the patched code runs."""
+"""patches/*.patch against the real openrlhf 0.9.3 wheel: check, apply, conflicts, and the patched code runs; the
+0.10.4 patch beside them is left alone there (its own tests against the 0.10.4 wheel: test_gpt_oss_recipes.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest_openrlhf import site_093, wheel_dir  # noqa: F401
 
-from autorl.backends.openrlhf.patches import PatchError, apply, check, touched_files
+from autorl.backends.openrlhf.patches import PatchError, applies_to, apply, check, needed_for, touched_files
 
-PATCHES = Path(__file__).resolve().parents[3] / "patches"
+SHIPPED = Path(__file__).resolve().parents[3] / "patches"
 EXPECTED = {
     "experience_maker.patch",
     "metrics_actor.patch",
@@ -23,6 +24,17 @@ EXPECTED = {
     "offload_cli.patch",
     "ratio_logging_loss.patch",
 }
+FOR_0104 = {"offload_cli_0.10.4.patch"}
+
+
+@pytest.fixture(scope="module")
+def PATCHES(tmp_path_factory) -> Path:
+    """The shipped patches written for 0.9.3 (the 0.10.4 one is tested on its own wheel)."""
+    folder = tmp_path_factory.mktemp("patches-093")
+    for path in sorted(SHIPPED.glob("*.patch")):
+        if applies_to(path, "0.9.3"):
+            shutil.copy(path, folder / path.name)
+    return folder
 
 
 @pytest.fixture()
@@ -32,14 +44,19 @@ def site(site_093, tmp_path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def patched(site_093, tmp_path_factory) -> Path:
+def patched(site_093, tmp_path_factory, PATCHES) -> Path:
     root = tmp_path_factory.mktemp("patched") / "site"
     shutil.copytree(site_093 / "openrlhf", root / "openrlhf")
     apply(PATCHES, root)
     return root
 
 
-def test_check_apply_and_idempotence(site):
+def test_the_shipped_patches_are_those_for_093_and_one_for_0104(PATCHES):
+    assert {p.name for p in PATCHES.glob("*.patch")} == EXPECTED
+    assert {p.name for p in SHIPPED.glob("*.patch")} == EXPECTED | FOR_0104
+
+
+def test_check_apply_and_idempotence(site, PATCHES):
     before = check(PATCHES, site)
     assert {s.name for s in before} >= EXPECTED
     assert {s.state for s in before} == {"not applied"}
@@ -49,7 +66,7 @@ def test_check_apply_and_idempotence(site):
     assert not list(site.rglob("*.orig")) and not list(site.rglob("*.rej"))
 
 
-def test_conflict_is_reported_and_blocks_apply(site):
+def test_conflict_is_reported_and_blocks_apply(site, PATCHES):
     target = site / "openrlhf/trainer/ppo_utils/experience_maker.py"
     target.write_text(target.read_text().replace("info[key] = torch.tensor([value])", "info[key] = value"))
     states = {s.name: s for s in check(PATCHES, site)}
@@ -61,10 +78,11 @@ def test_conflict_is_reported_and_blocks_apply(site):
 
 
 def test_touched_files():
-    assert touched_files(PATCHES / "offload_cli.patch") == [
-        "openrlhf/cli/train_ppo_ray.py",
-        "openrlhf/utils/deepspeed/deepspeed.py",
-    ]
+    for name in ("offload_cli.patch", "offload_cli_0.10.4.patch"):
+        assert touched_files(SHIPPED / name) == [
+            "openrlhf/cli/train_ppo_ray.py",
+            "openrlhf/utils/deepspeed/deepspeed.py",
+        ]
 
 
 def test_missing_dir_is_a_user_error(tmp_path):
@@ -142,7 +160,7 @@ def _dist_info(site: Path, version: str) -> None:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: openrlhf\nVersion: {version}\n")
 
 
-def test_patches_for_another_version_are_neither_checked_nor_applied(site):
+def test_patches_for_another_version_are_neither_checked_nor_applied(site, PATCHES):
     _dist_info(site, "0.10.4")
     before = {p: p.read_bytes() for p in (site / "openrlhf").rglob("*.py")}
     states = apply(PATCHES, site)
@@ -151,6 +169,34 @@ def test_patches_for_another_version_are_neither_checked_nor_applied(site):
     assert {p: p.read_bytes() for p in (site / "openrlhf").rglob("*.py")} == before
 
 
-def test_patches_for_the_installed_version_are_checked(site):
+def test_patches_for_the_installed_version_are_checked(site, PATCHES):
     _dist_info(site, "0.9.3")
     assert {s.state for s in check(PATCHES, site)} == {"not applied"}
+
+
+def test_the_0104_patch_is_never_applied_to_093_nor_on_a_guess(site):
+    """A patch written for one release: left alone where another is installed, and where none is known (no
+    dist-info), so the 0.9.3 patches beside it still apply."""
+    states = {s.name: s for s in apply(SHIPPED, site)}  # no dist-info: the version is unknown
+    assert states["offload_cli_0.10.4.patch"].state == "other version"
+    assert "unknown" in states["offload_cli_0.10.4.patch"].detail
+    assert {s.state for n, s in states.items() if n not in FOR_0104} == {"applied"}
+    _dist_info(site, "0.9.3")
+    assert {s.name: s.state for s in check(SHIPPED, site)}["offload_cli_0.10.4.patch"] == "other version"
+    assert applies_to(SHIPPED / "offload_cli_0.10.4.patch", "0.10.4")
+    assert not applies_to(SHIPPED / "offload_cli_0.10.4.patch", "0.10.3")
+    assert applies_to(SHIPPED / "offload_cli.patch", None)  # an upper bound: applied where the version is unknown
+
+
+def test_the_offload_patches_are_needed_only_by_recipes_that_offload():
+    assert needed_for(SHIPPED / "offload_cli.patch") == "offload"
+    assert needed_for(SHIPPED / "offload_cli_0.10.4.patch") == "offload"
+    assert {needed_for(SHIPPED / n) for n in EXPECTED - {"offload_cli.patch"}} == {None}
+
+
+def test_a_conflict_names_the_installed_version(site, PATCHES):
+    _dist_info(site, "0.9.3")
+    target = site / "openrlhf/trainer/ppo_utils/experience_maker.py"
+    target.write_text(target.read_text().replace("info[key] = torch.tensor([value])", "info[key] = value"))
+    with pytest.raises(PatchError, match=r"experience_maker.patch conflict with .*: reinstall openrlhf 0\.9\.3 "):
+        apply(PATCHES, site)
