@@ -52,6 +52,7 @@ class _Ctx:
 
 pass_ctx = click.make_pass_decorator(_Ctx)
 
+DEFAULT_BUDGET = "1h"  # a new study's budget when --budget is not given
 MAX_TRIAL = 10**9  # bound of a trial number or count: a larger one is a typo, refused before it reaches SQLite
 
 
@@ -125,8 +126,10 @@ def train(
 ) -> None:
     """Run one training run of RECIPE (no search, no git)."""
     from autorl.recipe import parse_overrides  # lazy: loaded with its command only
-    from autorl.runs.train import describe, plan_single, run_single  # lazy: loaded with its command only
+    from autorl.runs.train import _metrics_target, describe, plan_single, run_single  # lazy: with its command only
 
+    if metrics_out:  # refused before the plan writes the run's folder (plan_single checks it after)
+        _metrics_target(Path(metrics_out), dry_run)
     spec, plan = plan_single(
         Path(c.directory),
         _given(Path(c.directory) / recipe, "recipe file"),
@@ -159,7 +162,10 @@ def train(
 @cli.command()
 @click.argument("recipe", required=False, type=click.Path())
 @click.option(
-    "--budget", default="1h", show_default=True, help="Wall-clock budget, with its unit: 90m, 24h, 1h30m, 2d, 45s."
+    "--budget",
+    default=None,
+    help="Wall-clock budget, with its unit: 90m, 24h, 1h30m, 2d, 45s [default: 1h; on --resume, what the study has "
+    "left of its budget, and --budget gives it that much more].",
 )
 @click.option("--max-trials", type=click.IntRange(min=1, max=MAX_TRIAL), help="Stop after this many trials.")
 @click.option(
@@ -190,7 +196,7 @@ def train(
 def run(
     c: _Ctx,
     recipe: str | None,
-    budget: str,
+    budget: str | None,
     max_trials: int | None,
     strategy: str | None,
     overrides: tuple[str, ...],
@@ -204,12 +210,16 @@ def run(
 ) -> None:
     """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent. Exit 0 when the
     study ran its course, 1 when its baseline failed or a crash stopped it, 130 when it was interrupted."""
-    budget_s = parse_duration(budget)
+    budget_s = parse_duration(budget or DEFAULT_BUDGET)
     if recipe and not resume:
         _within_bounds(Path(c.directory) / recipe)
     from autorl.present.live import make_view  # lazy: loaded with its command only
     from autorl.recipe import parse_overrides  # lazy: loaded with its command only
     from autorl.study.controller import Controller, RunOptions  # lazy: loaded with its command only
+    from autorl.study.opening import BUDGET_LEFT  # lazy: loaded with its command only
+
+    if resume and budget is None:
+        budget_s = BUDGET_LEFT  # the session runs what the study has left of its budget
 
     ws = c.workspace()
     if resume and recipe:
@@ -429,7 +439,7 @@ def promote(
     say = (lambda _msg: None) if as_json else click.echo
     result = do_promote(
         c.workspace(),
-        c.open_ledger(write=True),
+        c.open_ledger(),  # read-only: promote opens it for writing once every check has passed
         number,
         steps=steps,
         episodes=episodes,
@@ -474,7 +484,11 @@ def clean(c: _Ctx, study_name: str | None, dry_run: bool, as_json: bool) -> None
     from autorl.present import review  # lazy: loaded with its command only
     from autorl.study.clean import clean as do_clean  # lazy: loaded with its command only
 
-    p = do_clean(c.workspace(), c.open_ledger(write=not dry_run), study_name, dry_run=dry_run)
+    ws = c.workspace()
+    p = do_clean(ws, c.open_ledger(), study_name, dry_run=True)  # every refusal first, the ledger only read
+    if not dry_run:
+        ws.check_study_free(p.study)  # a controller of it: refused before the ledger is opened for writing
+        p = do_clean(ws, c.open_ledger(write=True), p.study)
     _emit(p.as_dict(), as_json, lambda d: review.format_clean(d, dry_run))
 
 

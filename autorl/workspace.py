@@ -123,11 +123,13 @@ class Workspace:
         try:
             return locks.hold(self.study_lock_path(name), f"study {name}")
         except locks.Busy as exc:
-            raise StudyBusyError(
-                f"study {short(name, 80)} is being run by {locks.describe(exc.holder)}: one "
-                "controller per study; wait for it to end, or stop it (Ctrl-C, or kill -INT "
-                f"{(exc.holder or {}).get('pid', 'PID')}) before `autorl run --resume`"
-            ) from None
+            raise _busy(name, exc.holder) from None
+
+    def check_study_free(self, name: str) -> None:
+        """The line ``lock_study`` would refuse with, now, when a controller holds study ``name`` (nothing written)."""
+        holder = self.study_holder(name)
+        if holder is not None:
+            raise _busy(name, holder)
 
     def study_holder(self, name: str) -> dict | None:
         """Who runs study ``name`` now ({pid, host, since}), or None when no controller does."""
@@ -157,6 +159,14 @@ class Workspace:
         return str(path.resolve().relative_to(self.root))
 
 
+def _busy(name: str, holder: dict | None) -> StudyBusyError:
+    return StudyBusyError(
+        f"study {short(name, 80)} is being run by {locks.describe(holder)}: one "
+        "controller per study; wait for it to end, or stop it (Ctrl-C, or kill -INT "
+        f"{(holder or {}).get('pid', 'PID')}) before `autorl run --resume`"
+    )
+
+
 def _ledger_path(ledger: Path) -> Path:
     """``--ledger`` made absolute; a symbolic link loop or a path the system refuses is one line."""
     problem = gitops.path_problem(ledger)
@@ -175,19 +185,25 @@ def default_recipe_source() -> Path:
 
 def init_workspace(path: str | Path) -> Path:
     """Make ``path`` a workspace: git init if needed, default recipe, ignores, first commit. A folder that cannot be
-    one (a file, a link loop, a bare repository, a name the system refuses) is one line, before anything is written."""
+    one (a file, a link loop, a bare repository, a name the system refuses, a file where a folder of the workspace
+    goes) is one line, before anything is written; a failure on the way undoes what it made."""
     root = Path(path)
     _check_init_target(root)
+    made: list[tuple[Path, str | None]] = []  # what this init made (None) or changed (the old text), in order
     try:
-        return _init(root)
-    except OSError as exc:
-        raise WorkspaceError(
-            f"cannot make a workspace at {short(root, 200)}: {exc.strerror or exc}; pass a folder you can write to"
-        ) from None
+        return _init(root, made)
+    except BaseException as exc:
+        _undo(made)
+        if isinstance(exc, OSError):
+            raise WorkspaceError(
+                f"cannot make a workspace at {short(root, 200)}: {exc.strerror or exc}; pass a folder you can write to"
+            ) from None
+        raise
 
 
 def _check_init_target(root: Path) -> None:
-    """``autorl init``'s folder is a folder, or nothing yet, outside any bare repository."""
+    """``autorl init``'s folder is a folder, or nothing yet, outside any bare repository, and where the workspace's
+    folders and files go there is nothing of another kind."""
     problem = gitops.path_problem(root)
     if problem:
         raise WorkspaceError(f"{short(root, 200)} {problem}: pass another folder to `autorl init`")
@@ -196,18 +212,33 @@ def _check_init_target(root: Path) -> None:
             f"{short(root, 200)} is a file, not a folder: pass a new or existing folder to `autorl init`"
         )
     gitops.refuse_bare(next(p for p in (root, *root.absolute().parents) if p.is_dir()))
+    wanted = [(root / sub, True) for sub in ("recipes", "hypotheses", "patches")]
+    wanted += [(root / "recipes" / "default.yaml", False), (root / ".gitignore", False)]
+    for place, folder in wanted:
+        if place.is_symlink() and not place.exists():
+            raise WorkspaceError(
+                f"{short(place, 200)} is a link to nothing, where a workspace has a {'folder' if folder else 'file'}: "
+                "point it at one, or move it away, then `autorl init` again"
+            )
+        if place.exists() and place.is_dir() != folder:
+            kind, want = ("a file", "a folder") if folder else ("a folder", "a file")
+            raise WorkspaceError(
+                f"{short(place, 200)} is {kind}, where a workspace has {want}: move it away, then `autorl init` again"
+            )
 
 
-def _init(root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
+def _init(root: Path, made: list[tuple[Path, str | None]]) -> Path:
+    _make_dir(root, made)
     if not (root / ".git").exists():
+        made.append((root / ".git", None))
         gitops.init_repo(root)
     for sub in ("recipes", "hypotheses", "patches"):
-        (root / sub).mkdir(exist_ok=True)
+        _make_dir(root / sub, made)
     recipe = root / "recipes" / "default.yaml"
     if not recipe.exists():
+        made.append((recipe, None))
         shutil.copyfile(default_recipe_source(), recipe)
-    _append_gitignore(root / ".gitignore")
+    _append_gitignore(root / ".gitignore", made)
     if not gitops.has_commits(root):
         gitops.commit(
             root, "autorl init: default recipe and ignores", ["recipes/default.yaml", ".gitignore"], as_autorl=True
@@ -215,11 +246,34 @@ def _init(root: Path) -> Path:
     return root.resolve()
 
 
-def _append_gitignore(path: Path) -> None:
+def _make_dir(path: Path, made: list[tuple[Path, str | None]]) -> None:
+    """``mkdir -p path``, noting the outermost folder it made."""
+    missing = [p for p in (path, *path.absolute().parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    if missing:
+        made.append((missing[-1], None))
+
+
+def _undo(made: list[tuple[Path, str | None]]) -> None:
+    """Undo what a failed init did, last first: what it made is removed, a file it appended to gets its old text."""
+    for path, old in reversed(made):
+        try:
+            if old is not None:
+                path.write_text(old)
+            elif path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass  # the error that stopped the init is the one to tell
+
+
+def _append_gitignore(path: Path, made: list[tuple[Path, str | None]]) -> None:
     text = path.read_text() if path.exists() else ""
     missing = [line for line in IGNORES if line not in text.splitlines()]
     if missing:
         prefix = "" if not text or text.endswith("\n") else "\n"
+        made.append((path, text if path.exists() else None))
         path.write_text(text + prefix + "# autorl: run folder and ledger\n" + "\n".join(missing) + "\n")
 
 

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ def pick_best(ledger: Ledger, study: str | None = None, force: bool = False) -> 
         if open_:  # a study whose budget ended before their fresh-seed runs: resuming it runs those first
             raise NotFoundError(
                 f"no confirmed improvement ({len(open_)} candidates await confirmation): "
-                f"`autorl run --resume --study {st.name}` runs their fresh-seed runs first, "
+                f"`autorl run --resume --study {st.name} --budget 30m` runs their fresh-seed runs first, "
                 "or pick one with `autorl promote NN --force`"
             )
         raise NotFoundError(
@@ -186,11 +187,15 @@ def promote(
     study: str | None = None,
 ) -> dict[str, Any]:
     """Re-validate trial NN (or the best of ``study``, default the latest), then commit and launch its full run
-    detached."""
+    detached. ``ledger`` may be read-only: every check reads it, and the ledger is opened for writing only once they
+    have passed and the promote lock is held (a refusal writes nothing, but the hack gate's, which is recorded)."""
     row, why = (ledger.trial(number), "named on the command line") if number else pick_best(ledger, study, force)
     if row.kind != Kind.TRIAL or row.status != TrialStatus.COMPLETE:
         raise UserError(f"{row.attempt} did not complete as a trial ({row.status}): promote a completed trial")
-    refuse_suspect(ledger, row, _recorded_gate(row), force, "at confirmation")
+    recorded = _recorded_gate(row)
+    if recorded is not None and recorded.state == Gate.SUSPECT:
+        with closing(Ledger(ws.ledger_path)) as writable:
+            refuse_suspect(writable, row, recorded, force, "at confirmation")
     view(f"promoting {row.attempt}: {why}")
     recipe, text, rel = trial_recipe(ws, ledger, row)
     check_promotable(recipe, row)
@@ -200,6 +205,7 @@ def promote(
         return {"attempt": row.attempt, "why": why, "full_values": values, "train": full.train}
     lock = ws.lock_promote(f"promote of {row.attempt}: re-validating, {2 * repeats} runs, {parallel} at once")
     try:
+        ledger = Ledger(ws.ledger_path)  # every check passed, the lock held: from here on promote records
         check, gate = revalidate(ws, ledger, row, repeats, view, parallel, say=lock.say)
         view(
             f"re-validation against the baseline: {check.verdict}, {check.delta:+.3f} "
@@ -306,6 +312,8 @@ def _launch_full(
         "attempt": a.name,
         "number": a.number,
         "promoted_from": row.number,
+        "trial_branch": row.branch,  # the confirmed values at trial length: what a next study goes on from
+        "recipe_path": rel,
         "monitor_pid": pid,
         "revalidation": check.model_dump(),
         "forced": bool(forced),

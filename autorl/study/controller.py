@@ -48,7 +48,7 @@ def budget_spent(prepared_s: float, budget_s: float, backend: str, launched: int
         return "the budget is spent"
     return (
         f"the budget is spent: preparing backend {backend} took {prepared_s:.0f} s of {format_duration(budget_s)} "
-        "(what it built is kept: `autorl run --resume` starts trials at once)"
+        "(what it built is kept: `autorl run --resume` with `--budget 10m` more starts trials at once)"
     )
 
 
@@ -69,12 +69,14 @@ class Controller:
 
     def run(self) -> dict[str, Any]:
         self.s = self._setup()
+        self.deadline = self.started + self.opts.budget_s  # a resumed session's budget is known once it is opened
         old = _install_signals(self._on_signal)
         failure: BaseException | None = None
         try:
             self._loop()
             self.ended_by = self._why_ended()
             recovery.release_unstarted(self.s)
+            self._session_end()
         except BaseException as exc:
             failure = recovery.stop_error(self.s, exc)
             if failure is exc:
@@ -108,6 +110,11 @@ class Controller:
             f"backend {s.base.backend}, recipe {s.recipe_rel}"
         )
         return s
+
+    def _session_end(self) -> None:
+        """The session's end, in the ledger: what it used of the budget is counted up to here on `--resume`."""
+        took = time.time() - self.started
+        self.s.records.event(None, opening.SESSION_END, f"session ended after {format_duration(took)}: {self.ended_by}")
 
     # ---- the loop -------------------------------------------------------------------------------------------
     def _loop(self) -> None:

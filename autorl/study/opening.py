@@ -2,7 +2,11 @@
 
 A new study reads its recipe once: the committed text is the file with each ``--set`` value written in place
 (``autorl.recipe.recipe_and_text``), and the base recipe is validated once, from exactly that text. On
-``--resume`` the study's own recipe and strategy are taken over, and a flag that would change them is an error.
+``--resume`` the study's own recipe and strategy are taken over, and a flag that would change them is an error; the
+session runs what the study has left of its budget (``budget_left``), or ``--budget`` more, and says which first.
+
+Nothing is written before every check has passed: a refused start (a repository with no commits, a study name taken,
+a bad hypothesis file, a spent budget) leaves the workspace as it was, byte for byte.
 
 One controller per study: the study's lock (``Workspace.lock_study``) is taken before its row is written or a
 resumed study's running trials are touched, and held until the controller ends. A new study without ``--study``
@@ -13,13 +17,17 @@ collide. Once the row is written, a set-up step that fails marks the study stopp
 
 from __future__ import annotations
 
+import math
 import re
 import time
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 
 from autorl import gitops
 from autorl.backends.base import Backend, get_backend
 from autorl.backends.ray_jobs import resolve_address
+from autorl.budget import format_duration
 from autorl.errors import UserError, short
 from autorl.judge.evidence import Evidence
 from autorl.ledger import Ledger, Study, ledger_guard, open_read
@@ -28,43 +36,86 @@ from autorl.present.live import PlainView
 from autorl.recipe import Recipe, check_base, editable_text, read_recipe_text, recipe_and_text, recipe_from_text
 from autorl.search.hypotheses_strategy import library_for
 from autorl.search.proposer import Proposer
-from autorl.states import StudyStatus
+from autorl.states import Kind, StudyStatus
 from autorl.study.state import RunOptions, StudyState
 from autorl.workspace import Workspace, default_recipe_source
 
+BUDGET_LEFT = 0.0  # RunOptions.budget_s of `run --resume` without --budget: the session runs what the study has left
+RESUMED, SESSION_END = "resumed", "session-end"  # the events a session's budget is counted between
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The study ``--resume`` continues, what this session adds to its budget, and the line that says so."""
+
+    study: Study
+    added_s: float
+    line: str
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A study's inputs once every check has passed: its base recipe, the text it commits and where, its backend."""
+
+    recipe: Recipe
+    text: str
+    rel: str
+    backend: Backend
+
 
 def open_study(ws: Workspace, opts: RunOptions, view: PlainView) -> StudyState:
-    """The study ``opts`` asks for, new or resumed, with its ledger row, base recipe, backend and proposer. A
-    resumed study's lock is taken first, before anything else is read or touched."""
+    """The study ``opts`` asks for, new or resumed, with its ledger row, base recipe, backend and proposer. Every
+    check comes first and writes nothing; then a resumed study's lock is taken, before anything is touched."""
     check_study_name(opts.study_name, new=not opts.resume)
     resumed = resumed_study(ws, opts)
-    lock = ws.lock_study(resumed.name) if resumed is not None else None
+    ledger_guard(ws.ledger_path)
+    checked = check_inputs(ws, opts, view, resumed)
+    lock = ws.lock_study(resumed.study.name) if resumed is not None else None
     try:
-        ledger_guard(ws.ledger_path)
-        return _open(ws, opts, view, resumed, lock)
+        if resumed is not None:
+            view.line(resumed.line)
+        return _open(ws, opts, view, resumed, checked, lock)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
 
 
-def _open(ws: Workspace, opts: RunOptions, view: PlainView, resumed: Study | None, lock: Lock | None) -> StudyState:
+def check_inputs(ws: Workspace, opts: RunOptions, view: PlainView, resumed: Resumed | None) -> Checked:
+    """Every input of the study read and checked, nothing written: the recipe and its backend, the hypothesis
+    library, and for a new study a commit to branch from and a name no study of the ledger has."""
     if resumed is None:
         recipe, text, rel = base_recipe(ws, opts)
     else:
-        recipe, text, rel = recipe_from_text(*recipe_of(resumed)), "", ""
+        recipe, text, rel = recipe_from_text(*recipe_of(resumed.study)), "", ""
     backend = get_backend(recipe.backend, ray_address=resolve_address(opts.ray_address))
     if resumed is None:
         backend.check(recipe, ws.root)
         warn(recipe, backend, view, ws.root)
     if opts.strategy == "hypotheses":
         library_for(ws, recipe.backend)  # the library (and its patches) now: a bad file stops the study unwritten
+    if resumed is None:
+        gitops.head_sha(ws.root)  # a repository with no commits has nothing to branch trials from
+        if opts.study_name and ws.ledger_path.exists():
+            with closing(open_read(ws.ledger_path)) as ledger:
+                _name_free(ledger, opts.study_name)
+    return Checked(recipe, text, rel, backend)
+
+
+def _name_free(ledger: Ledger, name: str) -> None:
+    if ledger.has_study(name):
+        raise UserError(f"study {name} exists already: continue it with `autorl run --resume --study {name}`")
+
+
+def _open(
+    ws: Workspace, opts: RunOptions, view: PlainView, resumed: Resumed | None, checked: Checked, lock: Lock | None
+) -> StudyState:
     ws.ensure_ignored()
     ledger = Ledger(ws.ledger_path)
-    row, lock = _study_row(ws, ledger, opts, recipe, text, rel, lock)
+    row, lock = _study_row(ws, ledger, opts, checked, resumed, lock)
     try:
         ledger.file.create_optuna_tables()
-        proposer = Proposer(ws, ledger, row, recipe, opts, backend)
+        proposer = Proposer(ws, ledger, row, checked.recipe, opts, checked.backend)
     except BaseException as exc:
         setup_failed(ledger, row, lock, exc)
         raise
@@ -74,9 +125,9 @@ def _open(ws: Workspace, opts: RunOptions, view: PlainView, resumed: Study | Non
         view,
         ledger,
         row,
-        recipe,
+        checked.recipe,
         *recipe_of(row),
-        backend,
+        checked.backend,
         proposer,
         proposer.records,
         Evidence(proposer.records),
@@ -134,21 +185,61 @@ def warn(recipe: Recipe, backend: Backend, view: PlainView, root: Path) -> None:
         view.line(f"warning: {line}")
 
 
-def resumed_study(ws: Workspace, opts: RunOptions) -> Study | None:
-    """On --resume: the study row, with the study's own settings taken over (a conflicting flag is an error)."""
+def resumed_study(ws: Workspace, opts: RunOptions) -> Resumed | None:
+    """On --resume: the study row, with the study's own settings taken over (a conflicting flag is an error), and
+    this session's budget: ``--budget`` more, or what the study has left (a spent one is refused)."""
     if not opts.resume:
         opts.strategy = opts.strategy or "hypotheses"
         return None
     if not ws.ledger_path.exists():
         raise UserError(f"no ledger at {ws.ledger_path} to resume: start a study with `autorl run`")
-    ledger = open_read(ws.ledger_path)
-    try:
+    with closing(open_read(ws.ledger_path)) as ledger:
         study = ledger.study(opts.study_name)
-    finally:
-        ledger.close()
-    check_resume_flags(opts, study)
+        check_resume_flags(opts, study)
+        left = budget_left(ledger, study)
     opts.strategy, opts.study_name = study.strategy, study.name  # the study found, whatever starts meanwhile
-    return study
+    return session_budget(opts, study, left)
+
+
+def session_budget(opts: RunOptions, study: Study, left: float) -> Resumed:
+    """What a resumed session runs (``opts.budget_s``), what it adds to the study's budget, and the line saying so.
+    Without --budget: what the study has left, adding nothing (a spent budget is one line asking for --budget)."""
+    total = study.budget_s or 0.0
+    if opts.budget_s != BUDGET_LEFT:
+        return Resumed(
+            study,
+            opts.budget_s,
+            f"resuming study {study.name} with --budget {format_duration(opts.budget_s)} more "
+            f"({format_duration(left)} of its {format_duration(total)} budget was left)",
+        )
+    if left < MIN_LEFT_S:
+        raise UserError(
+            f"study {study.name} has used its {format_duration(total)} budget: continue it with "
+            f"`autorl run --resume --study {study.name} --budget 30m` (any duration: the time it is given more)"
+        )
+    opts.budget_s = left
+    return Resumed(
+        study, 0.0, f"resuming study {study.name}: {format_duration(left)} of its {format_duration(total)} budget left"
+    )
+
+
+MIN_LEFT_S = 1.0  # less left than this is a spent budget
+
+
+def budget_left(ledger: Ledger, study: Study) -> float:
+    """The study's budget (every session's, summed) less what its sessions used: each session from its start (the
+    study's creation, then each resume) to its last trace, its own trials' starts and ends and the end it recorded;
+    the pauses between sessions, and promote's runs, are not counted."""
+    events = ledger.events(study.id, limit=-1)
+    starts = [study.created or 0.0] + sorted(e.time for e in events if e.kind == RESUMED)
+    marks = [e.time for e in events if e.kind == SESSION_END]
+    for t in ledger.trials(study.id, kind=Kind.TRIAL):
+        marks += [m for m in (t.started, t.finished) if m]
+    used = 0.0
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else math.inf
+        used += max((m for m in marks if start <= m < end), default=start) - start
+    return (study.budget_s or 0.0) - used
 
 
 def check_resume_flags(opts: RunOptions, study: Study) -> None:
@@ -184,25 +275,27 @@ def workspace_default(ws: Workspace) -> Path:
 
 
 def _study_row(
-    ws: Workspace, ledger: Ledger, opts: RunOptions, recipe: Recipe, text: str, rel: str, lock: Lock | None
+    ws: Workspace, ledger: Ledger, opts: RunOptions, checked: Checked, resumed: Resumed | None, lock: Lock | None
 ) -> tuple[Study, Lock]:
-    """The resumed study's row (its ``lock`` held already), marked running again, or a new study's row with its
-    lock taken."""
-    if opts.resume:
-        study = ledger.study(opts.study_name)  # its budget is every session's, summed (the report's "Budget used")
-        ledger.update_study(study.id, status=StudyStatus.RUNNING, budget_s=(study.budget_s or 0.0) + opts.budget_s)
+    """The resumed study's row (its ``lock`` held already), marked running again with what this session adds to its
+    budget, or a new study's row with its lock taken."""
+    if resumed is not None:
+        study = ledger.study(study_id=resumed.study.id)  # its budget is every session's, summed ("Budget used")
+        ledger.update_study(study.id, status=StudyStatus.RUNNING, budget_s=(study.budget_s or 0.0) + resumed.added_s)
+        ledger.event(study.id, None, RESUMED, resumed.line)  # where this session's use of the budget starts
         assert lock is not None  # taken before the resumed study was touched (open_study)
         return ledger.study(study_id=study.id), lock
     base_sha = gitops.head_sha(ws.root)
     with ledger.file.exclusive("name a new study"):
-        name = opts.study_name or _free_name(ledger, f"{gitops.slugify(recipe.name)}-{time.strftime('%Y%m%d-%H%M%S')}")
-        if ledger.has_study(name):
-            raise UserError(f"study {name} exists already: continue it with `autorl run --resume --study {name}`")
+        name = opts.study_name or _free_name(
+            ledger, f"{gitops.slugify(checked.recipe.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
+        _name_free(ledger, name)  # a study of that name made since the check
         lock = ws.lock_study(name)
         sid = ledger.create_study(
             name=name,
-            recipe_path=rel,
-            recipe=text,
+            recipe_path=checked.rel,
+            recipe=checked.text,
             base_sha=base_sha,
             strategy=opts.strategy,
             budget_s=opts.budget_s,
