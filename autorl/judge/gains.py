@@ -52,6 +52,14 @@ class Gain(BaseModel):
     baseline_runs: int = Field(description="Baseline runs it was measured against.")
     method: str = Field(description="How the interval was computed (the verdict's method).")
     n: int = Field(description="Paired items (or runs) behind the interval.")
+    trial_sd: float | None = Field(
+        None, description="Run-to-run sd assumed for the recipe's runs (None: the interval modelled no run noise)."
+    )
+    noise_df: int = Field(
+        0,
+        description="Replicate df behind trial_sd: the run noise the study had measured when the gain was "
+        "computed. It grows as more recipes are re-run, so the interval of the same gain moves with it.",
+    )
 
     def interval(self) -> str:
         """'+0.147 (95% interval [+0.090, +0.204])'."""
@@ -63,8 +71,16 @@ class Gain(BaseModel):
         chain = f"; reached in confirmed steps {steps}" if len(self.chain) > 1 else ""
         items = f", paired over {self.n} eval items" if self.method == "paired_items" else ""
         return (
-            f"measured on its {self.runs} fresh-seed runs against the {self.baseline_runs} baseline runs{items}{chain}"
+            f"measured on its {self.runs} fresh-seed runs against the {self.baseline_runs} baseline "
+            f"runs{items}{self.noise()}{chain}"
         )
+
+    def noise(self) -> str:
+        """', at the run noise measured so far (sd 0.011 over 8 df)': what widens or narrows the interval as the
+        study re-runs more recipes ('' when the interval modelled no run noise)."""
+        if self.trial_sd is None:
+            return ""
+        return f", at the run noise measured so far (sd {self.trial_sd:.2g} over {self.noise_df} df)"
 
 
 def chain_of(trials: dict[int, Trial], number: int) -> list[int]:
@@ -131,6 +147,8 @@ def measure(ev: Evidence, row: Trial, recipe: Any, links: list[int]) -> Gain | N
         baseline_runs=len(base.values),
         method=v.method,
         n=v.n,
+        trial_sd=v.trial_sd,
+        noise_df=v.trial_df,
     )
 
 

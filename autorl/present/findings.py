@@ -9,7 +9,10 @@ person reads (numbers rounded). In order:
   its re-validation once ``autorl promote`` ran one; the other confirmed recipes in one line each;
 - what was ruled out: the trials that gained nothing over the recipe they modified, by hypothesis, each flat test
   with the smallest gain it could have detected (``gains.detectable``), so "nothing found" is never read as
-  "nothing there" when the test could not see it;
+  "nothing there" when the test could not see it; only hypotheses that confirmed no gain are ruled out, the others'
+  fruitless trials are told apart ("no further gain");
+- which intervals those are: over the baseline at the study's level with the run noise measured so far, where the
+  run's log showed each confirmation's own test against its parent at the confirmation's level;
 - crashes in one line;
 - the exact next command;
 - each full run: its best eval, where its weights are, the branch to adopt, and what it can be compared with.
@@ -23,7 +26,7 @@ from typing import Any
 
 from autorl import gitops
 from autorl.errors import GitError
-from autorl.judge import gains
+from autorl.judge import gains, verdict
 from autorl.ledger import Ledger, Trial
 from autorl.recipe import Recipe, dump_values
 from autorl.states import Confirmation, CrashCategory, Kind, Proposer, TrialStatus, Verdict
@@ -44,7 +47,7 @@ def findings(ws: Workspace, ledger: Ledger, study: str | None = None) -> dict[st
     base_train = recipe.train if recipe is not None else {}
     ranked = gains.ranked(gains.baseline_gains(ledger.records(st.id), recipe)) if recipe is not None else []
     by_number = {t.number: t for t in trials}
-    full = [_full_run(ws, t) for t in trials if t.kind == Kind.FULL]
+    full = [_full_run(ws, t, by_number) for t in trials if t.kind == Kind.FULL]
     confirmed = [_confirmed(g, by_number, base_train, full) for g in ranked]
     d = {
         "study": st.name,
@@ -57,7 +60,7 @@ def findings(ws: Workspace, ledger: Ledger, study: str | None = None) -> dict[st
         "best": confirmed[0] if confirmed else None,
         "open_candidates": [t.number for t in trials if t.confirmation == Confirmation.CANDIDATE],
         "suspect": [_suspect(t) for t in trials if t.confirmation == Confirmation.SUSPECT],
-        "ruled_out": ruled_out(trials, by_number, base_train, recipe),
+        **split_by_gain(ruled_out(trials, by_number, base_train, recipe), trials),
         "crashes": _crashes(trials),
         "full_runs": full,
     }
@@ -73,9 +76,21 @@ def _suspect(t: Trial) -> dict[str, Any]:
 
 def _objective(recipe: Recipe | None) -> dict[str, Any]:
     if recipe is None:
-        return {"metric": "objective", "direction": "maximize", "level": 0.95, "min_effect": 0.0}
+        return {
+            "metric": "objective",
+            "direction": "maximize",
+            "level": 0.95,
+            "confirm_level": 0.975,
+            "min_effect": 0.0,
+        }
     o, v = recipe.objective, recipe.verdict
-    return {"metric": o.metric, "direction": o.direction, "level": v.level, "min_effect": v.min_effect}
+    return {
+        "metric": o.metric,
+        "direction": o.direction,
+        "level": v.level,
+        "confirm_level": v.confirm_level,
+        "min_effect": v.min_effect,
+    }
 
 
 def _counts(trials: list[Trial]) -> dict[str, int]:
@@ -130,7 +145,7 @@ def ruled_out(
             continue
         parent = by_number.get(t.parent) if t.parent is not None else None
         before = (parent.params if parent else None) or base_train
-        groups.setdefault(t.hypothesis or t.proposer, []).append(
+        groups.setdefault(_group_of(t), []).append(
             {
                 "number": t.number,
                 "changes": changes(t.params, before) or changes(t.changed, before),
@@ -142,6 +157,22 @@ def ruled_out(
             }
         )
     return [{"group": k, "trials": v} for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+
+
+def split_by_gain(groups: list[dict[str, Any]], trials: list[Trial]) -> dict[str, list[dict[str, Any]]]:
+    """``ruled_out``'s groups in two: ``ruled_out``, those with no confirmed gain (what the study ruled out), and
+    ``no_further_gain``, those of a hypothesis (or proposer) that did confirm one: its other trials found nothing
+    more, which rules the hypothesis out no more than its gain rules it in."""
+    paid = {_group_of(t) for t in trials if t.confirmation == Confirmation.CONFIRMED and t.confirms is None}
+    return {
+        "ruled_out": [g for g in groups if g["group"] not in paid],
+        "no_further_gain": [g for g in groups if g["group"] in paid],
+    }
+
+
+def _group_of(t: Trial) -> str | None:
+    """What a trial is grouped by under "ruled out": its hypothesis, else its proposer."""
+    return t.hypothesis or t.proposer
 
 
 def _outcome(t: Trial) -> str | None:
@@ -171,8 +202,10 @@ def _crashes(trials: list[Trial]) -> dict[str, Any]:
     return {"count": len(crashed), "categories": categories}
 
 
-def _full_run(ws: Workspace, t: Trial) -> dict[str, Any]:
-    """A promoted full run: its state, best eval, weights (from its results file) and re-validation."""
+def _full_run(ws: Workspace, t: Trial, by_number: dict[int, Trial]) -> dict[str, Any]:
+    """A promoted full run: its state, best eval, weights (from its results file) and re-validation, what it changed
+    for its length, and the branch of the trial it was promoted from (that recipe at the study's trial length)."""
+    source = by_number.get(t.promoted_from) if t.promoted_from is not None else None
     result = _results(ws, t.end_tag, t.attempt) if t.end_tag else {}
     best = result.get("best_checkpoint") or {}
     revalidation = (
@@ -186,6 +219,8 @@ def _full_run(ws: Workspace, t: Trial) -> dict[str, Any]:
         "branch": t.branch,
         "status": t.status,
         "promoted_from": t.promoted_from,
+        "trial_branch": source.branch if source is not None else None,
+        "full_values": t.changed or {},
         "objective": t.objective,
         "best_step": best.get("step"),
         "weights": best.get("weights"),
@@ -213,11 +248,7 @@ def next_step(d: dict[str, Any]) -> dict[str, str]:
         return {"command": "autorl status", "why": f"full run {running[0]['attempt']} is running"}
     done = [f for f in full if best and f["promoted_from"] == best["number"] and f["status"] != TrialStatus.CRASH]
     if done:
-        f = done[-1]
-        return {
-            "command": f"git checkout {f['branch']} -- {d['recipe_path']}",
-            "why": f"adopt the full run's recipe (its branch {f['branch']})",
-        }
+        return _adopt(done[-1], d["recipe_path"])
     if best:
         return {
             "command": "autorl promote",
@@ -238,6 +269,24 @@ def next_step(d: dict[str, Any]) -> dict[str, str]:
     return {
         "command": "autorl run --resume --budget 1h",
         "why": "nothing confirmed yet: search longer (or read `autorl diagnose` and `autorl ledger`)",
+    }
+
+
+def _adopt(f: dict[str, Any], recipe_path: str) -> dict[str, str]:
+    """The recipe a next study goes on from after full run ``f``: the promoted trial's, its confirmed values at the
+    study's trial length; the full run's own recipe runs at full length (``steps: 300``), and a study started from
+    it would make every trial a full-length run."""
+    if not f.get("trial_branch"):  # the trial it came from is not in the study: only the full run's recipe is known
+        return {
+            "command": f"git show {f['branch']}:{recipe_path}",
+            "why": "the full run's recipe; set its length back to the study's trial length before a next study",
+        }
+    length = f" ({dump_values(f['full_values'])})" if f.get("full_values") else ""
+    return {
+        "command": f"git checkout {f['trial_branch']} -- {recipe_path}",
+        "why": f"the recipe to go on from: {f['promoted_from']:02d}'s confirmed values at the study's trial "
+        f"length; the full run's branch {f['branch']} has its full length{length}, which would make every trial "
+        "of a next study a full-length run",
     }
 
 
@@ -291,7 +340,26 @@ def _found(d: dict[str, Any]) -> list[str]:
         lines.append(f"  Re-validated by promote: {_gain(best['revalidation'])} over the baseline.")
     for g in d["confirmed"][1:3]:
         lines.append(f"  Also confirmed: {g['number']:02d} {change_text(g['changes'])}, {_gain(g)}.")
-    return lines + _suspect_lines(d)
+    return lines + [_intervals_line(d)] + _suspect_lines(d)
+
+
+def measured_on(level: float) -> str:
+    """What a confirmed recipe's interval over the baseline is, where it stands beside other intervals (the
+    ledger's, the report's table): '95%, its fresh-seed runs'."""
+    return f"{verdict.pct(level)}, its fresh-seed runs"
+
+
+def _intervals_line(d: dict[str, Any]) -> str:
+    """Which intervals the gains above are, and why the run's log shows another for the same gain: each
+    confirmation there is its own test (its fresh-seed runs against its parent, at the confirmation's level, with
+    the noise measured then)."""
+    o = d["objective"]
+    confirm = verdict.pct(o.get("confirm_level", 0.975))
+    return (
+        f"  These are {verdict.pct(o['level'])} intervals over the baseline at the run noise measured so far, so "
+        f"they move as more is measured; the run's log shows each confirmation's own test, {confirm} against its "
+        "parent (`autorl show NN`)."
+    )
 
 
 def _suspect_lines(d: dict[str, Any]) -> list[str]:
@@ -308,16 +376,33 @@ def best_how(g: dict[str, Any]) -> str:
 
 
 def _ruled_out_lines(d: dict[str, Any]) -> list[str]:
-    groups = d["ruled_out"]
-    if not groups:
-        return ["Ruled out: nothing yet."]
-    n = sum(len(g["trials"]) for g in groups)
-    lines = [f"Ruled out ({counted(n, 'trial')} with no gain over the recipe they modified):"]
-    for g in groups[:GROUPS_SHOWN]:
-        lines.append(f"  {g['group']}: " + _group_text(g["trials"], d["objective"]["metric"]))
+    """What was ruled out: the groups with no confirmed gain; then, apart, the trials of those that did confirm one
+    and found nothing more (never "ruled out": that hypothesis paid)."""
+    groups, further = d["ruled_out"], d.get("no_further_gain") or []
+    lines = (
+        [f"Ruled out ({counted(_count(groups), 'trial')} with no gain over the recipe they modified):"]
+        + _group_lines(groups, d)
+        if groups
+        else ["Ruled out: nothing yet."]
+    )
+    if further:
+        lines.append(
+            f"No further gain ({counted(_count(further), 'more trial')} of what confirmed a gain above, so not "
+            "ruled out):"
+        )
+        lines += _group_lines(further, d)
+    return lines
+
+
+def _count(groups: list[dict[str, Any]]) -> int:
+    return sum(len(g["trials"]) for g in groups)
+
+
+def _group_lines(groups: list[dict[str, Any]], d: dict[str, Any]) -> list[str]:
+    lines = [f"  {g['group']}: " + _group_text(g["trials"], d["objective"]["metric"]) for g in groups[:GROUPS_SHOWN]]
     rest = groups[GROUPS_SHOWN:]
     if rest:
-        lines.append(f"  and {sum(len(g['trials']) for g in rest)} more in {len(rest)} other groups (autorl ledger)")
+        lines.append(f"  and {_count(rest)} more in {len(rest)} other groups (autorl ledger)")
     return lines
 
 
@@ -376,7 +461,13 @@ def full_run_lines(f: dict[str, Any], d: dict[str, Any]) -> list[str]:
         if f["weights"]
         else "  weights: none saved (the backend keeps none, or no eval improved)"
     )
-    lines.append(f"  branch to adopt: {f['branch']}")
+    length = f"; its recipe runs at full length: {dump_values(f['full_values'])}" if f.get("full_values") else ""
+    lines.append(f"  branch to adopt: {f['branch']} (the full run's weights and results{length})")
+    if f.get("trial_branch"):
+        lines.append(
+            f"  a next study goes on from {f['promoted_from']:02d}'s recipe at trial length: git checkout "
+            f"{f['trial_branch']} -- {d['recipe_path']}"
+        )
     reval = f"re-validated at trial length: {_gain(f['revalidation'])} over the baseline; " if f["revalidation"] else ""
     lines.append(
         f"  {reval}no full-length baseline was run, so {_v(f['objective'])} has no baseline of its own "
@@ -440,7 +531,13 @@ def promoted_lines(d: dict[str, Any]) -> list[str]:
         if d["forced"]
         else ""
     )
-    return [
+    lines = [
         f"full run {d['attempt']} launched from {d['promoted_from']:02d} (monitor pid {d['monitor_pid']}){forced}",
         f"follow it: autorl status, or autorl show {d['number']}",
     ]
+    if d.get("trial_branch"):  # the full run's own branch runs at full length: not a recipe to search on from
+        lines.append(
+            f"a next study goes on from {d['promoted_from']:02d}'s recipe at trial length: "
+            f"git checkout {d['trial_branch']} -- {d['recipe_path']}"
+        )
+    return lines

@@ -7,7 +7,9 @@ docs/cli.md.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import textwrap
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,16 +63,28 @@ LEDGER_FIELDS = [
 ]
 
 
+class LedgerRows(list[dict]):
+    """``ledger_rows``' trials (a plain list to ``--json``), with the study they belong to (None: the ledger has no
+    study yet) and, when the ledger holds others, which one this is and how to see another."""
+
+    def __init__(self, rows: Iterable[dict], study: str | None = None, others: str = "") -> None:
+        super().__init__(rows)
+        self.study, self.others = study, others
+
+
 def ledger_rows(
     ledger: Ledger, verdict: Verdict | None = None, last: int | None = None, study: str | None = None
-) -> list[dict]:
-    """Trials as dicts with LEDGER_FIELDS, oldest first; a confirmed recipe also has ``baseline_gain``, its gain
-    over the study's baseline measured on its fresh-seed runs (``autorl.judge.gains``)."""
-    sid = ledger.study(study).id if study else None
-    rows = ledger.trials(sid, **({"verdict": verdict} if verdict else {}))
+) -> LedgerRows:
+    """The trials of ``study`` (default: the latest study, as every review command) as dicts with LEDGER_FIELDS,
+    oldest first; a confirmed recipe also has ``baseline_gain``, its gain over the study's baseline measured on its
+    fresh-seed runs (``autorl.judge.gains``)."""
+    shown = _study_or_none(ledger, study)
+    if shown is None:
+        return LedgerRows([])
+    rows = ledger.trials(shown.id, **({"verdict": verdict} if verdict else {}))
     rows = rows[-last:] if last else rows
     measured = _baseline_gains(ledger, {r.study_id for r in rows if r.confirmation == Confirmation.CONFIRMED})
-    out = []
+    out = LedgerRows([], shown.name, _others(ledger, shown))
     for r in rows:
         g = measured.get(r.number)
         out.append(
@@ -82,6 +96,35 @@ def ledger_rows(
             }
         )
     return out
+
+
+def _study_or_none(ledger: Ledger, name: str | None) -> Study | None:
+    """Study ``name`` (``NotFoundError`` when there is none), or the latest; None when no study was run yet."""
+    if name:
+        return ledger.study(name)
+    latest = ledger.studies(limit=1)
+    return latest[0] if latest else None
+
+
+STUDIES_COUNTED = 1000  # more studies than this in one ledger are counted as "1000+"
+
+
+def _others(ledger: Ledger, shown: Study) -> str:
+    """'' when ``shown`` is the ledger's only study; else which of them it is and how to see another."""
+    studies = ledger.studies(limit=STUDIES_COUNTED + 1)
+    if len(studies) < 2:
+        return ""
+    n = f"{STUDIES_COUNTED}+" if len(studies) > STUDIES_COUNTED else str(len(studies))
+    which = "the latest" if studies[0].id == shown.id else "one"
+    return f"{which} of {n} studies in this ledger; --study NAME shows another"
+
+
+def ledger_title(rows: list[dict]) -> str:
+    """'17 trials of study NAME', and when the ledger has others, which of them it is and how to see another."""
+    title = findings.counted(len(rows), "trial")
+    if not isinstance(rows, LedgerRows) or rows.study is None:
+        return title
+    return f"{title} of study {rows.study}" + (f" ({rows.others})" if rows.others else "")
 
 
 def _columns(row: Trial, names: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -100,8 +143,8 @@ def _baseline_gains(ledger: Ledger, study_ids: set[int]) -> dict[int, gains.Gain
 def print_ledger(rows: list[dict]) -> None:
     c = _console()
     if c.width < WIDE:
-        return _print_records(c, findings.counted(len(rows), "trial"), [_ledger_record(r) for r in rows])
-    table = Table(title=findings.counted(len(rows), "trial"), show_lines=False)
+        return _print_records(c, ledger_title(rows), [_ledger_record(r) for r in rows])
+    table = Table(title=ledger_title(rows), show_lines=False)
     for col in (
         "NN",
         "proposer / hypothesis",
@@ -210,7 +253,7 @@ def _vs_baseline(r: dict) -> str:
     """The gain over the baseline: measured with its interval for a confirmed recipe, else the trial's own run's."""
     g = r.get("baseline_gain")
     if g:
-        return f"{g['delta']:+.4f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
+        return f"{g['delta']:+.4f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}] ({findings.measured_on(g['level'])})"
     return "-" if r.get("gain_vs_baseline") is None else f"{r['gain_vs_baseline']:+.4f}"
 
 
@@ -293,7 +336,7 @@ def print_show(d: dict) -> None:
     say(_refs_line(t, d.get("refs_gone") or [], sha))
     say(f"changed: {dump_values(t.changed or {}) or 'nothing (baseline)'}")
     if t.reason:
-        say(f"verdict: {t.reason}")  # what the gain is against (the parent) and what confirmed it
+        say(f"verdict: {noise_words(t.reason)}")  # what the gain is against (the parent) and what confirmed it
     for line in errors.lines(t):  # the test, each arm's assumed run noise, the calibrated false-positive rate
         say(line)
     for line in gate_lines(t):
@@ -313,6 +356,27 @@ def print_show(d: dict) -> None:
     if d["log_tail"]:
         c.print("[bold]log tail[/]")
         say("\n".join(d["log_tail"]))
+
+
+RAW_ESTIMATE = re.compile(r"\(raw replicate estimate ([-+]?\d[\d.]*(?:e[-+]?\d+)?) over (\d+) df\)")
+
+
+def noise_words(reason: str) -> str:
+    """A verdict's reason with its run noise in words that fit their names. The verdict's note gives the parent's
+    raw replicate estimate beside its sd, but that estimate is a variance (method of moments, unclipped): it is
+    negative when the replicate runs varied less than item sampling alone explains, which is no sd. A positive
+    one is shown as the sd it stands for; a negative one as the variance it is, with what it means."""
+
+    def words(m: re.Match[str]) -> str:
+        value, df = float(m.group(1)), m.group(2)
+        if value >= 0:
+            return f"(raw replicate sd {math.sqrt(value):.3g} over {df} df)"
+        return (
+            f"(raw replicate variance {value:.2g} over {df} df, below zero: the runs varied no more than item "
+            "sampling explains; the sd pools it with the prior)"
+        )
+
+    return RAW_ESTIMATE.sub(words, reason)
 
 
 GATE_HEADS = {
@@ -613,7 +677,7 @@ def _evidence(e: dict) -> str:
 def status_rows(ledger: Ledger, ws: Workspace | None = None) -> dict[str, Any]:
     """Studies, running trials and full runs with their latest step and eval. With the workspace, a study marked
     running that no controller holds (killed, or stopped by a lost ledger or a full disk) shows as interrupted."""
-    running, watchers = [], _Watchers(ledger, ws)
+    running, watchers, metric = [], _Watchers(ledger, ws), _Objectives(ledger)
     for r in ledger.unfinished():
         metrics = ledger.metrics(r.id)
         steps = [m for m in metrics if m.get("type", "step") == "step"]
@@ -621,6 +685,8 @@ def status_rows(ledger: Ledger, ws: Workspace | None = None) -> dict[str, Any]:
         running.append(
             {
                 "attempt": r.attempt,
+                "number": r.number,
+                "metric": metric.of(r.study_id),
                 "kind": r.kind,
                 "status": r.status,
                 "pid": r.pid,
@@ -714,6 +780,20 @@ class _Watchers:
         return self.holders[study_id]
 
 
+class _Objectives:
+    """The objective's metric of each study (None: a study whose recipe no longer validates), read once."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.known: dict[int | None, str | None] = {}
+
+    def of(self, study_id: int | None) -> str | None:
+        if study_id not in self.known:
+            recipe = gains.study_recipe(self.ledger.study(study_id=study_id)) if study_id is not None else None
+            self.known[study_id] = recipe.objective.metric if recipe is not None else None
+        return self.known[study_id]
+
+
 def _ray_job_only(job_id: str | None, pid: int | None) -> bool:
     """A running row whose work is a Ray job with no process of its own on this machine."""
     return bool(job_id) and not pid
@@ -721,11 +801,7 @@ def _ray_job_only(job_id: str | None, pid: int | None) -> bool:
 
 def _running_line(r: dict) -> str:
     """'running attempt-05-… (trial): step 3 eval/id/…=0.5 alive (Ray job …, watched by controller pid 12)'."""
-    ev = ", ".join(
-        f"{k}={v:.3f}"
-        for k, v in (r["last_eval"] or {}).items()
-        if k.startswith("eval/") and isinstance(v, (int, float))
-    )
+    ev = _eval_text(r)
     head = f"running {r['attempt']} ({r['kind']}): step {r['step']}{f' {ev}' if ev else ''}"
     if not _ray_job_only(r["job_id"], r["pid"]):
         return f"{head} {'alive' if r['alive'] else 'NOT RUNNING'}"
@@ -737,6 +813,18 @@ def _running_line(r: dict) -> str:
         f"{head} NOT WATCHED (Ray job {r['job_id']}: no controller runs its study; "
         "`autorl run --resume` stops the job and goes on)"
     )
+
+
+def _eval_text(r: dict) -> str:
+    """The last eval as the one metric that matters while a trial runs, its study's objective (else the first
+    eval metric), and how many more there are: an eval logs a dozen, too many for one line."""
+    values = {k: v for k, v in (r["last_eval"] or {}).items() if k.startswith("eval/") and isinstance(v, (int, float))}
+    if not values:
+        return ""
+    key = r.get("metric") if r.get("metric") in values else next(iter(values))
+    more = len(values) - 1
+    rest = f" (+{more} more: autorl show {r['number']})" if more and r.get("number") is not None else ""
+    return f"{key}={values[key]:.3f}{rest}"
 
 
 def _alive(pid: int | None) -> bool:
@@ -753,16 +841,17 @@ def format_status(d: dict, width: int = 88) -> str:
     """The latest study's headline once it has stopped (``autorl.present.findings``), then what is running."""
     f = d.get("findings")
     lines = [f"study {s['name']}: {s['status']} ({s['strategy']})" for s in d["studies"][:1]]
+    lines = [part for line in lines for part in findings.wrap(line, width)]
     if f:
         lines += findings.headline(f, width) + [""]
-    lines += [_running_line(r) for r in d["running"]]
+    rest = [_running_line(r) for r in d["running"]]
     if d.get("promote"):
-        lines.append(f"{d['promote'].get('what') or 'promote'} ({describe(d['promote'])})")
+        rest.append(f"{d['promote'].get('what') or 'promote'} ({describe(d['promote'])})")
     for x in [] if f else d["full_runs"]:
-        lines.append(f"full run {x['attempt']} from {x['promoted_from']:02d}: {x['status']} {x.get('reason') or ''}")
+        rest.append(f"full run {x['attempt']} from {x['promoted_from']:02d}: {x['status']} {x.get('reason') or ''}")
     if not d["running"] and not d.get("promote"):
-        lines.append("nothing running")
-    return "\n".join(lines).strip()
+        rest.append("nothing running")
+    return "\n".join(lines + [part for line in rest for part in findings.wrap(line, width)]).strip()
 
 
 def format_clean(d: dict, dry_run: bool) -> str:

@@ -52,7 +52,9 @@ def test_status_json_keeps_full_precision(ws):
     assert best["number"] == 8 and best["chain"] == [5, 8]
     assert best["changes"] == [["lr", 5e-07, 5e-05]]
     assert abs(best["delta"] - 0.104375) < 1e-12  # not rounded
-    assert [g["group"] for g in d["findings"]["ruled_out"]] == ["h13-flat-learning", "h02-clip-range"]
+    # h13-flat-learning produced both confirmed gains: its trials that found nothing more are not "ruled out"
+    assert [g["group"] for g in d["findings"]["ruled_out"]] == ["h02-clip-range"]
+    assert [g["group"] for g in d["findings"]["no_further_gain"]] == ["h13-flat-learning"]
     assert d["findings"]["next"]["command"] == "autorl promote"
 
 
@@ -83,7 +85,9 @@ def test_after_a_full_run_it_says_where_the_weights_are_and_what_to_adopt(ws):
     assert f"weights: {full['weights']}" in text
     assert f"branch to adopt: {full['name']}" in text
     assert "no full-length baseline was run" in text
-    assert f"Next: git checkout {full['name']} -- recipes/default.yaml" in text
+    # the recipe to go on from is the trial's, at trial length: the full run's branch would make every trial full length
+    assert "Next: git checkout attempt-08-move -- recipes/default.yaml" in text
+    assert f"Next: git checkout {full['name']}" not in text
 
 
 def test_diagnose_defaults_to_the_best_confirmed_recipe_then_the_baseline(ws):
