@@ -2,7 +2,10 @@
 
 Each proposal tests exactly one hypothesis. ``hypotheses.rank`` orders the library
 by symptom match with the latest diagnosis, priority and history (demotion after
-repeated non-improvement, exploitation of validated ideas); the top one's
+repeated non-improvement, exploitation of validated ideas); a hypothesis whose
+last trials gained nothing over the confirmed incumbent is rested until a new one
+is confirmed, and no proposal lands in a region the pruner or triage closed
+(``autorl.search.revisit``) without saying why; the top one's
 overrides are applied to the incumbent (the best *confirmed* improvement, else
 the baseline) and Optuna proposes values inside its resolved space — one Optuna
 study per hypothesis and incumbent, its primary lever probed first (see
@@ -19,7 +22,7 @@ from autorl.judge.evidence import incumbent_row
 from autorl.ledger import Trial
 from autorl.metrics import RunMetrics
 from autorl.recipe import dump_values
-from autorl.search import hypotheses, moves
+from autorl.search import hypotheses, moves, revisit
 from autorl.search.hypotheses import Hypothesis
 from autorl.search.proposal import Proposal, changed
 from autorl.search.strategies import OptunaStrategy
@@ -41,10 +44,14 @@ class HypothesisStrategy:
         self.s = view
         self.library = library_for(view.ws, view.base.backend)
         self._noted: set[tuple[str, int | None]] = set()
-        self._passed: set[str] = set()  # hypotheses logged as not applicable here
+        self._passed: set[tuple[str, str]] = set()  # hypotheses logged as not applicable here, and why
+        self._rests: dict[str, int | None] = {}  # rested hypotheses, logged, and the incumbent they rested under
+        self._blocked: set[tuple[str, str]] = set()  # moves logged as not taken: inside a closed region
+        self._left: set[int] = set()  # incumbents under which "no hypothesis left" was logged
         self.last_diagnosis: diagnose.Diagnosis | None = None
         self.fallback = OptunaStrategy(view)
         self.table = moves.load_table()
+        self.rules = view.rules
 
     def patch(self, hypothesis: str | None) -> str | None:
         """The patch file of ``hypothesis`` in the library, resolved (None when it has none)."""
@@ -53,22 +60,25 @@ class HypothesisStrategy:
 
     def propose(self) -> Proposal:
         trials = self.s.trials()
-        move = self._move(trials)
+        closures, rest = self.s.closures(), self._rested(trials)
+        move = self._move(trials, rest, closures)
         if move is not None:
             return move
         diag = self._diagnosis(trials)
-        picked = self._pick(trials, diag)
+        picked = self._pick(trials, diag, rest, closures)
         if picked is None:
-            return self.fallback.propose()
+            return self._none_left(trials, rest)
         h, inc, reason, exploit = picked
         space = hypotheses.resolve_search(h, inc, self.s.base.search)
         fixed = hypotheses.fixed_values(h, inc)
         prefix = self.s.name + ("/exploit" if exploit else "")
         search = self.s.search(hypotheses.study_name(h, inc, prefix=prefix))
         probe = not exploit and space and not search.study.get_trials(deepcopy=False)
-        number, params = self.s.ask(search, space, fixed=hypotheses.probe_params(h, space, inc) if probe else None)
-        values = changed(self.s.base.train, {**fixed, **params})
-        delta = changed(inc, {**fixed, **params})
+        # regions closed by runs without a hypothesis' patch say nothing of runs with it
+        asked = self.s.ask(search, space, hypotheses.probe_params(h, space, inc) if probe else None, fixed, not h.patch)
+        values = changed(self.s.base.train, {**fixed, **asked.params})
+        delta = changed(inc, {**fixed, **asked.params})
+        reason += f"; {asked.why}" if asked.why else ""
         why = f"tests {h.id} ({h.title}); {reason}; diagnosis: {diag.summary() if diag else 'none yet'}"
         parent = incumbent_row(trials, self.s.base.objective.direction)
         return Proposal(
@@ -78,24 +88,24 @@ class HypothesisStrategy:
             f"{h.id.split('-')[0]}-{dump_values(delta) or 'as-is'}",
             hypothesis=h.id,
             optuna_study=search.name,
-            optuna_number=number,
+            optuna_number=asked.number,
             patch=_patch_path(h),
             parent=parent.number if parent else None,
         )
 
     def _pick(
-        self, trials: list[Trial], diag: diagnose.Diagnosis | None
+        self, trials: list[Trial], diag: diagnose.Diagnosis | None, rest: set[str], closures: revisit.Closures
     ) -> tuple[Hypothesis, dict[str, Any], str, bool] | None:
         """(hypothesis, values its ranges resolve against, why, exploit?) for the next trial, or None."""
-        inert = self.inert(trials)
-        follow = continuation(trials, self.library, inert)
+        skip = self.inert(trials) | rest
+        follow = continuation(trials, self.library, skip)
         if follow is not None:
             return follow[0], {**self.s.base.train, **follow[1]}, follow[2], False
         inc = self.working_point(trials)
         ranked = [
             r
             for r in hypotheses.rank(self.library, diag, trials, self.s.base.backend)
-            if r.hypothesis.id not in inert and self._applies(r.hypothesis, inc)
+            if r.hypothesis.id not in skip and self._applies(r.hypothesis, inc, closures)
         ]
         if not ranked:
             return None
@@ -104,29 +114,85 @@ class HypothesisStrategy:
             return self._exploited(h, inc), inc, reason + "; TPE around the incumbent", True
         return h, inc, reason, False
 
-    def _applies(self, h: Hypothesis, inc: dict[str, Any]) -> bool:
-        """``hypotheses.can_change`` at the working point; a hypothesis that cannot is logged once and passed over."""
+    def _applies(self, h: Hypothesis, inc: dict[str, Any], closures: revisit.Closures) -> bool:
+        """``hypotheses.can_change`` at the working point, and a space not wholly inside a closed region; a
+        hypothesis that fails either is logged once (per reason) and passed over."""
         try:
-            if hypotheses.can_change(h, inc, self.s.base.search):
-                return True
+            if not hypotheses.can_change(h, inc, self.s.base.search):
+                return self._pass(
+                    h,
+                    "its overrides already hold here and its space has nothing else to try, so a trial under it would "
+                    "repeat the working point",
+                )
+            space = hypotheses.resolve_search(h, inc, self.s.base.search)
         except hypotheses.HypothesisError:  # a range it cannot resolve here: said in one line if it is ever picked
             return True
-        if h.id not in self._passed:
-            self._passed.add(h.id)
+        region = None if h.patch else closures.covers(space, hypotheses.fixed_values(h, inc))
+        return region is None or self._pass(
+            h, f"its whole space ({hypotheses.describe_space(space)}) lies where {region.why()}"
+        )
+
+    def _pass(self, h: Hypothesis, why: str) -> bool:
+        """Log once that ``h`` is passed over, and why; False."""
+        if (h.id, why) not in self._passed:
+            self._passed.add((h.id, why))
+            self.s.note(None, "not-applicable", f"{h.id} passed over: {why}")
+        return False
+
+    # ---- what rests (autorl/data/rules/revisit.yaml) ----------------------------------------------------
+    def _rested(self, trials: list[Trial]) -> set[str]:
+        """The hypotheses rested now; each rest, and each re-opening by a new incumbent, is logged once."""
+        inc = incumbent_row(trials, self.s.base.objective.direction)
+        here = inc.number if inc is not None else None
+        rests = revisit.rested(trials, [h.id for h in self.library], inc, self.rules.rest.after)
+        for hid, r in rests.items():
+            if hid not in self._rests or self._rests[hid] != here:
+                self._rests[hid] = here
+                self.s.note(None, "rested", r.why())
+        for hid in [hid for hid in self._rests if hid not in rests]:
+            if self._rests.pop(hid) != here and inc is not None:
+                self.s.note(None, "re-opened", f"{hid} re-opened: {inc.attempt} was confirmed since it was rested")
+        return set(rests)
+
+    def _none_left(self, trials: list[Trial], rest: set[str]) -> Proposal:
+        """Nothing to rank. With a hypothesis rested under a confirmed incumbent: TPE over the recipe's search space
+        on top of the incumbent and judged against it, in an Optuna study of its own (said once per incumbent), until
+        a new incumbent re-opens them; otherwise plain Optuna over the recipe's space."""
+        row = incumbent_row(trials, self.s.base.objective.direction)
+        if not rest or row is None:
+            return self.fallback.propose()
+        inc = self.incumbent(trials)
+        why = (
+            f"no hypothesis left to test (rested: {', '.join(sorted(rest))}; the others passed over or without effect)"
+        )
+        if row.number not in self._left:
+            self._left.add(row.number)
             self.s.note(
                 None,
-                "not-applicable",
-                f"{h.id} passed over: its overrides already hold here and its "
-                f"space has nothing else to try, so a trial under it would repeat the working point",
+                "rested",
+                f"{why}: TPE over the recipe's search space on top of {row.attempt} until a "
+                "new incumbent re-opens them",
             )
-        return False
+        search = self.s.search(f"{self.s.name}/open/{row.number}")
+        asked = self.s.ask(search, self.s.base.search, at=inc)
+        point = {**inc, **asked.params}
+        return Proposal(
+            Proposer.OPTUNA,
+            changed(self.s.base.train, point),
+            f"TPE over the recipe's search space on top of {row.attempt}: {why}"
+            + (f"; {asked.why}" if asked.why else ""),
+            "tpe-" + (dump_values(changed(inc, point)) or "as-is"),
+            optuna_study=search.name,
+            optuna_number=asked.number,
+            parent=row.number,
+        )
 
     def _exploited(self, h: Hypothesis, inc: dict[str, Any]) -> Hypothesis:
         """``h`` with its relative ranges re-centred on the incumbent (moves.yaml's exploit ratio)."""
         return h.model_copy(update={"search": moves.recentre(h.search, inc, self.table.exploit.ratio)})
 
     # ---- direction-aware moves (autorl/data/rules/moves.yaml) ----------------------------------------
-    def _move(self, trials: list[Trial]) -> Proposal | None:
+    def _move(self, trials: list[Trial], rest: set[str], closures: revisit.Closures) -> Proposal | None:
         """Step the knobs the diagnosis points at (or keep the last helpful step's direction), from the chain's
         last good trial, else from the incumbent."""
         inc, links = self._chain(trials)
@@ -141,10 +207,12 @@ class HypothesisStrategy:
         diag = self._diagnose_row(start, point)
         if diag is None:
             return None
-        rows = self._move_rows(links, diag)
+        rows = self._move_rows(links, diag, rest)
         last = links[-1] if links and links[-1] is start else None  # the step the next one continues from
         first = self.table.gallop.power if moves.no_effect(last, self.table.gallop) else 1.0
-        found = moves.next_move(rows, point, self.s.base.search, self._tried, first)
+        found = moves.next_move(
+            rows, point, self.s.base.search, lambda p: self._tried(p) or self._closed(p, point, closures), first
+        )
         if found is None:
             return None
         values, applied = found
@@ -164,9 +232,9 @@ class HypothesisStrategy:
         inc = incumbent_row(trials, self.s.base.objective.direction)
         return inc, moves.chain(trials, since=inc.number if inc else None)
 
-    def _move_rows(self, links: list[Trial], diag: diagnose.Diagnosis) -> list[moves.Move]:
-        """The rows the diagnosis fires, else the last helpful step's rows (momentum)."""
-        ids = {h.id for h in self.library}
+    def _move_rows(self, links: list[Trial], diag: diagnose.Diagnosis, rest: set[str]) -> list[moves.Move]:
+        """The rows the diagnosis fires, else the last helpful step's rows (momentum); none of a rested hypothesis."""
+        ids = {h.id for h in self.library} - rest
         origin = self._params_of(links[0].parent) if links else {}
         taken = moves.steps_taken(links, origin) if links else {}
         rows = moves.applicable(self.table, diag.names(), diagnose.bottleneck_symptoms(diag.bottleneck), ids, taken)
@@ -186,6 +254,15 @@ class HypothesisStrategy:
 
     def _tried(self, params: dict[str, Any]) -> bool:
         return self.s.tried(changed(self.s.base.train, params)) is not None
+
+    def _closed(self, params: dict[str, Any], point: dict[str, Any], closures: revisit.Closures) -> bool:
+        """Whether a move from ``point`` to ``params`` lands in a closed region (logged once per region and step)."""
+        moved = {k: v for k, v in params.items() if point.get(k) != v}
+        region = closures.at(params, moved)
+        if region is not None and (region.describe(), dump_values(moved)) not in self._blocked:
+            self._blocked.add((region.describe(), dump_values(moved)))
+            self.s.note(None, "closed", f"move to {dump_values(moved)} not taken: {region.why()}")
+        return region is not None
 
     def working_point(self, trials: list[Trial]) -> dict[str, Any]:
         """Where a ranked hypothesis starts: the move chain's last good trial when it gained over its parent (a

@@ -2,9 +2,9 @@
 
 A strategy has two methods, ``propose() -> Proposal | None`` and ``patch(hypothesis) -> path | None``, and sees
 its study only through the ``StudyView`` it is given (``autorl.search.view``: the base recipe, the study's
-trials and metrics, ``search(name)`` to open an Optuna study, ``ask(search, space, fixed)`` to ask it while
-avoiding repeated crashes, ``tried(values)``, ``note(...)``). ``optuna`` (TPE) and ``random`` are
-``OptunaStrategy``; ``hypotheses`` is ``autorl.search.hypotheses_strategy.HypothesisStrategy``.
+trials and metrics, ``search(name)`` to open an Optuna study, ``ask(search, space, fixed, at)`` to ask it away
+from repeated crashes and closed regions, ``closures()``, ``tried(values)``, ``note(...)``). ``optuna`` (TPE) and
+``random`` are ``OptunaStrategy``; ``hypotheses`` is ``autorl.search.hypotheses_strategy.HypothesisStrategy``.
 """
 
 from __future__ import annotations
@@ -33,16 +33,18 @@ class OptunaStrategy:
 
     def propose(self) -> Proposal:
         search = self.s.search()
-        number, params = self.s.ask(search, self.s.base.search)
-        values = changed(self.s.base.train, params)
-        why = f"{self.label} proposal: {dump_values(values) or 'baseline values'}"
+        asked = self.s.ask(search, self.s.base.search)
+        values = changed(self.s.base.train, asked.params)
+        why = f"{self.label} proposal: {dump_values(values) or 'baseline values'}" + (
+            f"; {asked.why}" if asked.why else ""
+        )
         return Proposal(
             self.label,
             values,
             why,
             dump_values(values) or str(self.label),
             optuna_study=search.name,
-            optuna_number=number,
+            optuna_number=asked.number,
         )
 
     def patch(self, hypothesis: str | None) -> str | None:

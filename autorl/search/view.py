@@ -1,24 +1,37 @@
 """What a strategy sees of its study: the narrow view it proposes from.
 
 A strategy (``autorl.search.strategies``) gets a ``StudyView`` and nothing else of the study: the base recipe,
-the study's trials and their metrics, its Optuna searches (asked with crash avoidance), whether a configuration
-was tried already, and one way to say something (a ledger event). The proposer holds the same view and the
+the study's trials and their metrics, its Optuna searches (asked away from repeated crashes and closed regions:
+``autorl.search.revisit``), whether a configuration was tried already, and one way to say something (a ledger
+event). The proposer holds the same view and the
 queue in front of the strategy (baseline repeats, confirmations, crash retries).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from autorl.judge import triage
+from autorl.judge.evidence import incumbent_row
 from autorl.ledger import Study, StudyRecords, Trial
 from autorl.recipe import Recipe, SearchParam, dump_values
+from autorl.search import revisit
 from autorl.search.optuna_study import Search, Told
+from autorl.states import Kind
 from autorl.workspace import Workspace
 
 AVOID_RADIUS = 0.1  # normalised distance to a repeatedly crashing point that is not sampled again
-AVOID_TRIES = 10
+AVOID_TRIES = 10  # asks for one proposal before the last is run all the same, with the reason in its why
+
+
+class Asked(NamedTuple):
+    """What ``StudyView.ask`` got: the Optuna trial, its values, and why they are run although they lie next to a
+    repeated crash or inside a closed region ("" when they do not)."""
+
+    number: int
+    params: dict[str, Any]
+    why: str
 
 
 class StudyView:
@@ -41,6 +54,9 @@ class StudyView:
         self.name = study.optuna_study  # the study's Optuna name; a hypothesis' studies are named under it
         self._sampler, self._seed, self._parallel = sampler, seed, parallel
         self._searches: dict[str, Search] = {}
+        self.rules = revisit.load_table()
+        self._said: set[tuple[str, str, str]] = set()
+        self._contexts: dict[int, str] = {}  # each trial's words, by row id (revisit.Closures)
 
     # ---- the study's rows ----------------------------------------------------------------------------------
     def trials(self, **equal: Any) -> list[Trial]:
@@ -79,17 +95,54 @@ class StudyView:
         return self._searches[name]
 
     def ask(
-        self, search: Search, space: dict[str, SearchParam], fixed: dict[str, Any] | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        """Ask Optuna, skipping points next to a crash that repeated (told FAIL without running)."""
-        for _ in range(AVOID_TRIES):
-            number, params = search.ask(space, fixed=fixed)
+        self,
+        search: Search,
+        space: dict[str, SearchParam],
+        fixed: dict[str, Any] | None = None,
+        at: dict[str, Any] | None = None,
+        closed: bool = True,
+    ) -> Asked:
+        """Ask Optuna for values of ``space`` on top of the train values ``at`` (default: the base recipe's), with
+        ``fixed`` enqueued first. A point next to a crash that repeated is told FAIL, one inside a closed region
+        (``revisit.Closures``; unless not ``closed``) PRUNED, without running, and Optuna is asked again; after
+        ``AVOID_TRIES`` asks the last is returned all the same, with why."""
+        at = self.base.train if at is None else at
+        closures = self.closures() if closed else None
+        for k in range(AVOID_TRIES):
+            number, params = search.ask(space, fixed=fixed if k == 0 else None)  # a refused probe is not enqueued again
+            region = closures.at({**at, **params}, space) if closures is not None else None
             near = self._near_repeated_crash(space, params)
-            if fixed or near is None:
-                return number, params
+            if region is None and near is None:
+                return Asked(number, params, "")
+            if k < AVOID_TRIES - 1:
+                self._refuse(search, number, params, region, near)
+        why = f"run all the same: {AVOID_TRIES} asks in a row fell " + (
+            f"inside closed regions, this one where {region.why()}"
+            if region is not None
+            else f"next to repeated crashes, this one next to {near}"
+        )
+        self.note(None, "closed" if region is not None else "avoided", f"{dump_values(params)}: {why}")
+        return Asked(number, params, why)
+
+    def _refuse(
+        self, search: Search, number: int, params: dict[str, Any], region: revisit.Region | None, near: str | None
+    ) -> None:
+        """Tell Optuna how a point that is not run would have ended, and say why in the ledger."""
+        if region is not None:
+            search.tell(number, Told.PRUNED)
+            said = (search.name, region.describe(), dump_values(params))
+            if said not in self._said:  # a small space asks the same closed point many times: said once
+                self._said.add(said)
+                self.note(None, "closed", f"skipped {dump_values(params)}: {region.why()}; told Optuna pruned")
+        else:
             search.tell(number, Told.FAIL)
             self.note(None, "avoided", f"skipped {dump_values(params)}: next to {near}, whose crash signature repeated")
-        return number, params
+
+    def closures(self) -> revisit.Closures:
+        """The study's closed regions as its ledger stands now."""
+        trials = self.trials(kind=Kind.TRIAL)
+        inc = incumbent_row(trials, self.base.objective.direction)
+        return revisit.Closures(trials, inc, self.rules.closed.trials, self.base.train, self._contexts)
 
     def _near_repeated_crash(self, space: dict[str, SearchParam], params: dict[str, Any]) -> str | None:
         rows = [r for r in self.records.crash_signatures() if triage.avoids(r.crash_category)]
