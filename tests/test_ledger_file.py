@@ -278,3 +278,26 @@ def test_a_full_disk_is_one_line_and_the_ledger_still_reads(tmp_path):
     assert "guard: no space left" in out  # a study does not start there
     assert "rows: 1" in out  # the review commands read it on the full disk
     assert "delete" not in out
+
+
+def _corrupt_trial_page(path: Path, marker: bytes) -> None:
+    """Overwrite the cells of the page that holds ``marker`` (a trial row's text), leaving its header."""
+    data = bytearray(path.read_bytes())
+    page = 4096
+    at = data.find(marker)
+    assert at > 0, "the marker is in the file"
+    start = (at // page) * page + 16
+    data[start : start + page - 16] = b"\x7f" * (page - 16)
+    path.write_bytes(bytes(data))
+
+
+def test_a_review_opens_a_ledger_with_the_damage_its_tables_show(tmp_path):
+    """The review commands read the ledger without a study's whole-file check: open_read checks the tables every
+    review reads (trials, studies, events) and says what it found, so a command can say it shows part of a damaged
+    ledger before it shows it; an intact ledger says nothing."""
+    path = tmp_path / "ledger.sqlite"
+    _ledger_with_rows(path, n=40).close()
+    assert open_read(path).damage is None
+    _corrupt_trial_page(path, b"attempt-20")
+    led = open_read(path)
+    assert led.damage is not None and len(led.damage) <= 200

@@ -18,6 +18,8 @@ from autorl import locks
 from autorl.errors import LedgerError, WorkspaceError, short
 from autorl.ledger.errors import damaged, sqlite_code, translated_errors
 
+REVIEWED = ("autorl_migrations", "autorl_studies", "autorl_trials", "autorl_events")
+
 
 class LedgerFile:
     """The file a ledger opened: which file it is (``check``), its lock (``exclusive``), its whole-file check
@@ -57,6 +59,17 @@ class LedgerFile:
         if rows != ["ok"]:
             raise damaged(self.path, "; ".join(rows)[:200])
         return time.monotonic() - t0
+
+    def damage(self, db: sqlite_utils.Database, tables: tuple[str, ...] = REVIEWED) -> str | None:
+        """What ``PRAGMA quick_check`` finds wrong in ``tables`` (the ones every review command reads; 15 ms at
+        8,000 trials, where the whole file's check took 0.55 s: metric pages are checked when they are read),
+        None when they are whole. A page so damaged that the check itself fails is damage too."""
+        try:
+            found = [str(r[0]) for table in tables for r in db.execute(f"PRAGMA quick_check({table})").fetchall()]
+        except sqlite3.DatabaseError as exc:
+            return str(exc)[:200]
+        bad = [line for line in found if line != "ok"]
+        return "; ".join(bad)[:200] if bad else None
 
     def optuna_url(self) -> str:
         """The SQLAlchemy URL of this file for Optuna: it never creates the file (a removed ledger is not

@@ -55,6 +55,7 @@ class Ledger:
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
         self.file = LedgerFile(self.path, readonly)
+        self.damage: str | None = None  # what open_read's check found wrong (a review command says it is partial)
         if readonly:
             self.db = open_readonly(self.path)
             self.file.remember()
@@ -393,6 +394,7 @@ def open_read(path: str | Path) -> Ledger:
         ledger.close()
         Ledger(path).close()
         ledger = Ledger(path, readonly=True)
+    ledger.damage = ledger.file.damage(ledger.db)
     return ledger
 
 
