@@ -26,7 +26,8 @@ MODEL=${MODEL:-small}
 case "$MODEL" in
   small) RECIPE=openrlhf-small; INPUTS=/tmp/autorl-openrlhf-small ;;
   smollm2) RECIPE=openrlhf-smollm2; INPUTS=/tmp/autorl-smollm2 ;;
-  *) echo "MODEL must be small or smollm2" >&2; exit 2 ;;
+  smollm2-embedded) RECIPE=smollm2-embedded; INPUTS=/tmp/autorl-smollm2 ;;  # the same model, no OpenRLHF
+  *) echo "MODEL must be small, smollm2 or smollm2-embedded" >&2; exit 2 ;;
 esac
 OUT=${1:-/tmp/openrlhf-$MODEL}; mkdir -p "$OUT"; SMALL=${SMALL:-$INPUTS}
 cd "$(dirname "$0")/.." || exit 1  # the package root: a checkout beside it must not shadow it
@@ -47,6 +48,8 @@ phase_make() {
   t make; s=$(date +%s)
   if [ "$MODEL" = smollm2 ]; then
     python3 -m autorl.toolkit.pretrained smollm2 "$SMALL" --dtype bf16 > "$OUT/make.log" 2>&1
+  elif [ "$MODEL" = smollm2-embedded ]; then  # the embedded engine trains the fp32 folder under bf16 autocast
+    python3 -m autorl.toolkit.pretrained smollm2 "$SMALL" --dtype fp32 > "$OUT/make.log" 2>&1
   else
     python3 -m autorl.backends.openrlhf.small "$SMALL" > "$OUT/make.log" 2>&1
   fi
@@ -206,7 +209,7 @@ phase_promote() {  # `autorl promote` of a finished study's best confirmed trial
   # its own session: fresh-seed re-runs, then the detached full run (PROMOTE_EPISODES); `status` once a minute
   local ws=${PROMOTE_WS:-/tmp/ws-q0}; t "promote $ws"
   CUDA_VISIBLE_DEVICES=${PROMOTE_GPU:-0} setsid python3 -m autorl.cli -C "$ws" promote --repeats "${PROMOTE_REPEATS:-2}" \
-    --parallel "${PROMOTE_PARALLEL:-1}" --episodes "${PROMOTE_EPISODES:-2}" ${PROMOTE_ARGS:-} > "$OUT/promote.log" 2>&1 < /dev/null &
+    --parallel "${PROMOTE_PARALLEL:-1}" ${PROMOTE_EPISODES:+--episodes "$PROMOTE_EPISODES"} ${PROMOTE_ARGS:-} > "$OUT/promote.log" 2>&1 < /dev/null &
   sample_studies
   for _ in $(seq "${PROMOTE_POLLS:-8}"); do sleep 60; python3 -m autorl.cli -C "$ws" status >> "$OUT/promote-status.txt" 2>&1; done
   tail -n 20 "$OUT/promote.log"; tail -n 20 "$OUT/promote-status.txt"

@@ -109,10 +109,12 @@ def _clip(s, e):
 
 def _entropy_collapse(s, e):
     set_series(s, "entropy_mean", lambda i, r: 0.8 - 0.7 * i / N)
+    set_series(s, "reward_mean", lambda i, r: 0.31 + 0.01 * math.sin(1.7 * i))  # and no learning
 
 
 def _length_collapse(s, e):
     set_series(s, "response_length_mean", lambda i, r: 3.5 - 2.5 * i / N)
+    set_series(s, "reward_mean", lambda i, r: 0.31 + 0.01 * math.sin(1.7 * i))  # and no learning
 
 
 def _truncation(s, e):
@@ -121,6 +123,7 @@ def _truncation(s, e):
 
 def _zero_std(s, e):
     set_series(s, "frac_zero_std_groups", lambda i, r: 0.8)
+    set_series(s, "reward_mean", lambda i, r: 0.31 + 0.01 * math.sin(1.7 * i))  # and no learning
 
 
 def _kl_pinned(s, e):
