@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from autorl.engine.config import EngineConfig
+from autorl.toolkit.evalcache import base_eval, eval_key
 from autorl.toolkit.model import load_policy
 from autorl.toolkit.policy_eval import evaluate_split
 from autorl.toolkit.reward import Reward, load_reward, score
@@ -505,6 +506,8 @@ def setup(config: EngineConfig, cache_dir: str | Path, log) -> dict:
         "params": params,
         "opt": opt,
         "autocast": autocast_for(config, device),
+        "eval0_key": eval_key(config, device.type),  # the step-0 eval is measured once per base and eval setting
+        "cache_dir": cache_dir,
     }
 
 
@@ -521,10 +524,12 @@ def _eval_line(rec: dict) -> str:
 
 
 def train_loop(config: EngineConfig, state: dict, writer: MetricsWriter, log) -> int:
-    """Steps 1..config.steps with evals at 0, every eval_every and the end; returns steps done."""
+    """Steps 1..config.steps with evals at 0 (kept in the cache: the same base on the same items), every
+    eval_every and the end; returns steps done."""
 
     def evaluate(step: int) -> None:
-        rec = run_eval(state["policy"], state["task"], config, state["reward"], state["autocast"], step)
+        measure = lambda: run_eval(state["policy"], state["task"], config, state["reward"], state["autocast"], step)  # noqa: E731
+        rec = base_eval(state["eval0_key"], state["cache_dir"], measure, log) if step == 0 else measure()
         writer.write(rec)
         log(_eval_line(rec))
         keep_best(state, config, rec)
