@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from autorl.judge.triage import classify
+from autorl.states import CrashCategory
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "crashes"
 BLIND = CORPUS.parent / "crashes_blind"
@@ -43,20 +44,21 @@ def load_labels(corpus: Path = CORPUS) -> list[dict]:
 def run_one(label: dict, corpus: Path = CORPUS) -> dict:
     """One log classified against its label."""
     text = (corpus / "logs" / f"{label['id']}.log").read_text(errors="replace")
-    d = classify(
+    report = classify(
         text,
         exit_code=label.get("exit_code"),
         watchdog=label.get("watchdog"),
         metrics_nonfinite=label.get("metrics_nonfinite"),
     )
+    true = CrashCategory(label["category"])  # a label naming no category fails here
     return {
         "id": label["id"],
         "split": label["split"],
-        "true": label["category"],
-        "pred": d.category,
-        "cat_ok": d.category == label["category"],
-        "line_ok": d.root_cause_line.rstrip() == label["root_cause_line"].rstrip(),
-        "pred_line": d.root_cause_line,
+        "true": true,
+        "pred": report.category,
+        "cat_ok": report.category == true,
+        "line_ok": report.root_cause_line.rstrip() == label["root_cause_line"].rstrip(),
+        "pred_line": report.root_cause_line,
         "true_line": label["root_cause_line"],
     }
 
@@ -65,7 +67,7 @@ def score(results: list[dict], split: str) -> dict:
     """Counts and accuracies for one split."""
     rows = [r for r in results if r["split"] == split]
     cat, line = sum(r["cat_ok"] for r in rows), sum(r["line_ok"] for r in rows)
-    called = [r for r in rows if r["pred"] != "unknown"]
+    called = [r for r in rows if r["pred"] != CrashCategory.UNKNOWN]
     right = sum(r["cat_ok"] for r in called)
     n = len(rows)
     return {

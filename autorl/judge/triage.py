@@ -108,10 +108,27 @@ class Family(_Model):
         description="Only in logs of these engines (the engines table's "
         "names); empty: any. For a message whose cause depends on the engine that printed it.",
     )
+    raised_in: Literal["any", "library", "user"] = Field(
+        "any",
+        description="library: only an exception raised in a library's file (the traceback frame above it); user: "
+        "only one raised in the run's own code; any: wherever. For a message whose meaning depends on who raised it.",
+    )
+    confidence: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="How sure a call from this family alone is; below the rules' min_confidence it is an "
+        "'unknown' that names this family as a candidate (for a line that several causes print).",
+    )
 
     def all_messages(self) -> list[Message]:
         """The messages, bare patterns included (as messages without a source)."""
         return [*self.messages, *(Message(re=p) for p in self.patterns)]
+
+    def printed_by(self) -> str:
+        """Which libraries, at which versions, print this family's messages: 'torch 2.13.0; vllm 0.33.0'."""
+        seen = dict.fromkeys(" ".join(x for x in (m.lib, m.ver) if x and x != "-") for m in self.messages)
+        return "; ".join(x for x in seen if x) or "source not recorded"
 
 
 CrashRule = Family  # the older name of a family
@@ -122,6 +139,7 @@ class Ruling(_Model):
 
     category: CrashCategory = Field(description="The failure class.")
     remedy: str = Field(description="One line: what to do about it.")
+    confidence: float = Field(0.7, ge=0, le=1, description="How sure the call is (see CrashRules.min_confidence).")
 
 
 class Silence(_Model):
@@ -130,6 +148,11 @@ class Silence(_Model):
     seconds: int = Field(1800, ge=1, description="Gap between the last timestamp and the kill.")
     max_seconds: int = Field(604_800, ge=1, description="A longer gap means the timestamps are not comparable.")
     exempt_rules: list[str] = Field(default_factory=list, description="Rules whose kill has a stated other reason.")
+    unmeasured: list[str] = Field(
+        default_factory=list,
+        description="Rules whose kill is a hang also when the log shows nothing moving before it (no progress line, "
+        "no timestamps from another clock), the silence being unmeasurable.",
+    )
     progress: list[str] = Field(
         default_factory=list, description="Untimestamped progress lines; one after the last stamp: gap unknown."
     )
@@ -139,6 +162,22 @@ class Silence(_Model):
     category: CrashCategory = Field(CrashCategory.HANG_TIMEOUT, description="What they become.")
     remedy: str = Field(
         "The run went silent long before it was killed: a hang; retry once, then debug the stall.",
+        description="One line: what to do about it.",
+    )
+
+
+class OomAccounting(_Model):
+    """A device OOM whose own message shows that other processes held most of the card is a shared GPU."""
+
+    families: list[str] = Field(default_factory=list, description="Families whose OOM line is read for its numbers.")
+    others_share: float = Field(
+        0.5, gt=0, le=1, description="Share of the card held by other processes at the OOM that makes it shared_gpu."
+    )
+    category: CrashCategory = Field(CrashCategory.SHARED_GPU, description="What such an OOM becomes.")
+    confidence: float = Field(0.7, ge=0, le=1, description="Score of that call.")
+    remedy: str = Field(
+        "GPU memory ran out while other processes held most of the card (the OOM message's own accounting): free "
+        "the card or give the run its own GPU; the trial's values did not take that memory.",
         description="One line: what to do about it.",
     )
 
@@ -182,6 +221,9 @@ class CrashRules(_Model):
     )
     repeat_limit: int = Field(2, ge=1, description="Same signature this often in a study: stop sampling that region.")
     silence: Silence = Field(default_factory=lambda: Silence(), description="A kill after a long silence is a hang.")
+    oom_accounting: OomAccounting = Field(
+        default_factory=lambda: OomAccounting(), description="An OOM while other processes held the card."
+    )
     engines: dict[str, list[str]] = Field(default_factory=dict, description="Engine -> log markers, first match wins.")
     library_paths: str = Field(
         r"site-packages|dist-packages|/lib/python\d|<frozen", description="Regex of library files."
@@ -196,6 +238,19 @@ class CrashRules(_Model):
         description="Remedy when an unmatched exception was raised in a config module.",
     )
     high_confidence_priority: int = Field(30, description="A rule of at least this priority gives confidence 'high'.")
+    min_confidence: float = Field(
+        0.6, ge=0, le=1, description="A call scored below this is 'unknown', with the likeliest lines as candidates."
+    )
+    user_code_confidence: float = Field(
+        0.7, ge=0, le=1, description="Score of an unmatched exception raised outside the libraries."
+    )
+    config_raiser_confidence: float = Field(
+        0.7, ge=0, le=1, description="Score of an unmatched exception raised where a library validates settings."
+    )
+    wrapper_penalty: float = Field(
+        0.15, ge=0, le=1, description="Taken off a family's score when its line only wraps a cause printed elsewhere."
+    )
+    candidates: int = Field(3, ge=1, description="Lines an 'unknown' names as the likeliest root causes.")
     _compiled: list[tuple[Family, Message, re.Pattern]] | None = PrivateAttr(None)
 
     @property
@@ -215,6 +270,16 @@ class CrashRules(_Model):
 Confidence = Literal["high", "medium", "low"]
 
 
+class Candidate(_Model):
+    """One line an 'unknown' verdict names as a likely root cause, and the family it came closest to."""
+
+    line: str = Field(description="The log line, verbatim.")
+    family: str = Field(description="The family whose message matched it ('' for an exception no family knows).")
+    category: CrashCategory = Field(description="What that family means.")
+    printed_by: str = Field(description="The libraries and versions that print the family's messages.")
+    score: float = Field(description="How sure a call from this line alone would be (0 to 1).")
+
+
 class CrashReport(_Model):
     """The verdict on one crashed run."""
 
@@ -226,6 +291,10 @@ class CrashReport(_Model):
     confidence: Confidence = Field(
         "high", description="high: a specific error line; medium: inferred (exit code, silence); low: unknown."
     )
+    score: float = Field(1.0, ge=0, le=1, description="How sure the call is; below the rules' min_confidence: unknown.")
+    candidates: list[Candidate] = Field(
+        default_factory=list, description="For 'unknown': the likeliest root-cause lines and their closest families."
+    )
 
 
 # ---------------------------------------------------------------------------- loading rules
@@ -236,6 +305,44 @@ def load_rules(path: str | Path | None = None) -> CrashRules:
     return loading.load_table(
         path or RULES_PATH, CrashRules, "crash rules", "docs/triage.md", _bad_pattern, includes="families_from"
     )
+
+
+class LocalFamilies(_Model):
+    """A workspace's own families (``autorl triage label`` writes them): checked before the shipped ones."""
+
+    families: list[Family] = Field(default_factory=list, description="Families made from the user's labels.")
+
+
+LOCAL_FAMILIES = Path("triage") / "families.yaml"  # under the workspace's run folder (.autorl/)
+
+
+def load_local(path: Path) -> list[Family]:
+    """The families of a workspace's local table (none when the file is not there), validated like the shipped
+    ones."""
+    if not path.is_file():
+        return []
+    table = loading.load_table(path, LocalFamilies, "local crash families", "docs/triage.md", _bad_local)
+    return table.families
+
+
+def _bad_local(table: LocalFamilies) -> str | None:
+    for family in table.families:
+        for message in family.all_messages():
+            try:
+                re.compile(message.re)
+            except re.error as exc:
+                return f"family '{family.id}' pattern {message.re!r} is not a valid regex ({exc})"
+    return None
+
+
+def with_local(rules: CrashRules, path: Path | None) -> CrashRules:
+    """The rules with a workspace's local families added (they outrank the shipped ones by their priority)."""
+    local = load_local(path) if path is not None else []
+    if not local:
+        return rules
+    merged = rules.model_copy(update={"families": [*local, *rules.families]})
+    merged._compiled = None
+    return merged
 
 
 def _bad_pattern(rules: CrashRules) -> str | None:
@@ -276,6 +383,11 @@ _EXCEPTION = re.compile(
 
 def _clean(line: str) -> str:
     return _PREFIX.sub("", _ANSI.sub("", line)).strip()
+
+
+def clean(line: str) -> str:
+    """A log line as the families' messages are matched against it: colours and Ray/rank/logger prefixes gone."""
+    return _clean(line)
 
 
 def _exception_name(cleaned: str) -> str | None:
@@ -334,9 +446,22 @@ def _hits(lines: list[str], rules: CrashRules) -> list[_Hit]:
         name = _exception_name(cleaned[i])
         if i in code and not name:
             continue
+        if not _raised_where(family, lines, i, rules):
+            continue
         if family.in_warnings or name or i not in warnings:
             hits.append(_Hit(family, message, i, lines[i].rstrip(), bool(name), _wraps(cleaned[i], rules)))
     return hits
+
+
+def _raised_where(family: Family, lines: list[str], index: int, rules: CrashRules) -> bool:
+    """Whether the line at ``index`` was raised where the family says (``raised_in``): the file of the traceback
+    frame above it is a library's or the run's own; a line with no frame above it passes only 'any'."""
+    if family.raised_in == "any":
+        return True
+    path = _raising_file(lines, (index, lines[index]))
+    if path is None:
+        return False
+    return bool(re.search(rules.library_paths, path)) == (family.raised_in == "library")
 
 
 def _matching_lines(rx: re.Pattern, text: str, starts: list[int]) -> set[int]:
@@ -442,6 +567,16 @@ def silence_before(lines: list[str], index: int, rules: CrashRules) -> float | N
     return gap if 0 <= gap <= rules.silence.max_seconds else None
 
 
+def _nothing_moved(lines: list[str], index: int, rules: CrashRules) -> bool:
+    """No progress line before the kill at ``index``, and no timestamps that only another clock could explain."""
+    if _moved_after(lines[:index], rules):
+        return False
+    times = _timeline(lines)
+    before = next((t for t in reversed(times[:index]) if t), None)
+    kill = next((t for t in times[index:] if t), None)
+    return not (before and kill and (kill - before).total_seconds() > rules.silence.max_seconds)
+
+
 def _moved_after(lines: list[str], rules: CrashRules) -> bool:
     """True when a progress line (tqdm bar, step or metric line) is among ``lines``."""
     return any(re.search(p, _clean(raw)) for raw in lines for p in rules.silence.progress)
@@ -464,27 +599,36 @@ def _last_line(lines: list[str]) -> str:
 
 
 def classify(
-    log_text: str, exit_code: int | None = None, watchdog: str | None = None, metrics_nonfinite: str | None = None
+    log_text: str,
+    exit_code: int | None = None,
+    watchdog: str | None = None,
+    metrics_nonfinite: str | None = None,
+    local: Path | None = None,
 ) -> CrashReport:
     """Diagnose one failed run from its log text and what the controller observed.
 
     ``watchdog`` is the controller's reason for killing it ('silence' or 'timeout');
-    ``metrics_nonfinite`` names the first NaN/inf metric ('loss@12'), see RunMetrics.has_nonfinite.
+    ``metrics_nonfinite`` names the first NaN/inf metric ('loss@12'), see RunMetrics.has_nonfinite;
+    ``local`` is a workspace's own families file (``local_families_path``; the user's labels), read if it exists.
     """
-    return _decide(log_text, exit_code, watchdog, metrics_nonfinite)[0]
+    return _decide(log_text, exit_code, watchdog, metrics_nonfinite, local)[0]
 
 
 def explain(
-    log_text: str, exit_code: int | None = None, watchdog: str | None = None, metrics_nonfinite: str | None = None
+    log_text: str,
+    exit_code: int | None = None,
+    watchdog: str | None = None,
+    metrics_nonfinite: str | None = None,
+    local: Path | None = None,
 ) -> list[str]:
     """How ``classify`` reached its verdict: which rule fired on which line, what was skipped."""
-    return _decide(log_text, exit_code, watchdog, metrics_nonfinite)[1]
+    return _decide(log_text, exit_code, watchdog, metrics_nonfinite, local)[1]
 
 
 def _decide(
-    log_text: str, exit_code: int | None, watchdog: str | None, nonfinite: str | None
+    log_text: str, exit_code: int | None, watchdog: str | None, nonfinite: str | None, local: Path | None = None
 ) -> tuple[CrashReport, list[str]]:
-    rules = load_rules()
+    rules = with_local(load_rules(), local)
     lines = log_lines(log_text)
     engine = detect_engine(lines, rules)
     hits = [h for h in _hits(lines, rules) if not h.family.engines or engine in h.family.engines]
@@ -502,7 +646,71 @@ def _decide(
         d, why = _from_hit(lines, best, rules)
     else:
         d, why = _unmatched(lines, exit_code, rules)
-    return d.model_copy(update={"engine": engine}), [*trace, why, f"engine: {engine}"]
+    d, note = _thresholded(d, lines, hits, rules)
+    return d.model_copy(update={"engine": engine}), [*trace, why, *note, f"engine: {engine}"]
+
+
+def _thresholded(
+    d: CrashReport, lines: list[str], hits: list[_Hit], rules: CrashRules
+) -> tuple[CrashReport, list[str]]:
+    """A call scored below ``min_confidence`` becomes 'unknown' (its line kept); an 'unknown' names the likeliest
+    root-cause lines and the families they came closest to."""
+    note = []
+    was: Candidate | None = None
+    if d.category != CrashCategory.UNKNOWN and d.score < rules.min_confidence:
+        note.append(f"score {d.score:.2f} < min_confidence {rules.min_confidence:.2f}: {d.category} becomes unknown")
+        was = Candidate(line=d.root_cause_line, family="", category=d.category, printed_by="-", score=d.score)
+        d = _diagnosis(CrashCategory.UNKNOWN, d.root_cause_line, rules.unknown_remedy, confidence="low", score=d.score)
+    if d.category != CrashCategory.UNKNOWN:
+        return d, note
+    found = _candidates(lines, hits, d.root_cause_line, rules)
+    if was is not None and all(c.category != was.category for c in found):  # decided by no family: an exit code
+        found = [was, *(c for c in found if normalise(c.line) != normalise(was.line))][: rules.candidates]
+    note += [f"candidate: {c.family or '(no family)'} ({c.category}, {c.score:.2f}): {c.line.strip()}" for c in found]
+    return d.model_copy(update={"candidates": found}), note
+
+
+def _hit_score(hit: _Hit, rules: CrashRules) -> float:
+    """A family's confidence, less the wrapper penalty when its line only wraps a cause printed elsewhere."""
+    return max(0.0, hit.family.confidence - (rules.wrapper_penalty if hit.is_wrapper else 0.0))
+
+
+def _candidates(lines: list[str], hits: list[_Hit], chosen: str, rules: CrashRules) -> list[Candidate]:
+    """The likeliest root-cause lines: the chosen line, then the matched lines by score, priority and order (a
+    process's own error before an echo of it), then the innermost exception no family knows."""
+    deciding: dict[int, _Hit] = {}  # per line, the family that would decide it (the highest priority)
+    for h in hits:
+        if h.index not in deciding or h.key() > deciding[h.index].key():
+            deciding[h.index] = h
+    mine = [h for h in deciding.values() if h.line.rstrip() == chosen.rstrip()]
+    rest = (h for h in deciding.values() if h.line.rstrip() != chosen.rstrip())
+    ranked = mine + sorted(rest, key=lambda h: (not h.family.echo, _hit_score(h, rules), *h.key()), reverse=True)
+    out: list[Candidate] = []
+    seen: set[str] = set()
+
+    def add(line: str, family: Family | None, score: float) -> None:
+        key = normalise(line)
+        if line.strip() and key not in seen and len(out) < rules.candidates:
+            seen.add(key)
+            category = family.category if family else CrashCategory.UNKNOWN
+            by = family.printed_by() if family else "-"
+            out.append(
+                Candidate(
+                    line=line,
+                    family=family.id if family else "",
+                    category=category,
+                    printed_by=by,
+                    score=round(score, 2),
+                )
+            )
+
+    for hit in ranked:
+        add(hit.line, hit.family, _hit_score(hit, rules))
+    exc = _innermost_exception(lines, rules)
+    if exc is not None:
+        add(exc[1], None, 0.0)
+    add(chosen, None, 0.0)
+    return out
 
 
 def _best(hits: list[_Hit]) -> tuple[_Hit | None, str | None]:
@@ -560,11 +768,94 @@ def _from_hit(lines: list[str], best: _Hit, rules: CrashRules) -> tuple[CrashRep
     why = _fired(best)
     if best.family.category in rules.silence.applies_to and best.family.id not in rules.silence.exempt_rules:
         gap = silence_before(lines, best.index, rules)
-        if gap is not None and gap >= rules.silence.seconds:
-            note = f"; {gap / 60:.0f} min without output before it, so a hang, not an external kill"
-            d = _diagnosis(rules.silence.category, best.line, rules.silence.remedy, confidence="medium")
+        stalled = (
+            gap is None and best.family.id in rules.silence.unmeasured and _nothing_moved(lines, best.index, rules)
+        )
+        if stalled or gap is not None and gap >= rules.silence.seconds:
+            note = (
+                "; nothing in the log moved before it, so a stall the limit ended"
+                if stalled
+                else f"; {(gap or 0) / 60:.0f} min without output before it, so a hang, not an external kill"
+            )
+            d = _diagnosis(
+                rules.silence.category,
+                best.line,
+                rules.silence.remedy,
+                confidence="medium",
+                score=_hit_score(best, rules),
+            )
             return d, why + note
-    return _diagnosis(best.family.category, best.line, best.family.remedy, confidence=_confidence(best, rules)), why
+    share = _oom_elsewhere(best, rules)
+    if share is not None:
+        rule = rules.oom_accounting
+        note = f"; other processes held {share:.0%} of the card at the OOM (>= {rule.others_share:.0%})"
+        return _diagnosis(rule.category, best.line, rule.remedy, confidence="high", score=rule.confidence), why + note
+    d = _diagnosis(
+        best.family.category,
+        best.line,
+        best.family.remedy,
+        confidence=_confidence(best, rules),
+        score=_hit_score(best, rules),
+    )
+    return d, why
+
+
+_SIZE = r"([\d.]+) ([KMGT]?i?B)"
+_OOM_NEW = re.compile(rf"total capacity of {_SIZE} of which {_SIZE} is free")
+_OOM_OWN = re.compile(rf"this process has {_SIZE} memory in use")
+_OOM_TORCH = re.compile(
+    rf"Of the allocated memory {_SIZE} is allocated by PyTorch(?:, with [^,]*)?, and {_SIZE} is reserved"
+)
+_OOM_OLD = re.compile(
+    rf"{_SIZE} total capacity; {_SIZE} already allocated; {_SIZE} free; {_SIZE} reserved in total by PyTorch"
+)
+_UNITS = {
+    "B": 1,
+    "KB": 1e3,
+    "KIB": 1024,
+    "MB": 1e6,
+    "MIB": 1024**2,
+    "GB": 1e9,
+    "GIB": 1024**3,
+    "TB": 1e12,
+    "TIB": 1024**4,
+}
+
+
+def others_share(line: str) -> float | None:
+    """The share of the card that processes other than the failing one held, from PyTorch's OOM message (its
+    total, free and own figures: 'this process has', else what PyTorch allocated and reserved); None when the
+    line does not give them all."""
+
+    def size(num: str, unit: str) -> float:
+        return float(num) * _UNITS.get(unit.upper(), 1)
+
+    old = _OOM_OLD.search(line)
+    if old:
+        g = old.groups()
+        total, free, own = size(g[0], g[1]), size(g[4], g[5]), size(g[6], g[7])
+    else:
+        new, mine, torch_own = _OOM_NEW.search(line), _OOM_OWN.search(line), _OOM_TORCH.search(line)
+        if new is None:
+            return None
+        total, free = size(*new.groups()[:2]), size(*new.groups()[2:])
+        if mine is not None:
+            own = size(*mine.groups())
+        elif torch_own is not None:
+            own = size(*torch_own.groups()[:2]) + size(*torch_own.groups()[2:])
+        else:
+            return None
+    return max(0.0, total - free - own) / total if total > 0 else None
+
+
+def _oom_elsewhere(best: _Hit, rules: CrashRules) -> float | None:
+    """The others' share of the card when ``best`` is an OOM the accounting rule reads and it reaches the rule's
+    share; else None."""
+    rule = rules.oom_accounting
+    if best.family.id not in rule.families:
+        return None
+    share = others_share(best.line)
+    return share if share is not None and share >= rule.others_share else None
 
 
 def _confidence(hit: _Hit, rules: CrashRules) -> Confidence:
@@ -577,7 +868,7 @@ def _watchdog(lines: list[str], best: _Hit | None, watchdog: str, rules: CrashRu
     outcome = rules.watchdog[watchdog]
     line = best.line if best else _last_line(lines)
     why = f"watchdog '{watchdog}' decides (no log line of priority >= {rules.watchdog_yields_to})"
-    return _diagnosis(outcome.category, line, outcome.remedy, confidence="high"), why
+    return _diagnosis(outcome.category, line, outcome.remedy, confidence="high", score=outcome.confidence), why
 
 
 def _nonfinite(lines: list[str], hits: list[_Hit], key: str, rules: CrashRules) -> tuple[CrashReport, str]:
@@ -585,7 +876,7 @@ def _nonfinite(lines: list[str], hits: list[_Hit], key: str, rules: CrashRules) 
     nan_hits = [h for h in hits if h.rule.category == CrashCategory.NAN_DIVERGENCE]
     line = max(nan_hits, key=_Hit.key).line if nan_hits else _first_nonfinite_line(lines, key)
     why = f"metrics turned non-finite ({key}); root line is the first showing it"
-    return _diagnosis(CrashCategory.NAN_DIVERGENCE, line, rules.nonfinite_remedy, confidence="high"), why
+    return _diagnosis(CrashCategory.NAN_DIVERGENCE, line, rules.nonfinite_remedy, confidence="high", score=1.0), why
 
 
 _NONFINITE_VALUE = re.compile(r"(?i)[=:\s'\"](?:nan|-?inf)\b")
@@ -604,12 +895,19 @@ def _unmatched(lines: list[str], exit_code: int | None, rules: CrashRules) -> tu
     if exc is None and exit_code in rules.exit_codes:
         outcome = rules.exit_codes[exit_code]
         line = _last_line(lines) or f"exit code {exit_code}"
-        d = _diagnosis(outcome.category, line, outcome.remedy, basis=f"exit code {exit_code}", confidence="medium")
+        d = _diagnosis(
+            outcome.category,
+            line,
+            outcome.remedy,
+            basis=f"exit code {exit_code}",
+            confidence="medium",
+            score=outcome.confidence,
+        )
         return d, f"no family matched and no exception: exit code {exit_code} decides"
     if exc is not None:
         return _from_exception(lines, exc, rules)
     line = _last_line(lines) or (f"exit code {exit_code}" if exit_code is not None else "")
-    d = _diagnosis(CrashCategory.UNKNOWN, line, rules.unknown_remedy, confidence="low")
+    d = _diagnosis(CrashCategory.UNKNOWN, line, rules.unknown_remedy, confidence="low", score=0.0)
     return d, "no family matched, no exception"
 
 
@@ -618,22 +916,44 @@ def _from_exception(lines: list[str], exc: tuple[int, str], rules: CrashRules) -
     validation (``config_raisers``), or else unknown."""
     path = _raising_file(lines, exc)
     where = f"innermost exception on line {exc[0] + 1}"
+    if _wraps(_clean(exc[1]), rules):
+        d = _diagnosis(CrashCategory.UNKNOWN, exc[1], rules.unknown_remedy, confidence="low", score=0.0)
+        return d, f"no family matched; the {where} only points at a cause the log does not show"
     if path is not None and not re.search(rules.library_paths, path):
-        d = _diagnosis(CrashCategory.USER_CODE_ERROR, exc[1], rules.user_code_remedy, confidence="medium")
+        d = _diagnosis(
+            CrashCategory.USER_CODE_ERROR,
+            exc[1],
+            rules.user_code_remedy,
+            confidence="medium",
+            score=rules.user_code_confidence,
+        )
         return d, f"no family matched; the {where} was raised in the run's own code ({path})"
     if path is not None and re.search(rules.config_raisers, path):
-        d = _diagnosis(CrashCategory.CONFIG_ERROR, exc[1], rules.config_raiser_remedy, confidence="medium")
+        d = _diagnosis(
+            CrashCategory.CONFIG_ERROR,
+            exc[1],
+            rules.config_raiser_remedy,
+            confidence="medium",
+            score=rules.config_raiser_confidence,
+        )
         return d, f"no family matched; the {where} was raised where a library validates its settings ({path})"
-    d = _diagnosis(CrashCategory.UNKNOWN, exc[1], rules.unknown_remedy, confidence="low")
+    d = _diagnosis(CrashCategory.UNKNOWN, exc[1], rules.unknown_remedy, confidence="low", score=0.0)
     return d, f"no family matched; {where}"
 
 
 def _diagnosis(
-    category: CrashCategory, line: str, remedy: str, basis: str | None = None, confidence: Confidence = "high"
+    category: CrashCategory,
+    line: str,
+    remedy: str,
+    basis: str | None = None,
+    confidence: Confidence = "high",
+    score: float = 1.0,
 ) -> CrashReport:
     """``basis`` replaces the line in the signature when the line is incidental (exit-code cases)."""
     sig = signature(category, basis if basis is not None else line)
-    return CrashReport(category=category, root_cause_line=line, remedy=remedy, signature=sig, confidence=confidence)
+    return CrashReport(
+        category=category, root_cause_line=line, remedy=remedy, signature=sig, confidence=confidence, score=score
+    )
 
 
 # ---------------------------------------------------------------------------- signature, excerpt

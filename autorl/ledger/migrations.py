@@ -147,6 +147,26 @@ def _v9_revisions(db: sqlite_utils.Database) -> None:
     )
 
 
+def _v10_crash_labels(db: sqlite_utils.Database) -> None:
+    """``autorl_crash_labels``: a person's correction of triage's call on a crashed trial (``autorl triage label``):
+    the category and root-cause line they gave, what triage had said, and the workspace family made from it."""
+    db.table("autorl_crash_labels").create(
+        {
+            "id": int,
+            "trial_id": int,
+            "number": int,
+            "category": str,
+            "root_cause_line": str,
+            "was_category": str,
+            "was_root_cause": str,
+            "family_id": str,
+            "created": float,
+        },
+        pk="id",
+    )
+    db.table("autorl_crash_labels").create_index(["trial_id"])
+
+
 MIGRATIONS = [
     ("0001_initial", _v1),
     ("0002_ray_jobs", _v2),
@@ -157,6 +177,7 @@ MIGRATIONS = [
     ("0007_hack_gate", _v7_hack_gate),
     ("0008_first_step", _v8_first_step),
     ("0009_revisions", _v9_revisions),
+    ("0010_crash_labels", _v10_crash_labels),
 ]
 
 

@@ -10,6 +10,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from autorl.ledger.views import (
     ran_to_end,
     unretried,
 )
-from autorl.states import Confirmation, Kind, StudyStatus, TrialStatus, Verdict
+from autorl.states import Confirmation, CrashCategory, Kind, StudyStatus, TrialStatus, Verdict
 
 
 class Ledger:
@@ -199,6 +200,10 @@ class Ledger:
             reason=f"{row.reason or ''} | {state}: {reason}".lstrip(" |"),
             **stats,
         )
+
+    def crash_labels(self) -> CrashLabels:
+        """The crash labels a person gave (``autorl triage label``): recorded and read through it."""
+        return CrashLabels(self)
 
     def max_number(self) -> int:
         row = self.db.execute("SELECT max(number) FROM autorl_trials").fetchone()
@@ -367,6 +372,73 @@ class StudyRecords:
             insert_event(self.ledger.db, self.id, None, "base-recipe", line)
 
 
+class CrashLabels:
+    """The ledger's crash labels: a person's corrections of triage's calls, written and read here."""
+
+    def __init__(self, ledger: Ledger):
+        self.ledger, self.db = ledger, ledger.db
+
+    def add(self, number: int, category: CrashCategory, root_cause_line: str, family_id: str) -> CrashLabel:
+        """Record a correction of triage's call on crashed trial ``number`` in one transaction with its event; the
+        trial's own columns keep what triage said (they are history)."""
+        with self.ledger.tx():
+            trial = self.ledger.trial(number)
+            row = {
+                "trial_id": trial.id,
+                "number": number,
+                "category": str(category),
+                "root_cause_line": root_cause_line,
+                "was_category": None if trial.crash_category is None else str(trial.crash_category),
+                "was_root_cause": trial.root_cause,
+                "family_id": family_id,
+                "created": time.time(),
+            }
+            label_id = _row_id(self.db.table("autorl_crash_labels").insert(row).last_pk)
+            insert_event(self.db, trial.study_id, trial.id, "crash-label", f"{category}: {short(root_cause_line, 160)}")
+        return CrashLabel.read({**row, "id": label_id})
+
+    def all(self) -> list[CrashLabel]:
+        """Every crash label, oldest first; a trial labelled twice has both (the later one holds)."""
+        cur = self.db.execute("SELECT * FROM autorl_crash_labels ORDER BY id")
+        names = [c[0] for c in cur.description]
+        return [CrashLabel.read(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
+
+    def latest(self) -> dict[int, CrashLabel]:
+        """The label that holds for each labelled trial number (the latest given)."""
+        return {label.number: label for label in self.all()}
+
+
+@dataclass(frozen=True, slots=True)
+class CrashLabel:
+    """One row of ``autorl_crash_labels``: a person's category and root-cause line for a crashed trial."""
+
+    id: int
+    trial_id: int
+    number: int
+    category: CrashCategory | str  # a word no member has (another autorl's) is kept as it is
+    root_cause_line: str
+    was_category: str | None
+    was_root_cause: str | None
+    family_id: str
+    created: float
+
+    @classmethod
+    def read(cls, row: dict[str, Any]) -> CrashLabel:
+        category: CrashCategory | str = row["category"]
+        try:
+            category = CrashCategory(category)
+        except ValueError:
+            pass
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls)}
+        return cls(**{**values, "category": category})
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every column, the category as its word (for ``--json`` output)."""
+        return {
+            f.name: str(v) if isinstance(v, CrashCategory) else v for f in fields(self) for v in [getattr(self, f.name)]
+        }
+
+
 def _row_id(pk: Any) -> int:
     """The id SQLite gave an inserted row (an integer primary key is never None once inserted)."""
     if not isinstance(pk, int):
@@ -421,3 +493,4 @@ MIN_FREE = 4 << 20  # a study does not start with less free space than this wher
 
 translate_all(Ledger)
 translate_all(StudyRecords)
+translate_all(CrashLabels)

@@ -12,6 +12,7 @@ from autorl.runs.watch import Outcome, Stop
 from autorl.search.proposal import Proposal
 from autorl.states import CrashAction, TrialStatus, Verdict
 from autorl.study.state import StudyState, TrialContext
+from autorl.workspace import Workspace
 
 CRASH_STOP = "crash-stop"  # how a study that triage stopped ended (`autorl run` exits 1, not 130)
 RETRIES = (CrashAction.RETRY_REDUCED, CrashAction.RETRY_ONCE)
@@ -19,11 +20,13 @@ RETRIES = (CrashAction.RETRY_REDUCED, CrashAction.RETRY_ONCE)
 WATCHDOG = {TrialStatus.HANG: "silence", TrialStatus.TIMEOUT: "timeout"}
 
 
-def diagnose(ctx: TrialContext, outcome: Outcome, nonfinite: str | None) -> dict[str, Any]:
-    """The triage columns of a crashed (or NaN-stopped) trial, from its log and how the controller saw it end."""
+def diagnose(ctx: TrialContext, outcome: Outcome, nonfinite: str | None, ws: Workspace) -> dict[str, Any]:
+    """The triage columns of a crashed (or NaN-stopped) trial, from its log and how the controller saw it end, with
+    the workspace's own families (the user's `autorl triage label` corrections) beside the shipped ones."""
     log = train_log(ctx)
     watchdog = WATCHDOG.get(outcome.status)
-    d = triage.classify(log, exit_code=outcome.exit_code, watchdog=watchdog, metrics_nonfinite=nonfinite)
+    local = ws.run_dir / triage.LOCAL_FAMILIES
+    d = triage.classify(log, exit_code=outcome.exit_code, watchdog=watchdog, metrics_nonfinite=nonfinite, local=local)
     return {
         "crash_category": d.category,
         "crash_signature": d.signature,

@@ -89,13 +89,13 @@ def _by_status(
         return {
             "status": TrialStatus.CRASH,
             "verdict": Verdict.CRASH,
-            **(quiet.fields() if quiet else crash.diagnose(ctx, outcome, nonfinite)),
+            **(quiet.fields() if quiet else crash.diagnose(ctx, outcome, nonfinite, s.ws)),
         }
     if status == TrialStatus.PRUNED:
         if (outcome.abort or {}).get("rule") == "nonfinite":
             return {
                 "verdict": Verdict.PRUNED,
-                **crash.diagnose(ctx, outcome, nonfinite or "step"),
+                **crash.diagnose(ctx, outcome, nonfinite or "step", s.ws),
                 "reason": outcome.reason,
             }
         return {"verdict": Verdict.PRUNED}

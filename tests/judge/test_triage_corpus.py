@@ -20,7 +20,11 @@ from autorl.judge.triage import classify, explain  # noqa: E402
 from autorl.states import CrashCategory  # noqa: E402
 
 LOGS = ROOT / "tests" / "data" / "crashes" / "logs"
-FLOORS = {"dev": (68, 68), "heldout": (55, 49)}  # (category, exact root-cause line) counts reached
+# (category, exact root-cause line) counts reached. Issue 47 moved two conventions to those of the corpus of real
+# logs (tests/data/crashes_real): a direct SIGKILL (-9) with no memory evidence is an external kill, as the exit-code
+# table already said, not host OOM (3 dev, 2 heldout logs here are labelled host_oom); a bare segfault is unknown
+# with the segfault as its first candidate, not an illegal memory access (3 heldout logs).
+FLOORS = {"dev": (65, 68), "heldout": (50, 49)}
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +72,6 @@ TRAPS = [
     ("slurm_preempted_01", "preemption during healthy progress is an external kill"),
     ("openrlhf_sigterm_while_healthy_03", "SIGTERM while healthy, trainer ConnectionError after it"),
     ("accelerate_sigint_user_01", "Ctrl-C: the launcher's 'Received 2 death signal'"),
-    ("trl_exitcode_minus9_01", "a child SIGKILLed (-9) with no Python error is host OOM"),
     ("trl_grad_norm_nan_exit0_01", "grad_norm NaN with exit code 0"),
     ("trl_vllm_torch_mismatch_02", "a warning with 'undefined symbol' is the ABI mismatch"),
     ("transformers_hub_connection_error_04", "LocalEntryNotFoundError is the cause of the OSError after it"),
@@ -157,8 +160,6 @@ def test_a_gap_of_weeks_is_not_a_silence():
             "tried to allocate 1024 bytes. Error code 12 (Cannot allocate memory)",
             1,
         ),
-        ("subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGKILL: 9>.", 1),
-        ("[ERROR] [launch.py:434:sigkill_handler] ['python', '-u', 'main.py'] exits with return code = -9", 1),
         (
             "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
             1,
@@ -169,6 +170,26 @@ def test_host_memory_exhaustion_in_any_of_its_forms_is_host_oom(line, exit_code)
     log = f"2024-01-01 06:00:00,001 INFO step 3 reward 0.4\n{line}\n"
     d = classify(log, exit_code=exit_code)
     assert (d.category, d.root_cause_line) == (CrashCategory.HOST_OOM, line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGKILL: 9>.",
+        "[ERROR] [launch.py:434:sigkill_handler] ['python', '-u', 'main.py'] exits with return code = -9",
+        "  traceback : Signal 9 (SIGKILL) received by PID 161617",
+    ],
+)
+def test_a_direct_sigkill_with_no_memory_evidence_is_an_external_kill(line):
+    """-9 is how a cancel, a scheduler or an unseen OOM killer looks; the log says nothing of memory (issue 47)."""
+    d = classify(f"2024-01-01 06:00:00,001 INFO step 3 reward 0.4\n{line}\n", exit_code=1)
+    assert (d.category, d.root_cause_line) == (CrashCategory.KILLED_EXTERNAL, line)
+
+
+def test_a_time_limit_in_a_log_where_nothing_moved_is_a_stall():
+    cancel = "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2024-01-01T10:00:00 DUE TO TIME LIMIT ***"
+    assert classify(f"srun: Job step aborted\n{cancel}\n").category == CrashCategory.HANG_TIMEOUT
+    assert classify(f"step 7 ok\n{cancel}\n").category == CrashCategory.KILLED_EXTERNAL
 
 
 def test_ray_listing_the_oom_killer_as_one_possible_cause_is_not_host_oom():

@@ -195,7 +195,7 @@ def test_cuda_oom_is_retried_once_with_half_the_micro_batch(command_ws):
 
 
 def test_crash_triage_of_a_trial_and_of_a_log_file(command_ws):
-    """`autorl triage NN --json` explains a crashed trial; `triage classify LOG --json` gives six keys."""
+    """`autorl triage NN --json` explains a crashed trial; `triage classify LOG --json` gives eight keys."""
     recipe = _command_recipe("fake-oom", "fake_oom.py", "micro_batch", 16, {"low": 8, "high": 16, "int": True})
     _run(command_ws, _write_recipe(command_ws, "oom-baseline", recipe), code=1)
     row, retry = _trials(command_ws)  # the baseline crashed, and again at half the micro-batch: the study stops
@@ -210,7 +210,16 @@ def test_crash_triage_of_a_trial_and_of_a_log_file(command_ws):
     r = run_cli("-C", str(command_ws), "triage", "classify", str(LOGS / "disk_full.log"), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert set(d) == {"category", "root_cause_line", "remedy", "signature", "engine", "confidence"}
+    assert set(d) == {
+        "category",
+        "root_cause_line",
+        "remedy",
+        "signature",
+        "engine",
+        "confidence",
+        "score",
+        "candidates",
+    }
     assert d["category"] == "disk_full"
 
 
