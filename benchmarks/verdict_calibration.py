@@ -27,10 +27,18 @@ effects cycle through -0.10, 0, 0, +0.05, +0.10 run 4 evals; ``Evidence.clearly_
 may stop one at any of the first 3; one that runs on is judged and confirmed as above. Printed: the share stopped
 per true effect, and of the stopped trials the share that would have been "improved" had they run on.
 
+With ``--stated N``: the rates the verdicts state against the rates measured (issue 49), per scenario and level,
+over N more null studies of 30 trials (and ``--first M`` more studies that stop after their first trial): the
+screening's stated chance of an improved call (``calibrate.verdict_rates`` of each verdict's design) against the
+share called improved, on a study's first trial, trials 1-10 and 11-30; a confirmation's ``confirmation_rate``
+against the share of null candidates confirmed; the study's ``study_errors.false_confirm`` against false confirmed
+per trial. Stating a rate is a simulation of its own, so the stated rates are those of a sample (``--cap`` per level
+and scenario, the first studies'); target: measured at most 1.5x stated, or within 0.5 points.
+
 Rates are printed with 95% Clopper-Pearson intervals.
 
     python benchmarks/verdict_calibration.py [--studies 400] [--power 300] [--pruner 100] [--only TEXT ...]
-                                             [--set KEY=VALUE ...]
+                                             [--stated 0] [--first 0] [--cap 20] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -47,11 +55,13 @@ import numpy as np
 from pydantic import ValidationError
 
 from autorl.errors import validation_line
-from autorl.judge.evidence import Evidence, objective_value
+from autorl.judge import calibrate
+from autorl.judge.evidence import Evidence, objective_value, study_errors
 from autorl.judge.stats import clopper_pearson
-from autorl.ledger import Ledger
+from autorl.ledger import Ledger, Trial
 from autorl.metrics import RunMetrics
 from autorl.recipe import VerdictSettings, validate_recipe
+from autorl.states import Confirmation, Proposer, TrialStatus, Verdict
 
 TRIALS = 30
 POWER_AT = 10  # the +0.10 trial's position (0-based) in a power study
@@ -79,7 +89,8 @@ class Scenario:
 
 def scenarios() -> list[Scenario]:
     eq = [
-        Scenario(f"equal sd {sd:g}", "equal noise", sd, sd, pruner=sd in (0.01, 0.03)) for sd in (0.0, 0.01, 0.03, 0.05)
+        Scenario(f"equal sd {sd:g}", "equal noise", sd, sd, pruner=sd in (0.01, 0.03))
+        for sd in (0.0, 0.01, 0.02, 0.03, 0.05)
     ]
     uneq = [
         Scenario(f"{a:g} -> {b:g}", "unequal noise", a, b, pruner=(a, b) in ((0.02, 0.04), (0.0, 0.05)))
@@ -104,6 +115,7 @@ def scenarios() -> list[Scenario]:
             Scenario("64 items, 0.01 -> 0.03", "64 items", 0.01, 0.03, items=64),
             Scenario("R = 2, sd 0.01", "2 baseline repeats", 0.01, 0.01, repeats=2),
             Scenario("R = 2, sd 0.03", "2 baseline repeats", 0.03, 0.03, repeats=2, pruner=True),
+            Scenario("R = 2, sd 0.05", "2 baseline repeats", 0.05, 0.05, repeats=2),
             Scenario("best of 8 vs 2 evals, sd 0.01", "best-of-K", 0.01, 0.01, trial_evals=8, parent_evals=2),
             Scenario("best of 8 vs 2 evals, 0.01 -> 0.03", "best-of-K", 0.01, 0.03, trial_evals=8, parent_evals=2),
             Scenario("values only, sd 0.01", "run values", 0.01, 0.01, values=True),
@@ -173,7 +185,7 @@ class SimStudy:
         sd, k = (self.sc.trial_sd, self.sc.trial_evals) if trial_recipe else (self.sc.parent_sd, self.sc.parent_evals)
         return self._evals(effect, sd, self.evals or k)
 
-    def run(self, proposer: str, records: list[dict], status: str = "complete", **cols) -> dict:
+    def run(self, proposer: Proposer, records: list[dict], status: TrialStatus = TrialStatus.COMPLETE, **cols) -> Trial:
         """One finished run written as the controller writes it (row, then its metrics)."""
         self.number += 1
         tid = self.ledger.add_trial(
@@ -190,31 +202,42 @@ class SimStudy:
 
     def baseline(self) -> None:
         for _ in range(self.sc.repeats or self.recipe.verdict.baseline_repeats):
-            self.run("baseline", self.draw(0.0, False))
+            self.run(Proposer.BASELINE, self.draw(0.0, False))
 
-    def trial(self, effect: float, records: list[dict] | None = None) -> tuple[str, str | None]:
-        """A trial judged against the baseline (``Evidence.credit``), confirmed if a candidate; (verdict, state)."""
-        row = self.run("random", records or self.draw(effect, True))
+    def trial(
+        self, effect: float, records: list[dict] | None = None, stated: dict | None = None
+    ) -> tuple[Verdict, Confirmation | None]:
+        """A trial judged against the baseline (``Evidence.credit``), confirmed if a candidate; (verdict, state).
+        ``stated`` (a dict) receives the rates the verdicts state: ``screen`` (the chance of an improved call the
+        screening states; an entry ``screen: False`` skips it) and, for a candidate, ``confirm`` (its
+        confirmation's ``confirmation_rate``)."""
+        row = self.run(Proposer.RANDOM, records or self.draw(effect, True))
         v = self.evidence.credit(self.evidence.metrics(row), None, self.recipe).vs_parent
-        state = "candidate" if v.verdict == "improved" else None
+        s = self.recipe.verdict
+        if stated is not None and stated.pop("screen", True):
+            d = calibrate.design_of(v)
+            stated["screen"] = None if d is None else calibrate.verdict_rates(d, s, v.level).improved
+        state = Confirmation.CANDIDATE if v.verdict == Verdict.IMPROVED else None
         self.ledger.update_trial(
-            row["id"], verdict=v.verdict, delta=v.delta, ci_low=v.ci_low, ci_high=v.ci_high, confirmation=state
+            row.id, verdict=v.verdict, delta=v.delta, ci_low=v.ci_low, ci_high=v.ci_high, confirmation=state
         )
         if state is None:
             return v.verdict, None
         for _ in range(self.recipe.verdict.confirm_runs):
-            self.run("confirm", self.draw(effect, True), confirms=row["number"])
-        c = self.evidence.confirmation(self.ledger.trial(row["number"]), self.recipe)
-        self.ledger.set_confirmation(row["number"], c.state, c.reason)
+            self.run(Proposer.CONFIRM, self.draw(effect, True), confirms=row.number)
+        c = self.evidence.confirmation(self.ledger.trial(row.number), self.recipe)
+        if stated is not None and c.verdict is not None:
+            stated["confirm"] = calibrate.confirmation_rate(c.verdict, s)
+        self.ledger.set_confirmation(row.number, c.state, c.reason)
         return v.verdict, c.state
 
-    def watched(self, effect: float) -> tuple[bool, str, str | None]:
+    def watched(self, effect: float) -> tuple[bool, Verdict, Confirmation | None]:
         """A trial the pruner watches at its intermediate evals (``Evidence.clearly_worse``, as the trial's monitor
         asks): (stopped, the verdict it has or would have had by running on, its confirmation)."""
         records = self.draw(effect, True)
         if not any(self.evidence.clearly_worse(rec, None, self.recipe) is not None for rec in records[:-1]):
             return (False, *self.trial(effect, records))
-        row = self.run("random", records, status="pruned", verdict="pruned")
+        row = self.run(Proposer.RANDOM, records, status=TrialStatus.PRUNED, verdict=Verdict.PRUNED)
         return True, self.evidence.credit(self.evidence.metrics(row), None, self.recipe).vs_parent.verdict, None
 
     def close(self) -> None:
@@ -237,15 +260,95 @@ def simulate(sc: Scenario, studies: int, power: int, seed: int, tmp: Path, verdi
         (tmp / f"s{i}.sqlite").unlink()
         if null:
             out["trials"] += len(got)
-            out["fi"] += sum(v == "improved" for v, _ in got)
-            out["fr"] += sum(v == "regressed" for v, _ in got)
-            out["fc"] += sum(c == "confirmed" for _, c in got)
-            out["first_fi"] += got[0][0] == "improved"
-            out["studies_fc"] += any(c == "confirmed" for _, c in got)
+            out["fi"] += sum(v == Verdict.IMPROVED for v, _ in got)
+            out["fr"] += sum(v == Verdict.REGRESSED for v, _ in got)
+            out["fc"] += sum(c == Confirmation.CONFIRMED for _, c in got)
+            out["first_fi"] += got[0][0] == Verdict.IMPROVED
+            out["studies_fc"] += any(c == Confirmation.CONFIRMED for _, c in got)
         else:
-            out["power_cand"] += got[-1][0] == "improved"
-            out["power_conf"] += got[-1][1] == "confirmed"
+            out["power_cand"] += got[-1][0] == Verdict.IMPROVED
+            out["power_conf"] += got[-1][1] == Confirmation.CONFIRMED
     return out
+
+
+STATED_LEVELS = (
+    ("first", "screening, first trial"),
+    ("early", "screening, trials 1-10"),
+    ("late", "screening, trials 11-30"),
+    ("confirm", "confirmation (of null candidates)"),
+    ("study", "study: false confirmed / trial"),
+)
+
+
+def simulate_stated(sc: Scenario, studies: int, first: int, seed: int, tmp: Path, verdict: dict, cap: int) -> dict:
+    """Null studies of one scenario, each decision's stated rate beside what happened: per level (``STATED_LEVELS``)
+    the measured count and its denominator, and the stated rates of a sample (the first trial of every study, one
+    of trials 2-10 and one of 11-30 per study, the first ``cap`` candidates' confirmations, the study-level rate of
+    the first ``cap`` studies; stating a rate is a simulation of its own, so not every decision's is computed).
+    ``first`` more studies stop after their first trial (the first trial's measured rate needs many studies)."""
+    rng = np.random.default_rng(seed)
+    out: dict = {f"{k}_{x}": 0 for k, _ in STATED_LEVELS for x in ("hits", "n")}
+    out.update({f"{k}_stated": [] for k, _ in STATED_LEVELS})
+    for i in range(studies + first):
+        st = SimStudy(sc, rng, tmp / f"c{i}.sqlite", verdict)
+        st.baseline()
+        sampled = {0, 1 + i % 9, 10 + i % 20} if i < cap else set()
+        for k in range(TRIALS if i < studies else 1):
+            stated: dict = {"screen": k in sampled}  # whether to state the screening's rate
+            v, c = st.trial(0.0, stated=stated)
+            level = "first" if k == 0 else "early" if k < 10 else "late"
+            for key in {level, "early" if k < 10 else "late"}:
+                out[f"{key}_hits"] += v == Verdict.IMPROVED
+                out[f"{key}_n"] += 1
+            for key in {level, "early" if k < 10 else "late"}:
+                if stated.get("screen") is not None and len(out[f"{key}_stated"]) < cap:
+                    out[f"{key}_stated"].append(stated["screen"])
+            if c in (Confirmation.CONFIRMED, Confirmation.REJECTED):
+                out["confirm_hits"] += c == Confirmation.CONFIRMED
+                out["confirm_n"] += 1
+                if stated.get("confirm") is not None and len(out["confirm_stated"]) < cap:
+                    out["confirm_stated"].append(stated["confirm"])
+            if i < studies:
+                out["study_hits"] += c == Confirmation.CONFIRMED
+                out["study_n"] += 1
+        if i < min(studies, cap):
+            e = study_errors(st.evidence, st.recipe)
+            if e.false_confirm is not None:
+                out["study_stated"].append(e.false_confirm)
+        st.close()
+        (tmp / f"c{i}.sqlite").unlink()
+    return out
+
+
+def stated_rows(sc: Scenario, r: dict) -> list[str]:
+    """One row per level: the mean stated rate (of the sample), the measured one, their ratio and the target."""
+    rows = []
+    for key, name in STATED_LEVELS:
+        hits, n, said = r[f"{key}_hits"], r[f"{key}_n"], r[f"{key}_stated"]
+        if not n:
+            continue
+        stated = float(np.mean(said)) if said else float("nan")
+        measured = hits / n
+        ok = measured <= 1.5 * stated or measured - stated <= 0.005
+        ratio = f"{measured / stated:.2f}" if stated > 0 else "-"
+        rows.append(
+            f"| {sc.name} | {name} | {stated:.2%} ({len(said)}) | {ci(hits, n)} ({n}) | {ratio} | "
+            f"{'yes' if ok else '**no**'} |"
+        )
+    return rows
+
+
+def stated_table(chosen: list[Scenario], args, verdict: dict, tmp: Path) -> None:
+    print(
+        f"\nstated vs measured: {args.stated} null studies of {TRIALS} trials and {args.first} more first trials "
+        f"per scenario; stated rates of a sample (in brackets: how many)\n"
+    )
+    print("| scenario | level | stated (mean) | measured [95% CI] (n) | measured / stated | within 1.5x or 0.5 pp |")
+    print("|---|---|---:|---:|---:|---|")
+    for sc in chosen:
+        seed = args.seed * 1000 + 700 + scenarios().index(sc)
+        r = simulate_stated(sc, args.stated, args.first, seed, tmp, verdict, args.cap)
+        print("\n".join(stated_rows(sc, r)), flush=True)
 
 
 def simulate_pruner(sc: Scenario, studies: int, seed: int, tmp: Path, verdict: dict) -> dict:
@@ -273,7 +376,8 @@ def simulate_pruner(sc: Scenario, studies: int, seed: int, tmp: Path, verdict: d
 def pruner_row(sc: Scenario, r: dict) -> str:
     stopped = sum(r.get(f"stopped{e:+.2f}", 0) for e in sorted(set(PRUNE_EFFECTS)))
     cells = " | ".join(ci(r.get(f"stopped{e:+.2f}", 0), r.get(f"n{e:+.2f}", 0)) for e in sorted(set(PRUNE_EFFECTS)))
-    return f"| {sc.family} | {sc.name} | {cells} | {stopped} | {ci(r.get('stopped_improved', 0), stopped)} |"
+    would = ci(r.get(f"stopped_{Verdict.IMPROVED}", 0), stopped)
+    return f"| {sc.family} | {sc.name} | {cells} | {stopped} | {would} |"
 
 
 def ci(k: int, n: int) -> str:
@@ -334,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--studies", type=int, default=400, help="null studies of 30 trials per scenario")
     ap.add_argument("--power", type=int, default=300, help="power studies per scenario")
     ap.add_argument("--pruner", type=int, default=100, help="studies per scenario watched by the pruner (0: none)")
+    ap.add_argument("--stated", type=int, default=0, help="null studies per scenario for stated vs measured (0: none)")
+    ap.add_argument("--first", type=int, default=0, help="more first trials per scenario for stated vs measured")
+    ap.add_argument("--cap", type=int, default=20, help="stated rates computed per level and scenario, at most")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--only",
@@ -364,7 +471,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     t0 = time.time()
     try:
-        verdict_table(chosen, args, verdict, tmp)
+        if args.studies or args.power:
+            verdict_table(chosen, args, verdict, tmp)
+        if args.stated:
+            stated_table(chosen, args, verdict, tmp)
         if args.pruner:
             pruner_table([s for s in chosen if s.pruner], args, verdict, tmp)
     finally:

@@ -333,6 +333,8 @@ def study_errors(ev: Evidence, recipe: Any) -> StudyErrors:
         int(changed.df) if changed is not None else 0,
         parent_sd,
         max(parent_sd, changed_sd or 0.0),
+        int(par.df),
+        int(changed.df) if changed is not None else 0,
     )
     fc = calibrate.false_confirmations(design, s)
     return StudyErrors(

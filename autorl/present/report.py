@@ -31,10 +31,12 @@ from typing import Any, Literal, NamedTuple
 from autorl import gitops, loading
 from autorl.budget import format_duration
 from autorl.errors import GitError, UserError, short
+from autorl.judge import calibrate
+from autorl.judge.stats import clopper_pearson
 from autorl.ledger import Ledger, Study, Trial
 from autorl.present import errors, findings
 from autorl.present.review import crash_groups, hypothesis_rows, show_trial
-from autorl.recipe import Objective, SearchParam, dump_values
+from autorl.recipe import Objective, SearchParam, VerdictSettings, dump_values
 from autorl.search.optuna_study import distributions, study_names
 from autorl.states import Confirmation, Kind, Proposer, TrialStatus, Verdict
 from autorl.workspace import Workspace
@@ -134,6 +136,7 @@ def collect(ws: Workspace, ledger: Ledger, study: str | None = None) -> dict[str
     return {
         "study": st,
         "objective": objective,
+        "verdict": VerdictSettings.model_validate(recipe.get("verdict") or {}),
         "trials": trials,
         "best": best,
         "findings": found,
@@ -364,6 +367,7 @@ def make_plots(data: dict, dest: Path) -> dict[str, str]:
         ("params", _plot_params),
         ("importances", _plot_importances),
         ("curves", _plot_curves),
+        ("reliability", _plot_reliability),
     ):
         fig = draw(plt, data)
         if fig is None:
@@ -537,6 +541,53 @@ def _plot_curves(plt, data: dict):
     return fig
 
 
+def aa_rates(data: dict) -> tuple[list[tuple[float, float]], tuple[int, int, int]]:
+    """The study's A/A evidence against its stated rates: per A/A comparison (each baseline run judged against the
+    others) the chance of a false improved and of a false regressed call its test states (``calibrate``), and
+    (improved, regressed, comparisons) as the A/A called them."""
+    aa = data["errors"].aa
+    stated = []
+    for _, v in aa:
+        d = calibrate.design_of(v)
+        r = calibrate.verdict_rates(d, data["verdict"], v.level) if d is not None else None
+        stated.append((r.improved, r.regressed) if r is not None else (math.nan, math.nan))
+    calls = [v.verdict for _, v in aa]
+    return stated, (calls.count(Verdict.IMPROVED), calls.count(Verdict.REGRESSED), len(aa))
+
+
+def _plot_reliability(plt, data: dict):
+    """Left: each A/A comparison's gain and interval (none should leave 0). Right: the stated chance of a false
+    improved / regressed call beside the share of A/A comparisons that made one, with its 95% Clopper-Pearson
+    interval: a study of few baseline runs shows little, but a study whose A/A calls far more than it states is
+    seen here."""
+    aa = data["errors"].aa
+    if not aa:
+        return None
+    stated, (improved, regressed, n) = aa_rates(data)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4))
+    for k, (_, v) in enumerate(aa):
+        color = VERDICT_COLOURS.get(v.verdict, "#777777")
+        left.errorbar([k], [v.delta], yerr=[[v.delta - v.ci_low], [v.ci_high - v.delta]], fmt="o", color=color)
+    left.axhline(0.0, color="black", lw=0.8)
+    left.set_xticks(range(len(aa)), [f"run {i + 1}" for i, _ in aa])
+    left.set(ylabel="gain vs the other baseline runs", title="A/A: each baseline run vs the others")
+    x = [0, 1]
+    said = [_mean([s[j] for s in stated if math.isfinite(s[j])]) for j in (0, 1)]
+    right.bar([p - 0.2 for p in x], said, width=0.4, color="#1f5fbf", label="stated (mean over the A/A tests)")
+    seen = [improved / n, regressed / n]
+    bounds = [clopper_pearson(k, n) for k in (improved, regressed)]
+    err = [[s - b[0] for s, b in zip(seen, bounds)], [b[1] - s for s, b in zip(seen, bounds)]]
+    right.bar([p + 0.2 for p in x], seen, width=0.4, color="#bf5f1f", yerr=err, capsize=4, label=f"A/A ({n} tests)")
+    right.set_xticks(x, ["false improved", "false regressed"])
+    right.set(ylabel="rate", title="stated rate vs the study's A/A")
+    right.legend(fontsize=7)
+    return fig
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
 def _curve(ax, records: list[dict], kind: str, key: str, label: str, style: dict) -> None:
     pts = [(r.get("step"), r.get(key)) for r in records if r.get("type", "step") == kind and _finite(r.get(key))]
     if pts:
@@ -686,6 +737,8 @@ def _plot_blocks(data: dict, plots: dict[str, str]) -> list[Block]:
         "params": "Objective vs searched parameters",
         "importances": "Parameter importances",
         "curves": "Reward and eval curves: best trials vs baseline",
+        "reliability": "Reliability: the stated false-positive rate against the study's own A/A (each baseline run "
+        "judged against the others as a trial is)",
     }
     for name, caption in captions.items():
         if name in plots:

@@ -3,19 +3,30 @@ the Clopper-Pearson interval the benchmarks print."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from autorl.judge.calibrate import (
+    UNMEASURED,
     Design,
+    _draw,
+    _sds,
     columns,
     confirmation_rate,
     describe,
     false_confirmations,
     fp_rate,
+    logit_scale,
     percent,
+    run_sd,
+    smoothed,
     stated_rate,
     verdict_rates,
+)
+from autorl.judge.calibrate import (
+    test_name as name_of_test,
 )
 from autorl.judge.stats import clopper_pearson
 from autorl.judge.verdict import Noise, Runs, confirm, judge
@@ -97,3 +108,62 @@ def test_a_confirmation_states_the_rate_of_a_null_candidate_being_confirmed_not_
     stated = columns(v, S, confirmation=True)["confirm_fp_rate"]
     assert stated == confirmation_rate(v, S) and stated > 2 * stated_rate(v, S)
     assert columns(v, S)["fp_rate"] == stated_rate(v, S)  # a screening verdict keeps its own test's rate
+
+
+def _observed(runs: int, seed: int = 3) -> tuple[float, ...]:
+    """Items' observed solve rates over ``runs`` runs of items with true rates ``P``."""
+    rng = np.random.default_rng(seed)
+    return tuple((rng.random((runs, len(P))) < np.asarray(P)).mean(axis=0))
+
+
+@pytest.mark.parametrize("sd", [0.01, 0.02, 0.05])
+@pytest.mark.parametrize("runs", [2, 5])
+def test_the_simulator_reproduces_the_run_sd_it_is_given(sd, runs):
+    """Items seen at 0 or 1 used to barely move (clipped shifts): the simulated run sd was 0.62-0.89x the assumed.
+    Now each item's rate is smoothed and a run shifts the logits; the run means' sd less the flips' share is the
+    assumed sd within 10%."""
+    d = Design(_observed(runs), runs, 1, 0, 0, sd, sd)
+    x = _draw(np.random.default_rng(7), d, np.full(6000, sd), 2)  # (cases, 2 runs, items)
+    m = x.mean(axis=-1)
+    flips = np.var(x, axis=1, ddof=1).mean(axis=-1).mean() / x.shape[-1]
+    simulated = math.sqrt(max(np.var(m[:, 0] - m[:, 1]) / 2 - flips, 0.0))
+    assert simulated == pytest.approx(sd, rel=0.10)
+    q = smoothed(np.asarray(d.p), runs)
+    assert run_sd(q, logit_scale(q, sd)) == pytest.approx(sd, rel=0.02)  # the quadrature the scale is solved on
+
+
+def test_smoothed_rates_keep_the_mean_and_leave_no_item_certain():
+    p = np.asarray(_observed(2))
+    q = smoothed(p, 2)
+    assert ((p == 0) | (p == 1)).mean() > 0.2 and 0 < q.min() and q.max() < 1
+    assert q.mean() == pytest.approx(p.mean(), abs=1e-9)
+    assert np.all(np.diff(q[np.argsort(p, kind="stable")]) >= -1e-12)  # the order of the items is kept
+    assert np.abs(q - np.asarray(P)).mean() < np.abs(p - np.asarray(P)).mean()  # nearer the truth than raw
+
+
+def test_each_simulated_case_draws_its_true_run_sd_from_what_the_estimate_knows():
+    """Not a plugged-in point estimate: the parent's sd from a scaled inverse chi-square with its replicate df
+    (assumed / true variance is chi-square / df: mean 1, variance 2 / df); a measured trial recipe's sd drawn apart
+    with its own df; an unmeasured one as noisy as the parent's, case by case."""
+    d = Design(P, 5, 1, 0, 0, 0.02, 0.03, 4, 6)
+    sd_p, sd_t = _sds(np.random.default_rng(5), d, S, 40000)
+    for sd, assumed, df in ((sd_p, 0.02, 4), (sd_t, 0.03, 6)):
+        ratio = np.square(assumed / sd)
+        assert ratio.mean() == pytest.approx(1.0, abs=0.03) and ratio.var() == pytest.approx(2 / df, rel=0.1)
+    assert abs(np.corrcoef(sd_p, sd_t)[0, 1]) < 0.03
+    sd_p, sd_t = _sds(np.random.default_rng(5), d._replace(trial_df=0), S, 1000)
+    assert np.allclose(sd_t, 1.5 * sd_p) and sd_p.std() > 0.002
+    narrow = _sds(np.random.default_rng(6), d, S, 40000)[0]
+    wide = _sds(np.random.default_rng(6), d._replace(parent_df=1), S, 40000)[0]  # two parent runs: 1 df
+    assert np.quantile(wide, 0.9) > 1.3 * np.quantile(narrow, 0.9)
+
+
+def test_an_unmeasured_trial_recipe_says_its_rate_rests_on_the_parents_noise():
+    rng = np.random.default_rng(1)
+    p = np.asarray(P)
+    runs = [(rng.random(p.size) < p).astype(int).tolist() for _ in range(9)]
+    one = judge(Runs(values=[0.0], items=runs[:1]), Runs(values=[0.0] * 5, items=runs[1:6]), S, "maximize")
+    assert name_of_test(one).endswith(UNMEASURED) and UNMEASURED in columns(one, S)["test"]
+    own = Noise(trial=[Runs(values=[0.0] * 3, items=runs[:1] + runs[6:8])])
+    measured = judge(Runs(values=[0.0], items=runs[:1]), Runs(values=[0.0] * 5, items=runs[1:6]), S, "maximize", own)
+    assert UNMEASURED not in name_of_test(measured)
