@@ -34,6 +34,7 @@ def _backend_names() -> list[str]:
 class _Ctx:
     def __init__(self, directory: str, ledger: str | None):
         self.directory, self.ledger = directory, ledger
+        self.warned = False  # the partial-ledger line printed once (open_ledger)
 
     def workspace(self):
         from autorl.workspace import Workspace  # lazy: loaded with its command only
@@ -41,13 +42,59 @@ class _Ctx:
         return Workspace.open(self.directory, self.ledger)
 
     def open_ledger(self, write: bool = False):
-        """The workspace's ledger: read-only for the review commands, writable for a command that records."""
+        """The workspace's ledger: read-only for the review commands, writable for a command that records. A ledger
+        of a newer autorl is refused; one whose tables are damaged is written to by nothing, and a review of it
+        says first, in one line, that what it shows may be partial, and exits 1 once it has shown it."""
         from autorl.ledger import Ledger, open_read  # lazy: loaded with its command only
+        from autorl.ledger.errors import damaged  # lazy: loaded with its command only
 
         ws = self.workspace()
         if not ws.ledger_path.exists():
             raise UserError(f"no ledger at {ws.ledger_path}: run a study first with `autorl run`")
-        return Ledger(ws.ledger_path) if write else open_read(ws.ledger_path)
+        ledger = open_read(ws.ledger_path)
+        try:
+            ledger.file.refuse_newer(ledger.db)
+            if ledger.damage and write:
+                raise damaged(ws.ledger_path, ledger.damage)
+        except BaseException:
+            ledger.close()
+            raise
+        if not self.warned:
+            self.warned = True
+            if ledger.damage:
+                click.echo(f"autorl: warning: {ledger.file.partial(ledger.damage)}", err=True)
+            click.get_current_context().find_root().with_resource(_LedgerRead(ws.ledger_path, bool(ledger.damage)))
+        if write:
+            ledger.close()
+            return Ledger(ws.ledger_path)
+        return ledger
+
+
+class _LedgerRead:
+    """How a command that read the ledger ends: exit 1 after it showed part of a damaged ledger; a failure on rows
+    that are not what the ledger writes (a page of another file, torn) is the one line saying the ledger is
+    damaged, when the whole file's check finds it so (a failure on a whole ledger stays what it is)."""
+
+    def __init__(self, path: Path, partial: bool):
+        self.path, self.partial = path, partial
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is None and sys.exc_info()[0] is None:
+            if self.partial:
+                raise SystemExit(1)
+            return
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, (AutorlError, click.ClickException)):
+            return
+        from autorl.ledger.files import whole_file_damage  # lazy: loaded with its command only
+
+        found = whole_file_damage(self.path)
+        if found:
+            from autorl.ledger.errors import damaged  # lazy: loaded with its command only
+
+            raise damaged(self.path, found) from None
 
 
 pass_ctx = click.make_pass_decorator(_Ctx)
@@ -362,23 +409,86 @@ def triage(ctx: click.Context, as_json: bool) -> None:
     help="Also print which error family matched which line, the library source of its message, and what was skipped.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def triage_classify(logfile: str, exit_code: int | None, watchdog: str | None, explain: bool, as_json: bool) -> None:
-    """Classify a run log: category, root-cause line, remedy, engine, confidence, signature."""
+@pass_ctx
+def triage_classify(
+    c: _Ctx, logfile: str, exit_code: int | None, watchdog: str | None, explain: bool, as_json: bool
+) -> None:
+    """Classify a run log: category, root-cause line, remedy, engine, confidence, signature.
+
+    In a workspace, its own families (from `autorl triage label`) are read first."""
     from autorl.judge import triage as tr  # lazy: loaded with its command only
 
     p = _given(Path(logfile), "log file")
     if not p.is_file():
         raise UserError(f"log file {p} not found: pass the path of a run log")
     text = tr.read_tail(p)
-    d = tr.classify(text, exit_code=exit_code, watchdog=watchdog).model_dump()
+    local = _local_families(c)
+    d = tr.classify(text, exit_code=exit_code, watchdog=watchdog, local=local).model_dump(mode="json")
     if explain:
-        d["explain"] = tr.explain(text, exit_code=exit_code, watchdog=watchdog)
+        d["explain"] = tr.explain(text, exit_code=exit_code, watchdog=watchdog, local=local)
     _emit(d, as_json, _format_classify)
 
 
+def _local_families(c: _Ctx) -> Path | None:
+    """The workspace's own families file, when the command runs in a workspace (outside one: none)."""
+    from autorl.judge import triage_labels  # lazy: loaded with its command only
+
+    try:
+        return triage_labels.local_families_path(c.workspace())
+    except AutorlError:
+        return None
+
+
 def _format_classify(d: dict) -> str:
-    head = [f"{k}: {v}" for k, v in d.items() if k != "explain"]
+    head = [f"{k}: {v}" for k, v in d.items() if k not in ("explain", "candidates")]
+    found = [
+        f"  {x['family'] or '(no family)'} ({x['category']}, {x['printed_by']}): {x['line']}" for x in d["candidates"]
+    ]
+    head += ["candidates:", *found] if found else []
     return "\n".join(head + (["explain:", *("  " + t for t in d["explain"])] if "explain" in d else []))
+
+
+@triage.command("label")
+@click.argument("number", type=TRIAL_NUMBER)
+@click.argument("category")
+@click.option("--line", default=None, metavar="TEXT", help="The root-cause line, a line of the trial's log.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def triage_label(c: _Ctx, number: int, category: str, line: str | None, as_json: bool) -> None:
+    """Correct triage on crashed trial NN: record CATEGORY (and --line) in the ledger and add a workspace family
+    that files the same failure so from now on."""
+    from autorl.judge import triage_labels  # lazy: loaded with its command only
+
+    done = triage_labels.label(c.workspace(), c.open_ledger(write=True), number, category, line)
+    _emit(done.model_dump(mode="json"), as_json, _format_label)
+
+
+def _format_label(d: dict) -> str:
+    was = f" (triage said {d['was']})" if d["was"] else ""
+    return (
+        f"trial {d['number']:02d} labelled {d['category']}{was}: {d['root_cause_line']}\n"
+        f"family {d['family']} added to {d['families_file']}"
+    )
+
+
+@triage.command("export")
+@click.option(
+    "--out", type=click.Path(), default=None, metavar="DIR", help="Folder to write (default: .autorl/triage/export)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def triage_export(c: _Ctx, out: str | None, as_json: bool) -> None:
+    """Write the workspace's labelled crashes as logs/<id>.log and labels.yaml, the shipped corpus's format."""
+    from autorl.judge import triage_labels  # lazy: loaded with its command only
+
+    ws = c.workspace()
+    folder = _given(Path(out), "--out folder") if out else ws.run_dir / "triage" / "export"
+    labels = triage_labels.export(ws, c.open_ledger(), folder)
+    _emit({"out": str(folder), "labels": labels}, as_json, _format_export)
+
+
+def _format_export(d: dict) -> str:
+    return f"{len(d['labels'])} labelled crash(es) written to {d['out']} (labels.yaml, logs/)"
 
 
 @triage.command("trial")

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from autorl import loading
 from autorl.backends.registry import BACKENDS, BackendName
-from autorl.errors import RecipeError, short, validation_line
+from autorl.errors import RecipeError, short, short_repr, validation_line
 from autorl.metrics import items_key
 
 
@@ -47,7 +47,12 @@ class SearchParam(_Model):
     high: float | None = Field(None, description="Upper bound (inclusive).")
     log: bool = Field(False, description="Sample on a log scale (low must be > 0).")
     int: bool = Field(False, description="Integer range.")
-    choices: list[Any] | None = Field(None, description="Categorical choices (instead of low/high).")
+    choices: list[Any] | None = Field(
+        None,
+        description="Categorical choices (instead of low/high): each a value the train key takes (a number, text, "
+        "true/false or null), the recipe's own value among them. A range's bounds, and the values between them, must "
+        "be ones the train key takes too (int: true for a whole-number key); all is checked before a study starts.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SearchParam:
@@ -253,11 +258,12 @@ class Recipe(_Model):
         self.train = self._params.model_dump(mode="json")
         if self.full:  # a promoted run's values are checked with the recipe, not when its full run starts
             _typed_params(model, {**self.train, **self.full}, "full")
-        for key in self.search:
+        for key, param in self.search.items():
             if key not in self.train and key not in model.model_fields:
                 raise ValueError(
                     f"search names '{key}', which train does not have: add it to train or remove it from search"
                 )
+            _check_space(model, self.train, key, param)
         return self
 
     @property
@@ -288,6 +294,52 @@ def _check_inside(key: str, value: Any, p: SearchParam) -> None:
         raise ValueError(
             f"train.{key} is {value!r}, which is not among search.{key} choices {p.choices}: "
             f"add it to the choices or change train.{key}"
+        )
+
+
+OPTUNA_CHOICE = (type(None), bool, int, float, str)  # what an Optuna categorical choice may be (it stores them)
+
+
+def _check_space(model: type[BaseModel], train: dict, key: str, p: SearchParam) -> None:
+    """Every value the search may give ``train.key`` is one the backend's train block takes: each choice, and a
+    range's bounds and a point between them (a float range on an int key, a range on a text or yes/no key, a
+    choice of another type are refused here, not when a trial is made of them mid-study)."""
+    base = train.get(key)
+    if p.choices is not None:
+        odd = [c for c in p.choices if not isinstance(c, OPTUNA_CHOICE)]
+        if odd:
+            raise ValueError(
+                f"search.{key} choice {short_repr(odd[0])} is not a number, text, true/false or null: list only "
+                "such values"
+            )
+        points = [("choice {}", c) for c in p.choices]
+    else:
+        assert p.low is not None and p.high is not None  # a range without choices has both bounds
+        if base is not None and (isinstance(base, bool) or not isinstance(base, (int, float))):
+            raise ValueError(
+                f"search.{key} is a range, but train.{key} is {short_repr(base)}, not a number: search it with "
+                "choices, or remove it from search"
+            )
+        mid = int((p.low + p.high) // 2) if p.int else (p.low + p.high) / 2
+        points = [("low {}", int(p.low) if p.int else p.low), ("high {}", int(p.high) if p.int else p.high)]
+        points.append(("value {} (between low and high)", mid))
+    for what, value in points:
+        try:
+            _typed_params(model, {**train, key: value}, "train")
+        except ValueError as exc:
+            hint = " (int: true for a whole-number key)" if what.startswith("value") and not p.int else ""
+            raise ValueError(
+                f"search.{key}: its {what.format(short_repr(value))} is not a value train.{key} takes ({exc}): give "
+                f"search.{key} only values train.{key} takes{hint}"
+            ) from None
+
+
+def check_log_base(key: str, value: Any, p: SearchParam) -> None:
+    """A base value searched on a log scale is above zero: Optuna takes the log of every point it has seen."""
+    if p.log and p.choices is None and isinstance(value, (int, float)) and value <= 0:
+        raise ValueError(
+            f"train.{key} is {value!r}, but search.{key} is on a log scale, which holds only values above 0: "
+            f"give train.{key} a value above 0, or drop log: true"
         )
 
 
@@ -384,6 +436,7 @@ def check_base(recipe: Recipe, source: str | Path) -> None:
     for key, param in recipe.search.items():
         try:
             _check_inside(key, recipe.train.get(key), param)
+            check_log_base(key, recipe.train.get(key), param)
         except ValueError as exc:
             raise RecipeError(f"{source}: {exc}") from None
 

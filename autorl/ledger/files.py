@@ -17,6 +17,7 @@ import sqlite_utils
 from autorl import locks
 from autorl.errors import LedgerError, WorkspaceError, short
 from autorl.ledger.errors import damaged, sqlite_code, translated_errors
+from autorl.ledger.migrations import MIGRATIONS
 
 REVIEWED = ("autorl_migrations", "autorl_studies", "autorl_trials", "autorl_events")
 
@@ -58,7 +59,22 @@ class LedgerFile:
             rows = [r[0] for r in db.execute("PRAGMA quick_check(3)").fetchall()]
         if rows != ["ok"]:
             raise damaged(self.path, "; ".join(rows)[:200])
+        self.refuse_newer(db)
         return time.monotonic() - t0
+
+    def refuse_newer(self, db: sqlite_utils.Database) -> None:
+        """Raise ``LedgerError`` if the ledger records schema steps this autorl does not know: a newer autorl made
+        it, and this one would misread it or write rows its schema does not hold."""
+        with translated_errors(self.path):
+            made = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'autorl_migrations'").fetchone()
+            done = [str(r[0]) for r in db.execute("SELECT name FROM autorl_migrations")] if made else []
+        unknown = sorted(set(done) - {name for name, _ in MIGRATIONS})
+        if unknown:
+            raise LedgerError(
+                f"ledger {short(self.path, 200)} was written by a newer autorl (schema steps this one does not "
+                f"know: {short(', '.join(unknown), 120)}): upgrade autorl to read or resume it, or pass another "
+                "--ledger; the file is kept as it is"
+            )
 
     def damage(self, db: sqlite_utils.Database, tables: tuple[str, ...] = REVIEWED) -> str | None:
         """What ``PRAGMA quick_check`` finds wrong in ``tables`` (the ones every review command reads; 15 ms at
@@ -70,6 +86,14 @@ class LedgerFile:
             return str(exc)[:200]
         bad = [line for line in found if line != "ok"]
         return "; ".join(bad)[:200] if bad else None
+
+    def partial(self, what: str) -> str:
+        """The line a review command prints before what it shows of a ledger whose tables are damaged."""
+        return (
+            f"ledger {short(self.path, 200)} is damaged ({short(what, 200)}): what follows may be partial; keep the "
+            "file; rebuild what it holds into a new one with `sqlite3 LEDGER .recover | sqlite3 recovered.sqlite` "
+            "and pass that with --ledger"
+        )
 
     def optuna_url(self) -> str:
         """The SQLAlchemy URL of this file for Optuna: it never creates the file (a removed ledger is not
@@ -165,6 +189,22 @@ def _check_is_ledger(conn: sqlite3.Connection, path: Path) -> None:
             f"{short(path, 200)} is a SQLite file but not an autorl ledger (no autorl_trials table): "
             "pass your ledger with --ledger FILE"
         )
+
+
+def whole_file_damage(path: Path) -> str | None:
+    """What ``PRAGMA quick_check`` of the whole file finds wrong (every page, 0.55 s at 8,000 trials: run where a
+    command already failed on what it read), None when it is whole or cannot be read to say."""
+    try:
+        db = open_readonly(path)
+    except Exception:  # noqa: BLE001 - no answer is no claim of damage; the command's own failure stands
+        return None
+    try:
+        rows = [str(r[0]) for r in db.execute("PRAGMA quick_check(3)").fetchall()]
+    except sqlite3.DatabaseError as exc:
+        return str(exc)[:200]
+    finally:
+        db.conn.close()
+    return None if rows == ["ok"] else "; ".join(rows)[:200]
 
 
 def identity(path: Path) -> tuple[int, int] | None:
