@@ -21,12 +21,9 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-import torch
-
-from autorl.toolkit import model, peritem, policy_eval, reward, task
 
 # Settings that cannot change the step-0 eval: they act from the first training step on.
 TRAIN_ONLY = frozenset(
@@ -53,7 +50,9 @@ TRAIN_ONLY = frozenset(
         "seed",
     }
 )
-SOURCES = (model, peritem, policy_eval, reward, task)  # what generates, reads and judges the eval
+HERE = Path(__file__).resolve().parent
+# what generates, reads and judges the eval (read as files: this module imports no torch)
+SOURCES = tuple(HERE / f"{name}.py" for name in ("model", "peritem", "policy_eval", "reward", "task"))
 MAX_FOLDER_FILES = 10_000  # a model folder with more entries is not keyed (and not cached): bounded work
 
 
@@ -62,7 +61,7 @@ def eval_key(config: Any, device_type: str) -> str | None:
     settings = {k: v for k, v in config.model_dump().items() if k not in TRAIN_ONLY}
     if config.eval_k:
         settings["seed"] = config.seed  # sampling pass@k draws from the run's generator
-    parts: dict[str, Any] = {"settings": settings, "device": device_type, "torch": torch.__version__}
+    parts: dict[str, Any] = {"settings": settings, "device": device_type, "torch": _version("torch")}
     folder = Path(config.model)
     if not config.model.startswith("builtin:"):
         files = _folder_files(folder)
@@ -70,9 +69,16 @@ def eval_key(config: Any, device_type: str) -> str | None:
             return None
         parts["model"] = [str(folder.resolve()), files]
     parts["evals"] = [_digest(Path(p)) for p in (config.eval_id, config.eval_ood) if p]
-    parts["source"] = [_digest(Path(m.__file__)) for m in SOURCES if m.__file__]
+    parts["source"] = [_digest(p) for p in SOURCES]
     blob = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _folder_files(folder: Path) -> list[list[Any]] | None:

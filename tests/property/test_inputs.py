@@ -2,7 +2,7 @@
 2, with no traceback and nothing written; what is valid is accepted (a study's base recipe, its baseline's point and
 its first asked trials made into recipes; a train plan printed).
 
-The fast profile runs in the suite; ``benchmarks/property_inputs.py`` runs the large one (tests/property/conftest.py).
+The fast profile runs in the suite; ``benchmarks/property_inputs.py`` runs the large one (profiles in tests/property/profiles.py).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from autorl.errors import MAX_LINE, UserError, one_line
 from autorl.recipe import check_base, editable_text, recipe_and_text
 from autorl.search.hypotheses import load_hypothesis
 from autorl.search.optuna_study import distributions
+from tests.property import profiles  # noqa: F401 - registers and loads the hypothesis profiles first
 from tests.property import strategies as s
 from tests.study_ledger import git_workspace
 
