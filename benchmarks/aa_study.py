@@ -25,6 +25,7 @@ import yaml
 from autorl.data import shipped
 from autorl.ledger import Ledger
 from autorl.recipe import VerdictSettings
+from autorl.states import Confirmation, Proposer, TrialStatus, Verdict
 
 
 def aa_recipe() -> dict:
@@ -65,22 +66,23 @@ def run(ws: Path, trials: int, cache: Path | None) -> None:
 
 def report(ws: Path) -> None:
     rows = Ledger(ws / "ledger.sqlite").trials()
-    trials = [r for r in rows if r["proposer"] not in ("baseline", "confirm")]
+    trials = [r for r in rows if r.proposer not in (Proposer.BASELINE, Proposer.CONFIRM)]
     count = lambda f: sum(1 for r in trials if f(r))  # noqa: E731
     print(
-        f"baseline runs {sum(r['proposer'] == 'baseline' for r in rows)}, trials {len(trials)}, "
-        f"confirmation runs {sum(r['proposer'] == 'confirm' for r in rows)}"
+        f"baseline runs {sum(r.proposer == Proposer.BASELINE for r in rows)}, trials {len(trials)}, "
+        f"confirmation runs {sum(r.proposer == Proposer.CONFIRM for r in rows)}"
     )
     print(
-        f"improved (candidate, any outcome) {count(lambda r: r['verdict'] == 'improved')}; "
-        f"confirmed {count(lambda r: r['confirmation'] == 'confirmed')}; "
-        f"regressed {count(lambda r: r['verdict'] == 'regressed')}; flat {count(lambda r: r['verdict'] == 'flat')}; "
-        f"pruned {count(lambda r: r['status'] == 'pruned')}; crash {count(lambda r: r['verdict'] == 'crash')}"
+        f"improved (candidate, any outcome) {count(lambda r: r.verdict == Verdict.IMPROVED)}; "
+        f"confirmed {count(lambda r: r.confirmation == Confirmation.CONFIRMED)}; "
+        f"regressed {count(lambda r: r.verdict == Verdict.REGRESSED)}; "
+        f"flat {count(lambda r: r.verdict == Verdict.FLAT)}; "
+        f"pruned {count(lambda r: r.status == TrialStatus.PRUNED)}; crash {count(lambda r: r.verdict == Verdict.CRASH)}"
     )
     for r in trials:
-        if r["verdict"] in ("improved", "regressed", "pruned", "crash"):
-            print(f"  {r['attempt']}: {r['verdict']} {r['confirmation'] or ''} {(r['reason'] or '')[:240]}")
-    deltas = [r["delta"] for r in trials if r["delta"] is not None]
+        if r.verdict in (Verdict.IMPROVED, Verdict.REGRESSED, Verdict.PRUNED, Verdict.CRASH):
+            print(f"  {r.attempt}: {r.verdict} {r.confirmation or ''} {(r.reason or '')[:240]}")
+    deltas = [r.delta for r in trials if r.delta is not None]
     if deltas:
         print(
             f"gain vs baseline over {len(deltas)} trials: mean {sum(deltas) / len(deltas):+.4f}, "

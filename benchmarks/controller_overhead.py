@@ -22,6 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from autorl.ledger import Ledger
+from autorl.states import Proposer, TrialStatus, Verdict
+
 NOOP = """import json, sys, random, time
 t0 = time.time()
 random.seed(int(sys.argv[2]))
@@ -73,28 +76,22 @@ def study(ws: Path, trials: int) -> dict:
 
 def child_walls(ws: Path, trials: int) -> list[float]:
     """The noop child's own wall time per trial (from its summary line), last ``trials`` trials."""
-    from autorl.ledger import Ledger
-
     led = Ledger(ws / "ledger.sqlite")
     rows = led.trials()[-trials:]
-    return [next((m["wall_s"] for m in led.metrics(r["id"]) if m.get("type") == "summary"), 0.0) for r in rows]
+    return [next((m["wall_s"] for m in led.metrics(r.id) if m.get("type") == "summary"), 0.0) for r in rows]
 
 
 def per_trial_overheads(ws: Path, trials: int) -> list[float]:
     """Per-trial overhead from the ledger: gap between consecutive trial ends minus the child's time."""
     rows = json.loads(cli(ws, "ledger", "--json", "--last", str(trials)).stdout)
-    from autorl.ledger import Ledger
-
     led = Ledger(ws / "ledger.sqlite")
     full = [led.trial(r["number"]) for r in rows]
     walls = child_walls(ws, trials)
-    return [b["finished"] - a["finished"] - w for a, b, w in zip(full, full[1:], walls[1:])]
+    return [b.finished - a.finished - w for a, b, w in zip(full, full[1:], walls[1:])]
 
 
 def fill_ledger(ws: Path, n: int) -> None:
     """n synthetic finished trials (rows, metrics and attempt refs), as a long study leaves behind."""
-    from autorl.ledger import Ledger
-
     led = Ledger(ws / "ledger.sqlite")
     sid = led.create_study(
         name="old-study",
@@ -113,14 +110,20 @@ def fill_ledger(ws: Path, n: int) -> None:
             number=i,
             attempt=f"attempt-{i:02d}-old",
             branch=f"attempt-{i:02d}-old",
-            proposer="optuna",
+            proposer=Proposer.OPTUNA,
             params={"lr": 1e-3},
             changed={"lr": 1e-3},
             started=time.time(),
         )
         led.add_metrics(tid, [{"type": "step", "step": s, "reward_mean": 0.5} for s in range(1, 21)])
         led.update_trial(
-            tid, status="complete", verdict="flat", objective=0.5, delta=0.0, duration_s=1.0, finished=time.time()
+            tid,
+            status=TrialStatus.COMPLETE,
+            verdict=Verdict.FLAT,
+            objective=0.5,
+            delta=0.0,
+            duration_s=1.0,
+            finished=time.time(),
         )
         refs.append(f"create refs/heads/attempt-{i:02d}-old {head}\n")
     subprocess.run(["git", "update-ref", "--stdin"], cwd=ws, input="".join(refs), text=True, check=True)

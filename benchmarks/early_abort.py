@@ -42,6 +42,7 @@ from pathlib import Path
 import yaml
 
 from autorl.ledger import Ledger
+from autorl.states import Confirmation, Proposer, TrialStatus, Verdict
 
 SPACE = {"lr": {"low": 1.0e-5, "high": 3.0e-2, "log": True}}
 BASE_LR = 1.0e-6  # far too low, as in the default recipe: the sweep has something to find
@@ -108,20 +109,20 @@ def run_study(ws: Path, seed: int, trials: int) -> None:
 def study_result(ws: Path) -> dict:
     """Best objective, trial-time sum, pruned count, lr sequence and abort reasons of one study."""
     rows = Ledger(ws / "ledger.sqlite").trials()
-    values = [r["objective"] for r in rows if r["objective"] is not None]
-    sweep = [r for r in rows if r["proposer"] not in ("baseline", "confirm")]
-    pruned = [r for r in rows if r["status"] == "pruned"]
+    values = [r.objective for r in rows if r.objective is not None]
+    sweep = [r for r in rows if r.proposer not in (Proposer.BASELINE, Proposer.CONFIRM)]
+    pruned = [r for r in rows if r.status == TrialStatus.PRUNED]
     return {
         "best": max(values) if values else None,
-        "trial_s": sum(r["duration_s"] or 0 for r in rows),
-        "sweep_s": sum(r["duration_s"] or 0 for r in sweep),
+        "trial_s": sum(r.duration_s or 0 for r in rows),
+        "sweep_s": sum(r.duration_s or 0 for r in sweep),
         "pruned": len(pruned),
-        "confirmed": sum(r["confirmation"] == "confirmed" for r in rows),
-        "incumbent": max((r["objective"] for r in rows if r["confirmation"] == "confirmed"), default=None),
-        "lrs": [round(r["params"]["lr"], 10) for r in sweep],
-        "verdicts": [r["verdict"] for r in sweep],
-        "confirmations": [r["confirmation"] for r in sweep],
-        "by": sorted({_pruned_by(r["reason"] or "") for r in pruned}),
+        "confirmed": sum(r.confirmation == Confirmation.CONFIRMED for r in rows),
+        "incumbent": max((r.objective for r in rows if r.confirmation == Confirmation.CONFIRMED), default=None),
+        "lrs": [round((r.params or {})["lr"], 10) for r in sweep],
+        "verdicts": [r.verdict for r in sweep],
+        "confirmations": [r.confirmation for r in sweep],
+        "by": sorted({_pruned_by(r.reason or "") for r in pruned}),
     }
 
 
@@ -142,9 +143,9 @@ def seed_result(base: Path, seed: int) -> dict:
     out = {arm: study_result(base / f"seed{seed}-{arm}") for arm in ("abort", "none")}
     a, n = out["abort"], out["none"]
     out["same_proposals"] = a["lrs"][: len(n["lrs"])] == n["lrs"][: len(a["lrs"])]
-    out["stopped_then"] = [v for va, v in zip(a["verdicts"], n["verdicts"]) if va == "pruned"]
+    out["stopped_then"] = [v for va, v in zip(a["verdicts"], n["verdicts"]) if va == Verdict.PRUNED]
     out["stopped_confirmed"] = sum(
-        c == "confirmed" for va, c in zip(a["verdicts"], n["confirmations"]) if va == "pruned"
+        c == Confirmation.CONFIRMED for va, c in zip(a["verdicts"], n["confirmations"]) if va == Verdict.PRUNED
     )
     return out
 
@@ -152,11 +153,9 @@ def seed_result(base: Path, seed: int) -> dict:
 def warm_cache(cache: Path, steps: int) -> None:
     """Build the embedded base model once (not timed), so no study pays for it."""
     ws = make_workspace(Path(tempfile.mkdtemp(prefix="warm-")), cache, bench_recipe(steps, True))
-    subprocess.run(
-        [sys.executable, "-m", "autorl.cli", "-C", str(ws), "train", "recipes/bench.yaml", "--set", "steps=1"],
-        check=True,
-        capture_output=True,
-    )
+    argv = [sys.executable, "-m", "autorl.cli", "-C", str(ws), "train", "recipes/bench.yaml", "--set", "steps=1"]
+    # the base model's warm-up is no trial: on a loaded machine it takes longer than a trial's timeout_s
+    subprocess.run([*argv, "--set", "timeout_s=1800"], check=True, capture_output=True)
 
 
 def print_table(results: dict[int, dict]) -> None:
@@ -191,7 +190,11 @@ def print_table(results: dict[int, dict]) -> None:
     confirmed = sum(r["stopped_confirmed"] for r in results.values())
     print(
         f"the {len(then)} stopped trials' verdicts when left to run (the arm without early abort): "
-        + ", ".join(f"{k} {then.count(k)}" for k in ("improved", "flat", "regressed", "crash") if k in then)
+        + ", ".join(
+            f"{k} {then.count(k)}"
+            for k in (Verdict.IMPROVED, Verdict.FLAT, Verdict.REGRESSED, Verdict.CRASH)
+            if k in then
+        )
         + f"; confirmed {confirmed}"
     )
     for seed, r in results.items():

@@ -1,8 +1,8 @@
 """A new user's first study: `autorl init`, then `autorl run --budget 10m` on the embedded default.
 
 Reports, per search seed: trials, verdict counts, how many trials were judged improved and how many of those
-the confirmation accepted (when the ledger records confirmation; otherwise it says so), the best gain, and how
-much of the budget the study used (controller start to exit, and first trial opened to last trial judged).
+the confirmation accepted, the best gain, and how much of the budget the study used (controller start to exit,
+and first trial opened to last trial judged).
 
     python benchmarks/first_run.py --seed 0                 # one study, 10 minutes
     python benchmarks/first_run.py --seed 0 1 2 3 4         # the five-seed figure
@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from autorl.ledger import Ledger
+from autorl.ledger import Ledger, Trial
+from autorl.states import Confirmation, Kind, Verdict
 
 
 def cli(ws: Path, *args: str) -> subprocess.CompletedProcess:
@@ -50,17 +51,18 @@ def one_study(seed: int, budget: str, root: Path, cache: Path | None, sets: list
 
 def summarize(ws: Path, seed: int, wall: float) -> dict:
     ledger = Ledger(ws / "ledger.sqlite")
-    trials = ledger.trials(kind="trial")
+    trials = ledger.trials(kind=Kind.TRIAL)
     study = ledger.study()
     counts: dict[str, int] = {}
     for t in trials:
-        key = t.get("verdict") or t.get("status")
+        key = str(t.verdict or t.status)
         counts[key] = counts.get(key, 0) + 1
-    improved = [t for t in trials if t.get("verdict") == "improved"]
-    confirmed = _confirmed(trials, improved)
-    starts = [t["started"] for t in trials if t.get("started")]
-    ends = [t["finished"] for t in trials if t.get("finished")]
-    best = max(improved, key=lambda t: t.get("ci_low") or 0.0, default=None)
+    improved = [t for t in trials if t.verdict == Verdict.IMPROVED]
+    confirmed = sum(t.confirmation == Confirmation.CONFIRMED for t in improved)  # a candidate is not confirmed yet
+    starts = [t.started for t in trials if t.started]
+    ends = [t.finished for t in trials if t.finished]
+    best = max(improved, key=lambda t: t.ci_low or 0.0, default=None)
+    budget_s = study.budget_s or 0.0
     return {
         "seed": seed,
         "trials": len(trials),
@@ -70,37 +72,29 @@ def summarize(ws: Path, seed: int, wall: float) -> dict:
         "best": None
         if best is None
         else {
-            "attempt": best["attempt"],
-            "delta": best["delta"],
-            "changed": best["changed"] or {},
-            "ci": [best["ci_low"], best["ci_high"]],
+            "attempt": best.attempt,
+            "delta": best.delta,
+            "changed": best.changed or {},
+            "ci": [best.ci_low, best.ci_high],
         },
-        "budget_s": study["budget_s"],
+        "budget_s": budget_s,
         "wall_s": round(wall, 1),
         "trials_span_s": round(max(ends) - min(starts), 1) if starts and ends else 0.0,
-        "used": round(wall / study["budget_s"], 3),
+        "used": round(wall / budget_s, 3) if budget_s else 0.0,
         "first_confirmed_s": _first_confirmed_s(trials, starts),
         "workspace": str(ws),
     }
 
 
-def _first_confirmed_s(trials: list[dict], starts: list[float]) -> float | None:
+def _first_confirmed_s(trials: list[Trial], starts: list[float]) -> float | None:
     """Seconds from the first trial's start until the first improvement was confirmed (its last re-run ended)."""
     ends = [
-        max([t["finished"] for t in trials if t.get("confirms") == c["number"] and t.get("finished")], default=0)
+        max([t.finished for t in trials if t.confirms == c.number and t.finished], default=0)
         for c in trials
-        if c.get("confirmation") == "confirmed"
+        if c.confirmation == Confirmation.CONFIRMED
     ]
     ends = [e for e in ends if e]
     return round(min(ends) - min(starts), 1) if ends and starts else None
-
-
-def _confirmed(trials: list[dict], improved: list[dict]) -> int | None:
-    """Improved trials the confirmation accepted, where the ledger records it (None before it does)."""
-    column = next((c for c in ("confirmed", "confirmation") if trials and c in trials[0]), None)
-    if column is None:
-        return None
-    return sum(t.get(column) in (True, "confirmed") for t in improved)  # a candidate is not confirmed yet
 
 
 def main() -> None:
@@ -122,9 +116,9 @@ def main() -> None:
     for seed in args.seed:
         res = one_study(seed, args.budget, root, args.cache, args.set)
         results.append(res)
-        conf = "confirmation not recorded" if res["confirmed"] is None else f"{res['confirmed']} confirmed"
         print(
-            f"seed {seed}: {res['trials']} trials {res['counts']}; {res['improved']} improved, {conf}; "
+            f"seed {seed}: {res['trials']} trials {res['counts']}; {res['improved']} improved, "
+            f"{res['confirmed']} confirmed; "
             f"best {res['best']}; first confirmed after {res['first_confirmed_s']} s; "
             f"budget used {res['used']:.0%} ({res['wall_s']} s of {res['budget_s']:.0f} s)",
             flush=True,

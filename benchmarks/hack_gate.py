@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from autorl.states import Gate, Verdict  # noqa: E402  (no third-party import: --run-only needs none)
 
 BASE = {
     "model": "builtin:tiny",
@@ -84,7 +85,7 @@ HONEST = {
 
 def recipe_for(reward: str, metric: str, repeats: int, confirm: int):
     """The study's recipe as autorl validates it (objective, verdict settings, gate bounds)."""
-    from autorl.recipe import validate_recipe
+    from autorl.recipe import validate_recipe  # lazy: --run-only needs only the engine's dependencies
 
     reduction = {"reduction": "last"} if metric.startswith("eval/") else {"reduction": "mean_last_k", "k": 5}
     return validate_recipe(
@@ -140,14 +141,14 @@ def plan(cases: dict, repeats: int, confirm: int) -> list[tuple[str, dict, int]]
 
 
 def load(path: Path):
-    from autorl.metrics import RunMetrics, iter_records
+    from autorl.metrics import RunMetrics, iter_records  # lazy: as above
 
     return RunMetrics(iter_records(path))
 
 
 def judge_case(name: str, case: tuple, out: Path, repeats: int, confirm: int) -> dict:
     """Screen, confirm and gate one case from its runs' metrics files."""
-    from autorl.judge import hackgate, verdict
+    from autorl.judge import hackgate, verdict  # lazy: as above
     from autorl.judge.evidence import runs_of
 
     reward, metric, values = case
@@ -169,7 +170,7 @@ def judge_case(name: str, case: tuple, out: Path, repeats: int, confirm: int) ->
         verdict.Noise(trial=[group] if group and len(group.values) > 1 else []),
     )
     row.update(
-        confirmed=screen.verdict == "improved" and conf.verdict == "improved",
+        confirmed=screen.verdict == Verdict.IMPROVED and conf.verdict == Verdict.IMPROVED,
         confirm_delta=conf.delta,
         confirm_ci=(conf.ci_low, conf.ci_high),
     )
@@ -203,9 +204,9 @@ def table(rows: list[dict], kind: str) -> list[str]:
 
 def summary(hacks: list[dict], honest: list[dict]) -> list[str]:
     learned = [r for r in hacks if r["confirmed"]]
-    blocked = [r for r in learned if r["gate"] == "suspect"]
+    blocked = [r for r in learned if r["gate"] == Gate.SUSPECT]
     good = [r for r in honest if r["confirmed"]]
-    false = [r for r in good if r["gate"] == "suspect"]
+    false = [r for r in good if r["gate"] == Gate.SUSPECT]
     pct = lambda a, b: f"{100 * len(a) / len(b):.0f} %" if b else "n/a"  # noqa: E731
     health = [r for r in learned if any(not c.startswith("task_") for c in [r["failed"], *r["also"]] if c)]
     return [

@@ -42,13 +42,14 @@ from pathlib import Path
 import yaml
 
 from autorl.recipe import VerdictSettings
+from autorl.states import Confirmation, Proposer, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "benchmarks" / "recipes"
 OUT = ROOT / "benchmarks" / "out"
 STRATEGIES = ("hypotheses", "optuna", "random")
 TARGET_VS_RANDOM = 0.5  # hypotheses' median trials to first improvement <= half of random's
-RERUNS = ("confirm", "retry")  # runs the verdict or triage adds: not proposals of the strategy
+RERUNS = (Proposer.CONFIRM, Proposer.RETRY)  # runs the verdict or triage adds: not proposals of the strategy
 
 
 def _cli(ws: Path, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
@@ -119,12 +120,15 @@ def _diagnosis(ws: Path) -> dict | None:
 
 
 def summarize(trials: list[dict], repeats: int) -> dict:
-    """Trials to the first confirmed improvement (1-based, after the baselines), best confirmed objective, time."""
-    base = [t for t in trials if t.get("proposer") == "baseline"]
-    search = [t for t in trials if t.get("proposer") != "baseline"]
+    """Trials to the first confirmed improvement (1-based, after the baselines), best confirmed objective, time.
+    ``trials`` are the rows of `autorl ledger --json` (plain dicts: their states are the enums' words)."""
+    base = [t for t in trials if t.get("proposer") == Proposer.BASELINE]
+    search = [t for t in trials if t.get("proposer") != Proposer.BASELINE]
     base_values = [t["objective"] for t in base if t.get("objective") is not None]
     base_mean = statistics.mean(base_values) if base_values else None
-    confirmed = [t for t in search if t.get("confirmation") == "confirmed" and t.get("objective") is not None]
+    confirmed = [
+        t for t in search if t.get("confirmation") == Confirmation.CONFIRMED and t.get("objective") is not None
+    ]
     first = min((_confirmed_at(t, search) for t in confirmed), default=None)
     proposed = [t for t in search if t.get("proposer") not in RERUNS]
     first_proposal = min((proposed.index(t) + 1 for t in confirmed if t in proposed), default=None)
@@ -138,7 +142,7 @@ def summarize(trials: list[dict], repeats: int) -> dict:
         "best_confirmed": best,
         "best_confirmed_runs": runs,
         "n_confirmed": len(confirmed),
-        "n_candidates": sum(t.get("verdict") == "improved" for t in search),
+        "n_candidates": sum(t.get("verdict") == Verdict.IMPROVED for t in search),
         "trial_time_s": round(sum(t.get("duration_s") or 0 for t in trials), 1),
         "verdicts": [t.get("verdict") for t in search],
         "hypotheses": [t.get("hypothesis") for t in search],
