@@ -115,3 +115,16 @@ def test_the_card_was_busy_and_a_trial_took_about_two_minutes():
     listing = (RUN / "study0-ledger.txt").read_text()
     minutes = [line.split()[-1] for line in listing.splitlines() if line[:2].isdigit() and "objective" in line]
     assert minutes and all(m.startswith(("1m", "2m")) for m in minutes)
+
+
+def test_on_the_gpu_the_cached_step0_eval_saved_its_time_and_changed_no_figure():
+    """`autorl train` of two steps twice in one workspace (tests/data/smollm2/h200-evalcache): the second read the
+    first's step-0 eval from the cache and ended with the same final eval."""
+    cache = RUN.parent / "h200-evalcache"
+    first, second = (json.loads((cache / f"train{i}.json").read_text()) for i in (1, 2))
+    assert first["final_eval"] == second["final_eval"] and first["status"] == second["status"] == "complete"
+    assert first["wall_s"] - second["wall_s"] > 10.0  # 44.4 s -> 27.6 s: 1,000 greedy generations not repeated
+    assert "eval step 0: greedy pass@1 id 0.246, ood 0.286" in (cache / "train1.log").read_text()
+    assert [n for n in (cache / "cache-ls.txt").read_text().split() if n.endswith(".json")] == [
+        "eval0-0949ffd37ac8667ddbd1.json"
+    ]
