@@ -94,7 +94,7 @@ class Workspace:
         missing = [line for line in IGNORES if line not in text.splitlines()]
         if missing:
             try:
-                _write_atomically(
+                write_atomically(
                     exclude, text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(missing) + "\n"
                 )
             except OSError as exc:
@@ -277,7 +277,7 @@ def _append_gitignore(path: Path, made: list[tuple[Path, str | None]]) -> None:
         path.write_text(text + prefix + "# autorl: run folder and ledger\n" + "\n".join(missing) + "\n")
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     """Replace ``path``'s text in one step (a reader sees the old text or the new, never a part)."""
     target = path.resolve() if path.is_symlink() else path
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,7 @@ and leaves the ledger and the workspace as they were.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from autorl.judge import triage
 from autorl.ledger import Ledger, Trial
 from autorl.ledger.store import CrashLabel
 from autorl.states import CrashCategory, TrialStatus, Verdict
-from autorl.workspace import Workspace
+from autorl.workspace import Workspace, write_atomically
 
 LOCAL_PRIORITY = 95  # a person's label outranks every shipped family
 CONTEXT_BEFORE, CONTEXT_AFTER = 25, 6  # lines of the log kept around the root line in an export (the corpus's cut)
@@ -63,7 +61,7 @@ def label(ws: Workspace, ledger: Ledger, number: int, word: str, line: str | Non
     path = local_families_path(ws)
     text = _families_text(path, family)
     ledger.crash_labels().add(number, category, root, family.id)
-    _write_atomically(path, text)
+    write_atomically(path, text)
     return Labelled(
         number=number,
         category=category,
@@ -164,18 +162,6 @@ def _families_text(path: Path, family: triage.Family) -> str:
     return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=200)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # ---------------------------------------------------------------------------- export
 
 
@@ -190,10 +176,10 @@ def export(ws: Workspace, ledger: Ledger, out: Path) -> list[dict[str, Any]]:
     entries = [_entry(ws, ledger.trial(n), lab) for n, lab in sorted(latest.items())]
     (out / "logs").mkdir(parents=True, exist_ok=True)
     for entry, text in entries:
-        _write_atomically(out / "logs" / f"{entry['id']}.log", text)
+        write_atomically(out / "logs" / f"{entry['id']}.log", text)
     labels = [entry for entry, _ in entries]
     head = "# Labelled crashes exported by `autorl triage export` (the format of tests/data/crashes_real).\n"
-    _write_atomically(out / "labels.yaml", head + yaml.safe_dump(labels, sort_keys=False, allow_unicode=True))
+    write_atomically(out / "labels.yaml", head + yaml.safe_dump(labels, sort_keys=False, allow_unicode=True))
     return labels
 
 

@@ -10,7 +10,8 @@ The key hashes every engine setting except those that act only once training sta
 clip, the group size...), so a setting added later is in the key until it is listed here; plus the model folder's
 files (name, size, modification time), the eval files' contents, the device, the torch version and the source of
 the modules that generate and judge. Sampling pass@k at eval depends on the run's seed, which then joins the key.
-Written to a temporary file and moved into place; a lock makes a concurrent run wait and reuse it.
+Written to a temporary file and moved into place (``workspace.write_atomically``); a lock makes a concurrent
+run wait and reuse it.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from autorl.workspace import write_atomically
 
 # Settings that cannot change the step-0 eval: they act from the first training step on.
 TRAIN_ONLY = frozenset(
@@ -119,7 +120,7 @@ def base_eval(key: str | None, cache_dir: str | Path, measure: Callable[[], dict
             return {**kept, "base_eval_cache": key}
         rec = measure()
         try:
-            _write_atomic(path, rec)
+            write_atomically(path, json.dumps(rec))
         except OSError as exc:  # a full or read-only cache costs the next run a measurement, not this run
             log(f"step-0 eval not kept in the cache: {exc}")
     return rec
@@ -132,14 +133,3 @@ def _read(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return rec if isinstance(rec, dict) and rec.get("type") == "eval" and rec.get("step") == 0 else None
-
-
-def _write_atomic(path: Path, rec: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(rec, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
