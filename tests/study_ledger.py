@@ -16,6 +16,7 @@ import numpy as np
 
 from autorl.data import shipped
 from autorl.ledger import Ledger
+from autorl.states import Proposer, StudyStatus, TrialStatus
 
 ITEMS = 400
 BASELINE, FIRST, SECOND = 0.48, 0.55, 0.63  # the true pass@1 of each recipe
@@ -259,3 +260,29 @@ def add_full_run(root: Path, number: int = 16, promoted_from: int = 8, objective
     )
     led.close()
     return {"name": name, "weights": weights}
+
+
+def add_second_study(root: Path) -> str:
+    """A second, later study in the ledger at ``root`` (one baseline run, stopped); the first study's name."""
+    led = Ledger(root / "ledger.sqlite")
+    first = led.study().name
+    sid = led.create_study(
+        name="second",
+        recipe_path="recipes/default.yaml",
+        recipe=shipped("recipes", "default.yaml").read_text(),
+        base_sha="x",
+        strategy="random",
+        budget_s=60.0,
+        optuna_study="second",
+    )
+    led.add_trial(
+        study_id=sid,
+        number=20,
+        attempt="attempt-20-baseline",
+        proposer=Proposer.BASELINE,
+        status=TrialStatus.COMPLETE,
+        objective=0.5,
+    )
+    led.update_study(sid, status=StudyStatus.STOPPED)
+    led.close()
+    return first

@@ -15,7 +15,7 @@ from autorl.ledger import Ledger, Trial
 from autorl.present import findings
 from autorl.states import Confirmation, Kind, Proposer, StudyStatus, TrialStatus, Verdict
 from tests.conftest import run_cli
-from tests.study_ledger import add_full_run, git_workspace
+from tests.study_ledger import add_full_run, add_second_study, git_workspace
 
 
 @pytest.fixture
@@ -181,27 +181,7 @@ def test_a_flat_test_never_names_a_gain_beyond_what_the_metric_allows():
 def test_a_newer_study_does_not_hide_what_an_earlier_one_found(ws):
     """Two studies in one workspace: status and promote take the latest, and --study reaches the other; a promote
     of a latest study with nothing confirmed names the study that has something."""
-    led = Ledger(ws / "ledger.sqlite")
-    first = led.study().name
-    sid = led.create_study(
-        name="second",
-        recipe_path="recipes/default.yaml",
-        recipe="",
-        base_sha="x",
-        strategy="random",
-        budget_s=60.0,
-        optuna_study="second",
-    )
-    led.add_trial(
-        study_id=sid,
-        number=20,
-        attempt="attempt-20-baseline",
-        proposer=Proposer.BASELINE,
-        status=TrialStatus.COMPLETE,
-        objective=0.5,
-    )
-    led.update_study(sid, status=StudyStatus.STOPPED)
-    led.close()
+    first = add_second_study(ws)
     assert "Found: lr 5e-07 → 5e-05" not in _status(ws)
     assert _status(ws, "--study", first).splitlines()[1] == "Found: lr 5e-07 → 5e-05  (attempt-08-move)"
     refused = run_cli("-C", str(ws), "promote", "--dry-run")

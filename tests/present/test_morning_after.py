@@ -13,7 +13,6 @@ import re
 import numpy as np
 import pytest
 
-from autorl.data import shipped
 from autorl.judge import verdict
 from autorl.ledger import Ledger
 from autorl.present import findings
@@ -22,7 +21,7 @@ from autorl.present.review import noise_words
 from autorl.recipe import VerdictSettings
 from autorl.states import Confirmation, Kind, Proposer, StudyStatus, TrialStatus, Verdict
 from tests.conftest import run_cli
-from tests.study_ledger import items
+from tests.study_ledger import add_second_study, items
 
 COLUMNS_80 = {**os.environ, "COLUMNS": "80"}
 
@@ -195,28 +194,7 @@ def test_the_optuna_count_names_where_the_trials_went(tmp_path):
 
 # ---- `autorl ledger` shows the latest study, as the README says ---------------------------------------------------
 def _second_study(ws) -> str:
-    led = Ledger(ws / "ledger.sqlite")
-    first = led.study().name
-    sid = led.create_study(
-        name="second",
-        recipe_path="recipes/default.yaml",
-        recipe=shipped("recipes", "default.yaml").read_text(),
-        base_sha="x",
-        strategy="random",
-        budget_s=60.0,
-        optuna_study="second",
-    )
-    led.add_trial(
-        study_id=sid,
-        number=20,
-        attempt="attempt-20-baseline",
-        proposer=Proposer.BASELINE,
-        status=TrialStatus.COMPLETE,
-        objective=0.5,
-    )
-    led.update_study(sid, status=StudyStatus.STOPPED)
-    led.close()
-    return first
+    return add_second_study(ws)
 
 
 def test_the_ledger_lists_the_latest_study_and_says_so(ws):
