@@ -72,5 +72,6 @@ TORCH_TOOLKIT = ("toolkit/model.py", "toolkit/policy_eval.py", "toolkit/warmup.p
 
 
 def _backend_only(path: Path) -> bool:
-    """Modules that run only inside a trial's process (TRL's runner, the reward function OpenRLHF loads)."""
-    return path.name in ("trl_runner.py", "reward_func.py")
+    """Modules that run only inside a trial's process (TRL's runner, the reward function OpenRLHF loads, the vLLM
+    worker extension of a warm pool's engines)."""
+    return path.name in ("trl_runner.py", "reward_func.py", "warm_worker.py")

@@ -64,6 +64,9 @@ class LaunchPlan(BaseModel):
     ray_address: str | None = None
     resources: dict[str, float] = Field(default_factory=dict)
     cpus: list[int] | None = Field(None, description="Pin the local process to these CPUs (parallel slots).")
+    pool_key: str | None = Field(
+        None, description="Trials with the same key may share a warm process (None: each its own; docs/warm-trials.md)."
+    )
 
 
 class RunHandle(Protocol):

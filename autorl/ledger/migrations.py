@@ -167,6 +167,13 @@ def _v10_crash_labels(db: sqlite_utils.Database) -> None:
     db.table("autorl_crash_labels").create_index(["trial_id"])
 
 
+def _v11_warm_pools(db: sqlite_utils.Database) -> None:
+    """``warm_pool`` and ``warm_index``: the warm pool a trial ran in and its place there (0: the trial that built
+    the pool); NULL for a trial that ran as its own process or job."""
+    db.table("autorl_trials").add_column("warm_pool", str)
+    db.table("autorl_trials").add_column("warm_index", int)
+
+
 MIGRATIONS = [
     ("0001_initial", _v1),
     ("0002_ray_jobs", _v2),
@@ -178,6 +185,7 @@ MIGRATIONS = [
     ("0008_first_step", _v8_first_step),
     ("0009_revisions", _v9_revisions),
     ("0010_crash_labels", _v10_crash_labels),
+    ("0011_warm_pools", _v11_warm_pools),
 ]
 
 

@@ -176,6 +176,10 @@ class Trial(_Row):
     pid: int | None = col("Process group of the running trial (for cleanup on resume).")
     job_id: str | None = col("Ray job id of the running trial (for cleanup on resume).")
     job_address: str | None = col("Ray dashboard address the job was submitted to.")
+    warm_pool: str | None = col(
+        "The warm pool the trial ran in (docs/warm-trials.md); NULL when it ran as its own process or job."
+    )
+    warm_index: int | None = col("The trial's place in its warm pool: 0 for the trial that built the pool.")
     rev: int | None = col(
         "Revision: set by the ledger's triggers on every insert and update of the row, higher than any revision "
         "before it, so a running study re-reads only the rows that changed (never written by autorl's code)."

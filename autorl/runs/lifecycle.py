@@ -301,9 +301,20 @@ def close_attempt(
         paths.append(RESEARCH_LOG)
     sha = gitops.commit(a.worktree, message, paths)
     gitops.tag(ws.root, gitops.end_tag(a.number), sha)
+    values = {**warm_columns(a.run_dir), **values}
     ledger.update_trial(a.row_id, event=event, **values, end_tag=gitops.end_tag(a.number), end_sha=sha, pid=None)
     gitops.remove_worktree(ws.root, a.worktree)
     return sha
+
+
+def warm_columns(run_dir: Path) -> dict[str, Any]:
+    """``warm_pool`` and ``warm_index`` from the ``warm.json`` a backend leaves in a run folder when the run went
+    to a warm pool; nothing for a run that did not (or a file that does not read)."""
+    try:
+        found = json.loads((run_dir / "warm.json").read_text())
+        return {"warm_pool": str(found["pool"]), "warm_index": int(found["index"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _read(path: Path) -> str:

@@ -13,6 +13,8 @@ Seed 004's 8xH100 setup is the reference: actor on 4 GPUs with ZeRO-3 and LoRA,
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import sys
@@ -22,7 +24,7 @@ from typing import Any
 
 from autorl.backends import forked
 from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec, gpu_count
-from autorl.backends.openrlhf import caches, checks, cluster
+from autorl.backends.openrlhf import caches, checks, cluster, warm
 from autorl.backends.openrlhf import preflight as preflight_checks
 from autorl.backends.openrlhf.flags import FLAG_BY_FIELD, to_args
 from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
@@ -41,6 +43,7 @@ NOT_FLAGS = {
     "pool_size",
     "checkpoint_gb",
     "vllm_in_process",
+    "warm_pool",
     *ProbeSettings.model_fields,
 }
 REWARD_WRAPPER = Path(__file__).with_name("reward_func.py")
@@ -101,11 +104,13 @@ class OpenRLHFBackend(Backend):
         self._head = PrivateHead()  # used only without a Ray address
         self._cache: Path | None = None  # the jobs' compile caches on a local head (set by prepare: caches.py)
         self._per_gpu = 1  # trials packed on one GPU (recipe gpus_per_trial = 1 / this; set by prepare)
+        self._pools: warm.WarmPools | None = None  # the study's warm pools (set by prepare when a recipe asks)
 
     def check(self, recipe, root: Path) -> None:
         """Fail before any Ray job starts, with one line: a missing model or probe file, a flag the installed
         OpenRLHF lacks, a GPU share that cannot be packed (``checks.py``)."""
-        found = checks.problem(recipe, Path(root), installed_version(), on_cluster=bool(self.ray_address))
+        found = warm_problem(recipe.params, bool(self.ray_address))
+        found = found or checks.problem(recipe, Path(root), installed_version(), on_cluster=bool(self.ray_address))
         if not found and self.ray_address:  # what the nodes have: a short job sees it (cluster.py)
             params = recipe.params
             found = cluster.check(
@@ -149,6 +154,7 @@ class OpenRLHFBackend(Backend):
         return LaunchPlan(
             argv=argv,
             env=env,
+            pool_key=pool_key(params, env) if params.warm_pool and not self.ray_address else None,
             cwd=str(spec.worktree),
             log_path=str(run_dir / "train.log"),
             metrics_path=env["METRICS_LOG_DIR"] + "/training_metrics.jsonl",
@@ -239,12 +245,28 @@ class OpenRLHFBackend(Backend):
             forked.server_for(
                 sys.executable, forked.EVALUATE, {**os.environ, "PYTHONUNBUFFERED": "1", **self._eval_env()}
             )
+        if recipe.params.warm_pool and not self.ray_address:
+            gpus = len(packed_gpus(self._per_gpu) or []) or gpu_count()
+            self._pools = warm.WarmPools(
+                Path(cache_dir).resolve() / "warm",
+                max(gpus // max(recipe.params.gpus_needed(), 1), 1),
+                self._submit_pool,
+                self._start_job,
+            )
         if not self.ray_address:
             self.address(None)
         return None
 
     def start(self, plan: LaunchPlan):
-        """Submit the plan as a Ray job; returns a ``RayJobHandle`` at once."""
+        """Submit the plan as a Ray job, or hand it to a warm pool (``warm.py``); returns its handle at once."""
+        if self._pools is not None:
+            if plan.pool_key is not None:
+                return self._pools.start(plan)
+            self._pools.make_room(1)  # a job of its own needs GPUs that idle pools would hold for ever
+        return self._start_job(plan)
+
+    def _start_job(self, plan: LaunchPlan):
+        """The plan as its own Ray job (``RayJobHandle``)."""
         reader = OpenRLHFMetricsReader.from_plan(plan)
         shipped, hook = cluster.shipped_with(self, plan.env)
         if self.ray_address:  # on a cluster: its reward wrapper sits in the run folder
@@ -262,6 +284,21 @@ class OpenRLHFBackend(Backend):
             setup_hook=hook,
         )
 
+    def _submit_pool(self, plan: LaunchPlan, pool: warm.Pool):
+        """A warm pool's job (``warm_server.py``) with the runtime env of the trial it is made for."""
+        _, hook = cluster.shipped_with(self, plan.env)
+        argv = [self.python, "-m", warm.SERVER, str(pool.dir), "--owner-pid", str(os.getpid())]
+        return submit(
+            self.address(plan),
+            argv,
+            working_dir=plan.cwd,
+            log_path=pool.dir / "pool.log",
+            env=plan.env,
+            entrypoint_num_gpus=plan.resources.get("entrypoint_num_gpus", 0),
+            py_modules=[cluster.autorl_package()],
+            setup_hook=hook,
+        )
+
     def describe_job(self, spec: TrialSpec, plan: LaunchPlan) -> dict:
         """What the trial's job gets: its Python, entrypoint, runtime env, the files it reads, where it writes,
         where the eval runs and what the nodes must have (``cluster.view``)."""
@@ -275,7 +312,9 @@ class OpenRLHFBackend(Backend):
         return self._head.address(visible_gpus=packed_gpus(self._per_gpu))  # started again if it died
 
     def close(self) -> None:
-        """Stop the local Ray head if this backend started one."""
+        """Retire the warm pools; stop the local Ray head if this backend started one."""
+        if self._pools is not None:
+            self._pools.close()
         self._head.close()
 
 
@@ -368,3 +407,42 @@ def eval_metric_map(params: OpenRLHFParams) -> dict[str, str]:
         if n > 1:
             out[f"eval_{source}_pass{n}"] = f"eval/{split}/{'nondet_proxy' if greedy else 'sampling'}_pass@{n}"
     return out
+
+
+# What sizes a warm pool's engines and placement (docs/warm-trials.md, 2.2): trials that differ only elsewhere share
+# a pool. ``extra_args`` carries the engine switches (sleep, eager, prefix caching).
+POOL_FIELDS = (
+    "openrlhf_version",
+    "pretrain",
+    "vllm_num_engines",
+    "vllm_tensor_parallel_size",
+    "vllm_gpu_memory_utilization",
+    "max_len",
+    "colocate_all",
+    "actor_num_nodes",
+    "actor_num_gpus_per_node",
+    "vllm_in_process",
+    "extra_args",
+)
+WARM_VERSION = "0.10.4"
+
+
+def pool_key(params: OpenRLHFParams, env: dict[str, str]) -> str:
+    """The warm-pool key of a trial: a digest of its engine settings and the engine environment."""
+    values = {name: getattr(params, name) for name in POOL_FIELDS}
+    values["env"] = {name: env.get(name) for name in ("AUTORL_VLLM_KV_FRACTION", "VLLM_ENABLE_V1_MULTIPROCESSING")}
+    return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def warm_problem(params: OpenRLHFParams, on_cluster: bool) -> str | None:
+    """Why ``warm_pool`` cannot run this recipe, as one line; None when it can or is off."""
+    if not params.warm_pool:
+        return None
+    if on_cluster:
+        return "train.warm_pool runs on autorl's local Ray head only: drop --ray-address or set warm_pool: false"
+    if not params.colocate_all:
+        return "train.warm_pool needs train.colocate_all: true (one placement group per pool); or set warm_pool: false"
+    version = params.openrlhf_version or installed_version()
+    if version is not None and version != WARM_VERSION:
+        return f"train.warm_pool follows OpenRLHF {WARM_VERSION}'s train(), not {version}: set warm_pool: false"
+    return None

@@ -116,6 +116,11 @@ class OpenRLHFParams(ProbeSettings):
         "(VLLM_ENABLE_V1_MULTIPROCESSING=0): no second process to spawn "
         "and import at every start.",
     )
+    warm_pool: bool = Field(
+        False,
+        description="Run trials in warm pools: Ray jobs that keep the driver and vLLM engines between trials with "
+        "the same engine settings (OpenRLHF 0.10.4, colocate_all, local Ray head; docs/warm-trials.md).",
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra train_ppo_ray words, appended as given.")
 
     @model_validator(mode="after")

@@ -34,6 +34,17 @@ MARKS: list[tuple[str, re.Pattern[str]]] = [
     ("training", re.compile(r"seconds to wake up tags \['weights'\]|Starting experience making")),
     ("save", re.compile(r"Prompt dataloader is exhausted")),
 ]
+# A trial of a warm pool (``warm.py``) is cut at the pool server's own lines: its engines are reset and put to
+# sleep before its actors start, so vLLM's sleep and wake lines no longer mark the actor and training phases.
+# The pool's first trial keeps the job's first lines (runtime env, driver imports, Ray connection).
+WARM_MARKS: list[tuple[str, re.Pattern[str]]] = [
+    ("driver", re.compile(r"Runtime env is setting up|Running entrypoint for job|^AUTORL-WARM \S+ begin", re.M)),
+    ("vllm", re.compile(r"Connected to Ray cluster|^AUTORL-WARM \S+ vllm", re.M)),
+    ("actor", re.compile(r"^AUTORL-WARM \S+ actor", re.M)),
+    ("training", re.compile(r"^AUTORL-WARM \S+ fit", re.M)),
+    ("save", re.compile(r"Prompt dataloader is exhausted")),
+]
+WARM = re.compile(r"^AUTORL-WARM \S+ begin", re.M)
 ORDER = ["submit", *(name for name, _ in MARKS), "eval"]
 START_UP = ("submit", "driver", "vllm", "actor")  # the phases before the first training step
 
@@ -58,7 +69,7 @@ def marks(text: str, times: list[tuple[int, float]]) -> dict[str, float]:
     offsets = [o for o, _ in times]
     out: dict[str, float] = {}
     start = 0
-    for name, pattern in MARKS:
+    for name, pattern in WARM_MARKS if WARM.search(text) else MARKS:
         found = pattern.search(text, start)
         if found is None:
             continue

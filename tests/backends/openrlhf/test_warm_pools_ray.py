@@ -1,0 +1,151 @@
+"""The controller's side of warm pools (warm.py) on a real local Ray head: trials handed to a pool's job one after
+another, each with its own slice of the job log and its done file; a refused trial run as its own job; a failed
+trial retiring its pool; a cancel; and room made on a full head. The pool's job is a stand-in server speaking the
+same file protocol (tests/data/scripts/warm_protocol_server.py): the real one needs vLLM and a GPU."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autorl.backends.base import LaunchPlan
+from autorl.backends.openrlhf.warm import WarmPools
+from autorl.backends.ray_jobs import LocalRayHead, submit
+
+pytestmark = pytest.mark.slow
+STANDIN = Path(__file__).resolve().parents[2] / "data" / "scripts" / "warm_protocol_server.py"
+
+
+@pytest.fixture(scope="module")
+def head():
+    ray_head = LocalRayHead(num_cpus=2, num_gpus=0, object_store_bytes=80 * 1024 * 1024)
+    ray_head.start()
+    yield ray_head
+    ray_head.stop()
+
+
+def pools_on(head, tmp_path: Path, capacity: int = 2) -> tuple[WarmPools, list[str]]:
+    work = tmp_path / "wt"
+    work.mkdir(exist_ok=True)
+    (work / "cold.py").write_text("import os\nprint('cold run', os.environ.get('STANDIN_KEY'))\n")
+    cold: list[str] = []
+
+    def submit_pool(plan: LaunchPlan, pool) -> object:
+        return submit(
+            head.address,
+            [sys.executable, str(STANDIN), str(pool.dir)],
+            working_dir=work,
+            log_path=pool.dir / "pool.log",
+            env=plan.env,
+        )
+
+    def start_cold(plan: LaunchPlan) -> object:
+        cold.append(Path(plan.log_path).parent.name)
+        return submit(head.address, [sys.executable, "cold.py"], working_dir=work, log_path=plan.log_path, env=plan.env)
+
+    return WarmPools(tmp_path / "warm", capacity, submit_pool, start_cold), cold
+
+
+def plan(tmp_path: Path, name: str, key: str = "k1", **env: str) -> LaunchPlan:
+    run = tmp_path / "runs" / name
+    return LaunchPlan(
+        argv=["python", "-m", "openrlhf.cli.train_ppo_ray"],
+        env={"STANDIN_KEY": key, **env},
+        cwd=str(tmp_path),
+        log_path=str(run / "train.log"),
+        metrics_path=str(run / "metrics" / "training_metrics.jsonl"),
+        metrics_format="openrlhf",
+        backend="openrlhf",
+        pool_key=key,
+    )
+
+
+def wait(handle, timeout_s: float = 60.0) -> int | None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        code = handle.poll()
+        if code is not None:
+            return code
+        time.sleep(0.2)
+    return None
+
+
+def test_trials_share_a_pool_and_each_log_holds_only_its_own_slice(head, tmp_path):
+    pools, cold = pools_on(head, tmp_path)
+    try:
+        first = pools.start(plan(tmp_path, "attempt-01-a"))
+        assert wait(first) == 0 and first.warm == (first.pool.id, 0)
+        second = pools.start(plan(tmp_path, "attempt-02-b"))
+        assert second.pool is first.pool and wait(second) == 0 and second.warm == (first.pool.id, 1)
+        one = Path(first.log_path).read_text()
+        two = Path(second.log_path).read_text()
+        assert one.startswith(("Runtime env", "Running entrypoint", "Connected")) or "Connected to Ray" in one
+        assert "attempt-01-a end code=0" in one and "attempt-02-b" not in one
+        assert two.startswith("AUTORL-WARM attempt-02-b begin") and "attempt-01-a" not in two
+        assert two.rstrip().endswith("attempt-02-b end code=0")
+        times = Path(str(second.log_path) + ".times").read_text().split()
+        assert times and times[0] == "0"  # offsets are the trial log's own
+        warm = json.loads((Path(second.log_path).parent / "warm.json").read_text())
+        assert warm["pool"] == first.pool.id and warm["index"] == 1
+        assert cold == [] and first.job_id == second.job_id
+    finally:
+        pools.close()
+
+
+def test_a_refused_trial_runs_as_its_own_job_and_the_pool_stays(head, tmp_path):
+    pools, cold = pools_on(head, tmp_path)
+    try:
+        first = pools.start(plan(tmp_path, "attempt-01-a", key="k1"))
+        assert wait(first) == 0
+        # the stand-in refuses another key, as the real server refuses other engine settings
+        refused = pools.start(plan(tmp_path, "attempt-02-b", key="k1", STANDIN_KEY="other"))
+        assert wait(refused) == 0 and cold == ["attempt-02-b"] and refused.warm is None
+        log = Path(refused.log_path).read_text()
+        assert "did not take this trial" in log and "cold run other" in log
+        assert first.pool.alive() and not (Path(refused.log_path).parent / "warm.json").exists()
+    finally:
+        pools.close()
+
+
+def test_a_failed_trial_retires_its_pool_and_the_next_gets_a_new_one(head, tmp_path):
+    pools, _ = pools_on(head, tmp_path)
+    try:
+        bad = pools.start(plan(tmp_path, "attempt-01-a", STANDIN_CODE="1"))
+        assert wait(bad) == 1 and bad.pool.retired
+        after = pools.start(plan(tmp_path, "attempt-02-b"))
+        assert after.pool is not bad.pool and wait(after) == 0 and after.warm == (after.pool.id, 0)
+    finally:
+        pools.close()
+
+
+def test_a_cancel_stops_the_trial_and_retires_the_pool(head, tmp_path):
+    pools, _ = pools_on(head, tmp_path)
+    try:
+        long = pools.start(plan(tmp_path, "attempt-01-a", STANDIN_SLEEP="120"))
+        deadline = time.time() + 60
+        while "fit" not in Path(long.log_path).read_text() if Path(long.log_path).exists() else True:
+            long.poll()
+            assert time.time() < deadline
+            time.sleep(0.2)
+        t = time.time()
+        long.cancel(grace_s=2.0)
+        assert long.poll() == -15 and time.time() - t < 30
+        assert long.pool.retired
+    finally:
+        pools.close()
+
+
+def test_a_full_head_retires_the_least_recently_used_idle_pool(head, tmp_path):
+    pools, _ = pools_on(head, tmp_path, capacity=1)
+    try:
+        a = pools.start(plan(tmp_path, "attempt-01-a", key="k1"))
+        assert wait(a) == 0
+        b = pools.start(plan(tmp_path, "attempt-02-b", key="k2"))  # another key, no room: the idle k1 pool goes
+        assert a.pool.retired and b.pool is not a.pool and wait(b) == 0
+        assert [p.key for p in pools.live()] == ["k2"]
+    finally:
+        pools.close()
