@@ -308,3 +308,50 @@ def test_every_command_on_every_damage_says_what_it_shows(kind, study_ws, tmp_pa
         runs = list(pool.map(lambda cmd: (cmd, *_outcome(kind, study_ws, cmd, tmp_path)), COMMANDS))
     for cmd, r, kept in runs:
         check(kind, cmd, r, kept)
+
+
+REPORT_ON_FULL_DISK = textwrap.dedent("""\
+    set -u
+    mount -t tmpfs -o size=2m tmpfs "$1" || exit 97
+    shift
+    out="$MNT/report"
+    if [ "$KEEP_OLD" = 1 ]; then "$@" --out "$out" > /dev/null || exit 98; fi
+    find "$out" -type f -exec sha256sum {} + 2>/dev/null | sort > "$MNT/../before.txt"
+    avail=$(df --output=avail -B1 "$MNT" | tail -1)
+    head -c "$((avail - 4096))" /dev/zero > "$MNT/fill" 2>/dev/null
+    "$@" --out "$out" > "$MNT/../stdout" 2> "$MNT/../stderr"
+    echo $? > "$MNT/../rc"
+    find "$out" -type f -exec sha256sum {} + 2>/dev/null | sort > "$MNT/../after.txt"
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keep_old", [False, True], ids=["fresh", "over-an-old-report"])
+def test_a_report_on_a_full_disk_says_so_in_one_line_and_loses_no_report(keep_old, study_ws, tmp_path):
+    """`autorl report --out DIR` where DIR's disk is full (a 2 MiB tmpfs filled to 4 KiB): the report is written,
+    or one line says the disk is full and names what to do, exit 2; a report already there is left whole."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("no private mount namespace here (unshare -rm refused)")
+    ws = tmp_path / "ws"
+    shutil.copytree(study_ws, ws, symlinks=True)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    argv = [sys.executable, "-m", "autorl.cli", "-C", str(ws), "report"]
+    env = {**os.environ, "MNT": str(mnt), "KEEP_OLD": "1" if keep_old else "0"}
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", REPORT_ON_FULL_DISK, "sh", str(mnt), *argv], env=env, timeout=300)
+    assert r.returncode == 0, "the full-disk harness did not run"
+    rc = int((tmp_path / "rc").read_text())
+    err = [line for line in (tmp_path / "stderr").read_text().splitlines() if line.strip()]
+    before, after = (tmp_path / "before.txt").read_text(), (tmp_path / "after.txt").read_text()
+    assert "Traceback" not in "\n".join(err)
+    if keep_old:  # the new report is made beside the old one first: 4 KiB cannot hold it
+        assert rc == 2
+    if rc == 0:
+        assert not err and "index.html" in after
+    else:
+        assert rc == 2 and len(err) == 1 and err[0].startswith("autorl: error: "), err
+        assert "space" in err[0] and "--out" in err[0], err
+        if keep_old:
+            assert after == before and "index.html" in before  # the old report is still whole
+        else:
+            assert after.strip() == ""  # nothing half-written

@@ -21,8 +21,10 @@ curves are labelled with their metric key, which names split and mode
 
 from __future__ import annotations
 
+import errno
 import html
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -91,18 +93,55 @@ def report(ws: Workspace, ledger: Ledger, out_dir: str | Path | None = None, stu
         raise UserError(f"report folder {out} is a file: pass another --out DIR")
     data = collect(ws, ledger, study)  # everything that can fail on the user's input fails before a folder exists
     _pyplot()
-    made = [p for p in (out, out / "plots", out / "logs") if not p.exists()]
+    made = [p for p in (*reversed(out.parents), out) if not p.exists()]
+    stage = out / f".report-writing-{os.getpid()}"
     try:
-        return _write(out, data)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(stage, ignore_errors=True)
+        _write(stage, data)  # the whole report first, beside the old one: a full disk fails here, old report whole
+        _swap(stage, out)
+        return out / "index.html"
     except BaseException as exc:
+        shutil.rmtree(stage, ignore_errors=True)
         for p in reversed(made):  # a failed report leaves no half-made folders behind
             shutil.rmtree(p, ignore_errors=True)
         if isinstance(exc, OSError):
             raise UserError(
                 f"cannot write the report to {short(out, 200)}: {exc.strerror or exc}"
-                f"{_where(out, exc)}; pass another --out"
+                f"{_where(out, exc)}; {'free some space or ' if exc.errno in FULL else ''}pass another --out"
             ) from None
         raise
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk or quota: freeing space is the other way out
+REPORT_ENTRIES = ("plots", "logs", "report.md", "index.html")  # what a report owns in its folder (nothing else)
+
+
+def _swap(stage: Path, out: Path) -> None:
+    """Put the staged report's entries in place of the old ones by renames (no new space needed), the old ones
+    kept aside until every new one is in; a failed rename puts the old ones back. Nothing else in ``out`` is
+    touched: ``--out`` may be a folder that holds the user's own files."""
+    aside = stage.with_name(stage.name + "-old")
+    aside.mkdir()
+    moved: list[str] = []
+    try:
+        for name in REPORT_ENTRIES:
+            if (out / name).exists():
+                os.rename(out / name, aside / name)
+            moved.append(name)
+            os.rename(stage / name, out / name)
+    except OSError:
+        for name in moved:
+            if (aside / name).exists():
+                if (out / name).is_dir():
+                    shutil.rmtree(out / name, ignore_errors=True)
+                elif (out / name).exists():
+                    (out / name).unlink()
+                os.rename(aside / name, out / name)
+        raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _where(out: Path, exc: OSError) -> str:

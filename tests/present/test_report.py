@@ -155,6 +155,22 @@ def test_cli_writes_the_default_folder(study_ws):
     assert (study_ws / ".autorl" / "report" / "report.md").is_file()
 
 
+def test_a_report_into_a_users_folder_replaces_only_its_own_entries(study_ws, tmp_path):
+    """``--out`` may name a folder that holds the user's own files: a report adds or replaces its four entries
+    (plots/, logs/, report.md, index.html) and touches nothing else, and leaves no staging folder behind."""
+    out = tmp_path / "mine"
+    (out / "plots").mkdir(parents=True)
+    (out / "plots" / "stale.png").write_bytes(b"old plot")
+    (out / "notes.txt").write_text("the user's own")
+    (out / "index.html").write_text("an old page")
+    ws = Workspace.open(study_ws)
+    index = report(ws, Ledger(ws.ledger_path), out)
+    assert index == out / "index.html" and "autorl report" in index.read_text()
+    assert (out / "notes.txt").read_text() == "the user's own"
+    assert not (out / "plots" / "stale.png").exists()  # the report's own folder is the new one, whole
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "logs", "notes.txt", "plots", "report.md"]
+
+
 def test_cli_outside_a_workspace_is_one_line(tmp_path):
     r = run_cli("-C", str(tmp_path), "report")
     assert r.returncode == 2 and "Traceback" not in r.stderr
