@@ -269,8 +269,11 @@ def load_table(
     cached = _TABLES.get(key)
     if cached is not None and _versions(cached[0], what, doc) == cached[1]:
         return cached[2]
-    files, versions, data = _read_with_includes(path, includes, what, doc)
-    table = _validated(data, path, model, what, doc, check)
+    try:
+        files, versions, data = _read_with_includes(path, includes, what, doc)
+        table = _validated(data, path, model, what, doc, check)
+    except RulesError as exc:  # one line, whatever the table's own keys and values hold (a key may be "\n")
+        raise RulesError(" ".join(str(exc).split())) from None
     if len(_TABLES) >= 64:
         _TABLES.clear()
     _TABLES[key] = (files, versions, table)

@@ -1,8 +1,8 @@
 """The large profile of the property-based input suite (tests/property): generated recipes, search blocks, `--set`
-values, hypothesis files and review-command arguments, each property with its own example count, run as pytest
-runs them (the suite's fast profile runs 20 of each).
+values, hypothesis files, review-command arguments and edited rules tables, each property with its own example
+count, run as pytest runs them (the suite's fast profile runs 20 of each).
 
-    python benchmarks/property_inputs.py                      # 10,000 examples in all (the recorded figure)
+    python benchmarks/property_inputs.py                      # 13,000 examples in all (the recorded figure)
     python benchmarks/property_inputs.py --scale 0.1          # a tenth of each count: a quick check
     python benchmarks/property_inputs.py --jobs 4             # properties run four at a time
 
@@ -29,7 +29,11 @@ COUNTS = {  # examples per property: the cheap ones most, the one that starts th
     "test_any_hypothesis_file_loads_or_is_one_line": 2500,
     "test_any_arguments_to_a_review_command_answer_or_are_one_line": 1000,
     "test_train_dry_run_on_any_recipe_prints_a_plan_or_one_line": 1000,
+    "test_an_edited_rules_table_loads_or_is_refused_in_one_line": 1500,
+    "test_a_rules_table_cut_short_loads_or_is_refused_in_one_line": 500,
+    "test_an_edited_workspace_families_file_triages_or_is_refused_in_one_line": 1000,
 }
+MODULE = {name: "test_rule_tables.py" for name in COUNTS if "rules_table" in name or "families_file" in name}
 STATS = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
 
 
@@ -38,7 +42,7 @@ def run(name: str, examples: int) -> dict:
     t0 = time.monotonic()
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", "-W",
-         "ignore::UserWarning", f"tests/property/test_inputs.py::{name}"],
+         "ignore::UserWarning", f"tests/property/{MODULE.get(name, 'test_inputs.py')}::{name}"],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
     found = [tuple(int(x) for x in m) for m in STATS.findall(r.stdout)]
