@@ -4,7 +4,8 @@
     python benchmarks/openrlhf_phases.py --log RUN_DIR/train.log --started T --seconds S   # one run
 
 Each trial's run folder holds the job log and its arrival-time sidecar; the ledger holds when the trial started
-and finished on the controller's clock.
+and finished on the controller's clock. A trial of a warm pool is labelled with its place in the pool (``w0`` built
+the pool; ``w1`` and on came after a reset), so the two kinds read apart.
 """
 
 from __future__ import annotations
@@ -25,15 +26,18 @@ def one(log: Path, started: float, ended: float) -> dict[str, float]:
 
 def from_workspace(ws: Path, last: int | None) -> dict[str, dict[str, float]]:
     with sqlite3.connect(f"file:{ws / 'ledger.sqlite'}?mode=ro", uri=True) as db:
+        columns = {r[1] for r in db.execute("PRAGMA table_info(autorl_trials)")}
+        warm = "warm_index" if "warm_index" in columns else "NULL"  # a ledger from before warm pools
         rows = db.execute(
-            "SELECT number, attempt, started, finished FROM autorl_trials "
+            f"SELECT number, attempt, started, finished, {warm} FROM autorl_trials "
             "WHERE started IS NOT NULL AND finished IS NOT NULL ORDER BY number"
         ).fetchall()
     out = {}
-    for number, attempt, started, finished in rows[-last:] if last else rows:
+    for number, attempt, started, finished, index in rows[-last:] if last else rows:
         log = ws / ".autorl" / "runs" / attempt / "train.log"
         if log.is_file() and (got := one(log, started, finished)):
-            out[f"{number:02d}"] = got
+            # a warm pool's first trial (w0) pays the start-up; the later ones (w1, w2 ...) do not
+            out[f"{number:02d}" + (f" w{index}" if index is not None else "")] = got
     return out
 
 

@@ -335,6 +335,11 @@ def print_show(d: dict) -> None:
     sha = (t.start_sha or "")[:10]
     say(_refs_line(t, d.get("refs_gone") or [], sha))
     say(f"changed: {dump_values(t.changed or {}) or 'nothing (baseline)'}")
+    if t.warm_pool:
+        say(
+            f"ran in warm pool {t.warm_pool}: "
+            + ("built it (a cold start)" if not t.warm_index else f"its trial {t.warm_index + 1}, after a reset")
+        )
     if t.reason:
         say(f"verdict: {noise_words(t.reason)}")  # what the gain is against (the parent) and what confirmed it
     for line in errors.lines(t):  # the test, each arm's assumed run noise, the calibrated false-positive rate

@@ -202,3 +202,21 @@ def test_warm_columns_come_from_the_run_folder_and_reach_the_ledger(tmp_path):
     assert warm_columns(tmp_path) == {}
     ledger = Ledger(tmp_path / "ledger.sqlite")
     assert {"warm_pool", "warm_index"} <= set(ledger.db["autorl_trials"].columns_dict)
+
+
+def test_autorl_show_says_which_trials_ran_warm(tmp_path):
+    from tests.conftest import run_cli
+    from tests.study_ledger import git_workspace
+
+    ws = git_workspace(tmp_path / "ws")
+    ledger = Ledger(ws / "ledger.sqlite")
+    first, later = ledger.trial(2), ledger.trial(3)
+    ledger.update_trial(first.id, warm_pool="warm-1a2b3c4d", warm_index=0)
+    ledger.update_trial(later.id, warm_pool="warm-1a2b3c4d", warm_index=2)
+    shown = {n: run_cli("-C", str(ws), "show", str(n)) for n in (1, 2, 3)}
+    assert all(r.returncode == 0 for r in shown.values()), [r.stderr for r in shown.values()]
+    assert "warm pool" not in shown[1].stdout
+    assert "ran in warm pool warm-1a2b3c4d: built it (a cold start)" in shown[2].stdout
+    assert "ran in warm pool warm-1a2b3c4d: its trial 3, after a reset" in shown[3].stdout
+    got = run_cli("-C", str(ws), "show", "3", "--json")
+    assert '"warm_index": 2' in got.stdout and '"warm_pool": "warm-1a2b3c4d"' in got.stdout
