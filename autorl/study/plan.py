@@ -91,7 +91,8 @@ class Estimate:
 
 def history(rows: list[Trial], keys: Iterable[str], first_end: float | None = None) -> list[Took]:
     """The finished trials of ledger ``rows`` in start order, as ``Took``; every trial that started before the
-    study's first one ended ran cold (``--parallel`` starts several at once: each paid the one-time start-up).
+    study's first one ended ran cold (``--parallel`` starts several at once: each paid the one-time start-up), and
+    so did every trial that built a warm pool (``warm_index`` 0), whenever it ran.
     ``first_end`` is when the study's first trial ended, where ``rows`` are not all its trials (the controller
     passes only the last ``window`` finished ones); by default, the earliest end among ``rows``."""
     started = sorted(((r.started, r) for r in rows if r.started is not None), key=lambda x: x[0])
@@ -101,7 +102,7 @@ def history(rows: list[Trial], keys: Iterable[str], first_end: float | None = No
         Took(
             work(r.params or {}, keys),
             r.finished - start,
-            start < end,
+            start < end or r.warm_index == 0,  # a warm pool's first trial built the pool: a cold start too
             r.first_step - start if r.first_step else None,
         )
         for start, r in started

@@ -134,6 +134,19 @@ def test_history_marks_every_trial_started_before_the_first_end_as_cold():
     assert plan.history([], ["gens"]) == []
 
 
+def test_a_trial_that_built_a_warm_pool_counts_as_cold_whenever_it_ran():
+    """A pool built mid-study (after a failure retired the last one) paid the start-up its later trials skip."""
+    done = TrialStatus.COMPLETE
+    rows = [
+        Trial(number=1, started=0.0, finished=150.0, status=done, warm_pool="warm-a", warm_index=0),
+        Trial(number=2, started=151.0, finished=231.0, status=done, warm_pool="warm-a", warm_index=1),
+        Trial(number=3, started=232.0, finished=380.0, status=done, warm_pool="warm-b", warm_index=0),
+        Trial(number=4, started=381.0, finished=460.0, status=done, warm_pool="warm-b", warm_index=1),
+        Trial(number=5, started=461.0, finished=600.0, status=done),  # a job of its own: steady, as before
+    ]
+    assert [t.first for t in plan.history(rows, ["gens"])] == [True, False, True, False, False]
+
+
 def test_a_budget_spent_on_the_backends_first_preparation_says_so_and_what_to_do():
     """A fresh workspace's base model took 212 s of a 2-minute budget: the study ended with 0 trials and only 'the
     budget is spent'. Now the line names the preparation; a study that ran trials, or prepared quickly, does not."""
