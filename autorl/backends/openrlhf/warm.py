@@ -163,6 +163,7 @@ class WarmPools:
         self.root, self.capacity = root, max(capacity, 1)
         self.submit_pool, self.start_cold = submit_pool, start_cold
         self.pools: list[Pool] = []
+        self.cold: list[RunHandle] = []  # jobs of their own started beside the pools: they need GPUs too
         self._lock = threading.Lock()  # a benchmark hands trials over from several threads
 
     def live(self) -> list[Pool]:
@@ -185,11 +186,18 @@ class WarmPools:
         return WarmTrialHandle(self, pool, plan)
 
     def make_room(self, extra: int) -> None:
-        """Retire idle pools, least recently used first, until ``extra`` more jobs fit beside the live pools."""
+        """Retire idle pools, least recently used first, until ``extra`` more jobs fit beside the live pools and
+        the jobs of their own still running."""
+        self.cold = [h for h in self.cold if h.poll() is None]
         for pool in sorted((p for p in self.live() if p.busy is None), key=lambda p: p.last_used):
-            if len(self.live()) + extra <= self.capacity:
+            if len(self.live()) + len(self.cold) + extra <= self.capacity:
                 return
             pool.retire()
+
+    def track_cold(self, handle: RunHandle) -> RunHandle:
+        """A job of its own started beside the pools: an idle pool is retired for it as soon as one is idle."""
+        self.cold.append(handle)
+        return handle
 
     def close(self) -> None:
         for pool in self.live():
@@ -281,10 +289,12 @@ class WarmTrialHandle:
             reason = (verdict or {}).get("reason", "refused")
             self._line(f"autorl: the warm pool {pool.id} did not take this trial ({reason}): it runs as its own job")
             self.pools.make_room(1)
-            self._cold = self.pools.start_cold(self.plan)
+            self._cold = self.pools.track_cold(self.pools.start_cold(self.plan))
             return None
         if code != 0:
             pool.retired = True  # the server ends itself after a failed or stopped trial
+        else:
+            self.pools.make_room(0)  # idle now: its GPUs go to a job of its own that waits for them
         payload = {"pool": pool.id, "index": self.index, "seconds": (verdict or {}).get("seconds", {})}
         (self.log_path.parent / "warm.json").write_text(json.dumps(payload, sort_keys=True))
         self._code = code

@@ -149,3 +149,23 @@ def test_a_full_head_retires_the_least_recently_used_idle_pool(head, tmp_path):
         assert [p.key for p in pools.live()] == ["k2"]
     finally:
         pools.close()
+
+
+def test_a_pool_that_falls_idle_gives_its_gpus_to_a_job_of_its_own_waiting_for_them(head, tmp_path):
+    """A full head: the one pool is busy when a job of its own starts, so nothing can be retired then; once the
+    pool's trial ends, the pool is retired for the waiting job instead of holding its GPUs idle."""
+    pools, _ = pools_on(head, tmp_path, capacity=1)
+    try:
+        busy = pools.start(plan(tmp_path, "attempt-01-a", STANDIN_SLEEP="3"))
+        work = tmp_path / "wt"
+        (work / "slow.py").write_text("import time\ntime.sleep(20)\n")
+        alone = pools.track_cold(
+            submit(head.address, [sys.executable, "slow.py"], working_dir=work, log_path=tmp_path / "alone.log")
+        )
+        pools.make_room(1)
+        assert not busy.pool.retired  # busy: it keeps its trial
+        assert wait(busy) == 0
+        assert busy.pool.retired and pools.live() == []
+        alone.cancel(grace_s=1.0)
+    finally:
+        pools.close()
