@@ -33,6 +33,8 @@ from autorl.backends.registry import BACKENDS
 from autorl.errors import UserError
 from autorl.metrics import JsonlTail
 
+WARM_FILE = "warm.json"  # left in a run folder by a backend whose run went to a warm process: {"pool", "index", ...}
+
 
 class TrialSpec(BaseModel):
     """Everything a backend needs to plan one trial."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl import gitops
-from autorl.backends.base import Backend, LaunchPlan, RunHandle, TrialSpec, get_backend
+from autorl.backends.base import WARM_FILE, Backend, LaunchPlan, RunHandle, TrialSpec, get_backend
 from autorl.backends.forked import ForkedProcess
 from autorl.errors import UserError
 from autorl.ledger import Ledger, Trial
@@ -308,10 +308,10 @@ def close_attempt(
 
 
 def warm_columns(run_dir: Path) -> dict[str, Any]:
-    """``warm_pool`` and ``warm_index`` from the ``warm.json`` a backend leaves in a run folder when the run went
+    """``warm_pool`` and ``warm_index`` from the ``WARM_FILE`` a backend leaves in a run folder when the run went
     to a warm pool; nothing for a run that did not (or a file that does not read)."""
     try:
-        found = json.loads((run_dir / "warm.json").read_text())
+        found = json.loads((run_dir / WARM_FILE).read_text())
         return {"warm_pool": str(found["pool"]), "warm_index": int(found["index"])}
     except (OSError, ValueError, KeyError, TypeError):
         return {}

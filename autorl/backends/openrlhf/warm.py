@@ -11,7 +11,7 @@ environment, after the least recently used idle pool is retired when the head ha
 ``WarmTrialHandle`` follows one trial through the ``RunHandle`` protocol: its exit code from the pool's done file,
 its own slice of the pool's job log (from its ``AUTORL-WARM <attempt> begin`` line, or the log's start for the
 pool's first trial, to its ``end`` line) copied to the trial's ``train.log`` with the arrival-times sidecar that
-``phases.py`` reads, its metrics from its own run folder. When the trial ends it writes ``warm.json`` in the run
+``phases.py`` reads, its metrics from its own run folder. When the trial ends it writes ``WARM_FILE`` in the run
 folder (the pool and the trial's index in it), which the study copies to the ledger.
 
 A trial whose pool job ends before its done file exits 1 with one line saying so in its log (triage reads it as
@@ -32,7 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autorl.backends.base import LaunchPlan, RunHandle
+from autorl.backends.base import WARM_FILE, LaunchPlan, RunHandle
+from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
 from autorl.backends.openrlhf.warm_server import REFUSED, STOPPED
 
 SERVER = "autorl.backends.openrlhf.warm_server"
@@ -81,8 +82,13 @@ class PoolLog:
 
     def arrival(self, offset: int) -> float:
         """When the chunk holding ``offset`` arrived (now, before any chunk did)."""
-        found = [at for start, at in self.times if start <= offset]
-        return found[-1] if found else time.time()
+        return arrival(self.times, offset)
+
+
+def arrival(times: list[tuple[int, float]], offset: int) -> float:
+    """When the chunk of ``times`` (offset, arrival) holding ``offset`` arrived (now, before any chunk did)."""
+    found = [at for start, at in times if start <= offset]
+    return found[-1] if found else time.time()
 
 
 def trial_slice(text: str, attempt: str, first: bool, after: int = 0) -> tuple[int | None, int | None]:
@@ -101,10 +107,7 @@ def slice_times(times: list[tuple[int, float]], begin: int, stop: int, start: in
     """Arrival times for the part ``[begin, stop)`` of a pool log copied into a trial's log whose first character is
     the pool log's ``start``: the chunk holding ``begin`` marks it, each chunk starting inside marks itself; offsets
     are the trial log's."""
-    before = [at for o, at in times if o <= begin]
-    out = [(begin - start, before[-1])] if before else []
-    out += [(o - start, at) for o, at in times if begin < o < stop]
-    return out or [(begin - start, time.time())]
+    return [(begin - start, arrival(times, begin))] + [(o - start, at) for o, at in times if begin < o < stop]
 
 
 class Pool:
@@ -208,8 +211,6 @@ class WarmTrialHandle:
     """One trial in a warm pool, as a ``RunHandle``."""
 
     def __init__(self, pools: WarmPools, pool: Pool, plan: LaunchPlan):
-        from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader  # below the backend: no import cycle
-
         self.pools, self.pool, self.plan = pools, pool, plan
         self.attempt = Path(plan.log_path).parent.name
         self.log_path = Path(plan.log_path)
@@ -296,7 +297,7 @@ class WarmTrialHandle:
         else:
             self.pools.make_room(0)  # idle now: its GPUs go to a job of its own that waits for them
         payload = {"pool": pool.id, "index": self.index, "seconds": (verdict or {}).get("seconds", {})}
-        (self.log_path.parent / "warm.json").write_text(json.dumps(payload, sort_keys=True))
+        (self.log_path.parent / WARM_FILE).write_text(json.dumps(payload, sort_keys=True))
         self._code = code
         return code
 

@@ -324,7 +324,6 @@ class Server:
     def _actors(self, args: Any, env: dict[str, str]) -> tuple[Any, Any, Any, Any]:
         """The trial's strategy, actor group, reference group (or None) and ``PPOTrainer``: new processes with the
         trial's environment, as 0.10.4's ``train`` makes them on a colocated layout."""
-
         from openrlhf.trainer.ppo_trainer import PPOTrainer  # in the job only
         from openrlhf.trainer.ray.launcher import RayActorGroup, ReferenceModelActor  # in the job only
         from openrlhf.trainer.ray.ppo_actor import PolicyModelActor  # in the job only
@@ -333,26 +332,21 @@ class Server:
         strategy = get_strategy(args)
         strategy.print(args)
         duplicates = args.ds.ring_attn_size * args.ds.tensor_parallel_size
-        actor_model = RayActorGroup(
-            args.actor.num_nodes,
-            args.actor.num_gpus_per_node,
-            EnvActor(PolicyModelActor, env),
-            pg=self.pg,
-            num_gpus_per_actor=0.2,
-            duplicate_actors=duplicates,
-        )
-        actor_model.ray_actor_type = PolicyModelActor  # the group travels to the trainer: the plain class
-        ref_model = None
-        if args.algo.kl.init_coef > 0:
-            ref_model = RayActorGroup(
-                args.ref.num_nodes,
-                args.ref.num_gpus_per_node,
-                EnvActor(ReferenceModelActor, env),
+
+        def group(role: Any, cls: Any) -> Any:
+            made = RayActorGroup(
+                role.num_nodes,
+                role.num_gpus_per_node,
+                EnvActor(cls, env),
                 pg=self.pg,
                 num_gpus_per_actor=0.2,
                 duplicate_actors=duplicates,
             )
-            ref_model.ray_actor_type = ReferenceModelActor
+            made.ray_actor_type = cls  # the group travels to the trainer: the plain class, not the wrapper
+            return made
+
+        actor_model = group(args.actor, PolicyModelActor)
+        ref_model = group(args.ref, ReferenceModelActor) if args.algo.kl.init_coef > 0 else None
         trainer = PPOTrainer.options(runtime_env={"env_vars": env}).remote(
             args.actor.model_name_or_path,
             strategy,

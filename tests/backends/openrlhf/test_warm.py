@@ -3,6 +3,8 @@ server's reading of a trial's argv with OpenRLHF 0.10.4's own parser, and a tria
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import json
 import os
 from pathlib import Path
@@ -21,6 +23,8 @@ from autorl.errors import RecipeError
 from autorl.ledger import Ledger
 from autorl.recipe import load_recipe
 from autorl.runs.lifecycle import warm_columns
+from tests.conftest import run_cli
+from tests.study_ledger import git_workspace
 
 SMALL = shipped("recipes", "openrlhf-small.yaml")
 PINNED = ["openrlhf_version=0.10.4", "warm_pool=true"]
@@ -95,9 +99,6 @@ def test_the_server_reads_a_trials_argv_with_0104s_parser(site_0104, tmp_path, m
     source = (site_0104 / CLI).read_text()
     monkeypatch.chdir(tmp_path)  # the block may write next to it
     with _openrlhf_utils_config(site_0104):
-        import argparse
-        import datetime
-
         namespace = {"argparse": argparse, "datetime": datetime.datetime, "os": os}
         args = parse_words(source, str(site_0104 / CLI), plan.argv[3:], namespace)
         other = parse_words(
@@ -205,9 +206,6 @@ def test_warm_columns_come_from_the_run_folder_and_reach_the_ledger(tmp_path):
 
 
 def test_autorl_show_says_which_trials_ran_warm(tmp_path):
-    from tests.conftest import run_cli
-    from tests.study_ledger import git_workspace
-
     ws = git_workspace(tmp_path / "ws")
     ledger = Ledger(ws / "ledger.sqlite")
     first, later = ledger.trial(2), ledger.trial(3)
