@@ -59,6 +59,7 @@ def findings(ws: Workspace, ledger: Ledger, study: str | None = None) -> dict[st
         "confirmed": confirmed,
         "best": confirmed[0] if confirmed else None,
         "open_candidates": [t.number for t in trials if t.confirmation == Confirmation.CANDIDATE],
+        "candidates": _candidates(trials, by_number, base_train, recipe),
         "suspect": [_suspect(t) for t in trials if t.confirmation == Confirmation.SUSPECT],
         **split_by_gain(ruled_out(trials, by_number, base_train, recipe), trials),
         "crashes": _crashes(trials),
@@ -66,6 +67,35 @@ def findings(ws: Workspace, ledger: Ledger, study: str | None = None) -> dict[st
     }
     d["next"] = next_step(d)
     return d
+
+
+def _candidates(
+    trials: list[Trial], by_number: dict[int, Trial], base_train: dict, recipe: Recipe | None
+) -> list[dict[str, Any]]:
+    """The improved trials whose fresh-seed runs have not all run (a budget that ended first): what each changed
+    against its parent, its one run's gain with the interval, and how many of its confirmation runs completed."""
+    need = recipe.verdict.confirm_runs if recipe is not None else None
+    out = []
+    for t in trials:
+        if t.confirmation != Confirmation.CANDIDATE or t.confirms is not None:
+            continue
+        parent = by_number.get(t.parent) if t.parent is not None else None
+        before = (parent.params if parent else None) or base_train
+        done = [r for r in trials if r.confirms == t.number and r.status == TrialStatus.COMPLETE]
+        out.append(
+            {
+                "number": t.number,
+                "attempt": t.attempt,
+                "changes": changes(t.params, before) or changes(t.changed, before),
+                "objective": t.objective,
+                "delta": t.delta,
+                "ci_low": t.ci_low,
+                "ci_high": t.ci_high,
+                "confirm_runs_done": len(done),
+                "confirm_runs": need,
+            }
+        )
+    return out
 
 
 def _suspect(t: Trial) -> dict[str, Any]:
@@ -249,6 +279,13 @@ def next_step(d: dict[str, Any]) -> dict[str, str]:
     done = [f for f in full if best and f["promoted_from"] == best["number"] and f["status"] != TrialStatus.CRASH]
     if done:
         return _adopt(done[-1], d["recipe_path"])
+    ahead = _ahead_of_best(d)
+    if ahead is not None:
+        return {
+            "command": "autorl run --resume --budget 30m",
+            "why": f"candidate {ahead['number']:02d} read {_v(ahead['objective'])} on its own run, above "
+            f"{best['number']:02d}'s {_v(best['objective'])}: its fresh-seed runs decide it before a promote",
+        }
     if best:
         return {
             "command": "autorl promote",
@@ -272,6 +309,20 @@ def next_step(d: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _ahead_of_best(d: dict[str, Any]) -> dict[str, Any] | None:
+    """The open candidate whose own run reads better than the best confirmed recipe's run, if any (the best such)."""
+    best = d["best"]
+    if not best or best.get("objective") is None:
+        return None
+    sign = 1 if d["objective"]["direction"] == "maximize" else -1
+    ahead = [
+        c
+        for c in d.get("candidates") or []
+        if c["objective"] is not None and sign * (c["objective"] - best["objective"]) > 0
+    ]
+    return max(ahead, key=lambda c: sign * c["objective"], default=None)
+
+
 def _adopt(f: dict[str, Any], recipe_path: str) -> dict[str, str]:
     """The recipe a next study goes on from after full run ``f``: the promoted trial's, its confirmed values at the
     study's trial length; the full run's own recipe runs at full length (``steps: 300``), and a study started from
@@ -293,7 +344,7 @@ def _adopt(f: dict[str, Any], recipe_path: str) -> dict[str, str]:
 # ---- the lines a person reads ----------------------------------------------------------------------------------
 def headline(d: dict[str, Any], width: int = WIDTH) -> list[str]:
     """The findings as lines of at most ``width`` characters (a longer line wraps under its own indent)."""
-    lines = _found(d) + _ruled_out_lines(d) + [_crash_line(d["crashes"])]
+    lines = _found(d) + _candidate_lines(d) + _ruled_out_lines(d) + [_crash_line(d["crashes"])]
     for f in d["full_runs"]:
         lines += full_run_lines(f, d)
     nxt = d["next"]
@@ -360,6 +411,20 @@ def _intervals_line(d: dict[str, Any]) -> str:
         f"they move as more is measured; the run's log shows each confirmation's own test, {confirm} against its "
         "parent (`autorl show NN`)."
     )
+
+
+def _candidate_lines(d: dict[str, Any]) -> list[str]:
+    """The candidates still waiting for their fresh-seed runs: a gain seen once is not a finding, and not nothing."""
+    lines = []
+    for c in d.get("candidates") or []:
+        interval = f" [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]" if c["ci_low"] is not None else ""
+        gain = f"{c['delta']:+.3f}{interval} over its parent" if c["delta"] is not None else "a gain"
+        runs = f"{c['confirm_runs_done']} of its {c['confirm_runs']}" if c["confirm_runs"] else "none of its"
+        lines.append(
+            f"Not yet confirmed: {c['number']:02d} {change_text(c['changes']) or 'the recipe as written'}: {gain} on "
+            f"its own run; {runs} fresh-seed runs completed (`autorl run --resume` runs the rest)."
+        )
+    return lines
 
 
 def _suspect_lines(d: dict[str, Any]) -> list[str]:

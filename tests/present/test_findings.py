@@ -242,3 +242,41 @@ def test_next_after_a_baseline_that_never_completed_is_triage_not_a_longer_searc
     assert next_step(measured)["command"] == "autorl run --resume --budget 1h"
     nothing_crashed = {**d, "crashes": {"count": 0, "categories": {}}}
     assert next_step(nothing_crashed)["command"] == "autorl run --resume --budget 1h"
+
+
+def _with_candidate(objective: float, direction: str = "maximize") -> dict:
+    best = {"number": 7, "objective": 0.342}
+    candidate = {
+        "number": 5,
+        "attempt": "attempt-05-move",
+        "changes": [["gens", 8, 32], ["lr", 1e-6, 1e-5]],
+        "objective": objective,
+        "delta": objective - 0.2465,
+        "ci_low": objective - 0.3,
+        "ci_high": objective - 0.2,
+        "confirm_runs_done": 0,
+        "confirm_runs": 3,
+    }
+    return {
+        "best": best,
+        "full_runs": [],
+        "open_candidates": [5],
+        "candidates": [candidate],
+        "baseline": 0.2465,
+        "objective": {"direction": direction},
+        "crashes": {"count": 0, "categories": {}},
+    }
+
+
+def test_a_candidate_that_reads_above_the_confirmed_best_is_confirmed_before_a_promote():
+    """Seen on the GPU: a study's budget ended with 07 confirmed (0.342) and 05 a candidate at 0.772 on its one
+    run; promoting 07 then would leave the larger finding unchecked."""
+    from autorl.present.findings import _candidate_lines, next_step
+
+    ahead = next_step(_with_candidate(0.772))
+    assert ahead["command"].startswith("autorl run --resume") and "candidate 05 read 0.772" in ahead["why"]
+    assert next_step(_with_candidate(0.30))["command"] == "autorl promote"  # below the best: promote it
+    assert next_step(_with_candidate(0.772, "minimize"))["command"] == "autorl promote"  # worse when lower wins
+    (line,) = _candidate_lines(_with_candidate(0.772))
+    assert line.startswith("Not yet confirmed: 05 gens 8 → 32, lr 1e-06 → 1e-05: +0.526 [+0.472, +0.572]")
+    assert "0 of its 3 fresh-seed runs completed" in line
