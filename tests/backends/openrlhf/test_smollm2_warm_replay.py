@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from autorl.backends.base import get_backend
 from autorl.backends.openrlhf.metrics import parse_step_line
 from autorl.backends.openrlhf.phases import phases, read_times, start_up
 from autorl.backends.openrlhf.preflight import check_schedule
 from autorl.data import shipped
+from autorl.judge.abort import check_abort
+from autorl.judge.diagnose import diagnose
 from autorl.ledger import open_read
 from autorl.recipe import load_recipe
 from autorl.states import Confirmation, Kind, Proposer
@@ -147,3 +150,27 @@ def test_the_hack_gate_passed_the_confirmed_gain_on_held_out_items(trials):
     checks = {c["name"]: c["ok"] for c in trials[7].gate_checks}
     assert checks.pop("kl") is None and checks and all(checks.values())
     assert {"task_id", "task_ood", "length", "format_only", "truncation"} <= set(checks)
+
+
+def _records(trials, number: int, tmp: Path) -> tuple[list[dict], list[dict]]:
+    path = Path(shutil.copy(RUN / "ledger.sqlite", tmp / "ledger.sqlite"))
+    with closing(open_read(path)) as ledger:
+        records = ledger.metrics(trials[number].id)
+    return [r for r in records if r.get("type") == "step"], [r for r in records if r.get("type") == "eval"]
+
+
+def test_the_abort_rules_and_the_diagnosis_hold_on_the_real_model(trials, tmp_path):
+    """No rule tuned on tiny models stops or misreads these runs: every trial's own steps pass the early-abort
+    rules the study ran with, and the two that learned (05: reward 0.25 -> 0.7, replies shorter, entropy down)
+    read as healthy, not as a collapse."""
+    recipe = load_recipe(RUN / "recipe.yaml")
+    for number, t in trials.items():
+        if t.objective is None:
+            continue  # 08: refused before launch
+        steps, evals = _records(trials, number, tmp_path)
+        assert len(steps) == 16 and len(evals) >= 1
+        assert check_abort(steps, recipe.abort, get_backend("openrlhf").max_grad_norm(recipe)) is None, number
+    for number in (5, 7):
+        steps, evals = _records(trials, number, tmp_path)
+        d = diagnose(steps, evals, recipe.train)
+        assert d.bottleneck == "none" and not d.names(), d.summary()
