@@ -12,7 +12,7 @@ TRL/transformers, PyTorch) against the rules table in ``autorl/data/rules/crash_
    a CUDA OOM outranks the NCCL error it triggers on the same rank.
 3. With no matching line, the innermost exception (the last one that is not a Ray/elastic
    wrapper) is reported as ``unknown``; with no exception at all, the exit code decides
-   (137 = host OOM; a bare -9 is an external kill, not an OOM).
+   (a SIGKILL, 137 or -9, with no memory evidence in the log is an external kill, not an OOM).
 4. The controller's own observations come first: ``watchdog`` ('silence', 'timeout') means
    a hang unless a real cause (priority >= ``watchdog_yields_to``) is in the log, and
    ``metrics_nonfinite`` (a NaN loss or grad norm) means ``nan_divergence`` even with exit 0.
@@ -172,6 +172,14 @@ class OomAccounting(_Model):
     families: list[str] = Field(default_factory=list, description="Families whose OOM line is read for its numbers.")
     others_share: float = Field(
         0.5, gt=0, le=1, description="Share of the card held by other processes at the OOM that makes it shared_gpu."
+    )
+    estimated_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="The share needed when the message gives only PyTorch's own figures for the failing process (not "
+        "'this process has') and names no other process: the process's memory outside PyTorch's allocator (a CUDA "
+        "context, NCCL, an inference engine's own allocator) then counts as the others'.",
     )
     category: CrashCategory = Field(CrashCategory.SHARED_GPU, description="What such an OOM becomes.")
     confidence: float = Field(0.7, ge=0, le=1, description="Score of that call.")
@@ -788,7 +796,7 @@ def _from_hit(lines: list[str], best: _Hit, rules: CrashRules) -> tuple[CrashRep
     share = _oom_elsewhere(best, rules)
     if share is not None:
         rule = rules.oom_accounting
-        note = f"; other processes held {share:.0%} of the card at the OOM (>= {rule.others_share:.0%})"
+        note = f"; other processes held {share:.0%} of the card at the OOM"
         return _diagnosis(rule.category, best.line, rule.remedy, confidence="high", score=rule.confidence), why + note
     d = _diagnosis(
         best.family.category,
@@ -848,14 +856,23 @@ def others_share(line: str) -> float | None:
     return max(0.0, total - free - own) / total if total > 0 else None
 
 
+_OOM_OTHER_PROCESS = re.compile(rf"Process \d+ has {_SIZE} memory in use")
+
+
 def _oom_elsewhere(best: _Hit, rules: CrashRules) -> float | None:
     """The others' share of the card when ``best`` is an OOM the accounting rule reads and it reaches the rule's
-    share; else None."""
+    share; else None. A share estimated from PyTorch's own figures alone (torch 2.1+ without 'this process has' and
+    without other processes named) must reach the stricter ``estimated_share``: the failing process's memory outside
+    PyTorch's allocator is in it."""
     rule = rules.oom_accounting
     if best.family.id not in rule.families:
         return None
     share = others_share(best.line)
-    return share if share is not None and share >= rule.others_share else None
+    estimated = bool(_OOM_NEW.search(best.line)) and not (
+        _OOM_OWN.search(best.line) or _OOM_OTHER_PROCESS.search(best.line)
+    )
+    needed = max(rule.others_share, rule.estimated_share) if estimated else rule.others_share
+    return share if share is not None and share >= needed else None
 
 
 def _confidence(hit: _Hit, rules: CrashRules) -> Confidence:

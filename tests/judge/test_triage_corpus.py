@@ -20,11 +20,13 @@ from autorl.judge.triage import classify, explain  # noqa: E402
 from autorl.states import CrashCategory  # noqa: E402
 
 LOGS = ROOT / "tests" / "data" / "crashes" / "logs"
-# (category, exact root-cause line) counts reached. Issue 47 moved two conventions to those of the corpus of real
-# logs (tests/data/crashes_real): a direct SIGKILL (-9) with no memory evidence is an external kill, as the exit-code
-# table already said, not host OOM (3 dev, 2 heldout logs here are labelled host_oom); a bare segfault is unknown
-# with the segfault as its first candidate, not an illegal memory access (3 heldout logs).
-FLOORS = {"dev": (65, 68), "heldout": (50, 49)}
+# (category, exact root-cause line) counts reached. Issue 47 moved four conventions to those of the corpus of real
+# logs (tests/data/crashes_real), and the labels here that contradicted them were changed, each with a comment in
+# labels.yaml: a SIGKILL (-9, Killed, 137) with no memory evidence is killed_external (3 dev, 2 heldout logs); a bare
+# segfault is unknown (3 heldout); a kernel's index-out-of-range assertion is config_error (2 dev, 2 heldout); a
+# device OOM whose accounting shows others holding a quarter of the card is shared_gpu (2 heldout). The six heldout
+# line misses are the lines of logs whose category is right (the elastic summary of a -9 before its failure table).
+FLOORS = {"dev": (68, 68), "heldout": (55, 49)}
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +69,7 @@ TRAPS = [
     ("trl_nccl_oom_03", "NCCL WARN Cuda failure 'out of memory' is cuda_oom, not an NCCL error"),
     ("openrlhf_vllm_kv_cache_small_01", "vLLM KV cache smaller than max seq len is cuda_oom"),
     ("openrlhf_watchdog_illegal_access_01", "an NCCL watchdog reporting an illegal access is not a timeout"),
-    ("accelerate_device_assert_03", "the kernel's assertion, not 'device-side assert triggered'"),
+    ("accelerate_device_assert_03", "the kernel's index assertion (config_error), not 'device-side assert triggered'"),
     ("slurm_time_limit_after_silence_01", "time limit after hours of silence is a hang"),
     ("slurm_preempted_01", "preemption during healthy progress is an external kill"),
     ("openrlhf_sigterm_while_healthy_03", "SIGTERM while healthy, trainer ConnectionError after it"),

@@ -46,11 +46,17 @@ CASES: dict[str, tuple[str, int | None]] = {
     "illegal_memory_access": ("RuntimeError: CUDA error: misaligned address", 1),
     "device_side_assert": ("RuntimeError: CUDA error: device-side assert triggered", 1),
     "kernel_assertion": (
+        "/pytorch/aten/src/ATen/native/cuda/Loss.cu:94: operator(): block: [0,0,0], thread: [3,0,0] "
+        "Assertion `input_val >= zero && input_val <= one` failed.",
+        1,
+    ),
+    "index_assertion": (
         "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:94: operator(): block: [12,0,0], "
         'thread: [5,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of '
         'bounds"` failed.',
         1,
     ),
+    "host_alloc_failed": ("terminate called after throwing an instance of 'std::bad_alloc'", -6),
     "segfault": ("Fatal Python error: Segmentation fault", -11),
     "sigkill_direct": ("    exitcode  : -9 (pid: 161617)", 1),
     "missing_key_in_library": ("KeyError: 'reward_model'", 1),  # raised in CONTEXT's site-packages frame
@@ -120,8 +126,20 @@ CASES: dict[str, tuple[str, int | None]] = {
         1,
     ),
     "nccl_error": (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+        "remote process exited or there was a network error, NCCL version 2.21.5",
+        1,
+    ),
+    "nccl_setup_error": (
         "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
         "NCCLUtils.cpp:77, unhandled system error, NCCL version 2.26.2",
+        1,
+    ),
+    "module_missing": ("ModuleNotFoundError: No module named 'math_verify'", 1),
+    "inplace_modified": (
+        "RuntimeError: one of the variables needed for gradient computation has been modified by an inplace "
+        "operation: [torch.cuda.FloatTensor [8, 512]], which is output 0 of SoftmaxBackward0, is at version 1; "
+        "expected version 0 instead.",
         1,
     ),
     "nccl_net_error": (
