@@ -34,6 +34,7 @@ from autorl.errors import UserError
 from autorl.metrics import JsonlTail
 
 WARM_FILE = "warm.json"  # left in a run folder by a backend whose run went to a warm process: {"pool", "index", ...}
+WARM_RETIRED_FILE = "warm-retired.jsonl"  # a line {"pool", "reason", "trials"} per pool retired by that run
 
 
 class TrialSpec(BaseModel):

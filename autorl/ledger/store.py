@@ -8,7 +8,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -137,13 +137,20 @@ class Ledger:
             insert_event(self.db, row.get("study_id"), tid, "trial-start", row.get("attempt", ""))
         return tid
 
-    def update_trial(self, trial_id: int, event: str | None = None, **values: Any) -> None:
+    def update_trial(
+        self, trial_id: int, event: str | None = None, more_events: Sequence[tuple[str, str]] = (), **values: Any
+    ) -> None:
+        """Set ``values`` on the trial's row, with its ``event`` and any ``more_events`` (kind, message), in one
+        transaction."""
         values = checked(TRIAL_WRITE, values)
         with self.tx():
             self.db.table("autorl_trials").update(trial_id, values)
-            if event:
+            if event or more_events:
                 study_id = self.db.table("autorl_trials").get(trial_id)["study_id"]
+            if event:
                 insert_event(self.db, study_id, trial_id, event, values.get("reason") or values.get("status") or "")
+            for kind, message in more_events:
+                insert_event(self.db, study_id, trial_id, kind, message)
 
     def trial(self, number: int) -> Trial:
         rows = list(self.db.table("autorl_trials").rows_where("number = ?", [number]))

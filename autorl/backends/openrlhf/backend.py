@@ -262,7 +262,7 @@ class OpenRLHFBackend(Backend):
         if self._pools is not None:
             if plan.pool_key is not None:
                 return self._pools.start(plan)
-            self._pools.make_room(1)  # a job of its own needs GPUs that idle pools would hold for ever
+            self._pools.make_room(1, Path(plan.log_path).parent)  # GPUs that idle pools would hold for ever
             return self._pools.track_cold(self._start_job(plan))
         return self._start_job(plan)
 

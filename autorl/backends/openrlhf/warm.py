@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autorl.backends.base import WARM_FILE, LaunchPlan, RunHandle
+from autorl.backends.base import WARM_FILE, WARM_RETIRED_FILE, LaunchPlan, RunHandle
 from autorl.backends.openrlhf.metrics import OpenRLHFMetricsReader
 from autorl.backends.openrlhf.warm_server import REFUSED, STOPPED
 
@@ -142,15 +142,33 @@ class Pool:
                 pass
         self.log.refresh()
 
-    def retire(self) -> None:
-        """End the pool: its server stops after the trial in hand; its job is stopped."""
+    def retire(self, reason: str, run_dir: Path | None = None) -> None:
+        """End the pool: its server stops after the trial in hand; its job is stopped. The reason goes to the run
+        folder of the trial on whose account it was retired (``note_retired``), and from there to the ledger."""
+        if self.retired:
+            return
         self.retired = True
         try:
             (self.dir / "retire").write_text("retire\n")
         except OSError:
             pass
+        note_retired(self, reason, run_dir)
         if self.job is not None:
             self.job.cancel(grace_s=5.0)
+
+
+def note_retired(pool: Pool, reason: str, run_dir: Path | None) -> None:
+    """One line in ``run_dir``'s ``WARM_RETIRED_FILE``: the pool, why it was retired and how many trials it ran
+    (none where no trial's run caused it, as when the study ends)."""
+    if run_dir is None:
+        return
+    line = json.dumps({"pool": pool.id, "reason": reason, "trials": pool.trials}, sort_keys=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with (run_dir / WARM_RETIRED_FILE).open("a") as fh:
+            fh.write(line + "\n")
+    except OSError:
+        pass
 
 
 class WarmPools:
@@ -182,20 +200,21 @@ class WarmPools:
     def _start(self, plan: LaunchPlan, key: str) -> WarmTrialHandle:
         pool = next((p for p in self.live() if p.busy is None and p.key == key and p.alive()), None)
         if pool is None:
-            self.make_room(1)
+            self.make_room(1, Path(plan.log_path).parent, "a new pool")
             pool = Pool(self.root, key)
             pool.job = self.submit_pool(plan, pool)
             self.pools.append(pool)
         return WarmTrialHandle(self, pool, plan)
 
-    def make_room(self, extra: int) -> None:
+    def make_room(self, extra: int, run_dir: Path | None = None, wanted: str = "a job of its own") -> None:
         """Retire idle pools, least recently used first, until ``extra`` more jobs fit beside the live pools and
-        the jobs of their own still running."""
+        the jobs of their own still running; each retirement is noted in ``run_dir`` (the run that needs the room,
+        or that just left its pool idle), for ``wanted``."""
         self.cold = [h for h in self.cold if h.poll() is None]
         for pool in sorted((p for p in self.live() if p.busy is None), key=lambda p: p.last_used):
             if len(self.live()) + len(self.cold) + extra <= self.capacity:
                 return
-            pool.retire()
+            pool.retire(f"idle, its GPUs taken for {wanted}", run_dir)
 
     def track_cold(self, handle: RunHandle) -> RunHandle:
         """A job of its own started beside the pools: an idle pool is retired for it as soon as one is idle."""
@@ -204,7 +223,7 @@ class WarmPools:
 
     def close(self) -> None:
         for pool in self.live():
-            pool.retire()
+            pool.retire("the study ended")
 
 
 class WarmTrialHandle:
@@ -273,8 +292,8 @@ class WarmTrialHandle:
             self._copy()
             self._line(f"autorl: the warm pool {self.pool.id} ended before trial {self.attempt} finished")
             return self._finish(LOST, None)
-        if self._start is None and time.time() - self._handed > 5.0:
-            self.pools.make_room(0)  # a new pool waiting for GPUs that idle pools hold
+        if self._start is None and time.time() - self._handed > 5.0:  # a new pool waiting for GPUs idle pools hold
+            self.pools.make_room(0, self.log_path.parent, "a new pool")
         return None
 
     def _ended(self) -> bool:
@@ -289,13 +308,15 @@ class WarmTrialHandle:
         if code == REFUSED:
             reason = (verdict or {}).get("reason", "refused")
             self._line(f"autorl: the warm pool {pool.id} did not take this trial ({reason}): it runs as its own job")
-            self.pools.make_room(1)
+            self.pools.make_room(1, self.log_path.parent)
             self._cold = self.pools.track_cold(self.pools.start_cold(self.plan))
             return None
         if code != 0:
-            pool.retired = True  # the server ends itself after a failed or stopped trial
-        else:
-            self.pools.make_room(0)  # idle now: its GPUs go to a job of its own that waits for them
+            if not pool.retired:  # the server ends itself after a failed or stopped trial
+                pool.retired = True
+                note_retired(pool, f"its trial {self.attempt} ended with exit {code}", self.log_path.parent)
+        else:  # idle now: its GPUs go to a job of its own that waits for them
+            self.pools.make_room(0, self.log_path.parent)
         payload = {"pool": pool.id, "index": self.index, "seconds": (verdict or {}).get("seconds", {})}
         (self.log_path.parent / WARM_FILE).write_text(json.dumps(payload, sort_keys=True))
         self._code = code
@@ -337,7 +358,9 @@ class WarmTrialHandle:
             if self.poll() is not None:
                 return
             time.sleep(0.2)
-        self.pool.retire()
+        self.pool.retire(
+            f"its trial {self.attempt} did not stop in {grace_s + STOP_GRACE_S:.0f} s", self.log_path.parent
+        )
         self._finish(STOPPED, None)
 
     def metrics(self) -> list[dict[str, Any]]:

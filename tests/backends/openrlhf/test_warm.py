@@ -22,7 +22,7 @@ from autorl.data import shipped
 from autorl.errors import RecipeError
 from autorl.ledger import Ledger
 from autorl.recipe import load_recipe
-from autorl.runs.lifecycle import warm_columns
+from autorl.runs.lifecycle import warm_columns, warm_events
 from tests.conftest import run_cli
 from tests.study_ledger import git_workspace
 
@@ -218,3 +218,38 @@ def test_autorl_show_says_which_trials_ran_warm(tmp_path):
     assert "ran in warm pool warm-1a2b3c4d: its trial 3, after a reset" in shown[3].stdout
     got = run_cli("-C", str(ws), "show", "3", "--json")
     assert '"warm_index": 2' in got.stdout and '"warm_pool": "warm-1a2b3c4d"' in got.stdout
+
+
+def test_a_warm_runs_events_say_which_pool_it_built_or_reused_and_which_it_retired(tmp_path):
+    """docs/warm-trials.md 3.5: the ledger's events tell a pool's start, each later trial with what its reset and
+    new actor took, and every pool retired on a run's account with the reason."""
+    assert warm_events(tmp_path) == []
+    seconds = {"vllm": 0.47, "actor": 27.4, "fit": 273.0}
+    (tmp_path / "warm.json").write_text(json.dumps({"pool": "warm-1a2b3c4d", "index": 0, "seconds": seconds}))
+    assert warm_events(tmp_path) == [
+        ("warm-pool-start", "warm-1a2b3c4d: built by this trial; actor 27.4 s, fit 273.0 s, vllm 0.5 s")
+    ]
+    (tmp_path / "warm.json").write_text(json.dumps({"pool": "warm-1a2b3c4d", "index": 2, "seconds": {}}))
+    (tmp_path / "warm-retired.jsonl").write_text(
+        '{"pool": "warm-99", "reason": "idle, its GPUs taken for a new pool", "trials": 3}\n'
+        "{not json\n"
+        '{"pool": "warm-1a2b3c4d", "reason": "its trial attempt-05-x ended with exit 1", "trials": 3}\n'
+    )
+    assert warm_events(tmp_path) == [
+        ("warm-trial", "warm-1a2b3c4d: its trial 3, after a reset"),
+        ("warm-pool-retired", "warm-99 after 3 trials: idle, its GPUs taken for a new pool"),
+        ("warm-pool-retired", "warm-1a2b3c4d after 3 trials: its trial attempt-05-x ended with exit 1"),
+    ]
+
+
+def test_a_trials_warm_events_reach_the_ledger_with_its_end_in_one_transaction(tmp_path):
+    ws = git_workspace(tmp_path / "ws")
+    ledger = Ledger(ws / "ledger.sqlite")
+    row = ledger.trial(2)
+    more = [("warm-pool-start", "warm-1a2b3c4d: built by this trial"), ("warm-pool-retired", "warm-99 after 1 trials")]
+    ledger.update_trial(row.id, event="trial-end", more_events=more, status="complete")
+    kinds = [(e.kind, e.message) for e in ledger.events(row.study_id) if e.trial_id == row.id][:3]
+    assert kinds[:2] == list(reversed(more)) and kinds[2] == ("trial-end", "complete")  # newest first
+    with pytest.raises(ValueError):  # a value the row does not take: nothing of it is written, events included
+        ledger.update_trial(row.id, event="trial-end", more_events=[("warm-trial", "x")], status="no-such-status")
+    assert not [e for e in ledger.events(row.study_id) if e.kind == "warm-trial"]

@@ -74,6 +74,13 @@ def wait(handle, timeout_s: float = 60.0) -> int | None:
     return None
 
 
+def retired(tmp_path: Path, name: str) -> list[tuple[str, str]]:
+    """The pools a run retired, with why, as its run folder notes them for the ledger."""
+    path = tmp_path / "runs" / name / "warm-retired.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [(r["pool"], r["reason"]) for r in map(json.loads, lines)]
+
+
 def test_trials_share_a_pool_and_each_log_holds_only_its_own_slice(head, tmp_path):
     pools, cold = pools_on(head, tmp_path)
     try:
@@ -116,6 +123,7 @@ def test_a_failed_trial_retires_its_pool_and_the_next_gets_a_new_one(head, tmp_p
     try:
         bad = pools.start(plan(tmp_path, "attempt-01-a", STANDIN_CODE="1"))
         assert wait(bad) == 1 and bad.pool.retired
+        assert retired(tmp_path, "attempt-01-a") == [(bad.pool.id, "its trial attempt-01-a ended with exit 1")]
         after = pools.start(plan(tmp_path, "attempt-02-b"))
         assert after.pool is not bad.pool and wait(after) == 0 and after.warm == (after.pool.id, 0)
     finally:
@@ -135,6 +143,7 @@ def test_a_cancel_stops_the_trial_and_retires_the_pool(head, tmp_path):
         long.cancel(grace_s=2.0)
         assert long.poll() == -15 and time.time() - t < 30
         assert long.pool.retired
+        assert [pool for pool, _ in retired(tmp_path, "attempt-01-a")] == [long.pool.id]
     finally:
         pools.close()
 
@@ -147,6 +156,8 @@ def test_a_full_head_retires_the_least_recently_used_idle_pool(head, tmp_path):
         b = pools.start(plan(tmp_path, "attempt-02-b", key="k2"))  # another key, no room: the idle k1 pool goes
         assert a.pool.retired and b.pool is not a.pool and wait(b) == 0
         assert [p.key for p in pools.live()] == ["k2"]
+        assert retired(tmp_path, "attempt-02-b") == [(a.pool.id, "idle, its GPUs taken for a new pool")]
+        assert retired(tmp_path, "attempt-01-a") == []
     finally:
         pools.close()
 
@@ -166,6 +177,7 @@ def test_a_pool_that_falls_idle_gives_its_gpus_to_a_job_of_its_own_waiting_for_t
         assert not busy.pool.retired  # busy: it keeps its trial
         assert wait(busy) == 0
         assert busy.pool.retired and pools.live() == []
+        assert retired(tmp_path, "attempt-01-a") == [(busy.pool.id, "idle, its GPUs taken for a job of its own")]
         alone.cancel(grace_s=1.0)
     finally:
         pools.close()
