@@ -29,7 +29,7 @@ from autorl.locks import describe
 from autorl.present import errors, findings
 from autorl.recipe import Recipe, dump_values
 from autorl.search import hypotheses
-from autorl.states import Confirmation, Gate, Kind, Proposer, StudyStatus, TrialStatus, Verdict
+from autorl.states import Confirmation, CrashCategory, Gate, Kind, Proposer, StudyStatus, TrialStatus, Verdict
 from autorl.workspace import Workspace
 
 LEDGER_FIELDS = [
@@ -434,8 +434,16 @@ def crash_groups(ledger: Ledger) -> list[dict]:
         g["actions"] += decided.get(r.id, [])
         g["actions"] += [f"retried as {x.attempt} ({x.verdict or x.status})" for x in retries]
     for g in groups.values():
-        g["actions"].append("told Optuna FAIL" + ("; region avoided after repeats" if g["count"] > 1 else ""))
+        g["actions"].append("told Optuna FAIL" + _region(g["category"], g["count"]))
     return sorted(groups.values(), key=lambda g: -g["count"])
+
+
+def _region(category: CrashCategory | None, count: int) -> str:
+    """What repeats of a crash did to the search's region, as the rules table says: avoided once the signature
+    reached the repeat limit, never for a category the trial's values cannot cause (a card others filled)."""
+    if not triage.avoids(category):
+        return "; region not avoided (the trial's values did not cause it)"
+    return "; region avoided after repeats" if count >= triage.repeat_limit() else ""
 
 
 def crash_actions(ledger: Ledger) -> dict[int, list[str]]:
