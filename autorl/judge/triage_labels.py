@@ -111,6 +111,8 @@ def _log_text(ws: Workspace, trial: Trial) -> str | None:
         return None
     path = Path(trial.log_path)
     path = path if path.is_absolute() else ws.root / path
+    if not path.is_file() and trial.attempt:  # a workspace moved or copied: its own run folder of that name
+        path = ws.runs / trial.attempt / path.name
     return triage.read_tail(path) if path.is_file() else None
 
 
@@ -188,12 +190,15 @@ def _entry(ws: Workspace, trial: Trial, lab: CrashLabel) -> tuple[dict[str, Any]
     log = _log_text(ws, trial)
     text = _cut(log, lab.root_cause_line) if log else lab.root_cause_line
     root = next((ln for ln in text.splitlines() if lab.root_cause_line.strip() in ln), lab.root_cause_line)
-    engine = triage.classify(text).engine if log else "unknown"
+    found = triage.classify(text) if log else None
+    engine = found.engine if found is not None else "unknown"
+    # the remedy of the family that files this very log, where it agrees with the label; else the category's
+    same = found is not None and found.category == lab.category and found.remedy
     entry = {
         "id": f"{engine}-autorl-trial-{trial.number:02d}-{str(lab.category).replace('_', '-')}_01",
         "category": str(lab.category),
         "root_cause_line": root,
-        "action": _remedy(CrashCategory(lab.category)),
+        "action": found.remedy if same and found is not None else _remedy(CrashCategory(lab.category)),
         "library": engine,
         "versions": None,
         "source": f"autorl workspace trial {trial.number:02d} ({trial.attempt})",

@@ -62,3 +62,27 @@ def test_the_region_line_follows_the_rules_table_for_each_category():
     assert _region("cuda_oom", 1) == ""  # once is not a repeat
     assert _region("shared_gpu", 5).startswith("; region not avoided")
     assert _region(None, 2) == "; region avoided after repeats"  # no category: as the controller does
+
+
+def test_label_and_export_end_to_end_on_this_real_crash(tmp_path):
+    """`autorl triage label` then `export` on the study's own crash, in a copy of its workspace (the ledger names
+    the logs where the study ran; the copy holds them in its own run folder): the export is the corpus's format,
+    its log holds the labelled line, and the action is the remedy of the family that files this log."""
+    import yaml
+
+    ws = _workspace(tmp_path)
+    run = ws / ".autorl" / "runs" / "attempt-01-baseline"
+    run.mkdir(parents=True)
+    shutil.copy(RUN / "attempt-01-baseline-train.log", run / "train.log")
+    line = next(x for x in (run / "train.log").read_text().splitlines() if "Free memory on device" in x)
+    labelled = run_cli("-C", str(ws), "triage", "label", "1", "shared_gpu", "--line", line)
+    assert labelled.returncode == 0 and "trial 01 labelled shared_gpu" in labelled.stdout, labelled.stderr
+    out = tmp_path / "export"
+    assert run_cli("-C", str(ws), "triage", "export", "--out", str(out)).returncode == 0
+    (entry,) = yaml.safe_load((out / "labels.yaml").read_text())
+    assert entry["category"] == "shared_gpu" and entry["library"] == "openrlhf" and entry["exit_code"] == 1
+    assert entry["action"].startswith("The card was already holding other processes' memory")
+    log = (out / "logs" / f"{entry['id']}.log").read_text()
+    assert entry["root_cause_line"] in log.splitlines() and len(log.splitlines()) > 10
+    d = classify(log, exit_code=1)
+    assert d.category == "shared_gpu" and d.root_cause_line.rstrip() == entry["root_cause_line"].rstrip()
