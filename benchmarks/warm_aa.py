@@ -34,7 +34,8 @@ from autorl.backends.base import TrialSpec, get_backend  # noqa: E402
 from autorl.backends.openrlhf.phases import phases, read_times, start_up, table  # noqa: E402
 from autorl.judge.verdict import Runs, judge  # noqa: E402
 from autorl.recipe import load_recipe  # noqa: E402
-from autorl.runs.lifecycle import follow, launch, warm_columns, watch_run  # noqa: E402
+from autorl.runs.lifecycle import follow, launch, watch_run  # noqa: E402
+from autorl.runs.warmrecord import warm_columns  # noqa: E402
 
 STEP_KEYS = ("reward_mean", "loss", "grad_norm")
 

@@ -22,7 +22,7 @@ from autorl.data import shipped
 from autorl.errors import RecipeError
 from autorl.ledger import Ledger
 from autorl.recipe import load_recipe
-from autorl.runs.lifecycle import warm_columns, warm_events
+from autorl.runs.warmrecord import warm_columns, warm_events
 from tests.conftest import run_cli
 from tests.study_ledger import git_workspace
 
