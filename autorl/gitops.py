@@ -20,6 +20,7 @@ from pathlib import Path
 import git
 
 from autorl.errors import GitError, WorkspaceError, short
+from autorl.ledger.errors import disk_full, free_bytes
 
 _SLUG_MAX = 40
 _AUTORL = {"NAME": "autorl", "EMAIL": "autorl@localhost"}
@@ -57,9 +58,20 @@ def _open(root: Path) -> Iterator[git.Repo]:
     try:
         yield repo
     except git.GitCommandError as exc:
+        if _disk_is_full(root, exc):  # git names only the file it could not write ("couldn't write '...lock'")
+            raise disk_full(Path(root)) from None
         raise GitError(f"git {_verb(exc)} failed: {_last_line(exc)}") from None
     finally:
         repo.close()
+
+
+FULL_BELOW = 64 * 1024  # bytes free under which a failed git write is the disk's doing
+
+
+def _disk_is_full(root: Path, exc: git.GitCommandError) -> bool:
+    """Whether a failed git command failed for want of space: git says so, or the disk has (almost) none left."""
+    text = str(exc.stderr or "") + str(exc.stdout or "")
+    return "No space left on device" in text or free_bytes(root) < FULL_BELOW
 
 
 def _verb(exc: git.GitCommandError) -> str:

@@ -1,5 +1,9 @@
 """Ref naming and worktrees on a real git repository."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 from conftest import git
 
@@ -218,3 +222,59 @@ def test_the_next_attempt_number_sees_packed_and_nested_refs(tmp_path):
     assert gitops.next_attempt_number(repo) == 6
     git(repo, "branch", "team/attempt-70-theirs")  # not at the start of the name: not autorl's
     assert gitops.next_attempt_number(repo, floor=8) == 9
+
+
+GIT_ON_A_FULL_DISK = """
+import os, sys
+from pathlib import Path
+from autorl import gitops
+from autorl.errors import DiskFullError, GitError
+root = Path(sys.argv[1]) / "repo"
+root.mkdir()
+gitops.init_repo(root)
+(root / "f.txt").write_text("a\\n")
+sha = gitops.commit(root, "first", ["f.txt"])
+fd = os.open(Path(sys.argv[1]) / "fill", os.O_WRONLY | os.O_CREAT)  # the disk, filled to its last byte
+for size in (65536, 1):
+    try:
+        while True:
+            os.write(fd, bytes(size))
+    except OSError:
+        pass
+os.close(fd)
+try:
+    gitops.add_worktree(root, root / ".autorl" / "worktrees" / "attempt-01-x", "attempt-01-x", sha)
+    print("no error")
+except DiskFullError as exc:
+    print("DiskFullError", exc)
+except GitError as exc:
+    print("GitError", exc)
+"""
+
+
+def test_a_git_write_on_a_full_disk_is_a_disk_full_error_not_gits_lock_message(tmp_path):
+    """Seen in the fault soak: the disk filled while an attempt opened its branch, and git said only "couldn't
+    write '.../attempt-NN.lock'" (exit 1). It is the disk-full error now: one line naming the space, exit 2."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("no private mount namespace here (unshare -rm refused)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = 'mount -t tmpfs -o size=4m tmpfs "$1" && shift && exec "$@"'
+    argv = [sys.executable, "-c", GIT_ON_A_FULL_DISK, str(mnt)]
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    r = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, "sh", str(mnt), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("DiskFullError no space left on the disk of"), r.stdout
+    assert "free some space" in r.stdout
