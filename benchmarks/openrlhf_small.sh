@@ -20,7 +20,8 @@
 # PROMOTE_PARALLEL of those runs at once, PROMOTE_ARGS more of its arguments; its status once a minute, the full run's weights on disk). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
 # with PAR=2 PAR_GPUS=0: two trials packed on one card); FULL="k: v, ..." gives every new workspace's recipe a full
 # block (e.g. FULL="save_steps: 8, save_hf_ckpt: true, disable_ds_ckpt: true": a promoted full run saves and evaluates
-# checkpoints as it trains).
+# checkpoints as it trains). vllmkill (a trial's vLLM engine SIGKILLed at its second step), warmkill (a warm pool's
+# server SIGKILLed between two trials): each the study's ledger, triage, logs and the processes left afterwards.
 set -uo pipefail
 MODEL=${MODEL:-small}
 case "$MODEL" in
@@ -233,6 +234,43 @@ phase_wait() {  # collect studies started by an earlier call (they run in their 
     r=$(ls -d "$d"/.autorl/runs/attempt-03-* 2>/dev/null | head -1); [ -n "$r" ] || continue
     tar -czf "$OUT/$(basename "$d")-attempt03.tgz" -C "$r" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' . 2>/dev/null
   done
+}
+wait_for_line() {  # $1: a file, $2: an extended regex; waits up to $3 s (default 600) for a line to match
+  local s=$SECONDS; while ! grep -a -q -E "$2" "$1" 2>/dev/null; do
+    [ $(( SECONDS - s )) -lt "${3:-600}" ] || return 1; sleep 1; done
+}
+after_fault() {  # what a fault left: the study's exit, its crashes, and the GPU and Ray processes afterwards
+  local ws=$1 name=$2; sleep 5
+  python3 -m autorl.cli -C "$ws" ledger > "$OUT/$name-ledger.txt" 2>&1; tail -n 12 "$OUT/$name-ledger.txt"
+  python3 -m autorl.cli -C "$ws" triage > "$OUT/$name-triage.txt" 2>&1; head -n 20 "$OUT/$name-triage.txt"
+  python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
+    "$ws/ledger.sqlite" "$OUT/$name-ledger.sqlite" 2>/dev/null
+  for r in "$ws"/.autorl/runs/attempt-*; do cp "$r/train.log" "$OUT/$name-$(basename "$r").log" 2>/dev/null; done
+  gpu_apps; head_group
+}
+phase_vllmkill() {  # a trial's vLLM engine killed (SIGKILL) mid-rollout: the trial must end as a crash, triaged,
+  # the study go on or stop as its rules say, and no GPU process or Ray head be left once it ends
+  t vllmkill; workspace /tmp/ws-vk; mapfile -t extra < <(sets)
+  setsid python3 -m autorl.cli -C /tmp/ws-vk run recipes/small.yaml --budget "${BUDGET:-8m}" --max-trials 2 \
+    --study vllmkill "${extra[@]}" > "$OUT/vllmkill.log" 2>&1 < /dev/null &
+  local pid=$!
+  wait_for_line /tmp/ws-vk/.autorl/runs/attempt-01-baseline/train.log "Global step 2" || echo "no step 2 seen"
+  local engines; engines=$(pgrep -f "EngineCore|RolloutRayActor" | tr '\n' ' ')
+  echo "killing the vLLM engine processes: ${engines:-none found}"; [ -n "$engines" ] && kill -9 $engines
+  wait "$pid"; echo "study exit $?"; after_fault /tmp/ws-vk vllmkill
+}
+phase_warmkill() {  # a warm pool's server killed (SIGKILL) between two trials: the next trial must not be lost:
+  # it fails as the pool's loss or runs in a new pool, and the study's ledger says which
+  t warmkill; workspace /tmp/ws-wk; mapfile -t extra < <(sets)
+  setsid python3 -m autorl.cli -C /tmp/ws-wk run recipes/small.yaml --budget "${BUDGET:-10m}" --max-trials 3 \
+    --set warm_pool=true --study warmkill "${extra[@]}" > "$OUT/warmkill.log" 2>&1 < /dev/null &
+  local pid=$!
+  wait_for_line /tmp/ws-wk/.autorl/runs/attempt-01-baseline/train.log "AUTORL-WARM attempt-01-baseline end" \
+    || echo "no first trial end seen"
+  local servers; servers=$(pgrep -f "[w]arm_server" | tr '\n' ' ')
+  echo "killing the warm server processes: ${servers:-none found}"; [ -n "$servers" ] && kill -9 $servers
+  wait "$pid"; echo "study exit $?"; after_fault /tmp/ws-wk warmkill
+  grep -a -h "warm pool" /tmp/ws-wk/.autorl/runs/attempt-0*/train.log | head -5
 }
 for p in "${@:2}"; do "phase_$p"; done
 t done
