@@ -267,6 +267,8 @@ class WarmTrialHandle:
 
     @property
     def warm(self) -> tuple[str, int] | None:
+        if isinstance(self._cold, WarmTrialHandle):  # moved to another pool (``_rehome``)
+            return self._cold.warm
         return None if self._cold is not None else (self.pool.id, self.index)
 
     def poll(self) -> int | None:
@@ -290,11 +292,29 @@ class WarmTrialHandle:
         if not self.pool.alive():
             self.pool.refresh()
             self._copy()
+            if self._start is None:  # it died before the trial began: nothing of the trial is lost, so move it
+                self._rehome()
+                return None
             self._line(f"autorl: the warm pool {self.pool.id} ended before trial {self.attempt} finished")
             return self._finish(LOST, None)
         if self._start is None and time.time() - self._handed > 5.0:  # a new pool waiting for GPUs idle pools hold
             self.pools.make_room(0, self.log_path.parent, "a new pool")
         return None
+
+    def _rehome(self) -> None:
+        """Hand this trial, which its pool never began, to a live pool of its key or a new one: a pool whose server
+        died between two trials (killed, its node lost) costs the next trial a cold start, not its run. The trial's
+        log is started afresh (it holds only the dead pool's own start-up, if anything), and the handle delegates
+        to the new pool's."""
+        dead = self.pool
+        dead.busy = None
+        if not dead.retired:
+            dead.retired = True
+            note_retired(dead, f"its server ended before trial {self.attempt} began", self.log_path.parent)
+        for path in (self.log_path, self.log_path.with_name(self.log_path.name + ".times")):
+            path.unlink(missing_ok=True)
+        with self.pools._lock:
+            self._cold = self.pools._start(self.plan, dead.key)
 
     def _ended(self) -> bool:
         """Whether the trial's end line has reached its log (its slice copied up to it)."""

@@ -130,6 +130,31 @@ def test_a_failed_trial_retires_its_pool_and_the_next_gets_a_new_one(head, tmp_p
         pools.close()
 
 
+def test_a_pool_whose_server_died_between_trials_costs_the_next_trial_a_cold_start_not_its_run(head, tmp_path):
+    """The pool's server is killed after one trial, once the next is handed to it but before it began: that trial
+    moves to a new pool and completes; the dead pool is retired, and the move is noted for the ledger."""
+    import os
+    import signal
+    import subprocess
+
+    pools, _ = pools_on(head, tmp_path)
+    try:
+        a = pools.start(plan(tmp_path, "attempt-01-a", STANDIN_THEN_WAIT="60"))
+        assert wait(a) == 0
+        b = pools.start(plan(tmp_path, "attempt-02-b"))
+        assert b.pool is a.pool  # handed to the pool, whose server now waits before it reads its inbox
+        for pid in subprocess.run(["pgrep", "-f", str(a.pool.dir)], capture_output=True, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        assert wait(b) == 0
+        assert a.pool.retired and b.warm is not None and b.warm[0] != a.pool.id and b.warm[1] == 0
+        assert retired(tmp_path, "attempt-02-b") == [(a.pool.id, "its server ended before trial attempt-02-b began")]
+        log = Path(b.log_path).read_text()
+        assert "AUTORL-WARM attempt-02-b begin index=0" in log and "end code=0" in log
+        assert json.loads((tmp_path / "runs" / "attempt-02-b" / "warm.json").read_text())["pool"] == b.warm[0]
+    finally:
+        pools.close()
+
+
 def test_a_cancel_stops_the_trial_and_retires_the_pool(head, tmp_path):
     pools, _ = pools_on(head, tmp_path)
     try:

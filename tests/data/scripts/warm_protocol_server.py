@@ -1,6 +1,7 @@
 """A stand-in for autorl.backends.openrlhf.warm_server on a CPU box (the real one needs vLLM, DeepSpeed and a GPU):
 it speaks the same file protocol and prints the same marker lines, so the controller's side (warm.py) runs
-against a real Ray job. A trial whose env has STANDIN_CODE exits with that code; STANDIN_SLEEP is its training time.
+against a real Ray job. A trial whose env has STANDIN_CODE exits with that code; STANDIN_SLEEP is its training time;
+STANDIN_THEN_WAIT makes the server wait that many seconds after the trial before it reads its next request.
 
     python warm_protocol_server.py POOL_DIR
 """
@@ -45,3 +46,4 @@ while not (pool / "retire").exists():
     print(f"AUTORL-WARM {attempt} end code={code}", flush=True)
     if code not in (0, 75):
         break
+    time.sleep(float(env.get("STANDIN_THEN_WAIT", "0")))
