@@ -40,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reliability as rel  # noqa: E402  (beside this file: workspace, ledger and process helpers)
+import soak as plain  # noqa: E402  (beside this file: a process's memory, descriptors and children)
 
 RECIPE = """name: fault-soak
 backend: command
@@ -142,9 +143,9 @@ class Soak:
                 "t": round(self.now(), 1),
                 "trials": n,
                 "trial_s_sum": round(own, 1),
-                "rss_mib": round(rel_rss(pid), 1),
-                "fds": _fds(pid),
-                "children": len(_children(pid)),
+                "rss_mib": round(plain.rss_mib(pid), 1),
+                "fds": plain.open_fds(pid),
+                "children": len(plain.descendants(pid)) if pid else 0,
                 "ledger_mib": round(sum(p.stat().st_size for p in self.ws.glob("ledger.sqlite*")) / 2**20, 2),
             }
         )
@@ -217,34 +218,6 @@ def _one(ws: Path, sql: str):
             conn.close()
     except sqlite3.DatabaseError as exc:
         return f"error: {exc}"
-
-
-def rel_rss(pid: int) -> float:
-    try:
-        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS:"))
-    except (OSError, StopIteration):
-        return 0.0
-    return int(line.split()[1]) / 1024
-
-
-def _fds(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return -1
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.append(int(d.name))
-    return out
 
 
 def windows(samples: list[dict], events: list[dict], minutes: float, parallel: int) -> list[dict]:
