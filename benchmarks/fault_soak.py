@@ -178,9 +178,18 @@ class Soak:
     def checks(self) -> dict:
         lost, dup = rel.lost_and_dup(self.ws)
         reads = {}
-        for cmd in (["ledger"], ["status"]):
-            d = rel.cli("-C", str(self.ws), *cmd)
-            reads[cmd[0]] = {"exit": d.code, "lines_on_stderr": len(rel.stderr_lines(d.err)), "s": round(d.seconds, 1)}
+        for cmd in (["ledger"], ["status"]):  # output to a file: a pipe read only at exit would fill and block
+            t0 = time.time()
+            with open(self.root / f"{cmd[0]}.out", "w") as out:
+                d = subprocess.run(
+                    [sys.executable, "-m", "autorl.cli", "-C", str(self.ws), *cmd],
+                    stdout=out,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    timeout=600,
+                )
+            lines = rel.stderr_lines(d.stderr)
+            reads[cmd[0]] = {"exit": d.returncode, "lines_on_stderr": len(lines), "s": round(time.time() - t0, 1)}
         return {
             "trials": _finished(self.ws)[0],
             "lost": lost,
