@@ -193,12 +193,13 @@ def _entry(ws: Workspace, trial: Trial, lab: CrashLabel) -> tuple[dict[str, Any]
     found = triage.classify(text) if log else None
     engine = found.engine if found is not None else "unknown"
     # the remedy of the family that files this very log, where it agrees with the label; else the category's
-    same = found is not None and found.category == lab.category and found.remedy
+    category = CrashCategory(lab.category)
+    action = found.remedy if found is not None and found.category == category else _remedy(category)
     entry = {
         "id": f"{engine}-autorl-trial-{trial.number:02d}-{str(lab.category).replace('_', '-')}_01",
         "category": str(lab.category),
         "root_cause_line": root,
-        "action": found.remedy if same and found is not None else _remedy(CrashCategory(lab.category)),
+        "action": action,
         "library": engine,
         "versions": None,
         "source": f"autorl workspace trial {trial.number:02d} ({trial.attempt})",

@@ -79,14 +79,12 @@ def _candidates(
     for t in trials:
         if t.confirmation != Confirmation.CANDIDATE or t.confirms is not None:
             continue
-        parent = by_number.get(t.parent) if t.parent is not None else None
-        before = (parent.params if parent else None) or base_train
         done = [r for r in trials if r.confirms == t.number and r.status == TrialStatus.COMPLETE]
         out.append(
             {
                 "number": t.number,
                 "attempt": t.attempt,
-                "changes": changes(t.params, before) or changes(t.changed, before),
+                "changes": changes_vs_parent(t, by_number, base_train),
                 "objective": t.objective,
                 "delta": t.delta,
                 "ci_low": t.ci_low,
@@ -142,6 +140,13 @@ def _baseline_value(trials: list[Trial]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def changes_vs_parent(t: Trial, by_number: dict[int, Trial], base_train: dict) -> list[list[Any]]:
+    """What trial ``t`` changed against the recipe it modified (its parent's values, else the base recipe)."""
+    parent = by_number.get(t.parent) if t.parent is not None else None
+    before = (parent.params if parent else None) or base_train
+    return changes(t.params, before) or changes(t.changed, before)
+
+
 def changes(params: dict | None, before: dict) -> list[list[Any]]:
     """[key, value before, value after] for each train value that differs (the seed apart)."""
     params = params or {}
@@ -173,12 +178,10 @@ def ruled_out(
         outcome = _outcome(t)
         if outcome is None:
             continue
-        parent = by_number.get(t.parent) if t.parent is not None else None
-        before = (parent.params if parent else None) or base_train
         groups.setdefault(_group_of(t), []).append(
             {
                 "number": t.number,
-                "changes": changes(t.params, before) or changes(t.changed, before),
+                "changes": changes_vs_parent(t, by_number, base_train),
                 "outcome": outcome,
                 "delta": t.delta,
                 "ci_low": t.ci_low,
