@@ -20,7 +20,7 @@ VLLM_LINE = "ValueError: Free memory on device cuda:0 (3.67/139.8 GiB) on startu
 def _workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     assert run_cli("init", str(ws)).returncode == 0
-    shutil.copy(RUN / "ledger.sqlite", ws / "ledger.sqlite")
+    shutil.copy(RUN / "study-ledger.sqlite", ws / "ledger.sqlite")
     return ws
 
 

@@ -36,7 +36,7 @@ RUNS = sorted((RUN / "runs").iterdir())
 @pytest.fixture(scope="module")
 def trials(tmp_path_factory) -> dict[int, object]:
     """The study's trials by number, read from a copy of the real ledger (reading writes a -shm file beside it)."""
-    path = Path(shutil.copy(RUN / "ledger.sqlite", tmp_path_factory.mktemp("warm-smollm2") / "ledger.sqlite"))
+    path = Path(shutil.copy(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("warm-smollm2") / "ledger.sqlite"))
     with closing(open_read(path)) as ledger:
         return {t.number: t for t in ledger.trials(ledger.study().id, kind=Kind.TRIAL)}
 
@@ -45,7 +45,7 @@ def trials(tmp_path_factory) -> dict[int, object]:
 def found(tmp_path_factory) -> dict:
     ws = tmp_path_factory.mktemp("ws") / "ws"
     assert run_cli("init", str(ws)).returncode == 0
-    shutil.copy(RUN / "ledger.sqlite", ws / "ledger.sqlite")
+    shutil.copy(RUN / "study-ledger.sqlite", ws / "ledger.sqlite")
     r = run_cli("-C", str(ws), "status", "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)["findings"]
@@ -153,7 +153,7 @@ def test_the_hack_gate_passed_the_confirmed_gain_on_held_out_items(trials):
 
 
 def _records(trials, number: int, tmp: Path) -> tuple[list[dict], list[dict]]:
-    path = Path(shutil.copy(RUN / "ledger.sqlite", tmp / "ledger.sqlite"))
+    path = Path(shutil.copy(RUN / "study-ledger.sqlite", tmp / "ledger.sqlite"))
     with closing(open_read(path)) as ledger:
         records = ledger.metrics(trials[number].id)
     return [r for r in records if r.get("type") == "step"], [r for r in records if r.get("type") == "eval"]
