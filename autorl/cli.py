@@ -193,17 +193,26 @@ def train(
     result = run_single(spec, plan, quiet=as_json)
     if as_json:
         click.echo(_json(result))
+    elif result.get("stopped"):  # autorl stopped it: say why, not the signal it sent
+        click.echo(f"autorl: error: the run was stopped: {result['stopped']} (log {result['log_path']})", err=True)
+        sys.exit(1)
     elif result["exit_code"]:
         last = next((x for x in reversed(result.get("log_tail") or []) if x.strip()), "")
         click.echo(
             f"autorl: error: the run failed (exit {result['exit_code']}, log {result['log_path']}): {last}", err=True
         )
+        sys.exit(_shell_code(result["exit_code"]))
     else:
         click.echo(
             f"done: {result['steps']} steps in {result['wall_s']} s; "
             + ", ".join(f"{k} {v:.3f}" for k, v in result["final_eval"].items())
         )
-    sys.exit(result["exit_code"] or 0)
+    sys.exit(0)
+
+
+def _shell_code(exit_code: int) -> int:
+    """A run's exit as a shell reports it: a process killed by signal N (Popen's -N) is 128 + N."""
+    return 128 - exit_code if exit_code < 0 else min(exit_code, 255)
 
 
 @cli.command()

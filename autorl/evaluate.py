@@ -166,6 +166,8 @@ def _hf_generate(
 ) -> list[tuple[str, bool]]:
     import torch  # lazy: the controller plans evaluations without torch
 
+    from autorl.toolkit.model import beating  # lazy: imports torch
+
     out: list[tuple[str, bool]] = []
     for start in range(0, len(prompts), chunk):
         batch = tok(prompts[start : start + chunk], return_tensors="pt", padding=True, add_special_tokens=special).to(
@@ -178,6 +180,7 @@ def _hf_generate(
                 max_new_tokens=max_new_tokens,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=tok.eos_token_id,
+                stopping_criteria=beating(batch["input_ids"].shape[1], max_new_tokens),
                 **sampling,
             )
         new = ids[:, batch["input_ids"].shape[1] :]

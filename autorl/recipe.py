@@ -217,7 +217,8 @@ class AbortRules(_Model):
         120.0,
         gt=0,
         description="No new output or metric for this long = hang (watchdog); a "
-        "Ray job waiting for GPUs other jobs hold is not one.",
+        "Ray job waiting for GPUs other jobs hold is not one, and the embedded engine and the per-item eval "
+        "write a 'working:' line every 30 s while they generate or update.",
     )
 
 

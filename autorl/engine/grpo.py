@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from autorl.engine.config import EngineConfig
+from autorl.toolkit import heartbeat
 from autorl.toolkit.evalcache import base_eval, eval_key
 from autorl.toolkit.model import load_policy
 from autorl.toolkit.policy_eval import evaluate_split
@@ -269,6 +270,7 @@ def cache_logprobs(policy, ref, roll: Rollout, config: EngineConfig, autocast) -
         return
     refs = []
     for rows in chunks(len(roll.ids), config.micro_batch):
+        heartbeat.beat(f"reference log-probs of sequences {rows.start + 1}-{rows.stop} of {len(roll.ids)}")
         with autocast():
             logits = completion_logits(lambda i, m: _ref_logits(policy, ref, i, m), roll, rows, config.temperature)
             refs.append(token_logprobs(logits, roll.completion[rows]))
@@ -351,6 +353,7 @@ def optimizer_pass(policy, params, opt, roll, adv, config, stats, autocast, firs
     opt.zero_grad()
     total = 0.0
     for rows in chunks(len(roll.ids), config.micro_batch):
+        heartbeat.beat(f"updating on sequences {rows.start + 1}-{rows.stop} of {len(roll.ids)}")
         with autocast():
             loss = micro_batch_loss(policy, roll, adv, rows, config, stats, first_epoch)
         loss.backward()

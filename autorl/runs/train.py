@@ -18,7 +18,14 @@ from autorl.metrics import RunMetrics
 from autorl.recipe import Overrides, Recipe, load_recipe
 from autorl.runs.lifecycle import TrainThenEval, follow, watch_run
 from autorl.runs.watch import Outcome
+from autorl.states import TrialStatus
 from autorl.workspace import RUN_DIR
+
+# A run autorl itself stopped, and the setting that would have let it go on.
+STOPPED_BY_US = {
+    TrialStatus.HANG: "a run that is slow but alive needs a longer abort.silence_s (--set abort.silence_s=600)",
+    TrialStatus.TIMEOUT: "a run that needs longer needs a larger timeout_s (--set timeout_s=3600)",
+}
 
 
 def plan_single(
@@ -148,8 +155,10 @@ def _result(plan: LaunchPlan, out: Outcome, recipe: Recipe) -> dict[str, Any]:
         "metrics_path": plan.metrics_path,
         "log_path": plan.log_path,
     }
-    if out.exit_code:
+    if out.exit_code or out.status in STOPPED_BY_US:
         res["log_tail"] = Path(plan.log_path).read_text(errors="replace").splitlines()[-5:]
+    if out.status in STOPPED_BY_US:
+        res["stopped"] = f"{out.reason}; {STOPPED_BY_US[out.status]}"
     return res
 
 

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autorl.errors import UserError
+from autorl.toolkit import heartbeat
 
 BUILTIN_SIZES: dict[str, dict[str, int]] = {
     "tiny": {"hidden": 64, "layers": 2, "heads": 4},  # 132,352 params with the 15-symbol vocabulary
@@ -186,6 +187,7 @@ class BuiltinPolicy:
         logits, caches = self.module(ids)
         out, done, pos = [], torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device), ids.shape[1]
         for t in range(max_new_tokens):
+            heartbeat.beat(f"generating token {t + 1} of {max_new_tokens} for {ids.shape[0]} sequences")
             tok = _pick(logits[:, -1], temperature)
             out.append(tok)
             done |= tok == eos
@@ -259,6 +261,7 @@ class HFPolicy:
             min_new_tokens=0,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_id,
+            stopping_criteria=beating(ids.shape[1], max_new_tokens),
             **opts,
         )
         tokens = out[:, ids.shape[1] :]
@@ -268,6 +271,19 @@ class HFPolicy:
     def decode(self, tokens: torch.Tensor) -> list[str]:
         rows = [[t for t in row if t != self.pad_id] for row in tokens.tolist()]
         return [self.tok.decode(r, skip_special_tokens=True) for r in rows]
+
+
+def beating(prompt_len: int, max_new_tokens: int):
+    """A stopping criterion for ``generate`` that never stops it: a heartbeat at each decoding step."""
+    from transformers import StoppingCriteria, StoppingCriteriaList  # lazy, as in HFPolicy
+
+    class Beat(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            made, rows = input_ids.shape[1] - prompt_len, input_ids.shape[0]
+            heartbeat.beat(f"generating token {made} of {max_new_tokens} for {rows} sequences")
+            return torch.zeros(rows, dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([Beat()])
 
 
 def load_policy(name: str, tokenizer, device: torch.device, chat: bool = False):

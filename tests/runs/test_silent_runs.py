@@ -1,0 +1,84 @@
+"""A run that says nothing is stopped by the watchdog and told apart from a crash; a slow run that is working says
+so from inside its loops, and saying so changes nothing it computes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autorl.toolkit import heartbeat
+from tests.conftest import run_cli
+
+
+def _recipe(tmp_path: Path, code: str, **more) -> Path:
+    recipe = {"name": "quiet", "backend": "command", "train": {"argv": [sys.executable, "-c", code]}, **more}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def test_a_run_the_watchdog_stops_is_said_to_be_stopped_with_the_setting_that_lets_it_go_on(tmp_path):
+    path = _recipe(tmp_path, "import time; time.sleep(60)", abort={"silence_s": 2})
+    t0 = time.monotonic()
+    r = run_cli("-C", str(tmp_path), "train", path.name, timeout=120)
+    assert time.monotonic() - t0 < 50, "the silent run was not stopped"
+    assert r.returncode == 1, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert lines[0].startswith("autorl: error: the run was stopped: no output or metrics for 2 s (watchdog)")
+    assert "abort.silence_s" in lines[0] and "exit -15" not in lines[0]
+
+
+def test_a_run_that_times_out_names_timeout_s(tmp_path):
+    code = "import time\nfor i in range(600):\n    print(i, flush=True); time.sleep(0.2)"
+    r = run_cli("-C", str(tmp_path), "train", _recipe(tmp_path, code, timeout_s=3).name, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "the run was stopped:" in r.stderr and "timeout_s" in r.stderr
+
+
+def test_a_run_killed_by_a_signal_exits_as_a_shell_reports_it(tmp_path):
+    path = _recipe(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    r = run_cli("-C", str(tmp_path), "train", path.name, timeout=120)
+    assert r.returncode == 128 + 9, r.stderr
+    assert "the run failed (exit -9" in r.stderr
+
+
+def test_a_beat_is_said_at_most_once_an_interval(monkeypatch, capsys):
+    monkeypatch.setattr(heartbeat, "_last", [time.monotonic()])
+    monkeypatch.setattr(heartbeat, "INTERVAL_S", 3600.0)
+    heartbeat.beat("decoding")
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.0)
+    heartbeat.beat("decoding token 3")
+    heartbeat.beat("decoding token 4")
+    assert capsys.readouterr().err.splitlines() == ["working: decoding token 3", "working: decoding token 4"]
+    monkeypatch.setattr(heartbeat, "INTERVAL_S", 3600.0)
+    heartbeat.beat("decoding token 5")  # the last beat was just now
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_heartbeat_inside_generate_changes_nothing_it_returns(tmp_path, monkeypatch, capsys, temperature):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from autorl.toolkit.hf_tiny import save_llama
+    from autorl.toolkit.model import HFPolicy
+
+    policy = HFPolicy(str(save_llama(tmp_path / "llama")), torch.device("cpu"))
+    ids, mask = policy.encode(["12+34=", "7+8=", "100+1="])
+    capsys.readouterr()  # what loading the model printed
+    monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.0)
+    torch.manual_seed(0)
+    with_beats = policy.sample(ids, mask, 6, temperature)
+    said = [x for x in capsys.readouterr().err.splitlines() if x.startswith("working:")]
+    monkeypatch.setattr(heartbeat, "INTERVAL_S", 3600.0)
+    torch.manual_seed(0)
+    quiet = policy.sample(ids, mask, 6, temperature)
+    assert capsys.readouterr().err == ""
+    assert all(torch.equal(a, b) for a, b in zip(with_beats, quiet))
+    assert said[0] == "working: generating token 1 of 6 for 3 sequences", said  # the first decoding step's beat
+    assert all(x.startswith("working: generating token ") and x.endswith("of 6 for 3 sequences") for x in said)
