@@ -105,8 +105,19 @@ class EngineConfig(GRPOParams):
         description="Optimizer passes over each rollout batch (mu). With 1, the ratio "
         "is always 1 and clipping is inert.",
     )
-    loss_type: Literal["grpo", "dr_grpo"] = Field(
-        "grpo", description="'grpo': mean over each sequence's tokens; 'dr_grpo': token sum / max_new_tokens."
+    loss_type: Literal["grpo", "dr_grpo", "token_mean"] = Field(
+        "grpo",
+        description="'grpo': mean over each sequence's tokens; 'dr_grpo': token sum / max_new_tokens; "
+        "'token_mean': every token of the batch weighs the same (OpenRLHF's token-level loss, DAPO's).",
+    )
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant",
+        description="After the warm-up: 'constant', or 'cosine' down to min_lr_ratio * lr at the last optimizer "
+        "step (OpenRLHF's cosine_with_min_lr).",
+    )
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Where the cosine schedule ends, as a share of lr.")
+    adam_beta2: float = Field(
+        0.99, gt=0, lt=1, description="AdamW's second-moment decay (beta1 is 0.9; OpenRLHF and DeepSpeed use 0.95)."
     )
     scale_rewards: bool = Field(True, description="Divide advantages by the group std (floored); off = Dr. GRPO.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight.")

@@ -20,8 +20,9 @@ Departures from the GRPO paper (DeepSeekMath, Shao et al. 2024), on purpose:
 - ``asymmetric clipping`` (``eps_clip_high``, DAPO) and an entropy bonus are
   optional extras; ``dr_grpo`` aggregation divides token sums by
   ``max_new_tokens`` instead of each sequence's own length.
-- AdamW betas (0.9, 0.99), no weight decay, linear warmup then constant lr,
-  gradient clipping at ``max_grad_norm``. Dropout is off throughout (eval mode).
+- AdamW betas (0.9, ``adam_beta2`` = 0.99), no weight decay, linear warmup then a
+  constant lr (or ``lr_schedule: cosine`` down to ``min_lr_ratio``), gradient
+  clipping at ``max_grad_norm``. Dropout is off throughout (eval mode).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from autorl.toolkit.task import load_task
 from autorl.toolkit.warmup import SFT_SETTINGS, prepare_base
 
 STD_FLOOR = 1e-4
-ADAM_BETAS = (0.9, 0.99)
+ADAM_BETA1 = 0.9
 
 
 class NonFiniteError(FloatingPointError):
@@ -100,12 +101,20 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def aggregate(
-    values: torch.Tensor, mask: torch.Tensor, loss_type: str, max_new_tokens: int, n_total: int
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: str,
+    max_new_tokens: int,
+    n_total: int,
+    tokens_total: float = 0.0,
 ) -> torch.Tensor:
     """Per-token values -> scalar. grpo: each sequence's mean over its own tokens; dr_grpo: token sum /
     max_new_tokens; then summed over these sequences and divided by ``n_total`` (the whole batch), so
-    micro-batch losses add up to the full-batch loss."""
+    micro-batch losses add up to the full-batch loss. token_mean: the token sum over ``tokens_total``, the
+    completion tokens of the whole batch (each token weighs the same, whatever its sequence's length)."""
     m = mask.to(values.dtype)
+    if loss_type == "token_mean":
+        return (values * m).sum() / max(tokens_total, 1.0)
     sums = (values * m).sum(-1)
     per_seq = sums / m.sum(-1).clamp(min=1) if loss_type == "grpo" else sums / max_new_tokens
     return per_seq.sum() / n_total
@@ -148,15 +157,26 @@ def build_reference(policy, kl_coef: float):
 
 
 class AdamW:
-    """AdamW with no weight decay, with linear warmup and then a constant lr: torch.optim.AdamW's update written out.
+    """AdamW with no weight decay, with linear warmup and then a constant lr (or a cosine down to ``min_ratio`` of
+    it at optimizer step ``total``): torch.optim.AdamW's update written out.
 
     Constructing any ``torch.optim.Optimizer`` imports ``torch._dynamo``, about a second of every trial's start-up
     on a CPU, which no early stop can save. The update is the same (tests compare it with torch's AdamW and
     LambdaLR step by step); the ``_foreach`` ops keep it one kernel per op on a GPU.
     """
 
-    def __init__(self, params: list, lr: float, betas: tuple[float, float], warmup_steps: int, eps: float = 1e-8):
+    def __init__(
+        self,
+        params: list,
+        lr: float,
+        betas: tuple[float, float],
+        warmup_steps: int,
+        eps: float = 1e-8,
+        cosine_total: int = 0,
+        min_ratio: float = 0.1,
+    ):
         self.params, self.base_lr, self.betas, self.warmup, self.eps = params, lr, betas, warmup_steps, eps
+        self.cosine_total, self.min_ratio = cosine_total, min_ratio  # cosine_total 0: a constant lr
         self.t = 0  # optimizer steps taken (sets the warmup); each parameter counts its own updates
         self.m = [torch.zeros_like(p) for p in params]
         self.v = [torch.zeros_like(p) for p in params]
@@ -165,7 +185,12 @@ class AdamW:
     @property
     def lr(self) -> float:
         """The lr of the next step."""
-        return self.base_lr * (min(1.0, (self.t + 1) / self.warmup) if self.warmup else 1.0)
+        if self.t < self.warmup:
+            return self.base_lr * (self.t + 1) / self.warmup
+        if not self.cosine_total:
+            return self.base_lr
+        done = min(1.0, (self.t - self.warmup) / max(1, self.cosine_total - self.warmup))
+        return self.base_lr * (self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * done)))
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -192,8 +217,17 @@ class AdamW:
 
 
 def make_optimizer(params: list, config: EngineConfig) -> AdamW:
-    """AdamW (betas 0.9/0.99, no weight decay) with linear warmup, then a constant lr."""
-    return AdamW(params, config.lr, ADAM_BETAS, config.warmup_steps)
+    """AdamW (betas 0.9/``adam_beta2``, no weight decay) with linear warmup, then the configured schedule over the
+    run's optimizer steps (``steps`` x ``ppo_epochs``)."""
+    total = config.steps * config.ppo_epochs if config.lr_schedule == "cosine" else 0
+    return AdamW(
+        params,
+        config.lr,
+        (ADAM_BETA1, config.adam_beta2),
+        config.warmup_steps,
+        cosine_total=total,
+        min_ratio=config.min_lr_ratio,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -340,7 +374,7 @@ def micro_batch_loss(
         entropy = token_entropy(logits)
     if config.entropy_coef > 0:
         per_token = per_token - config.entropy_coef * entropy
-    loss = aggregate(per_token, mask, config.loss_type, config.max_new_tokens, len(roll.ids))
+    loss = aggregate(per_token, mask, config.loss_type, config.max_new_tokens, len(roll.ids), float(roll.cmask.sum()))
     stats.add(clipped=(clipped & mask).sum(), loss=loss.detach())
     if first_epoch:
         stats.add(entropy=(entropy.detach() * mask).sum())

@@ -8,7 +8,7 @@ import torch
 
 from autorl.engine.config import EngineConfig
 from autorl.engine.grpo import (
-    ADAM_BETAS,
+    ADAM_BETA1,
     Rollout,
     aggregate,
     build_reference,
@@ -180,8 +180,24 @@ def test_ratio_is_one_with_a_single_epoch():
     assert stats2["log_ratio_abs_max"] > 0  # later passes are off-policy
 
 
-@pytest.mark.parametrize("warmup", [0, 3])
-def test_adamw_takes_the_same_steps_as_torchs_adamw_with_lambdalr(warmup):
+def _schedule(warmup: int, cosine_total: int, min_ratio: float = 0.1):
+    """The lr factor at optimizer step t, written from the definitions (linear warm-up to 1, then 1 or a cosine
+    that reaches min_ratio at step cosine_total)."""
+
+    def factor(t: int) -> float:
+        if t < warmup:
+            return (t + 1) / warmup
+        if not cosine_total:
+            return 1.0
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * (t - warmup) / (cosine_total - warmup)))
+
+    return factor
+
+
+@pytest.mark.parametrize(
+    "warmup, schedule, beta2", [(0, "constant", 0.99), (3, "constant", 0.99), (1, "cosine", 0.95), (3, "cosine", 0.99)]
+)
+def test_adamw_takes_the_same_steps_as_torchs_adamw_with_lambdalr(warmup, schedule, beta2):
     """The engine's AdamW (no torch.optim.Optimizer: that imports torch._dynamo) against torch's AdamW + LambdaLR,
     10 steps on the tiny model with random gradients (one parameter left without a gradient at step 4)."""
     torch.manual_seed(0)
@@ -189,10 +205,10 @@ def test_adamw_takes_the_same_steps_as_torchs_adamw_with_lambdalr(warmup):
     theirs_model = copy.deepcopy(ours_model)
     ours, theirs = list(ours_model.parameters()), list(theirs_model.parameters())
     start = [a.detach().clone() for a in ours]
-    config = EngineConfig(lr=3e-3, warmup_steps=warmup)
+    config = EngineConfig(lr=3e-3, warmup_steps=warmup, lr_schedule=schedule, adam_beta2=beta2, steps=10, ppo_epochs=1)
     opt = make_optimizer(ours, config)
-    ref = torch.optim.AdamW(theirs, lr=config.lr, betas=ADAM_BETAS, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(ref, lambda t: min(1.0, (t + 1) / warmup) if warmup else 1.0)
+    ref = torch.optim.AdamW(theirs, lr=config.lr, betas=(ADAM_BETA1, beta2), weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(ref, _schedule(warmup, 10 if schedule == "cosine" else 0))
     for step in range(10):
         assert opt.lr == pytest.approx(ref.param_groups[0]["lr"])
         for a, b in zip(ours, theirs):
@@ -206,3 +222,40 @@ def test_adamw_takes_the_same_steps_as_torchs_adamw_with_lambdalr(warmup):
         for a, b in zip(ours, theirs):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
     assert all((a - s0).abs().max() > 1e-3 for a, s0 in zip(ours, start))  # every parameter moved
+
+
+def test_the_cosine_schedule_is_openrlhfs_after_the_warm_up():
+    """lr_schedule: cosine follows transformers' cosine_with_min_lr (what OpenRLHF schedules with) from the end of
+    the warm-up to the last step, where it reaches min_lr_ratio; 16 steps of 2 epochs are 32 optimizer steps."""
+    transformers = pytest.importorskip("transformers")
+    config = EngineConfig(lr=1e-6, warmup_steps=1, lr_schedule="cosine", steps=16, ppo_epochs=2)
+    p = torch.nn.Parameter(torch.zeros(3))
+    opt = make_optimizer([p], config)
+    ref = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)
+    sched = transformers.get_scheduler(
+        "cosine_with_min_lr",
+        ref,
+        num_warmup_steps=1,
+        num_training_steps=32,
+        scheduler_specific_kwargs={"min_lr_rate": 0.1},
+    )
+    ours, theirs = [], []
+    for _ in range(32):
+        ours.append(opt.lr)
+        theirs.append(ref.param_groups[0]["lr"])
+        p.grad = torch.ones(3)
+        opt.step()
+        sched.step()
+    assert theirs[0] == 0.0 and ours[0] == pytest.approx(1e-6)  # its warm-up starts at 0, ours at lr / warmup_steps
+    assert ours[1:] == pytest.approx(theirs[1:], rel=1e-9)
+    assert ours[-1] == pytest.approx(1e-7, rel=0.03) and opt.lr == pytest.approx(1e-7)  # min_lr_ratio at the end
+
+
+def test_token_mean_weighs_every_token_of_the_batch_the_same():
+    """Two micro-batches of one sequence each: 3 tokens of value 1 and 1 token of value 5. token_mean over the
+    batch's 4 tokens is (3 + 5) / 4 = 2 in total; grpo averages each sequence first: (1 + 5) / 2 = 3."""
+    values = [torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[5.0, 0.0, 0.0]])]
+    masks = [torch.tensor([[True, True, True]]), torch.tensor([[True, False, False]])]
+    token = sum(float(aggregate(v, m, "token_mean", 3, 2, tokens_total=4.0)) for v, m in zip(values, masks))
+    grpo = sum(float(aggregate(v, m, "grpo", 3, 2)) for v, m in zip(values, masks))
+    assert token == pytest.approx(2.0) and grpo == pytest.approx(3.0)
