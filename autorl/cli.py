@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -788,8 +789,31 @@ def _plain(value: Any) -> Any:
     return value.as_dict() if isinstance(value, (Trial, Study, Event)) else str(value)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's stop, `kill`), raised where the command is, so that everything a Ctrl-C cleans up is
+    cleaned up for it too: the run `autorl train` or a promote's re-validation started is stopped, worktrees and
+    locks are released. Without it the process ended at once and its run went on, orphaned. The study controller
+    installs its own handler while it runs (it ends the study at a trial boundary)."""
+
+
+def _terminate(_signum: int, _frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line and an exit code for every autorl error."""
+    try:
+        before = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: the caller's own handling stands
+        before = None
+    try:
+        return _main(argv)
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         cli.main(args=argv, prog_name="autorl", standalone_mode=False)
     except AutorlError as exc:
@@ -797,12 +821,18 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.Abort:
+    except click.Abort as exc:  # click turns a KeyboardInterrupt (so a Terminated) into Abort
+        if isinstance(exc.__cause__, Terminated):
+            click.echo("autorl: stopped by SIGTERM", err=True)
+            return 128 + signal.SIGTERM
         click.echo("autorl: aborted", err=True)
         return 130
     except click.ClickException as exc:
         click.echo(f"autorl: error: {one_line(exc.format_message())}", err=True)
         return 2
+    except Terminated:
+        click.echo("autorl: stopped by SIGTERM", err=True)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         click.echo("autorl: interrupted", err=True)
         return 130

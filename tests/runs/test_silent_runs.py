@@ -82,3 +82,38 @@ def test_the_heartbeat_inside_generate_changes_nothing_it_returns(tmp_path, monk
     assert all(torch.equal(a, b) for a, b in zip(with_beats, quiet))
     assert said[0] == "working: generating token 1 of 6 for 3 sequences", said  # the first decoding step's beat
     assert all(x.startswith("working: generating token ") and x.endswith("of 6 for 3 sequences") for x in said)
+
+
+def test_sigterm_stops_the_run_autorl_train_started_and_says_so(tmp_path):
+    """A scheduler's SIGTERM to `autorl train` stops its run as Ctrl-C does: before, the command died at once and its
+    run went on without it."""
+    import signal
+    import subprocess
+
+    code = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(300)"
+    recipe = {
+        "name": "long",
+        "backend": "command",
+        "train": {"argv": [sys.executable, "-c", code, str(tmp_path / "pid")]},
+    }
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autorl.cli", "-C", str(tmp_path), "train", "recipe.yaml"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, "the run did not start"
+        time.sleep(0.1)
+    run_pid = int((tmp_path / "pid").read_text())
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines() == ["autorl: stopped by SIGTERM"], err
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{run_pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    gone = not Path(f"/proc/{run_pid}").exists() or Path(f"/proc/{run_pid}/stat").read_text().split()[2] == "Z"
+    assert gone, "the run outlived the command"
