@@ -790,27 +790,43 @@ def _plain(value: Any) -> Any:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler's stop, `kill`), raised where the command is, so that everything a Ctrl-C cleans up is
-    cleaned up for it too: the run `autorl train` or a promote's re-validation started is stopped, worktrees and
-    locks are released. Without it the process ended at once and its run went on, orphaned. The study controller
-    installs its own handler while it runs (it ends the study at a trial boundary)."""
+    """SIGTERM (a scheduler's stop, `kill`) or SIGHUP (the terminal closed), raised where the command is, so that
+    everything a Ctrl-C cleans up is cleaned up for it too: the run `autorl train` or a promote's re-validation
+    started is stopped, worktrees and locks are released. Without it the process ended at once and its run went on,
+    orphaned. The study controller installs its own handler while it runs (it stops the study as on Ctrl-C). A
+    SIGHUP the shell already ignores (`nohup`) stays ignored."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
-def _terminate(_signum: int, _frame: Any) -> None:
-    raise Terminated()
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    raise Terminated(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line and an exit code for every autorl error."""
-    try:
-        before = signal.signal(signal.SIGTERM, _terminate)
-    except ValueError:  # not the main thread: the caller's own handling stands
-        before = None
+    before: dict[signal.Signals, Any] = {}
+    for sig in STOP_SIGNALS:
+        try:
+            if signal.getsignal(sig) != signal.SIG_IGN:
+                before[sig] = signal.signal(sig, _terminate)
+        except ValueError:  # not the main thread: the caller's own handling stands
+            break
     try:
         return _main(argv)
     finally:
-        if before is not None:
-            signal.signal(signal.SIGTERM, before)
+        for stop, handler in before.items():
+            signal.signal(stop, handler)
+
+
+def _stopped(exc: Terminated) -> int:
+    click.echo(f"autorl: stopped by {signal.Signals(exc.signum).name}", err=True)
+    return 128 + exc.signum
 
 
 def _main(argv: list[str] | None) -> int:
@@ -823,16 +839,14 @@ def _main(argv: list[str] | None) -> int:
         return exc.exit_code
     except click.Abort as exc:  # click turns a KeyboardInterrupt (so a Terminated) into Abort
         if isinstance(exc.__cause__, Terminated):
-            click.echo("autorl: stopped by SIGTERM", err=True)
-            return 128 + signal.SIGTERM
+            return _stopped(exc.__cause__)
         click.echo("autorl: aborted", err=True)
         return 130
     except click.ClickException as exc:
         click.echo(f"autorl: error: {one_line(exc.format_message())}", err=True)
         return 2
-    except Terminated:
-        click.echo("autorl: stopped by SIGTERM", err=True)
-        return 128 + signal.SIGTERM
+    except Terminated as exc:
+        return _stopped(exc)
     except KeyboardInterrupt:
         click.echo("autorl: interrupted", err=True)
         return 130

@@ -283,8 +283,12 @@ Handler = Callable[[int, FrameType | None], Any]
 
 
 def _install_signals(handler: Handler) -> dict[signal.Signals, Any]:
+    """Ctrl-C, a scheduler's SIGTERM and a closed terminal's SIGHUP stop the study at the next step of its loop (a
+    SIGHUP that ``nohup`` ignores stays ignored)."""
     old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+            continue
         old[sig] = signal.signal(sig, handler)
     return old
 

@@ -84,9 +84,10 @@ def test_the_heartbeat_inside_generate_changes_nothing_it_returns(tmp_path, monk
     assert all(x.startswith("working: generating token ") and x.endswith("of 6 for 3 sequences") for x in said)
 
 
-def test_sigterm_stops_the_run_autorl_train_started_and_says_so(tmp_path):
-    """A scheduler's SIGTERM to `autorl train` stops its run as Ctrl-C does: before, the command died at once and its
-    run went on without it."""
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_stops_the_run_autorl_train_started_and_says_so(tmp_path, stop):
+    """A scheduler's SIGTERM, or the SIGHUP of a closed terminal, to `autorl train` stops its run as Ctrl-C does:
+    before, the command died at once and its run went on without it."""
     import signal
     import subprocess
 
@@ -108,10 +109,10 @@ def test_sigterm_stops_the_run_autorl_train_started_and_says_so(tmp_path):
         assert time.monotonic() < deadline and proc.poll() is None, "the run did not start"
         time.sleep(0.1)
     run_pid = int((tmp_path / "pid").read_text())
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.Signals[stop])
     _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert err.strip().splitlines() == ["autorl: stopped by SIGTERM"], err
+    assert proc.returncode == 128 + signal.Signals[stop], err
+    assert err.strip().splitlines() == [f"autorl: stopped by {stop}"], err
     deadline = time.monotonic() + 10
     while Path(f"/proc/{run_pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
