@@ -120,6 +120,16 @@ class Family(_Model):
         description="How sure a call from this family alone is; below the rules' min_confidence it is an "
         "'unknown' that names this family as a candidate (for a line that several causes print).",
     )
+    resolved: str = Field(
+        "",
+        description="Regex of a later line saying the failure passed (a retry loop that recovered): a line of this "
+        "family followed by one is no cause. Empty: never.",
+    )
+    own_module: bool = Field(
+        False,
+        description="Only for a line naming a module (module 'pkg.mod') of the raising file's own source tree: the "
+        "raising frame's file lies outside the libraries in a folder named after the module's top package.",
+    )
 
     def all_messages(self) -> list[Message]:
         """The messages, bare patterns included (as messages without a source)."""
@@ -203,6 +213,23 @@ class ActionRule(_Model):
     )
 
 
+class StartupAccounting(_Model):
+    """vLLM's start-up check read by its own figures: a card that other processes hold little of and still has less
+    free than the run asked for means the run asked for too much (``gpu_memory_utilization``), not a shared GPU."""
+
+    families: list[str] = Field(default_factory=list, description="Families whose start-up line is read.")
+    others_below: float = Field(
+        0.25, gt=0, le=1, description="Share of the card in use at start-up below which the setting is the cause."
+    )
+    category: CrashCategory = Field(CrashCategory.CONFIG_ERROR, description="What such a line becomes.")
+    confidence: float = Field(0.8, ge=0, le=1, description="Score of that call.")
+    remedy: str = Field(
+        "vLLM asked for more of the card than is free although other processes hold little of it: lower "
+        "gpu_memory_utilization (vllm_gpu_memory_utilization) below the card's free share; the same value fails again.",
+        description="One line: what to do about it.",
+    )
+
+
 class CrashRules(_Model):
     """The whole crash-rules table (see autorl/data/rules/crash_rules.yaml)."""
 
@@ -231,6 +258,10 @@ class CrashRules(_Model):
     silence: Silence = Field(default_factory=lambda: Silence(), description="A kill after a long silence is a hang.")
     oom_accounting: OomAccounting = Field(
         default_factory=lambda: OomAccounting(), description="An OOM while other processes held the card."
+    )
+    startup_accounting: StartupAccounting = Field(
+        default_factory=lambda: StartupAccounting(),
+        description="vLLM's start-up memory check while other processes held little of the card.",
     )
     engines: dict[str, list[str]] = Field(default_factory=dict, description="Engine -> log markers, first match wins.")
     library_paths: str = Field(
@@ -335,11 +366,11 @@ def load_local(path: Path) -> list[Family]:
 
 def _bad_local(table: LocalFamilies) -> str | None:
     for family in table.families:
-        for message in family.all_messages():
+        for pattern in [m.re for m in family.all_messages()] + ([family.resolved] if family.resolved else []):
             try:
-                re.compile(message.re)
+                re.compile(pattern)
             except re.error as exc:
-                return f"family '{family.id}' pattern {message.re!r} is not a valid regex ({exc})"
+                return f"family '{family.id}' pattern {pattern!r} is not a valid regex ({exc})"
     return None
 
 
@@ -366,6 +397,7 @@ def _bad_pattern(rules: CrashRules) -> str | None:
                 "add or fix them"
             )
     named = [(f.id, m.re) for f in rules.families for m in f.all_messages()]
+    named += [(f.id, f.resolved) for f in rules.families if f.resolved]
     named += [("crash rules", p) for p in [*rules.silence.progress, *rules.wrapper_messages, rules.config_raisers]]
     for rule_id, pattern in named:
         try:
@@ -386,6 +418,8 @@ _PREFIX = re.compile(
 _WARNING = re.compile(r"\b(?:WARN|WARNING|Warning|warning)\b|\w+Warning:|^\[?W\d{4} |\[W(?:\d{4}| )", re.M)
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*_?(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Failure)\b(?:\([\w.]*\))?(?::|\s*$)"
+    # the socket module's classes keep their lowercase names (socket.timeout before 3.10, socket.gaierror, herror)
+    r"|^socket\.(?:timeout|gaierror|herror|error)(?::|\s*$)"
 )
 
 
@@ -449,13 +483,16 @@ def _hits(lines: list[str], rules: CrashRules) -> list[_Hit]:
         for i in _matching_lines(rx, text, starts):
             found.setdefault((i, id(family)), (family, message))
     code = {i + 1 for i, c in enumerate(cleaned) if _FRAME.match(c)}  # source lines under traceback frames
+    recovered: dict[str, int] = {}  # per ``resolved`` regex, the last line that matches it (-1: none)
     hits = []
     for (i, _), (family, message) in sorted(found.items(), key=lambda kv: kv[0][0]):
         name = _exception_name(cleaned[i])
         if i in code and not name:
             continue
-        if not _raised_where(family, lines, i, rules):
+        if not _raised_where(family, lines, i, rules) or (family.own_module and not _own_module(lines, i, rules)):
             continue
+        if family.resolved and i < _last_match(family.resolved, text, starts, recovered):
+            continue  # the library said later that it recovered: a passing failure, not the cause
         if family.in_warnings or name or i not in warnings:
             hits.append(_Hit(family, message, i, lines[i].rstrip(), bool(name), _wraps(cleaned[i], rules)))
     return hits
@@ -470,6 +507,26 @@ def _raised_where(family: Family, lines: list[str], index: int, rules: CrashRule
     if path is None:
         return False
     return bool(re.search(rules.library_paths, path)) == (family.raised_in == "library")
+
+
+def _last_match(pattern: str, text: str, starts: list[int], seen: dict[str, int]) -> int:
+    """The index of the last cleaned line that ``pattern`` matches (-1: none), computed once per pattern."""
+    if pattern not in seen:
+        seen[pattern] = max(_matching_lines(re.compile(pattern, re.M), text, starts), default=-1)
+    return seen[pattern]
+
+
+_MODULE_NAMED = re.compile(r"module '([A-Za-z_]\w*)[\w.]*'")
+
+
+def _own_module(lines: list[str], index: int, rules: CrashRules) -> bool:
+    """Whether the module the line at ``index`` names (module 'pkg.mod') belongs to the raising file's own source
+    tree: that file is outside the libraries and lies in a folder named after the module's top package."""
+    m = _MODULE_NAMED.search(_clean(lines[index]))
+    path = _raising_file(lines, (index, lines[index]))
+    if m is None or path is None or re.search(rules.library_paths, path):
+        return False
+    return f"/{m.group(1)}/" in path.replace("\\", "/")
 
 
 def _matching_lines(rx: re.Pattern, text: str, starts: list[int]) -> set[int]:
@@ -793,6 +850,11 @@ def _from_hit(lines: list[str], best: _Hit, rules: CrashRules) -> tuple[CrashRep
                 score=_hit_score(best, rules),
             )
             return d, why + note
+    used = _startup_in_use(best, rules)
+    if used is not None:
+        ask = rules.startup_accounting
+        note = f"; other processes held only {used:.0%} of the card when vLLM started: the run asked for too much"
+        return _diagnosis(ask.category, best.line, ask.remedy, confidence="high", score=ask.confidence), why + note
     share = _oom_elsewhere(best, rules)
     if share is not None:
         rule = rules.oom_accounting
@@ -875,6 +937,29 @@ def _oom_elsewhere(best: _Hit, rules: CrashRules) -> float | None:
     return share if share is not None and share >= needed else None
 
 
+_STARTUP_FREE = re.compile(r"Free memory on device(?: \S+)? \(([\d.]+)/([\d.]+) GiB\) on startup is less than")
+
+
+def startup_in_use(line: str) -> float | None:
+    """The share of the card in use when vLLM started (1 - free/total), from its start-up check's message; None when
+    the line does not give both figures."""
+    m = _STARTUP_FREE.search(line)
+    if m is None:
+        return None
+    free, total = float(m.group(1)), float(m.group(2))
+    return max(0.0, total - free) / total if total > 0 else None
+
+
+def _startup_in_use(best: _Hit, rules: CrashRules) -> float | None:
+    """The card's share in use at vLLM's start-up when ``best`` is a start-up line the accounting rule reads and that
+    share is below the rule's bound (the run asked for too much); else None."""
+    rule = rules.startup_accounting
+    if best.family.id not in rule.families:
+        return None
+    used = startup_in_use(best.line)
+    return used if used is not None and used < rule.others_below else None
+
+
 def _confidence(hit: _Hit, rules: CrashRules) -> Confidence:
     if hit.rule.category == CrashCategory.UNKNOWN:
         return "low"
@@ -923,9 +1008,40 @@ def _unmatched(lines: list[str], exit_code: int | None, rules: CrashRules) -> tu
         return d, f"no family matched and no exception: exit code {exit_code} decides"
     if exc is not None:
         return _from_exception(lines, exc, rules)
-    line = _last_line(lines) or (f"exit code {exit_code}" if exit_code is not None else "")
+    report = _error_report(lines)
+    line = (report or _last_line(lines)) or (f"exit code {exit_code}" if exit_code is not None else "")
     d = _diagnosis(CrashCategory.UNKNOWN, line, rules.unknown_remedy, confidence="low", score=0.0)
-    return d, "no family matched, no exception"
+    where = "the first line of its last error-level report" if report else "the log's last line"
+    return d, f"no family matched, no exception: {where}"
+
+
+# a line a logger printed at error level: vLLM's and Python's logging ("ERROR 05-16 03:38:10 [core.py:398]", "[ERROR]",
+# "- ERROR -", "ERROR:root:"), glog and torch's C++ log ("E0502 13:00:02", "[E ProcessGroupNCCL.cpp:1537]",
+# "[E1225 12:58:32.7 ..."), Ray's C++ log ("[2025-04-08 10:01:52,986 E 118633 120395]")
+_ERROR_LEVEL = re.compile(
+    r"\b(?:ERROR|CRITICAL|FATAL)\b|^\[?[EF]\d{4} \d{2}:\d{2}|\[[EF](?:\d{4})? |\d{2}:\d{2}:\d{2}[,.]\d+ [EF] \d+ "
+)
+_TRACEBACK_HEAD = re.compile(r"^Traceback \(most recent call last\)")
+
+
+def _error_report(lines: list[str]) -> str | None:
+    """The first line of the log's last block of error-level lines, skipping a traceback's header, frames and source
+    lines: the message a logger opened its last error report with (vLLM's "EngineCore encountered a fatal error."
+    before the traceback it logs line by line). None when no line was logged at error level. A log cut mid-line ends
+    in a fragment of that report ("ERROR 05-16 03:38:10 [core.py:398]     return next(s"), never the line to read."""
+    level = [bool(_ERROR_LEVEL.search(_ANSI.sub("", raw))) for raw in lines]
+    last = next((i for i in range(len(lines) - 1, -1, -1) if level[i]), None)
+    if last is None:
+        return None
+    first = last
+    while first > 0 and (level[first - 1] or not lines[first - 1].strip()):
+        first -= 1
+    cleaned = [_clean(raw) for raw in lines[first : last + 1]]
+    for k, c in enumerate(cleaned):
+        frame_above = k > 0 and bool(_FRAME.match(cleaned[k - 1]))
+        if c and level[first + k] and not (_FRAME.match(c) or _TRACEBACK_HEAD.match(c) or frame_above):
+            return lines[first + k].rstrip()
+    return None
 
 
 def _from_exception(lines: list[str], exc: tuple[int, str], rules: CrashRules) -> tuple[CrashReport, str]:

@@ -166,6 +166,29 @@ CASES: dict[str, tuple[str, int | None]] = {
         1,
     ),
     "ray_worker_died": ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.", 1),
+    "checkpoint_file_unopenable": ("RuntimeError: File /ckpt/global_step_40/model.pt cannot be opened.", 1),
+    "srun_task_killed": ("srun: error: gpu03: task 0: Killed", None),
+    "collective_timeout_summary": (
+        "[rank14]:[E ProcessGroupNCCL.cpp:1537] [PG 1 Rank 14] Timeout at NCCL work: 15734, last enqueued NCCL work: "
+        "15735, last completed NCCL work: 15733.",
+        1,
+    ),
+    "store_wait_timeout": (
+        "[rank0]:[W710 16:53:50.544805244 socket.cpp:489] [c10d] waitForInput: socket SocketImpl(fd=111, "
+        "addr=[localhost]:42404, remote=[::ffff:0.0.0.0]:51216) timed out after 300000ms",
+        1,
+    ),
+    "tracker_unreachable": ("wandb: Network error (ReadTimeout), entering retry loop.", 1),
+    "trl_server_endpoint_missing": ('Exception: Request failed: 404, {"detail":"Not Found"}', 1),
+    "cuda_debugger_exception": (
+        'Thread 137 "pt_autograd_0" received signal CUDA_EXCEPTION_14, Warp Illegal Address.',
+        None,
+    ),
+    # raised in the run's own tree (FRAMES below): /srv/proj/verl/... names its own module verl.utils...
+    "own_module_attribute_missing": (
+        "AttributeError: module 'verl.utils.reward_score.qwen_math' has no attribute 'compute_score_r1'",
+        1,
+    ),
 }
 
 CONTEXT = [
@@ -179,8 +202,15 @@ CONTEXT = [
 
 # a line that names the engine, for a family that holds only in one engine's logs
 ENGINE_LINES = {
+    "trl": "INFO trl.trainer.grpo_trainer: GRPOTrainer with use_vllm=True, vllm_mode=server",
     "openrlhf": "Running entrypoint for job autorl-1: python3 -m openrlhf.cli.train_ppo_ray",
     "vllm": "INFO 02-03 22:40:01 [llm_engine.py:88] Initializing a V1 LLM engine (vllm/engine) with config: ...",
+}
+
+
+# the traceback frame just above a family's line where CONTEXT's (an installed library's) does not fit it
+FRAMES = {
+    "own_module_attribute_missing": '  File "/srv/proj/verl/trainer/main_ppo.py", line 76, in <module>',
 }
 
 
@@ -202,7 +232,8 @@ def test_every_message_names_its_source():
 def test_family_matches_its_real_message(family_id):
     line, code = CASES[family_id]
     engine = [ENGINE_LINES[e] for e in _family(family_id).engines[:1]]
-    log = "\n".join([*engine, *CONTEXT, line, "[launcher] child exited"]) + "\n"
+    context = [*CONTEXT, FRAMES[family_id]] if family_id in FRAMES else CONTEXT
+    log = "\n".join([*engine, *context, line, "[launcher] child exited"]) + "\n"
     d = classify(log, exit_code=code)
     family = _family(family_id)
     sure = family.confidence >= load_rules().min_confidence  # below it the call is unknown, the family its candidate
