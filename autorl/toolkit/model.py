@@ -225,6 +225,7 @@ class HFPolicy:
             self.tok.pad_token = self.tok.eos_token
         loaded: Any = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         self.module = loaded.to(device)
+        beat_through_layers(self.module)
         self.device = device
         self.eos_id, self.pad_id = self.tok.eos_token_id, self.tok.pad_token_id
         self.chat = chat
@@ -271,6 +272,26 @@ class HFPolicy:
     def decode(self, tokens: torch.Tensor) -> list[str]:
         rows = [[t for t in row if t != self.pad_id] for row in tokens.tolist()]
         return [self.tok.decode(r, skip_special_tokens=True) for r in rows]
+
+
+def beat_through_layers(module: nn.Module) -> None:
+    """A heartbeat as each block of the model's layer stack runs forward and as its gradient comes back: one
+    forward or backward pass of a micro-batch through a real model on a CPU can outlast the silence watchdog (64
+    sequences of SmolLM2-135M took over 120 s on a busy two-core machine). The hooks read the clock and change
+    nothing (the gradient hook returns None)."""
+    layers = next((m for m in module.modules() if isinstance(m, nn.ModuleList) and len(m) > 1), None)
+    for i, layer in enumerate(layers or []):
+        layer.register_forward_hook(_layer_beat(i + 1, len(layers or [])))
+
+
+def _layer_beat(i: int, n: int):
+    def hook(_module, _args, out) -> None:
+        heartbeat.beat(f"forward through layer {i} of {n}")
+        first = out[0] if isinstance(out, tuple) else out
+        if isinstance(first, torch.Tensor) and first.requires_grad:
+            first.register_hook(lambda _grad: heartbeat.beat(f"backward through layer {i} of {n}"))
+
+    return hook
 
 
 def beating(prompt_len: int, max_new_tokens: int):

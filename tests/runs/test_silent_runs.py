@@ -74,7 +74,7 @@ def test_the_heartbeat_inside_generate_changes_nothing_it_returns(tmp_path, monk
     monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.0)
     torch.manual_seed(0)
     with_beats = policy.sample(ids, mask, 6, temperature)
-    said = [x for x in capsys.readouterr().err.splitlines() if x.startswith("working:")]
+    said = [x for x in capsys.readouterr().err.splitlines() if x.startswith("working: generating")]
     monkeypatch.setattr(heartbeat, "INTERVAL_S", 3600.0)
     torch.manual_seed(0)
     quiet = policy.sample(ids, mask, 6, temperature)
@@ -118,3 +118,32 @@ def test_a_stop_signal_stops_the_run_autorl_train_started_and_says_so(tmp_path, 
         time.sleep(0.1)
     gone = not Path(f"/proc/{run_pid}").exists() or Path(f"/proc/{run_pid}/stat").read_text().split()[2] == "Z"
     assert gone, "the run outlived the command"
+
+
+def test_the_layer_heartbeat_changes_no_logit_and_no_gradient(tmp_path, monkeypatch, capsys):
+    """A real model's forward and backward beat from each layer (one micro-batch can outlast the watchdog), and the
+    same model loaded without the hooks computes the same logits and gradients."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from autorl.toolkit.hf_tiny import save_llama
+    from autorl.toolkit.model import HFPolicy
+
+    path = save_llama(tmp_path / "llama")
+    policy = HFPolicy(str(path), torch.device("cpu"))
+    plain = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    ids, mask = policy.encode(["12+34=", "7+8="])
+    capsys.readouterr()
+    monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.0)
+    hooked = policy.logits(ids, mask)
+    hooked.logsumexp(-1).sum().backward()
+    said = [x for x in capsys.readouterr().err.splitlines() if x.startswith("working:")]
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    bare = plain(input_ids=ids, attention_mask=mask.long(), position_ids=positions).logits
+    bare.logsumexp(-1).sum().backward()
+    assert torch.equal(hooked, bare)
+    for (name, a), b in zip(policy.module.named_parameters(), plain.parameters()):
+        assert torch.equal(a.grad, b.grad), name
+    layers = len(policy.module.model.layers)
+    assert f"working: forward through layer {layers} of {layers}" in said
+    assert f"working: backward through layer 1 of {layers}" in said
+    assert capsys.readouterr().err == ""  # nothing more once the passes are done
