@@ -177,6 +177,11 @@ class Backend:
         """Build what every trial shares; the default has nothing to build."""
         return None
 
+    def prepare_single(self, recipe: Any, cache_dir: Path, run_dir: Path) -> int | None:
+        """What one run outside a study (`autorl train`) builds before its timeout starts; the default nothing (a
+        backend whose ``prepare`` starts services a single run does not need keeps it so)."""
+        return None
+
     def preflight(self, recipe: Any, worktree: Path) -> str:
         """The failed pre-launch checks as one line; the default has none."""
         return ""

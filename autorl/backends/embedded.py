@@ -82,6 +82,11 @@ class EmbeddedBackend(Backend):
         """A child process of the fork server (or a fresh one where the server cannot serve it exactly)."""
         return forked.ForkedProcess(plan)
 
+    def prepare_single(self, recipe, cache_dir: Path, run_dir: Path) -> int | None:
+        """`autorl train` builds the cached base model first too: a fresh workspace's warm-up (minutes on a busy
+        two-core machine) once ran inside the run and used up its ``timeout_s``."""
+        return self.prepare(recipe, cache_dir, run_dir)
+
     def prepare(self, recipe, cache_dir: Path, run_dir: Path, timeout_s: float = 1800.0) -> int | None:
         """Build the cached base model once, before any trial (so no trial's timeout pays for it).
 

@@ -131,6 +131,7 @@ def run_single(spec: TrialSpec, plan: LaunchPlan, quiet: bool = False) -> dict[s
     """Launch the plan (then the backend's per-item eval), show progress, return a summary; timeout_s applies."""
     recipe = spec.recipe
     backend = single_backend(recipe, plan.ray_address)
+    backend.prepare_single(recipe, spec.cache_dir, spec.run_dir / "prepare")  # outside the run's timeout
     handle = TrainThenEval(backend.start(plan), backend.eval_plan(spec))
     bar = _Progress(planned_steps(recipe), quiet)
     try:

@@ -147,3 +147,18 @@ def test_the_layer_heartbeat_changes_no_logit_and_no_gradient(tmp_path, monkeypa
     assert f"working: forward through layer {layers} of {layers}" in said
     assert f"working: backward through layer 1 of {layers}" in said
     assert capsys.readouterr().err == ""  # nothing more once the passes are done
+
+
+def test_autorl_train_builds_the_base_model_before_its_run_and_its_timeout(command_ws, engine_cache):
+    """In a fresh workspace the built-in model's warm-up runs first, on its own (the study's `prepare`), and the
+    run that follows finds it cached: its log has no warm-up, and its timeout_s covers only the run."""
+    import shutil
+
+    cache = command_ws / ".autorl" / "cache"
+    shutil.copytree(engine_cache, cache, ignore=shutil.ignore_patterns("base-*.pt"))  # no cached base model
+    r = run_cli("-C", str(command_ws), "train", "recipes/default.yaml", "--set", "steps=2", "--set", "eval_every=0")
+    assert r.returncode == 0, r.stderr
+    (run,) = (command_ws / ".autorl" / "train").iterdir()
+    assert "warm-up step" in (run / "prepare" / "prepare.log").read_text()
+    assert "warm-up step" not in (run / "train.log").read_text()
+    assert list(cache.glob("base-*.pt"))
