@@ -19,6 +19,11 @@ somewhat weaker than the original bf16 release. Written under DIR:
   config (its ``quantization_config`` would make vLLM read the folder as GGUF), the tokenizer is saved under a class
   every transformers release knows, it adds no ``<bos>`` (as the GGUF says), and generation stops at
   ``<|im_end|>``;
+- the same weights in both folders: the dequantised values are rounded to bf16 once, before either folder is
+  written. Dequantised Q4_1 values sit on a grid of their own, and 8.1 % of SmolLM2's weights fell exactly halfway
+  between two bf16 values: under bf16 autocast the smallest update tipped each of those a whole bf16 step, so the
+  fp32 folder learned at lr 1e-6 on a GPU what it did not learn in fp32 or from the bf16 folder (benchmarks/README.md,
+  "The same model on the embedded engine"). Rounded once, a weight's bf16 value moves only when training moves it;
 - ``conversion.json``: the source file's sha256, the wheel, the versions that converted it, the parameter count,
   the seconds it took and the greedy check below;
 - the task of ``autorl.toolkit.arith``: ``prompts.jsonl``, ``probe_id.jsonl``, ``probe_ood.jsonl``.
@@ -134,10 +139,11 @@ def convert(gguf: Path, out: Path, dtypes: list[str]) -> dict[str, Any]:
     settings = {k: v for k, v in loaded.config.to_dict().items() if k not in ("model_type", "quantization_config")}
     config = AutoConfig.for_model(loaded.config.model_type, **settings)
     params = sum(p.numel() for p in loaded.parameters())
+    weights = same_in_every_dtype(loaded.state_dict())
     for name in dtypes:
         folder, dtype = DTYPES[name]
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        model.load_state_dict(loaded.state_dict(), strict=not config.tie_word_embeddings)
+        model.load_state_dict(weights, strict=not config.tie_word_embeddings)
         model.tie_weights()
         model.generation_config = GenerationConfig(
             bos_token_id=tok.bos_token_id,
@@ -147,7 +153,23 @@ def convert(gguf: Path, out: Path, dtypes: list[str]) -> dict[str, Any]:
         model.to(getattr(torch, dtype)).save_pretrained(out / folder)
         tok.save_pretrained(out / folder)
         _portable(out / folder, dtype, tok.chat_template, tok.pad_token or tok.eos_token)
-    return {"params": params, "seconds": round(time.time() - t0, 1), "folders": [DTYPES[d][0] for d in dtypes]}
+    return {
+        "params": params,
+        "seconds": round(time.time() - t0, 1),
+        "folders": [DTYPES[d][0] for d in dtypes],
+        "weights": WEIGHTS,
+    }
+
+
+WEIGHTS = "rounded to bf16 once: the same values in every folder"
+
+
+def same_in_every_dtype(state: dict[str, Any]) -> dict[str, Any]:
+    """Each floating-point tensor rounded to bf16 and back: exactly representable in bf16, so the fp32 folder, the bf16
+    folder and a bf16 autocast of the fp32 one hold the same weights, and none sits on a bf16 rounding tie."""
+    import torch  # lazy: as in convert
+
+    return {k: v.to(torch.bfloat16).to(v.dtype) if v.is_floating_point() else v for k, v in state.items()}
 
 
 def _portable(folder: Path, dtype: str, chat_template: str | None, pad_token: str | None) -> None:
@@ -206,7 +228,7 @@ def make(name: str, root: Path, wheel: Path | None, dtypes: list[str], log=print
         record_path = root / "conversion.json"
         old = json.loads(record_path.read_text()) if record_path.is_file() else {}
         done = all((root / DTYPES[d][0] / "config.json").is_file() for d in dtypes)
-        if old.get("sha256") == digest and done:
+        if old.get("sha256") == digest and old.get("weights") == WEIGHTS and done:  # an older conversion is redone
             log(f"{root} already holds {source.title} converted from this file (sha256 {digest[:12]}…)")
             arith.write_task(root)
             return dict(old)

