@@ -132,6 +132,8 @@ def run_single(spec: TrialSpec, plan: LaunchPlan, quiet: bool = False) -> dict[s
     recipe = spec.recipe
     backend = single_backend(recipe, plan.ray_address)
     backend.prepare_single(recipe, spec.cache_dir, spec.run_dir / "prepare")  # outside the run's timeout
+    if Path(plan.metrics_path).is_file():  # --metrics-out of an earlier run: this run's records only
+        Path(plan.metrics_path).write_bytes(b"")
     handle = TrainThenEval(backend.start(plan), backend.eval_plan(spec))
     bar = _Progress(planned_steps(recipe), quiet)
     try:

@@ -3,6 +3,7 @@ so from inside its loops, and saying so changes nothing it computes."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -162,3 +163,22 @@ def test_autorl_train_builds_the_base_model_before_its_run_and_its_timeout(comma
     assert "warm-up step" in (run / "prepare" / "prepare.log").read_text()
     assert "warm-up step" not in (run / "train.log").read_text()
     assert list(cache.glob("base-*.pt"))
+
+
+def test_autorl_train_into_an_existing_metrics_file_reports_this_runs_steps(tmp_path):
+    """--metrics-out naming the file of an earlier run: this run's steps, not the earlier run's nor a mix."""
+    script = tmp_path / "steps.py"
+    script.write_text(
+        "import json, sys\n"
+        "with open(sys.argv[1], 'a') as fh:\n"
+        "    for s in (1, 2, 3):\n"
+        "        fh.write(json.dumps({'type': 'step', 'step': s, 'reward_mean': 0.5}) + '\\n')\n"
+    )
+    train = {"argv": [sys.executable, str(script), "{run_dir}/m.jsonl"], "metrics": "{run_dir}/m.jsonl"}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({"name": "m", "backend": "command", "train": train}))
+    out = tmp_path / "out.jsonl"
+    for _ in range(2):
+        r = run_cli("-C", str(tmp_path), "train", "recipe.yaml", "--metrics-out", str(out), timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "done: 3 steps" in r.stdout, r.stdout
+    assert [json.loads(x)["step"] for x in out.read_text().splitlines()] == [1, 2, 3]
