@@ -332,6 +332,47 @@ def test_a_baseline_lost_more_often_than_it_runs_still_ends_the_study(command_ws
     assert "ended: the baseline failed" in r.stdout
 
 
+def _worker_died_recipe(state: Path, die_first: int) -> dict:
+    argv = [sys.executable, str(SCRIPTS / "worker_died.py"), "--seed", "{seed}", "--lr", "{lr}"]
+    argv += ["--die-first", str(die_first), "--state", str(state), "--out", "{run_dir}/metrics.jsonl"]
+    return {
+        "name": "worker-died",
+        "backend": "command",
+        "train": {"argv": argv, "seed": 0, "lr": 1e-4},
+        "search": {"lr": {"low": 1e-4, "high": 1e-3, "log": True}},
+        "verdict": {"baseline_repeats": 2},
+        "timeout_s": 60,
+    }
+
+
+def test_a_baseline_whose_worker_died_without_a_cause_is_retried_before_the_study_gives_up(command_ws, tmp_path):
+    """On a real H200 a trial's vLLM engine was SIGKILLed mid-rollout: Ray said only that a worker died (OOM killer,
+    `ray stop` or a segfault), triage said unknown, and the study ended at its first trial ("the baseline failed").
+    A baseline crash whose cause the log cannot name now gets one unchanged retry; here the retry runs and the
+    study goes on to judge a trial."""
+    recipe = _worker_died_recipe(tmp_path / "runs", die_first=1)
+    r = _run(command_ws, _write_recipe(command_ws, "died-once", recipe), "--max-trials", "4")
+    rows = _trials(command_ws)
+    ends = [(t["proposer"], t["status"], t["crash_category"], t["retry_of"]) for t in rows]
+    assert ends[:3] == [
+        ("baseline", "crash", "unknown", None),
+        ("retry", "complete", None, rows[0]["number"]),
+        ("baseline", "complete", None, None),
+    ], ends
+    assert "unknown: retrying once unchanged" in r.stdout and "the baseline is retried" in r.stdout
+    assert "the baseline failed" not in r.stdout + r.stderr
+    assert rows[3]["proposer"] != "baseline" and rows[3]["verdict"] in ("improved", "regressed", "flat"), rows[3]
+
+
+def test_a_baseline_whose_worker_dies_again_on_its_retry_ends_the_study(command_ws, tmp_path):
+    """The same death twice is no fluke: after its one retry the baseline failed and the study ends (exit 1)."""
+    recipe = _worker_died_recipe(tmp_path / "runs", die_first=99)
+    r = _run(command_ws, _write_recipe(command_ws, "died-twice", recipe), "--max-trials", "4", code=1)
+    ends = [(t["proposer"], t["status"], t["crash_category"]) for t in _trials(command_ws)]
+    assert ends == [("baseline", "crash", "unknown"), ("retry", "crash", "unknown")], ends
+    assert "unknown again after 1 retry" in r.stdout and "ended: the baseline failed" in r.stdout
+
+
 def test_an_objective_metric_the_run_never_logs_stops_the_study_at_the_baseline_with_the_keys_it_logs(command_ws):
     """A typo in objective.metric: the baseline exits 0 with other keys; every trial would end so: one stop,
     naming the key it logs."""
