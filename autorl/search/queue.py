@@ -72,11 +72,33 @@ class RunQueue:
 
     def confirmation_runs(self, p: Proposal, number: int, runs: int) -> None:
         """Re-run candidate ``number`` with ``runs`` fresh seeds, before anything but the confirmation runs already
-        waiting. With trials in parallel, candidates are judged while others' confirmations run: a newer
-        candidate's runs put in front would take every slot that frees, and a study whose budget ends then leaves
-        each candidate a run short of confirmed (seen on a 4-GPU host: three candidates, one run each)."""
-        at = next((i for i, q in enumerate(self.pending) if q.proposer != Proposer.CONFIRM), len(self.pending))
+        waiting, except those of a weaker candidate none of whose runs has started (``_confirm_slot``). With trials
+        in parallel, candidates are judged while others' confirmations run: a newer candidate's runs put in front
+        of a started one would take every slot that frees, and a study whose budget ends then leaves each candidate
+        a run short of confirmed (seen on a 4-GPU host: three candidates, one run each)."""
+        at = self._confirm_slot(number, runs)
         self.pending[at:at] = [self._confirmation(p, number, k, runs) for k in range(runs)]
+
+    def _confirm_slot(self, number: int, runs: int) -> int:
+        """Where candidate ``number``'s runs go: before the first waiting candidate that is weaker (a lower bound
+        of its gain below this one's) and has no run started, else after the last waiting confirmation run. A
+        budget that ends mid-queue then leaves the weaker candidates unconfirmed, not the one the user would
+        promote (seen on a real study: the weakest of four candidates was judged first and queued first)."""
+        mine = self._lower_bound(number)
+        waiting = [q.confirms for q in self.pending if q.proposer == Proposer.CONFIRM]
+        opened = {r.confirms for r in self.records.trials(proposer=Proposer.CONFIRM)}
+        for i, q in enumerate(self.pending):
+            if q.proposer != Proposer.CONFIRM:
+                return i
+            c = q.confirms
+            if c is not None and c not in opened and waiting.count(c) >= runs and self._lower_bound(c) < mine:
+                return i
+        return len(self.pending)
+
+    def _lower_bound(self, number: int) -> float:
+        """The lower end of a candidate's gain interval (-inf when it has none)."""
+        low = self.records.trial(number).ci_low
+        return low if low is not None else float("-inf")
 
     def _confirmation(self, p: Proposal, number: int, k: int, runs: int) -> Proposal:
         """Confirmation run ``k`` of candidate ``number``: its values with fresh seed ``confirm_seed``."""
@@ -120,8 +142,7 @@ class RunQueue:
         """A candidate's place on resume: runs missing, then its gain's lower bound (higher first), then age."""
         runs = self.view.base.verdict.confirm_runs
         ran = len({r.seed for r in self.records.confirm_runs(row.number or 0, ran=True)})
-        low = row.ci_low if row.ci_low is not None else float("-inf")
-        return max(runs - ran, 0), -low, row.number or 0
+        return max(runs - ran, 0), -self._lower_bound(row.number or 0), row.number or 0
 
     def _missing_confirmations(self, p: Proposal, number: int) -> list[Proposal]:
         runs = self.view.base.verdict.confirm_runs

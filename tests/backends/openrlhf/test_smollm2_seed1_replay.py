@@ -114,3 +114,22 @@ def test_the_rules_tuned_on_tiny_models_hold_on_this_seed_too(trials, tmp_path):
             if number in (7, 8):
                 d = diagnose(steps, evals, recipe.train)
                 assert d.bottleneck == "none" and not d.names(), (number, d.summary())
+
+
+def test_a_live_study_queues_a_stronger_candidate_before_a_weaker_one_not_started(ws):
+    """In the order the study judged them (06, 05, 07, 08), each candidate's three runs go in front of any weaker
+    candidate whose runs have not started; a candidate with a run under way keeps its place."""
+    recipe = load_recipe(RUN / "recipe.yaml")
+    with closing(Ledger(ws.ledger_path)) as ledger:
+        study = ledger.study()
+        records = ledger.records(study.id)
+        view = StudyView(ws, records, study, recipe)
+        queue = RunQueue(records, view, get_backend("openrlhf"), OptunaStrategy(view))
+        runs = recipe.verdict.confirm_runs
+        for number in (6, 5):
+            queue.confirmation_runs(queue._proposal_of(records.trial(number)), number, runs)
+        assert [p.confirms for p in queue.pending] == [5, 5, 5, 6, 6, 6]
+        queue.pending.pop(0)  # 05's first run starts
+        for number in (7, 8):
+            queue.confirmation_runs(queue._proposal_of(records.trial(number)), number, runs)
+        assert [p.confirms for p in queue.pending] == [5, 5, 8, 8, 8, 7, 7, 7, 6, 6, 6]
