@@ -245,7 +245,9 @@ class Recipe(_Model):
         300.0,
         gt=0,
         le=30 * 86400,
-        description="Per-trial wall-clock limit (the time a Ray job waits for GPUs other jobs hold is not counted).",
+        description="Per-trial wall-clock limit for the recipe as written; a trial whose size keys (the backend's "
+        "work_keys: gens, steps, ...) multiply its work by k gets k times it. The time a Ray job waits for GPUs "
+        "other jobs hold is not counted.",
     )
     cpus_per_trial: float = Field(1.0, gt=0, description="CPUs a trial asks Ray for (with --ray-address).")
     gpus_per_trial: float = Field(0.0, ge=0, description="GPUs a trial asks Ray for (with --ray-address).")

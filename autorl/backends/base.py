@@ -17,6 +17,7 @@ Backends that run a local command share ``LocalProcess``; a backend only needs a
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import shutil
 import signal
@@ -87,6 +88,17 @@ class RunHandle(Protocol):
 
     def waiting(self) -> Any:
         """What a silent run waits for on its cluster (``ray_demand.Waiting``), or None: a local run waits for none."""
+
+
+def work(values: Mapping[str, Any], keys: Iterable[str]) -> float:
+    """The product of the positive numeric values of ``keys`` (a backend's ``work_keys``; one absent counts 1): how
+    much a run of these values does, relative to another's (``autorl.study.plan``, ``Backend.trial_timeout``)."""
+    out = 1.0
+    for key in keys:
+        v = values.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+            out *= float(v)
+    return out
 
 
 @dataclass(frozen=True)
@@ -244,6 +256,15 @@ class Backend:
             if out:
                 return out
         return None
+
+    def trial_timeout(self, base: Any, values: Mapping[str, Any]) -> float:
+        """The wall-clock limit of a trial of study recipe ``base`` that changes ``values``: the recipe's
+        ``timeout_s`` is for the recipe as written, and a trial whose ``work_keys`` multiply its work by k gets k
+        times it (never less). A search that reaches gens 32 from gens 8 runs four times the rollouts a step: on a
+        real H200 such a trial took 512 s in a warm pool and would have needed about 690 s cold, past a recipe's
+        600 s set for gens 8. A hang is still the silence watchdog's to catch."""
+        full = {**base.train, **values}
+        return float(base.timeout_s) * max(1.0, work(full, self.work_keys) / work(base.train, self.work_keys))
 
     def trial_values(self, values: dict[str, Any], base: Any) -> dict[str, Any]:
         """The train values a trial of study recipe ``base`` runs with when a proposal changes ``values``;

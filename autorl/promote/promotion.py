@@ -130,8 +130,9 @@ def revalidate(
     base_row = ledger.baselines(row.study_id)[0]
     trial, _, _ = trial_recipe(ws, ledger, row)
     base, _, _ = trial_recipe(ws, ledger, base_row)
+    limit = get_backend(base.backend).trial_timeout(base, trial.train)  # the trial's, as its study gave it
     runs = [
-        DetachedRun(recipe, rev, f"revalidate-{row.number:02d}-{side}-s{s}", s)
+        DetachedRun(recipe, rev, f"revalidate-{row.number:02d}-{side}-s{s}", s, limit)
         for s in (10_000 + 7 * i for i in range(repeats))
         for side, recipe, rev in (("trial", trial, _start_tag(row)), ("base", base, _start_tag(base_row)))
     ]

@@ -199,6 +199,7 @@ class DetachedRun:
     rev: str
     name: str
     seed: int | None = None
+    timeout_s: float | None = None  # None: the recipe's own
 
 
 def run_detached(
@@ -270,7 +271,7 @@ def _start_detached(ws: Workspace, backend: Backend, slots: Slots, slot: int, ru
     except BaseException:
         gitops.remove_worktree(ws.root, wt)
         raise
-    return watch_run(handle, run.recipe), wt
+    return watch_run(handle, run.recipe, timeout_s=run.timeout_s), wt
 
 
 def _end_detached(ws: Workspace, slots: Slots, slot: int, active: Active) -> None:

@@ -116,7 +116,10 @@ def launch(
     try:
         s.ledger.update_trial(a.row_id, pid=handle.pid, job_id=handle.job_id, job_address=slots.address)
         monitor = TrialMonitor(s, ctx, recipe, clock)
-        return lifecycle.watch_run(handle, recipe, deadline=deadline, on_records=monitor.on_records, external=external)
+        timeout_s = s.backend.trial_timeout(s.base, ctx.proposal.values)
+        return lifecycle.watch_run(
+            handle, recipe, deadline=deadline, timeout_s=timeout_s, on_records=monitor.on_records, external=external
+        )
     except BaseException:
         handle.cancel(grace_s=2.0)  # started, but the study cannot follow it (a lost ledger): no orphan
         raise

@@ -188,14 +188,15 @@ class Controller:
 
     def expected_trial_s(self, p: Proposal | None = None) -> float:
         """What trial ``p`` is planned to take (autorl.study.plan): this study's finished trials scaled by its work,
-        times a margin measured on them; the recipe's ``timeout_s`` is the hard cap."""
+        times a margin measured on them; the trial's timeout (``Backend.trial_timeout``) is the hard cap."""
         return self._estimate(p).seconds
 
     def _estimate(self, p: Proposal | None) -> plan.Estimate:
         keys, rules = self.s.backend.work_keys, plan.rules()  # the plan reads no more than the last window
         took = plan.history(self.s.records.finished(last=rules.window), keys, first_end=self.s.records.first_end())
-        values = {**self.s.base.train, **(p.values if p is not None else {})}
-        return plan.expected(took, plan.work(values, keys), self.s.base.timeout_s, self.opts.budget_s, rules)
+        changed = p.values if p is not None else {}
+        values, cap = {**self.s.base.train, **changed}, self.s.backend.trial_timeout(self.s.base, changed)
+        return plan.expected(took, plan.work(values, keys), cap, self.opts.budget_s, rules)
 
     def _why_ended(self) -> str:
         """Why the loop stopped starting trials, for the run's last line (a study ending early says why)."""

@@ -18,8 +18,9 @@ of its size keys, steps x gens x prompts ..., which its backend names in ``work_
   job's first package), so it plans nothing once later trials have finished; while it is the only one, its
   duration is the plan and those one-time costs are the margin (a first margin on top of them ended an 8-minute
   GPU study after its baseline, with 4 minutes left);
-- the recipe's ``timeout_s`` stays the hard cap; before any trial finished it is all there is (capped at half
-  the budget, so a short study still runs the trials that tell how long trials take).
+- the trial's timeout stays the hard cap (``timeout_s`` scaled by its work, ``Backend.trial_timeout``); before
+  any trial finished it is all there is (capped at half the budget, so a short study still runs the trials that
+  tell how long trials take).
 
 Pure functions: the controller passes the history and the next trial's resolved values.
 """
@@ -29,11 +30,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autorl import loading
+from autorl.backends.base import work
 from autorl.data import shipped
 from autorl.ledger import Trial
 from autorl.states import TrialStatus
@@ -108,16 +109,6 @@ def history(rows: list[Trial], keys: Iterable[str], first_end: float | None = No
         for start, r in started
         if r.status == TrialStatus.COMPLETE and r.finished is not None
     ]
-
-
-def work(values: dict[str, Any], keys: Iterable[str]) -> float:
-    """The product of the positive numeric values of ``keys`` (the backend's ``work_keys``; one absent counts 1)."""
-    out = 1.0
-    for key in keys:
-        v = values.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
-            out *= float(v)
-    return out
 
 
 def fit(obs: list[Took]) -> tuple[float, float]:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
+import sys
+from pathlib import Path
+
 import pytest
+import yaml
+from conftest import run_cli
 
 from autorl.backends.base import get_backend
 from autorl.ledger import Trial
+from autorl.recipe import load_recipe
 from autorl.states import TrialStatus
 from autorl.study import plan
 from autorl.study.controller import budget_spent
@@ -155,3 +162,55 @@ def test_a_budget_spent_on_the_backends_first_preparation_says_so_and_what_to_do
     assert "`autorl run --resume`" in line
     assert budget_spent(212.4, 120.0, "embedded", 1) == "the budget is spent"
     assert budget_spent(20.0, 600.0, "embedded", 0) == "the budget is spent"
+
+
+def test_a_trial_that_does_more_work_gets_a_proportionally_longer_timeout():
+    """The recipe's timeout_s is for the recipe as written: the SmolLM2 recipe's 600 s at gens 8 becomes 2,400 s for
+    a gens-32 trial (its warm run took 512 s, a cold one about 690 s), stays 600 s for a change of lr, and never
+    shrinks below it for a smaller trial."""
+    base = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "openrlhf-smollm2.yaml")
+    backend = get_backend("openrlhf")
+    assert base.timeout_s == 600
+    assert backend.trial_timeout(base, {"gens": 32, "lr": 1e-5}) == 2400
+    assert backend.trial_timeout(base, {"lr": 1e-5, "eps_clip": 0.3}) == 600
+    assert backend.trial_timeout(base, {"gens": 4}) == 600
+    assert backend.trial_timeout(base, {"gens": 11, "max_new_tokens": 80}) == pytest.approx(600 * 11 / 8 * 2)
+
+
+@pytest.mark.slow
+def test_a_study_gives_a_trial_with_four_times_the_steps_four_times_the_timeout(command_ws):
+    """A baseline of 2 steps under a 3 s timeout, and a trial of 8 steps that needs about 6 s: it completes."""
+    script = Path(__file__).resolve().parents[1] / "data" / "scripts" / "write_jsonl.py"
+    argv = [sys.executable, str(script), "--lr", "{lr}", "--steps", "{steps}", "--out", "{run_dir}/metrics.jsonl"]
+    recipe = {
+        "name": "longer",
+        "backend": "command",
+        "train": {"argv": [*argv, "--sleep-per-step", "0.7"], "lr": 1e-4, "steps": 2},
+        "search": {"steps": {"choices": [2, 8]}},
+        "objective": {"metric": "reward_mean", "direction": "maximize"},
+        "verdict": {"baseline_repeats": 1},
+        "timeout_s": 3,
+    }
+    (command_ws / "recipes" / "longer.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    r = run_cli(
+        "-C",
+        str(command_ws),
+        "run",
+        "recipes/longer.yaml",
+        "--budget",
+        "5m",
+        "--max-trials",
+        "2",
+        "--strategy",
+        "random",
+        "--allow-overrun",
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr + r.stdout
+    rows = (
+        sqlite3.connect(command_ws / "ledger.sqlite")
+        .execute("SELECT number, status, finished - started FROM autorl_trials ORDER BY number")
+        .fetchall()
+    )
+    assert [(n, status) for n, status, _ in rows] == [(1, "complete"), (2, "complete")], rows
+    assert rows[1][2] > 3  # longer than the recipe's own timeout
