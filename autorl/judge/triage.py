@@ -176,10 +176,19 @@ class Silence(_Model):
     )
 
 
-class OomAccounting(_Model):
+class Accounting(_Model):
+    """A memory line read by its own figures (the card's total, what is free, what others hold): which families'
+    lines are read, and what a line whose figures pass the subclass's threshold becomes."""
+
+    families: list[str] = Field(default_factory=list, description="Families whose line is read for its numbers.")
+    category: CrashCategory = Field(description="What such a line becomes.")
+    confidence: float = Field(ge=0, le=1, description="Score of that call.")
+    remedy: str = Field(description="One line: what to do about it.")
+
+
+class OomAccounting(Accounting):
     """A device OOM whose own message shows that other processes held most of the card is a shared GPU."""
 
-    families: list[str] = Field(default_factory=list, description="Families whose OOM line is read for its numbers.")
     others_share: float = Field(
         0.5, gt=0, le=1, description="Share of the card held by other processes at the OOM that makes it shared_gpu."
     )
@@ -191,12 +200,11 @@ class OomAccounting(_Model):
         "'this process has') and names no other process: the process's memory outside PyTorch's allocator (a CUDA "
         "context, NCCL, an inference engine's own allocator) then counts as the others'.",
     )
-    category: CrashCategory = Field(CrashCategory.SHARED_GPU, description="What such an OOM becomes.")
-    confidence: float = Field(0.7, ge=0, le=1, description="Score of that call.")
-    remedy: str = Field(
+    category: CrashCategory = CrashCategory.SHARED_GPU
+    confidence: float = Field(0.7, ge=0, le=1)
+    remedy: str = (
         "GPU memory ran out while other processes held most of the card (the OOM message's own accounting): free "
-        "the card or give the run its own GPU; the trial's values did not take that memory.",
-        description="One line: what to do about it.",
+        "the card or give the run its own GPU; the trial's values did not take that memory."
     )
 
 
@@ -213,20 +221,18 @@ class ActionRule(_Model):
     )
 
 
-class StartupAccounting(_Model):
+class StartupAccounting(Accounting):
     """vLLM's start-up check read by its own figures: a card that other processes hold little of and still has less
     free than the run asked for means the run asked for too much (``gpu_memory_utilization``), not a shared GPU."""
 
-    families: list[str] = Field(default_factory=list, description="Families whose start-up line is read.")
     others_below: float = Field(
         0.25, gt=0, le=1, description="Share of the card in use at start-up below which the setting is the cause."
     )
-    category: CrashCategory = Field(CrashCategory.CONFIG_ERROR, description="What such a line becomes.")
-    confidence: float = Field(0.8, ge=0, le=1, description="Score of that call.")
-    remedy: str = Field(
+    category: CrashCategory = CrashCategory.CONFIG_ERROR
+    confidence: float = Field(0.8, ge=0, le=1)
+    remedy: str = (
         "vLLM asked for more of the card than is free although other processes hold little of it: lower "
-        "gpu_memory_utilization (vllm_gpu_memory_utilization) below the card's free share; the same value fails again.",
-        description="One line: what to do about it.",
+        "gpu_memory_utilization (vllm_gpu_memory_utilization) below the card's free share; the same value fails again."
     )
 
 
