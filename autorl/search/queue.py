@@ -8,6 +8,8 @@ queued but not run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from autorl.backends.base import Backend
 from autorl.judge import triage
 from autorl.ledger import StudyRecords, Trial
@@ -94,6 +96,18 @@ class RunQueue:
             if c is not None and c not in opened and waiting.count(c) >= runs and self._lower_bound(c) < mine:
                 return i
         return len(self.pending)
+
+    def fitting_confirmation(self, held: Proposal, fits: Callable[[Proposal], bool]) -> Proposal | None:
+        """A confirmation run ``held`` that does not fit the budget left (``fits``) gives way to the first waiting
+        run of another candidate that does (a cheaper trial: fewer samples per prompt), taken off the queue; ``held``
+        keeps its place. Only confirmation runs swap: the proposer's own order (the baseline first, a crash's retry)
+        is kept. Seen on a real study: the strongest candidate's gens-32 runs, first in line, need 11 minutes cold."""
+        if held.proposer != Proposer.CONFIRM:
+            return None
+        for i, q in enumerate(self.pending):
+            if q is not held and q.proposer == Proposer.CONFIRM and q.confirms != held.confirms and fits(q):
+                return self.pending.pop(i)
+        return None
 
     def _lower_bound(self, number: int) -> float:
         """The lower end of a candidate's gain interval (-inf when it has none)."""

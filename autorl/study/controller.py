@@ -66,6 +66,7 @@ class Controller:
         self.running: Running = {}  # slot -> the trial in flight there
         self._held: Proposal | None = None  # the proposal last put back for not fitting (logged once)
         self.ended_by = ""  # why the loop ended, in words (the run's last line)
+        self.ran_here = False  # a trial of this session completed: later trials no longer start cold
 
     def run(self) -> dict[str, Any]:
         self.s = self._setup()
@@ -150,7 +151,10 @@ class Controller:
                 break
             if not self._fits(proposal):
                 self._hold(proposal)
-                break
+                smaller = self.s.proposer.queue.fitting_confirmation(proposal, self._fits)
+                if smaller is None:
+                    break
+                proposal = smaller
             ctx = attempts.prepare(self.s, proposal)
             self.launched += 1
             opened += 1
@@ -196,7 +200,7 @@ class Controller:
         took = plan.history(self.s.records.finished(last=rules.window), keys, first_end=self.s.records.first_end())
         changed = p.values if p is not None else {}
         values, cap = {**self.s.base.train, **changed}, self.s.backend.trial_timeout(self.s.base, changed)
-        return plan.expected(took, plan.work(values, keys), cap, self.opts.budget_s, rules)
+        return plan.expected(took, plan.work(values, keys), cap, self.opts.budget_s, rules, cold=not self.ran_here)
 
     def _why_ended(self) -> str:
         """Why the loop stopped starting trials, for the run's last line (a study ending early says why)."""
@@ -233,6 +237,7 @@ class Controller:
         """Judge, decide a crash's action, tell the proposer, close the attempt; then what the result sets off."""
         s, a, p = self.s, ctx.attempt, ctx.proposal
         result = TrialResult(number=a.number, **judging.result_row(s, ctx, outcome))
+        self.ran_here = self.ran_here or outcome.status == TrialStatus.COMPLETE
         action = crash.decide(s, ctx, result)
         note = carry.carry_note(s, p, a.number, result)
         if action or note:

@@ -214,3 +214,14 @@ def test_a_study_gives_a_trial_with_four_times_the_steps_four_times_the_timeout(
     )
     assert [(n, status) for n, status, _ in rows] == [(1, "complete"), (2, "complete")], rows
     assert rows[1][2] > 3  # longer than the recipe's own timeout
+
+
+def test_a_trial_of_a_resumed_session_is_planned_with_the_cold_start_up_it_will_pay():
+    """Four pool-building trials (212 s to their first step, 510 s in all) and four warm ones (30 s, 350 s): the
+    next trial is planned at the warm figure, unless nothing has run in this session yet; then the cold trials'
+    extra 182 s of start-up is added."""
+    history = [Took(8.0, 510.0, True, 212.0)] * 4 + [Took(8.0, 350.0, False, 30.0)] * 4
+    warm, cold = plan.expected(history, 8.0, 2400, 3600), plan.expected(history, 8.0, 2400, 3600, cold=True)
+    assert cold.seconds - warm.seconds == pytest.approx(182.0)
+    assert cold.cold_s == pytest.approx(182.0) and "182 s cold start-up" in cold.describe()
+    assert plan.cold_extra([Took(8.0, 350.0, False, 30.0)] * 4) == 0.0  # nothing cold seen: nothing added

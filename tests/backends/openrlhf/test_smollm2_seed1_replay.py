@@ -27,6 +27,7 @@ from autorl.search.queue import RunQueue
 from autorl.search.strategies import OptunaStrategy
 from autorl.search.view import StudyView
 from autorl.states import Confirmation, Kind, Proposer
+from autorl.study import plan
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 
@@ -133,3 +134,48 @@ def test_a_live_study_queues_a_stronger_candidate_before_a_weaker_one_not_starte
         for number in (7, 8):
             queue.confirmation_runs(queue._proposal_of(records.trial(number)), number, runs)
         assert [p.confirms for p in queue.pending] == [5, 5, 8, 8, 8, 7, 7, 7, 6, 6, 6]
+
+
+def test_a_resume_plans_the_cold_confirmation_runs_it_will_pay_for(ws):
+    """08's fresh-seed run (gens 32) on a resume starts cold: its plan is the warm trials' fit for gens 32 plus the
+    pools' 182 s of extra start-up, above the recipe's 600 s (set for gens 8) and under the 2,400 s its work gives
+    it, so a resume with less than that left does not start a run the budget would cut."""
+    recipe = load_recipe(RUN / "recipe.yaml")
+    backend = get_backend("openrlhf")
+    with closing(Ledger(ws.ledger_path)) as ledger:
+        records = ledger.records(ledger.study().id)
+        took = plan.history(records.finished(last=20), backend.work_keys, first_end=records.first_end())
+    values = {**recipe.train, "gens": 32, "lr": 1e-5}
+    cap = backend.trial_timeout(recipe, {"gens": 32, "lr": 1e-5})
+    warm = plan.expected(took, plan.work(values, backend.work_keys), cap, 1800)
+    cold = plan.expected(took, plan.work(values, backend.work_keys), cap, 1800, cold=True)
+    assert cap == 2400 and 170 < cold.cold_s < 190
+    assert 500 < warm.seconds < 700 and 680 < cold.seconds < cap
+
+
+def test_with_ten_minutes_left_a_resume_runs_the_next_candidates_runs_that_fit(ws):
+    """08's cold gens-32 run is planned at 686 s; with 600 s left it keeps its place at the head of the queue and
+    07's run (gens 11, 560 s) starts instead; a baseline's place is never taken."""
+    recipe = load_recipe(RUN / "recipe.yaml")
+    backend = get_backend("openrlhf")
+    with closing(Ledger(ws.ledger_path)) as ledger:
+        study = ledger.study()
+        records = ledger.records(study.id)
+        took = plan.history(records.finished(last=20), backend.work_keys, first_end=records.first_end())
+        view = StudyView(ws, records, study, recipe)
+        queue = RunQueue(records, view, backend, OptunaStrategy(view))
+        queue.requeue()
+        baseline = queue._proposal_of(records.trial(1))
+
+    def planned(p) -> float:
+        values = {**recipe.train, **p.values}
+        cap = backend.trial_timeout(recipe, p.values)
+        return plan.expected(took, plan.work(values, backend.work_keys), cap, 1800, cold=True).seconds
+
+    held = queue.pending[0]
+    assert held.confirms == 8 and planned(held) > 600
+    smaller = queue.fitting_confirmation(held, lambda p: planned(p) <= 600)
+    assert smaller is not None and smaller.confirms == 7 and planned(smaller) < 600
+    assert queue.pending[0] is held and [p.confirms for p in queue.pending].count(7) == 2
+    assert queue.fitting_confirmation(held, lambda p: False) is None
+    assert queue.fitting_confirmation(baseline, lambda p: True) is None
