@@ -522,6 +522,12 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
 )
 @click.option("--episodes", type=click.IntRange(min=1, max=MAX_TRIAL), help="Full-run episodes (OpenRLHF).")
 @click.option(
+    "--eval-every",
+    type=click.IntRange(min=1, max=MAX_TRIAL),
+    help="Evaluate the full run's checkpoints every N steps as it trains, keeping the best (overrides the recipe's "
+    "full block).",
+)
+@click.option(
     "--repeats",
     type=click.IntRange(min=1, max=1000),
     default=2,
@@ -545,6 +551,7 @@ def promote(
     number: int | None,
     steps: int | None,
     episodes: int | None,
+    eval_every: int | None,
     repeats: int,
     parallel: int,
     dry_run: bool,
@@ -563,6 +570,7 @@ def promote(
         number,
         steps=steps,
         episodes=episodes,
+        eval_every=eval_every,
         repeats=repeats,
         parallel=parallel,
         dry_run=dry_run,

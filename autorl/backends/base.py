@@ -271,9 +271,14 @@ class Backend:
         the default: exactly those."""
         return values
 
-    def full_run_values(self, recipe: Any, steps: int | None, episodes: int | None) -> dict[str, Any]:
-        """Train values of a promoted full run: the recipe's ``full`` block, then the lengths asked for."""
+    def full_run_values(
+        self, recipe: Any, steps: int | None, episodes: int | None, eval_every: int | None = None
+    ) -> dict[str, Any]:
+        """Train values of a promoted full run: the recipe's ``full`` block, then the lengths asked for, then what
+        evaluates its checkpoints every ``eval_every`` steps (``checkpoint_eval_values``)."""
         values = dict(recipe.full)
+        if eval_every is not None:
+            values.update(self.checkpoint_eval_values(eval_every))
         for asked, key, flag in ((steps, self.steps_key, "--steps"), (episodes, self.episodes_key, "--episodes")):
             if asked is None:
                 continue
@@ -284,6 +289,14 @@ class Backend:
                 )
             values[key] = asked
         return values
+
+    def checkpoint_eval_values(self, every: int) -> dict[str, Any]:
+        """Train values that make a full run evaluate its checkpoints every ``every`` steps (``autorl promote
+        --eval-every``); a backend that cannot says so in one line."""
+        raise UserError(
+            f"the {self.name} backend has no setting that evaluates a full run's checkpoints as it trains: drop "
+            "--eval-every (the full run is still evaluated at its end)"
+        )
 
     def gpus_per_run(self, recipe: Any) -> float:
         """GPUs of the host one run of ``recipe`` occupies while it runs: parallel trials start only while that many

@@ -36,13 +36,19 @@ class EmbeddedBackend(Backend):
             return values
         return {**values, "eval_max_new_tokens": base.train.get("max_new_tokens")}
 
-    def full_run_values(self, recipe, steps: int | None, episodes: int | None) -> dict[str, Any]:
+    def full_run_values(
+        self, recipe, steps: int | None, episodes: int | None, eval_every: int | None = None
+    ) -> dict[str, Any]:
         """The generic full-run values; a maximised eval objective also keeps its best eval's weights (best.pt)."""
-        values = super().full_run_values(recipe, steps, episodes)
+        values = super().full_run_values(recipe, steps, episodes, eval_every)
         o = recipe.objective
         if o.direction == "maximize" and o.metric.startswith("eval/"):
             values["save_best"] = o.metric
         return values
+
+    def checkpoint_eval_values(self, every: int) -> dict[str, Any]:
+        """The engine evaluates its own weights every ``eval_every`` steps, on the recipe's held-out items."""
+        return {"eval_every": every}
 
     def check(self, recipe, root: Path) -> None:
         """Fail before launch, with one line, when the recipe names files that are not there."""

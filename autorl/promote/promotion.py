@@ -17,7 +17,7 @@
    again on the fresh runs (``autorl.judge.hackgate``): a failed check refuses
    the promotion with exit 2, naming the check; ``--force`` launches it anyway
    with the gate's evidence on the full run's ledger row;
-3. a full-run recipe (the recipe's ``full`` overrides, ``--steps`` / ``--episodes``)
+3. a full-run recipe (the recipe's ``full`` overrides, ``--steps`` / ``--episodes`` / ``--eval-every``)
    committed on branch ``attempt-MM-full-<slug>`` from the trial's start commit,
    tag ``attempt-MM-start``, the preflight;
 4. the launch, detached (``python -m autorl.promote.fullrun``) so the user can log out;
@@ -167,10 +167,12 @@ def _ended(run: DetachedRun, out: Outcome) -> str:
     return f"  {run.name}: {out.status}" + (f", objective {value:.4f}" if value is not None else ", no objective")
 
 
-def full_values(recipe: Recipe, steps: int | None, episodes: int | None) -> dict[str, Any]:
-    """Train values of the full run: the recipe's ``full`` block plus the command-line lengths, where the
-    recipe's backend puts them (``Backend.full_run_values``)."""
-    return get_backend(recipe.backend).full_run_values(recipe, steps, episodes)
+def full_values(
+    recipe: Recipe, steps: int | None, episodes: int | None, eval_every: int | None = None
+) -> dict[str, Any]:
+    """Train values of the full run: the recipe's ``full`` block plus the command-line lengths and checkpoint
+    evals, where the recipe's backend puts them (``Backend.full_run_values``)."""
+    return get_backend(recipe.backend).full_run_values(recipe, steps, episodes, eval_every)
 
 
 def promote(
@@ -180,6 +182,7 @@ def promote(
     *,
     steps: int | None = None,
     episodes: int | None = None,
+    eval_every: int | None = None,
     repeats: int = 2,
     parallel: int = 1,
     dry_run: bool = False,
@@ -200,7 +203,7 @@ def promote(
     view(f"promoting {row.attempt}: {why}")
     recipe, text, rel = trial_recipe(ws, ledger, row)
     check_promotable(recipe, row)
-    values = full_values(recipe, steps, episodes)
+    values = full_values(recipe, steps, episodes, eval_every)
     full = recipe.with_train(**values)
     if dry_run:
         return {"attempt": row.attempt, "why": why, "full_values": values, "train": full.train}

@@ -114,6 +114,26 @@ def test_trial_values_and_full_run_values_validate(backend):
         assert recipe.with_train(**full).train[key] == asked
 
 
+def test_a_full_run_asked_to_evaluate_its_checkpoints_validates_or_is_refused_in_one_line(backend, tmp_path):
+    """`autorl promote --eval-every 4`: values the backend's own parameters accept, which a full run of the
+    SmolLM2 recipe then evaluates as it trains (a checkpoint glob), or one line naming the flag."""
+    recipe = example(backend.name)
+    try:
+        values = backend.full_run_values(recipe, None, None, eval_every=4)
+    except UserError as exc:
+        assert "\n" not in str(exc) and "--eval-every" in str(exc)
+        return
+    full = recipe.with_train(**values)
+    assert values and all(full.train[k] == v for k, v in values.items())
+    if backend.name == "openrlhf":
+        smol = load_recipe(shipped("recipes", "openrlhf-smollm2.yaml"))
+        smol = smol.with_train(**backend.full_run_values(smol, None, 2, eval_every=8))
+        spec = TrialSpec(
+            attempt="attempt-13-full-x", recipe=smol, worktree=tmp_path, run_dir=tmp_path / "run", cache_dir=tmp_path
+        )
+        assert backend.checkpoint_glob(spec)
+
+
 def test_planned_steps_and_grad_clip_are_numbers(backend):
     recipe = example(backend.name)
     assert isinstance(backend.planned_steps(recipe), int) and backend.planned_steps(recipe) >= 0

@@ -155,6 +155,10 @@ def test_a_confirmed_improvement_is_promoted_without_force(workspace):
     trial = next(t for t in rows if t["proposer"] == "random")
     assert trial["verdict"] == "improved" and trial["confirmation"] == "confirmed", trial
     assert [t["confirms"] for t in rows if t["proposer"] == "confirm"] == [trial["number"]] * 2
+    dry = run_cli("-C", str(workspace), "promote", "--dry-run", "--steps", "12", "--eval-every", "4", "--json")
+    assert dry.returncode == 0, dry.stderr
+    planned = json.loads(dry.stdout)
+    assert planned["full_values"]["eval_every"] == 4 and planned["train"]["steps"] == 12
     # two re-validation runs a side: with one, run-to-run noise rests on a 1-df prior and +0.09 reads as flat
     out = run_cli("-C", str(workspace), "promote", "--repeats", "2", "--steps", "12", "--json", timeout=600)
     assert out.returncode == 0, out.stderr + out.stdout

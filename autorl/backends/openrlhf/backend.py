@@ -207,6 +207,11 @@ class OpenRLHFBackend(Backend):
             backend=self.name,
         )
 
+    def checkpoint_eval_values(self, every: int) -> dict[str, Any]:
+        """Hugging Face checkpoints every ``every`` steps (no DeepSpeed state: nothing resumes from them), each
+        evaluated by the per-item evaluator as the run trains (``checkpoint_glob``)."""
+        return {"save_steps": every, "save_hf_ckpt": True, "disable_ds_ckpt": True}
+
     def checkpoint_glob(self, spec: TrialSpec) -> str | None:
         """OpenRLHF 0.10's Hugging Face checkpoints (``<ckpt.path>/global_step<N>_hf``, written every
         ``save_steps`` with ``save_hf_ckpt``: a recipe's ``full`` block turns them on); None without them or without
