@@ -48,8 +48,11 @@ class _Ctx:
         says first, in one line, that what it shows may be partial, and exits 1 once it has shown it."""
         from autorl.ledger import Ledger, open_read  # lazy: loaded with its command only
         from autorl.ledger.errors import damaged  # lazy: loaded with its command only
+        from autorl.ledger.files import check_path  # lazy: loaded with its command only
 
         ws = self.workspace()
+        if ws.ledger_path.exists() and not ws.ledger_path.is_file():  # a folder, a device, a pipe: not a ledger
+            check_path(ws.ledger_path)
         if not ws.ledger_path.exists():
             raise UserError(f"no ledger at {ws.ledger_path}: run a study first with `autorl run`")
         ledger = open_read(ws.ledger_path)
@@ -110,7 +113,10 @@ class _TrialNumber(click.ParamType):
     name = "integer"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        number = click.INT.convert(value, param, ctx)
+        try:
+            number = click.INT.convert(value, param, ctx)
+        except click.BadParameter:
+            number = 0  # not a whole number: the same line as for one out of range
         if not 1 <= number <= MAX_TRIAL:
             self.fail(
                 f"there is no trial {short(str(value), 40)}: trial numbers start at 1; list them with `autorl ledger`",
@@ -121,6 +127,34 @@ class _TrialNumber(click.ParamType):
 
 
 TRIAL_NUMBER = _TrialNumber()
+
+
+class _StudyName(click.ParamType):
+    """A study named on the command line, as every command looks it up: printable text of at most 200 characters
+    (names are 1-64 letters, digits, '.', '_', '-'); anything else, such as bytes that are not UTF-8, is one line
+    before it reaches the ledger."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            printable = False
+        else:
+            printable = text.isprintable() and 0 < len(text) <= 200
+        if not printable:
+            self.fail(
+                f"{short(repr(text), 60)}: no study is named so (a study name is letters, digits, '.', '_' or '-'): "
+                "list the studies with `autorl status`",
+                param,
+                ctx,
+            )
+        return text
+
+
+STUDY_NAME = _StudyName()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -239,7 +273,7 @@ def _shell_code(exit_code: int) -> int:
     help="Override a value of the base recipe (train key or dotted path); committed in place.",
 )
 @click.option("--resume", is_flag=True, help="Continue the latest study (or --study NAME).")
-@click.option("--study", "study_name", help="Study name (new) or the study to resume.")
+@click.option("--study", "study_name", type=STUDY_NAME, help="Study name (new) or the study to resume.")
 @click.option(
     "--allow-overrun", is_flag=True, help="Start a trial even if its planned duration exceeds the budget left."
 )
@@ -267,7 +301,7 @@ def run(
 ) -> None:
     """Search: run trials on RECIPE (default: recipes/default.yaml) until the budget is spent. Exit 0 when the
     study ran its course, 1 when its baseline failed or a crash stopped it, 130 when it was interrupted."""
-    budget_s = parse_duration(budget or DEFAULT_BUDGET)
+    budget_s = parse_duration(DEFAULT_BUDGET if budget is None else budget)  # '' is a mistake, not the default
     if recipe and not resume:
         _within_bounds(Path(c.directory) / recipe)
     from autorl.present.live import make_view  # lazy: loaded with its command only
@@ -351,7 +385,7 @@ def _width() -> int:
     help="Only trials with this verdict.",
 )
 @click.option("--last", type=click.IntRange(min=1), help="Only the last N trials.")
-@click.option("--study", "study_name", help="Only this study.")
+@click.option("--study", "study_name", type=STUDY_NAME, help="Only this study.")
 @pass_ctx
 def ledger(c: _Ctx, as_json: bool, verdict: str | None, last: int | None, study_name: str | None) -> None:
     """The trials: attempt, proposer, changed values, verdict, objective, delta, duration."""
@@ -543,7 +577,9 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be promoted and with which values; run nothing.")
 @click.option("--force", is_flag=True, help="Promote even if re-validation does not confirm the gain (recorded).")
-@click.option("--study", "study_name", help="The study whose best trial is promoted (default: the latest).")
+@click.option(
+    "--study", "study_name", type=STUDY_NAME, help="The study whose best trial is promoted (default: the latest)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def promote(
@@ -582,7 +618,9 @@ def promote(
 
 
 @cli.command()
-@click.option("--study", "study_name", help="The study whose findings are shown (default: the latest).")
+@click.option(
+    "--study", "study_name", type=STUDY_NAME, help="The study whose findings are shown (default: the latest)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def status(c: _Ctx, study_name: str | None, as_json: bool) -> None:
@@ -603,7 +641,7 @@ def status(c: _Ctx, study_name: str | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--study", "study_name", help="The study to clean (default: the latest).")
+@click.option("--study", "study_name", type=STUDY_NAME, help="The study to clean (default: the latest).")
 @click.option("--dry-run", is_flag=True, help="List what would be removed and what is kept; remove nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
@@ -650,7 +688,7 @@ def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--out", "out_dir", type=click.Path(), help="Folder to write (default: <workspace>/.autorl/report).")
-@click.option("--study", "study_name", help="The study to report (default: the latest).")
+@click.option("--study", "study_name", type=STUDY_NAME, help="The study to report (default: the latest).")
 @pass_ctx
 def report(c: _Ctx, out_dir: str | None, study_name: str | None) -> None:
     """The study as a page: index.html and report.md with PNG plots, best trials, diffs, hypotheses."""
@@ -832,6 +870,16 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(stop, handler)
 
 
+def _with_remedy(exc: click.ClickException) -> str:
+    """click's own line for a usage mistake ("No such command 'abc'.", "'x' is not a valid integer."), with where
+    to read what the command takes when the line does not say what to do."""
+    message = one_line(exc.format_message())
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None and "--help" not in message and "`autorl" not in message:
+        message = f"{message.rstrip('.')}: `{ctx.command_path} --help` says what it takes"
+    return message
+
+
 def _stopped(exc: Terminated) -> int:
     click.echo(f"autorl: stopped by {signal.Signals(exc.signum).name}", err=True)
     return 128 + exc.signum
@@ -851,7 +899,7 @@ def _main(argv: list[str] | None) -> int:
         click.echo("autorl: aborted", err=True)
         return 130
     except click.ClickException as exc:
-        click.echo(f"autorl: error: {one_line(exc.format_message())}", err=True)
+        click.echo(f"autorl: error: {_with_remedy(exc)}", err=True)
         return 2
     except Terminated as exc:
         return _stopped(exc)

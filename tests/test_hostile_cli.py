@@ -143,3 +143,69 @@ def test_a_metrics_out_that_cannot_be_written_is_refused_before_anything_trains(
 def test_patches_check_against_a_folder_that_does_not_exist_is_one_line_not_a_conflict(tmp_path):
     r = run_cli("patches", "check", "--site-packages", str(tmp_path / "none"), cwd=ROOT)
     assert r.returncode == 2 and "does not exist" in r.stderr and "conflict" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["ledger"], ["status"], ["report"], ["clean", "--dry-run"], ["promote", "--dry-run"]]
+)
+def test_a_study_name_that_is_not_text_is_one_line_on_every_command(command_ws, command):
+    """Bytes that are not UTF-8 reached SQLite from every review command (`run` checked its own name)."""
+    write_study(command_ws)
+    before = _listing(command_ws)
+    r = subprocess.run(
+        [
+            os.sys.executable,
+            "-m",
+            "autorl.cli",
+            "-C",
+            str(command_ws),
+            *command,
+            "--study",
+            b"\xff".decode(errors="surrogateescape"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    _refused(r, "no study is named so")
+    assert _listing(command_ws) == before
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["show", "abc"], "trial numbers start at 1"),
+        (["show", "1.5"], "trial numbers start at 1"),
+        (["triage", "abc"], "`autorl triage --help`"),
+        (["nosuch"], "`autorl --help`"),
+        (["ledger", "--last", "abc"], "`autorl ledger --help`"),
+        (["run", "--budget", ""], "is not a duration"),
+    ],
+)
+def test_a_mistyped_argument_says_what_the_command_takes(command_ws, args, needle):
+    write_study(command_ws)
+    _refused(run_cli("-C", str(command_ws), *args, timeout=120), needle)
+
+
+@pytest.mark.parametrize("kind", ["folder", "device", "pipe"])
+def test_a_ledger_that_is_not_a_file_is_named_so_on_review_commands(command_ws, tmp_path, kind):
+    """Not "no ledger: run a study first", which is wrong advice for a folder, /dev/null or a pipe given as --ledger."""
+    path = {"folder": tmp_path, "device": Path("/dev/null"), "pipe": tmp_path / "fifo"}[kind]
+    if kind == "pipe":
+        os.mkfifo(path)
+    for args in (["ledger"], ["status"], ["show", "1"]):
+        _refused(run_cli("-C", str(command_ws), "--ledger", str(path), *args, timeout=60), "is not a file")
+
+
+def test_set_on_a_recipe_laid_out_unusually_is_taken_not_blamed_on_text_the_user_never_wrote(command_ws):
+    """A quoted "train": key and a flow mapping over two lines are valid YAML; --set used to edit them line by line
+    and report its own text's errors."""
+    text = (ROOT / "recipes" / "default.yaml").read_text()
+    (command_ws / "recipes" / "quoted.yaml").write_text(text.replace("\ntrain:", '\n"train":', 1))
+    (command_ws / "recipes" / "flow.yaml").write_text(
+        "name: flow\nbackend: embedded\ntrain: {lr: 1.0e-3,\n        steps: 40}\n"
+    )
+    for name, value in (("quoted", "lr=1e-3"), ("flow", "lr=2e-3")):
+        r = run_cli("-C", str(command_ws), "train", f"recipes/{name}.yaml", "--dry-run", "--set", value, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr and "argv:" in r.stdout, r.stdout
