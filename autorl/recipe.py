@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from autorl import loading
 from autorl.backends.registry import BACKENDS, BackendName
-from autorl.errors import RecipeError, short, short_repr, validation_line
+from autorl.errors import RecipeError, UserError, short, short_repr, validation_line
 from autorl.metrics import items_key
 
 
@@ -422,11 +422,14 @@ def recipe_and_text(
 
 
 def _edited(text: str, overrides: Overrides, data: dict) -> str:
+    """The recipe's text with ``--set`` values edited in place (comments and layout kept) when the edit reads back
+    as ``data``, else ``data`` written out afresh: an edit of a layout the line editor does not know (a quoted
+    ``"train":`` key, a flow mapping over several lines) is autorl's own text, whose errors the user never wrote."""
     try:
         edited = set_values(text, overrides)
         if loading.parse(edited) == data:
             return edited
-    except (RecipeError, IndexError):
+    except (UserError, IndexError, ValueError):
         pass
     return loading.dump(data)
 

@@ -274,7 +274,7 @@ def load_hypothesis(path: Path) -> Hypothesis:
 
 
 def _split_front_matter(path: Path) -> tuple[dict, str]:
-    text = loading.read_text(path, HypothesisError, "hypothesis file")
+    text = loading.read_text(path, HypothesisError, "hypothesis file").removeprefix("\ufeff").replace("\r\n", "\n")
     m = re.match(r"^---[ \t]*\n(.*?)\n---[ \t]*(?:\n|$)", text, re.S)
     if not m:
         raise HypothesisError(
@@ -300,6 +300,10 @@ def _check_patch(h: Hypothesis, path: Path) -> None:
     if p is None or h.patch is None:
         return
     folder = h.root()
+    if not h.patch.isprintable():  # a NUL or a control byte: no file is named so (realpath refuses a NUL)
+        raise HypothesisError(
+            f"{path}: field 'patch': {h.patch!r} holds a control character: give a path such as patches/NAME.patch"
+        )
     if Path(h.patch).is_absolute() or not Path(os.path.realpath(p)).is_relative_to(folder):
         raise HypothesisError(
             f"{path}: field 'patch': {h.patch} is outside {folder}: give a path inside it, such as patches/NAME.patch"
@@ -331,6 +335,8 @@ def _check_value(model: type[BaseModel], backend: str, key: str, value: Any, loc
         raise HypothesisError(
             f"{loc}: '{key}' is not a train key of backend {backend}: check the spelling or set backends"
         )
+    if isinstance(value, float) and not math.isfinite(value):  # as a recipe's value is refused (recipe._check_number)
+        raise HypothesisError(f"{loc}: {value!r} is not a finite number: give a number")
     try:
         model.model_validate({key: value})
     except ValidationError as exc:
@@ -382,6 +388,11 @@ def _absolute(h: Hypothesis, key: str, spec: HypothesisParam, incumbent: dict) -
             f"{h.id}: search.{key} is relative but the incumbent has no number for {key}: give an absolute range"
         )
     low, high = base * spec.scale[0], base * spec.scale[1]
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise HypothesisError(
+            f"{h.id}: search.{key} scales the incumbent {key} {base} by {spec.scale[0]:g}-{spec.scale[1]:g}, past "
+            "the largest number: give a smaller scale or an absolute range"
+        )
     if spec.int:
         low, high = max(1, round(low)), max(1, round(high))
     if spec.log and low <= 0:

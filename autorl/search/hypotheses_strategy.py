@@ -125,8 +125,8 @@ class HypothesisStrategy:
                     "repeat the working point",
                 )
             space = hypotheses.resolve_search(h, inc, self.s.base.search)
-        except hypotheses.HypothesisError:  # a range it cannot resolve here: said in one line if it is ever picked
-            return True
+        except hypotheses.HypothesisError as exc:  # a range it cannot resolve at this working point: passed over
+            return self._pass(h, f"its search space does not resolve here ({exc})")
         region = None if h.patch else closures.covers(space, hypotheses.fixed_values(h, inc))
         return region is None or self._pass(
             h, f"its whole space ({hypotheses.describe_space(space)}) lies where {region.why()}"

@@ -197,6 +197,8 @@ BAD = [
         lambda t: t.replace("{scale: [1.0, 4.0], log: true}", "{scale: [1.0, .inf], log: true}"),
         "search.lr",
     ),
+    ("infinite override", lambda t: t.replace("scale_rewards: false", "max_grad_norm: .inf"), "not a finite number"),
+    ("NUL in patch", lambda t: t.replace("backends:", 'patch: "patches/a\\0b.patch"\nbackends:'), "'patch'"),
 ]
 
 
@@ -224,6 +226,25 @@ def test_later_folder_overrides_earlier(tmp_path, library):
     merged = load_library([SHIPPED_DIR, tmp_path / "hypotheses"])
     assert len(merged) == len(library)
     assert by_id(merged, "h13-flat-learning").title == "A test hypothesis"
+
+
+@pytest.mark.parametrize("edit", [lambda t: t.replace("\n", "\r\n"), lambda t: "\ufeff" + t], ids=["crlf", "bom"])
+def test_a_file_saved_with_windows_line_ends_or_a_byte_order_mark_loads(tmp_path, edit):
+    """Recipes load either way; a hypothesis was refused as having "no YAML front matter"."""
+    path = tmp_path / "hypotheses"
+    path.mkdir()
+    (path / "x01-test.md").write_bytes(edit(GOOD).encode())
+    (h,) = load_library([path])
+    assert h.id == "x01-test" and h.overrides == {"scale_rewards": False}
+
+
+def test_a_relative_range_past_the_largest_number_is_refused_where_it_resolves(tmp_path):
+    """`scale: [1e308, 1e308]` of an incumbent 200 overflowed inside a study (a traceback after its baseline); it is
+    a HypothesisError there, which the strategy takes as "passed over", not the end of the study."""
+    text = GOOD.replace("lr: {scale: [1.0, 4.0], log: true}", "steps: {scale: [1.0e308, 1.0e308], int: true}")
+    h = load_hypothesis(write(tmp_path, "x01-test.md", text))
+    with pytest.raises(HypothesisError, match="past the largest number"):
+        resolve_search(h, {**INCUMBENT, "steps": 200}, {})
 
 
 def test_missing_folder_is_a_user_error(tmp_path):
