@@ -11,7 +11,12 @@ A string that looks like such a number is quoted when dumped, so text written he
 - ``load_table(path, model, what, doc)``: a rules table read (with the files it includes), parsed and validated
   by its pydantic model, cached per version of its files; any problem is one ``RulesError`` line naming the file,
   the field and what to do;
-- ``read_text(path, error, what)``: a file's text, read with the size bound.
+- ``read_text(path, error, what)``: a file's text, read with the size bound;
+- ``read_bytes(path, error, what, max_bytes)`` and ``read_utf8(...)``: a regular file's bytes (text), opened without
+  blocking and checked once open (a folder, a FIFO, a device such as /dev/zero is one ``error`` line, never a hang
+  or an endless read), bounded by ``max_bytes``; text that is not UTF-8 names its line and byte;
+- ``tail_bytes(path, limit)``: the last ``limit`` bytes of a regular file (a log), the same way; ``OSError`` (its
+  ``strerror`` says what the path is) otherwise.
 
 Whatever is read is bounded before it can cost anything (``LIMITS``): a text over 1 MiB, nesting deeper than 64
 levels, aliases that would expand to more than 2,000,000 values and characters (an alias bomb, or an alias that
@@ -23,8 +28,11 @@ within the bound.
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -343,3 +351,88 @@ def _validated(
     if problem:
         raise RulesError(f"{what} {path}: {problem}: fix the file (see {doc})")
     return table
+
+
+# ---- regular files, opened without blocking ----------------------------------------------------------------------
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class NotRegularFile(OSError):
+    """A path that names a folder, a FIFO, a device or a socket where a file was wanted."""
+
+    def __init__(self, path: str | Path, mode: int):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        super().__init__(errno.EINVAL, f"is {kind}, not a regular file", str(path))
+
+
+def _open_regular(path: str | Path) -> int:
+    """A read-only descriptor of the regular file at ``path``. It is opened without blocking (a FIFO with no writer
+    never stalls it) and checked once open, so what is read is what was checked; ``OSError`` otherwise."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(path, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def tail_bytes(path: str | Path, limit: int) -> bytes:
+    """The last ``limit`` bytes of the regular file at ``path`` (a log that grows while it is read gives no more);
+    ``OSError`` when it cannot be read, ``NotRegularFile`` for a folder, a FIFO or a device."""
+    fd = _open_regular(path)
+    with os.fdopen(fd, "rb") as fh:
+        fh.seek(max(0, os.fstat(fd).st_size - limit))
+        return fh.read(limit)
+
+
+def read_bytes(path: str | Path, error: type[UserError], what: str, max_bytes: int = LIMITS.max_bytes) -> bytes:
+    """The bytes of the regular file at ``path``; a file that is not there, not a regular file (a folder, a FIFO, a
+    device), cannot be read or holds more than ``max_bytes`` is one ``error`` line: '<what> <path> <problem>: <what
+    to do>'."""
+    p = Path(path)
+    try:
+        fd = _open_regular(p)
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except NotRegularFile as exc:
+        raise error(f"{what} {short(p, 200)} {exc.strerror}: pass the path of a file") from None
+    except FileNotFoundError:
+        raise error(f"{what} {short(p, 200)} not found: pass the path of a file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = getattr(exc, "strerror", None) or short(exc, 100)
+        raise error(f"{what} {short(p, 200)} cannot be read ({reason}): check the path and its permissions") from None
+    if len(data) > max_bytes:
+        raise error(f"{what} {short(p, 200)} is larger than the {_size(max_bytes)} autorl reads: shorten it")
+    return data
+
+
+def decode_utf8(data: bytes, path: str | Path, error: type[UserError], what: str) -> str:
+    """``data`` (read from ``path``) as UTF-8 text; text that is not is one ``error`` line naming the line and the
+    byte where it stops being UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(
+            f"{what} {short(Path(path), 200)} is not UTF-8 text (line {line}, byte {exc.start}): save it as UTF-8"
+        ) from None
+
+
+def read_utf8(path: str | Path, error: type[UserError], what: str, max_bytes: int = LIMITS.max_bytes) -> str:
+    """The UTF-8 text of the regular file at ``path``, read as ``read_bytes`` reads it (one ``error`` line for any
+    problem, text that is not UTF-8 included)."""
+    return decode_utf8(read_bytes(path, error, what, max_bytes), path, error, what)
+
+
+def _size(n: int) -> str:
+    return f"{n >> 30} GiB" if n >= 1 << 30 and not n % (1 << 30) else f"{n >> 20} MiB"

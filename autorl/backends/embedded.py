@@ -15,7 +15,7 @@ from typing import Any
 from autorl.backends import forked
 from autorl.backends.base import Backend, LaunchPlan, OomKnob, TrialSpec
 from autorl.engine.config import check_files
-from autorl.errors import RecipeError
+from autorl.errors import BackendError, RecipeError, short
 
 
 class EmbeddedBackend(Backend):
@@ -60,9 +60,16 @@ class EmbeddedBackend(Backend):
         self.check(spec.recipe, spec.worktree)
         run_dir = Path(spec.run_dir)
         config = spec.recipe.params.model_copy(update={"seed": spec.seed} if spec.seed is not None else None)
-        run_dir.mkdir(parents=True, exist_ok=True)
         config_path = run_dir / "engine_config.json"  # the child validates it once, as an EngineConfig
-        config_path.write_text(json.dumps(config.model_dump(mode="json"), indent=1, sort_keys=True))
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            config_path.write_text(json.dumps(config.model_dump(mode="json"), indent=1, sort_keys=True))
+        except OSError as exc:  # the cause is kept: a study tells a full disk or a path in the way from it
+            raise BackendError(
+                f"cannot write the run folder {short(str(run_dir), 200)} ({exc.strerror or exc}"
+                f"{f' at {short(str(exc.filename), 200)}' if exc.filename else ''}): make it writable "
+                "(or free space) and retry"
+            ) from exc
         argv = [
             sys.executable,
             "-m",

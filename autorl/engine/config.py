@@ -9,12 +9,19 @@ engine. The four keys the search tunes by default are ``lr``, ``eps_clip``,
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
+import io
 import sys
+import tokenize
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autorl import loading
+from autorl.errors import UserError, short
+from autorl.toolkit.task import TaskError, read_jsonl
 
 
 class GRPOParams(BaseModel):
@@ -160,13 +167,19 @@ class EngineConfig(GRPOParams):
 def check_files(config: EngineConfig, cwd: Path) -> str | None:
     """The first problem with the files a config names (relative to ``cwd``), or None.
 
-    Runs on the controller side before launch, without importing torch or the user's
-    code: paths must exist, and a custom reward must be found and compile.
+    Runs on the controller side before launch, without importing torch or running the user's code: a task file
+    must be a JSONL file the engine can read (UTF-8, one {"input", "label"} object a line), and a custom reward
+    must be found (its packages are located, not imported) and compile.
     """
     for field in ("task", "eval_id", "eval_ood"):
         value = getattr(config, field)
-        if value and not value.startswith("builtin:") and not (cwd / value).is_file():
-            return f"train.{field}: file {value} not found (relative to {cwd}): give an existing JSONL path"
+        if value and not value.startswith("builtin:"):
+            if not (cwd / value).is_file():
+                return f"train.{field}: file {value} not found (relative to {cwd}): give an existing JSONL path"
+            try:
+                read_jsonl(str(cwd / value), field)
+            except TaskError as exc:
+                return f"train.{field}: {exc}"
     if not config.model.startswith("builtin:") and not (cwd / config.model / "config.json").is_file():
         return (
             f"train.model: {config.model} is not a local Hugging Face model directory (no config.json): "
@@ -175,34 +188,102 @@ def check_files(config: EngineConfig, cwd: Path) -> str | None:
     return _check_reward(config.reward, cwd)
 
 
+SOURCE_MAX_BYTES = 16 << 20  # a reward's Python source (and each package __init__ on its way)
+
+
 def _check_reward(spec: str, cwd: Path) -> str | None:
     if spec.startswith("builtin:"):
         return None
     if spec.endswith(".py"):
         path = cwd / spec
-    elif ":" in spec:
-        module = spec.split(":", 1)[0]
-        found = _find_module(module, cwd)
-        if found is None:
-            return f"train.reward: module {module} not found (from {cwd}): check the name or use a .py path"
-        path = Path(found)
-    else:
+        if not path.is_file():
+            return f"train.reward: file {spec} not found (relative to {cwd}): give an existing .py path"
+        return _compiles(path, cwd)
+    if ":" not in spec:
         return f"train.reward: '{spec}' is neither module:function nor a .py file"
-    if not path.is_file():
-        return f"train.reward: file {spec} not found (relative to {cwd}): give an existing .py path"
+    module = spec.split(":", 1)[0]
     try:
-        compile(path.read_text(), str(path), "exec")
-    except SyntaxError as exc:
-        return f"train.reward: {path.name} line {exc.lineno} does not compile ({exc.msg}): fix the reward"
+        files = _module_files(module, cwd)
+    except _ImportFailed as exc:
+        return f"train.reward: looking up module {module} failed ({exc}): fix the package or use a .py path"
+    if files is None:
+        return f"train.reward: module {module} not found (from {cwd}): check the name or use a .py path"
+    return next((p for p in (_compiles(f, cwd) for f in files) if p), None)
+
+
+def _compiles(path: Path, cwd: Path) -> str | None:
+    """What is wrong with the Python source at ``path`` (not a readable file, not in its declared encoding, does
+    not compile), or None. Compiled, never run."""
+    try:
+        data = loading.read_bytes(path, UserError, "train.reward: file", SOURCE_MAX_BYTES)
+    except UserError as exc:
+        return str(exc)
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        name = "UTF-8" if exc.encoding.lower().replace("_", "-").startswith("utf-8") else exc.encoding
+        return (
+            f"train.reward: {path} is not {name} text (line {line}, byte {exc.start}): save it as UTF-8 "
+            "(or declare its encoding in a '# -*- coding: NAME -*-' line)"
+        )
+    except (SyntaxError, LookupError) as exc:  # an encoding line naming no codec
+        return f"train.reward: {path}: {short(exc, 200)}: fix its '# -*- coding: NAME -*-' line"
+    try:
+        compile(data, str(path), "exec")
+    except (SyntaxError, ValueError) as exc:
+        lineno = getattr(exc, "lineno", None)
+        at = f" line {lineno}" if lineno else ""
+        msg = getattr(exc, "msg", None) or short(exc, 200)
+        shown = path.relative_to(cwd) if path.is_relative_to(cwd) else path
+        return f"train.reward: {shown}{at} does not compile ({msg}): fix the reward"
     return None
 
 
-def _find_module(module: str, cwd: Path) -> str | None:
+class _ImportFailed(Exception):
+    """Importing a reward module's parent package (to find the module) raised or exited."""
+
+
+def _module_files(module: str, cwd: Path) -> list[Path] | None:
+    """The Python source files of ``module`` as the engine would import it (cwd first on the path): each package's
+    ``__init__.py`` on the way, then the module's own file (a compiled module has none); None when it is not found.
+
+    Located on the file system, without importing anything: checking a recipe runs none of the user's code. Only a
+    name that no path entry holds (a top-level one a custom finder serves, or ``os.path``, which its imported
+    package holds) falls back to ``importlib``, whose import of a parent package is contained: what it raises, or
+    a ``SystemExit``, is ``_ImportFailed``."""
+    parts = module.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return None
+    path: list[str] = [str(cwd), *sys.path]
+    files: list[Path] = []
+    for i in range(len(parts)):
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), path)
+        if spec is None:  # a name no path entry holds: a custom finder's, or a module its package has imported
+            parent = ".".join(parts[:i])
+            return _found_by_import(module, cwd) if i == 0 or parent in sys.modules else None
+        if spec.origin and spec.has_location:
+            files.append(Path(spec.origin))
+        elif i == len(parts) - 1:
+            return None  # a namespace package: no file to take a function from
+        path = list(spec.submodule_search_locations or [])
+        if i < len(parts) - 1 and not path:  # a module where a package is named (os.path: os is imported)
+            return _found_by_import(module, cwd) if ".".join(parts[: i + 1]) in sys.modules else None
+    return [f for f in files if f.suffix == ".py"]
+
+
+def _found_by_import(module: str, cwd: Path) -> list[Path] | None:
     sys.path.insert(0, str(cwd))
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         spec = None
+    except (Exception, SystemExit) as exc:
+        raise _ImportFailed(f"{type(exc).__name__}: {short(exc, 200)}") from None
     finally:
         sys.path.remove(str(cwd))
-    return spec.origin if spec is not None and spec.origin not in (None, "built-in") else None
+    if spec is None or spec.origin is None:  # not there, or a namespace package
+        return None
+    origin = spec.origin  # "built-in", "frozen": found, with no source to compile
+    return [Path(origin)] if origin.endswith(".py") and Path(origin).is_file() else []

@@ -12,14 +12,13 @@ import os
 import re
 import textwrap
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from autorl import gitops
+from autorl import gitops, loading
 from autorl.backends.ray_demand import WAITING
 from autorl.budget import format_duration
 from autorl.errors import GitError, NotFoundError
@@ -289,10 +288,26 @@ def _baseline_tag(ledger: Ledger, row: Trial) -> str | None:
     return base[0].start_tag if base else None
 
 
+SHOWN_TAIL_BYTES = 256 << 10  # of a trial's log, what `show` reads for its last lines
+
+
 def _tail(path: str | None, n: int) -> list[str]:
-    if not path or not Path(path).exists():
-        return []
-    return Path(path).read_text(errors="replace").splitlines()[-n:]
+    """The log's last ``n`` lines ([] when the ledger names none or it is gone; one line saying so when it cannot
+    be read: a folder, a FIFO or a device is never opened for reading, and only the tail is read)."""
+    text, problem = _log_text(path, SHOWN_TAIL_BYTES)
+    return [problem] if problem else text.splitlines()[-n:]
+
+
+def _log_text(path: str | None, limit: int) -> tuple[str, str | None]:
+    """The last ``limit`` bytes of a trial's log as text, and what stopped it being read ('' with no problem when
+    there is no log)."""
+    if not path or not os.path.lexists(path):
+        return "", None
+    try:
+        return loading.tail_bytes(path, limit).decode("utf-8", errors="replace"), None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        return "", f"(the log {path} {reason if reason.startswith('is ') else f'cannot be read ({reason})'}: not shown)"
 
 
 def _ref_names(t: Trial) -> list[str]:
@@ -474,7 +489,7 @@ def print_crash_groups(groups: list[dict]) -> None:
 def trial_triage(ledger: Ledger, number: int) -> dict[str, Any]:
     """One trial's diagnosis with the log excerpt around its root cause."""
     row = ledger.trial(number)
-    log = Path(row.log_path).read_text(errors="replace") if row.log_path and Path(row.log_path).exists() else ""
+    log, problem = _log_text(row.log_path, triage.TAIL_BYTES)
     if row.status != TrialStatus.CRASH and not row.crash_category:
         return {
             "attempt": row.attempt,
@@ -492,7 +507,7 @@ def trial_triage(ledger: Ledger, number: int) -> dict[str, Any]:
         "remedy": row.remedy,
         "signature": row.crash_signature,
         "actions": crash_actions(ledger).get(row.id, []),
-        "excerpt": triage.excerpt(log, row.root_cause or "") if log else "",
+        "excerpt": problem or (triage.excerpt(log, row.root_cause or "") if log else ""),
     }
 
 
@@ -760,11 +775,8 @@ def _waiting(r: Trial) -> str | None:
     note that the job waits for resources other jobs hold (nothing came from the job since)."""
     prefix = f"autorl: {WAITING}"  # as RayJobHandle.waiting writes it
     try:
-        with Path(r.log_path or "").open("rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - LOG_TAIL_BYTES))
-            lines = fh.read().decode(errors="replace").strip().splitlines()
-    except OSError:
+        lines = loading.tail_bytes(r.log_path or "", LOG_TAIL_BYTES).decode(errors="replace").strip().splitlines()
+    except (OSError, ValueError):  # no log, or not a regular file (a FIFO is never waited on)
         return None
     last = lines[-1] if lines else ""
     return last[len(prefix) :] if last.startswith(prefix) else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import sys
 import tempfile
 import time
@@ -14,6 +15,7 @@ from autorl import gitops
 from autorl.backends.base import Backend, LaunchPlan, TrialSpec, get_backend, planned_steps
 from autorl.backends.ray_jobs import resolve_address
 from autorl.errors import UserError, WorkspaceError, short
+from autorl.loading import NotRegularFile, tail_bytes
 from autorl.metrics import RunMetrics
 from autorl.recipe import Overrides, Recipe, load_recipe
 from autorl.runs.lifecycle import TrainThenEval, follow, watch_run
@@ -54,20 +56,47 @@ def plan_single(
         plan = _dry_plan(backend, spec)
     else:
         backend.check(recipe, cwd.resolve())  # a missing file or bad flag: one line before anything starts
+        _make_run_dir(run_dir)
         plan = backend.plan(spec)
     if metrics_out:
         plan = _redirect_metrics(plan, _metrics_target(Path(metrics_out), dry_run))
     return spec, plan
 
 
+def _make_run_dir(run_dir: Path) -> None:
+    """The run's folder made before the backend plans into it: a workspace that cannot be written (read-only, a
+    file in the way, no space) is one line naming the folder."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        at = f" at {short(str(exc.filename), 200)}" if exc.filename and str(exc.filename) != str(run_dir) else ""
+        raise WorkspaceError(
+            f"cannot write the run folder {short(str(run_dir), 200)} ({exc.strerror or exc}{at}): make "
+            f"{RUN_DIR}/ writable (or free space), or run `autorl train` from a folder you can write to"
+        ) from None
+
+
 def _metrics_target(path: Path, dry_run: bool) -> Path:
-    """Where --metrics-out writes, checked before anything trains: a file it can write (a dry run, which writes
-    nothing, checks only that its folder exists)."""
-    target = path.resolve()
+    """Where --metrics-out writes, checked before anything trains: a regular file it can write, or none yet (a dry
+    run, which writes nothing, checks only that its folder exists). A device (/dev/null) or a FIFO is refused: a
+    run must leave its records where autorl can read them back, and a FIFO would block."""
+    try:
+        target = path.resolve()
+        mode = target.stat().st_mode if target.exists() else None
+    except (OSError, RuntimeError) as exc:  # a symbolic link loop, a name too long
+        raise UserError(
+            f"--metrics-out {short(str(path), 200)} cannot be used ({getattr(exc, 'strerror', None) or exc}): "
+            "name a file in a folder you can write to"
+        ) from None
     if target.is_dir():
         raise UserError(
             f"--metrics-out {short(str(path), 200)} is a folder: name a file, such as "
             f"{short(str(path / 'metrics.jsonl'), 200)}"
+        )
+    if mode is not None and not stat.S_ISREG(mode):
+        raise UserError(
+            f"--metrics-out {short(str(path), 200)} {NotRegularFile(path, mode).strerror}: name a file (new or "
+            "a regular one) in a folder you can write to"
         )
     if dry_run and not target.parent.is_dir():
         raise UserError(
@@ -159,7 +188,10 @@ def _result(plan: LaunchPlan, out: Outcome, recipe: Recipe) -> dict[str, Any]:
         "log_path": plan.log_path,
     }
     if out.exit_code or out.status in STOPPED_BY_US:
-        res["log_tail"] = Path(plan.log_path).read_text(errors="replace").splitlines()[-5:]
+        try:
+            res["log_tail"] = tail_bytes(plan.log_path, 64 << 10).decode(errors="replace").splitlines()[-5:]
+        except OSError as exc:
+            res["log_tail"] = [f"(the log {plan.log_path} cannot be read: {exc.strerror or exc})"]
     if out.status in STOPPED_BY_US:
         res["stopped"] = f"{out.reason}; {STOPPED_BY_US[out.status]}"
     return res

@@ -21,10 +21,12 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autorl import loading
 from autorl.errors import UserError
 
 EVAL_SEED = 1234  # the held-out shuffle never changes with the run's seed
 OOD_DIGIT = 7  # problems whose first operand ends in this digit are held out as the OOD split
+JSONL_MAX_BYTES = 1 << 30  # a task or eval JSONL file: read whole, into memory
 TASK_VERSION = 2  # bump when the built-in task changes (invalidates cached base models)
 
 
@@ -109,12 +111,13 @@ def addition_task(eval_size: int) -> Task:
 
 
 def read_jsonl(path: str, what: str) -> Split:
-    """A split from a JSONL file of {"input", "label"} objects."""
+    """A split from a JSONL file of {"input", "label"} objects; a file that is not there, not a regular file, not
+    UTF-8 or larger than ``JSONL_MAX_BYTES`` is one ``TaskError`` line naming it (and where it stops being UTF-8)."""
     p = Path(path)
     if not p.is_file():
         raise TaskError(f'{what} file {p} not found: give a JSONL file of {{"input", "label"}} lines')
     prompts, labels = [], []
-    for n, line in enumerate(p.read_text().splitlines(), 1):
+    for n, line in enumerate(loading.read_utf8(p, TaskError, f"{what} file", JSONL_MAX_BYTES).splitlines(), 1):
         if not line.strip():
             continue
         try:

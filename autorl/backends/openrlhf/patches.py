@@ -31,6 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl import loading
 from autorl.backends.openrlhf.flags import parse_version
 from autorl.data import shipped
 from autorl.errors import AutorlError, UserError
@@ -69,7 +70,20 @@ def patch_files(patches_dir: str | Path) -> list[Path]:
     path = Path(patches_dir)
     if not path.is_dir():
         raise PatchError(f"patches directory {path} not found: pass the folder that holds the .patch files")
-    return sorted(path.glob("*.patch"))
+    found = sorted(path.glob("*.patch"))
+    for p in found:
+        if not p.is_file():
+            kind = "a folder" if p.is_dir() else "not a regular file"
+            raise PatchError(f"patch {p} is {kind}: remove it from {path} or pass a folder of .patch files")
+    return found
+
+
+PATCH_MAX_BYTES = 16 << 20
+
+
+def _text(patch_path: str | Path) -> str:
+    """A patch file's text: one ``PatchError`` line when it is not a regular UTF-8 file within the size bound."""
+    return loading.read_utf8(patch_path, PatchError, "patch", PATCH_MAX_BYTES)
 
 
 def site_packages_of(package: str = "openrlhf") -> Path | None:
@@ -93,14 +107,14 @@ def version_at(site_packages: str | Path) -> str | None:
 
 def target(patch_path: str | Path) -> str | None:
     """The version bounds a patch declares in its header, e.g. ``< 0.10.2``; None applies to every version."""
-    match = TARGET.search(Path(patch_path).read_text())
+    match = TARGET.search(_text(patch_path))
     return match.group(1).strip() if match else None
 
 
 def needed_for(patch_path: str | Path) -> str | None:
     """The ``train`` field whose recipes need this patch (its header ``# autorl: needed for train.FIELD``); None:
     every recipe on the versions it targets."""
-    match = NEEDED.search(Path(patch_path).read_text())
+    match = NEEDED.search(_text(patch_path))
     return match.group(1) if match else None
 
 
@@ -165,7 +179,7 @@ def apply(patches_dir: str | Path, site_packages: str | Path) -> list[PatchStatu
 def touched_files(patch_path: str | Path) -> list[str]:
     """The target files of a unified diff, with the ``b/`` prefix stripped."""
     out = []
-    for line in Path(patch_path).read_text().splitlines():
+    for line in _text(patch_path).splitlines():
         if line.startswith("+++ "):
             name = line[4:].split("\t")[0].strip()
             out.append(name.split("/", 1)[1] if "/" in name else name)
