@@ -687,7 +687,12 @@ def diagnose(c: _Ctx, number: int | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--out", "out_dir", type=click.Path(), help="Folder to write (default: <workspace>/.autorl/report).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(),
+    help="Folder to write: a new or empty one, or an earlier report's (default: <workspace>/.autorl/report).",
+)
 @click.option("--study", "study_name", type=STUDY_NAME, help="The study to report (default: the latest).")
 @pass_ctx
 def report(c: _Ctx, out_dir: str | None, study_name: str | None) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,14 +279,37 @@ def _append_gitignore(path: Path, made: list[tuple[Path, str | None]]) -> None:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path``'s text in one step (a reader sees the old text or the new, never a part)."""
+    """Replace ``path``'s text in one step (a reader sees the old text or the new, never a part).
+
+    The file gets the mode a plain ``open(path, "w")`` would leave: an existing file keeps its own, a new one gets
+    0666 less the umask (``mkstemp`` alone makes every file 0600, which hides an exported corpus from the team)."""
     target = path.resolve() if path.is_symlink() else path
     target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (``/proc/self/status``); elsewhere set and
+    put back at once."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

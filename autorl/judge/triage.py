@@ -26,7 +26,7 @@ Pure: no subprocess, no torch; ``autorl triage classify LOGFILE --json`` prints
 from __future__ import annotations
 
 import hashlib
-import os
+import importlib
 import re
 import shutil
 from bisect import bisect_right
@@ -60,12 +60,9 @@ def log_lines(log_text: str) -> list[str]:
 
 
 def read_tail(path: Path) -> str:
-    """The last ``TAIL_BYTES`` of a log file as text (undecodable bytes replaced)."""
-    with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        fh.seek(max(0, size - TAIL_BYTES))
-        return fh.read().decode("utf-8", errors="replace")
+    """The last ``TAIL_BYTES`` of a log file as text (undecodable bytes replaced); ``OSError`` when it cannot be
+    read, a folder, a FIFO or a device included (never opened to wait on, never read without end)."""
+    return loading.tail_bytes(path, TAIL_BYTES).decode("utf-8", errors="replace")
 
 
 # Decided from a completed run's metrics by judge/silent.py, never from a log line.
@@ -371,12 +368,152 @@ def load_local(path: Path) -> list[Family]:
 
 
 def _bad_local(table: LocalFamilies) -> str | None:
+    """The first pattern of a workspace's own families that triage must not run, said in one line: one that does
+    not compile, one that matches any line (an empty pattern files every crash as its category), or one that can
+    backtrack without end (``backtracking``), which would hang ``autorl triage classify`` and a study's crash
+    classification. The shipped families are reviewed with the code; these are typed or generated in a workspace.
+
+    The work per pattern is otherwise bounded: triage matches every family, local ones included, only against
+    ``log_lines`` (the last ``MAX_LINES`` lines, each cut to ``MAX_LINE_CHARS``), so a pattern linear in a line's
+    length stays cheap however long the log's lines are."""
     for family in table.families:
         for pattern in [m.re for m in family.all_messages()] + ([family.resolved] if family.resolved else []):
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                return f"family '{family.id}' pattern {pattern!r} is not a valid regex ({exc})"
+            problem = local_pattern_problem(pattern)
+            if problem:
+                return f"family '{family.id}' pattern {pattern!r} {problem}"
+    return None
+
+
+_ANY_LINE = ("", "x", "step 1 loss 0.5")  # unrelated lines: a pattern matching all of them matches any line
+
+
+def local_pattern_problem(pattern: str) -> str | None:
+    """What is wrong with ``pattern`` as a workspace family's regex (the end of a sentence naming it and saying
+    what to do), or None when triage can run it."""
+    try:
+        rx = re.compile(pattern, re.M)
+    except re.error as exc:
+        return f"is not a valid regex ({exc})"
+    why = backtracking(pattern)
+    if why:
+        return f"can take unbounded time to match ({why}): rewrite it so no run of characters matches in many ways"
+    if all(rx.search(line) for line in _ANY_LINE):
+        return "matches any line (it would file every crash as its category): make it name the error's text"
+    return None
+
+
+def _sre() -> Any:
+    """Python's own regex parser (``re._parser``; ``sre_parse`` before 3.11)."""
+    try:
+        return importlib.import_module("re._parser")
+    except ImportError:  # Python 3.10
+        return importlib.import_module("sre_parse")
+
+
+def backtracking(pattern: str) -> str | None:
+    """Why ``pattern`` can backtrack exponentially (or, for two unbounded runs in a row, to a high power of a
+    line's length), or None. A static check on Python's own parse of the pattern (``re._parser``), so nothing is
+    matched to find out:
+
+    - a repetition (``+``, ``*``, ``{m,n}`` with n > 1) whose body holds another repetition that can match a
+      varying number of times (``(a+)+``, ``(\\w*)*``, ``(a?a?)+``): a run of n characters splits between the
+      inner and outer loops in exponentially many ways, and a failing match tries them all;
+    - a repetition whose body holds an alternation with an empty branch or two branches that may start with the
+      same character (``(a|aa)+``, ``(x|)*``, ``(\\w|\\d)+``): each character can be taken by either branch;
+    - two unbounded repetitions in a row, with only optional items between, of the same item or where one is
+      ``.`` (``.*.*x``, ``\\w+\\w+``): a failing search tries every split of every run, a cube of the line's
+      length (a minute on one 4,000-character line).
+
+    Possessive repetitions and atomic groups do not backtrack and pass. A fixed count (``{3}``) is not a
+    repetition here. The check refuses some harmless patterns (``(?:ab?)+``); those can be rewritten."""
+    sre = _sre()
+    try:
+        parsed = sre.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None  # compile() says what is wrong with it
+    return _backtracks(list(parsed), sre)
+
+
+def _repeat(op: Any, av: Any, sre: Any) -> tuple[int, int, list] | None:
+    """(min, max, body) of a repetition that backtracks (not possessive, not a fixed count), else None."""
+    if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+        low, high, body = av
+        return (low, high, list(body)) if low != high else None
+    return None
+
+
+def _children(op: Any, av: Any, sre: Any) -> list[list]:
+    """The sub-patterns under one node, each as a list of its items."""
+    if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", sre.MAX_REPEAT)):
+        return [list(av[2])]
+    if op == sre.SUBPATTERN:
+        return [list(av[-1])]
+    if op == sre.BRANCH:
+        return [list(b) for b in av[1]]
+    if op in (sre.ASSERT, sre.ASSERT_NOT):
+        return [list(av[1])]
+    if op == getattr(sre, "ATOMIC_GROUP", None):
+        return [list(av)]
+    if op == sre.GROUPREF_EXISTS:
+        return [list(b) for b in av[1:] if b is not None]
+    return []
+
+
+def _backtracks(items: list, sre: Any) -> str | None:
+    for op, av in items:
+        rep = _repeat(op, av, sre)
+        inner = _inner_problem(rep[2], sre) if rep is not None and rep[1] > 1 else None
+        found = inner or next(filter(None, (_backtracks(c, sre) for c in _children(op, av, sre))), None)
+        if found:
+            return found
+    return _adjacent_runs(items, sre)
+
+
+def _inner_problem(body: list, sre: Any) -> str | None:
+    """What, inside a repetition's body, lets it split a run of characters in many ways."""
+    for op, av in body:
+        if _repeat(op, av, sre) is not None:
+            return "a repetition inside a repetition"
+        if op == getattr(sre, "POSSESSIVE_REPEAT", None):
+            continue  # takes what it can and never gives back: one split only
+        if op == sre.BRANCH:
+            firsts = [_first(list(b), sre) for b in av[1]]
+            if any(f is None for f in firsts) or len(set(firsts)) < len(firsts):
+                return "alternatives inside a repetition that can match the same text"
+        found = next(filter(None, (_inner_problem(c, sre) for c in _children(op, av, sre))), None)
+        if found:
+            return found
+    return None
+
+
+def _first(branch: list, sre: Any) -> int | None:
+    """The literal character a branch must start with, or None (empty, or starting with anything else)."""
+    while branch:
+        op, av = branch[0]
+        if op == sre.LITERAL:
+            return int(av)
+        if op == sre.SUBPATTERN:
+            branch = list(av[-1]) + branch[1:]
+            continue
+        return None
+    return None
+
+
+def _adjacent_runs(items: list, sre: Any) -> str | None:
+    """Two unbounded repetitions of one sequence, only optional items between, that can take the same
+    characters (the same single item, or one of them ``.``)."""
+    last = None  # the item the previous unbounded run repeats, while only optional items follow it
+    for op, av in items:
+        rep = _repeat(op, av, sre)
+        if rep is not None and rep[1] == sre.MAXREPEAT and len(rep[2]) == 1:
+            item = rep[2][0]
+            if last is not None and (item == last or sre.ANY in (item[0], last[0])):
+                return "two unbounded repetitions in a row that can match the same characters"
+            last = item
+        elif rep is not None and rep[0] == 0:
+            continue  # optional: the runs around it still meet
+        elif op != sre.AT:
+            last = None
     return None
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl import gitops
 from autorl.errors import UserError, short
 from autorl.judge import triage
 from autorl.ledger import Ledger, Trial
@@ -83,11 +84,16 @@ def _root_line(trial: Trial, line: str | None, log: str | None) -> str:
     """The root-cause line a label names: the one given (a line of the trial's log, when the log is there), else
     the one triage chose."""
     if line is None:
-        if not trial.root_cause:
+        if not trial.root_cause or not triage.clean(trial.root_cause):
             raise UserError(f"trial {trial.number:02d} has no root-cause line: give one with --line TEXT")
         return trial.root_cause.rstrip()
     if not line.strip() or "\n" in line or "\r" in line:
         raise UserError("--line must be one non-empty line of the trial's log")
+    if not triage.clean(line):  # a pattern made of nothing matches every line: every later crash filed as this
+        raise UserError(
+            f"--line {short(line, 60)!r} is empty once colour codes and log prefixes are removed: give the text of "
+            f"the error line, copied from `autorl triage {trial.number}`"
+        )
     if len(line) > triage.MAX_LINE_CHARS:
         raise UserError(f"--line is {len(line)} characters: give at most {triage.MAX_LINE_CHARS}")
     if log is not None and not _in_log(line, log):
@@ -159,6 +165,13 @@ def _families_text(path: Path, family: triage.Family) -> str:
     it."""
     families = [f for f in triage.load_local(path) if f.id != family.id] + [family]
     table = triage.LocalFamilies(families=families)
+    for pattern in [m.re for m in family.all_messages()]:  # what triage would refuse to read is never written
+        problem = triage.local_pattern_problem(pattern)
+        if problem:
+            raise UserError(
+                f"the family for this line would not load: its pattern {short(pattern, 80)!r} {problem}; give "
+                f"another --line (see docs/triage.md)"
+            )
     data = table.model_dump(exclude_defaults=True, mode="json")
     head = "# Crash families from this workspace's labels (`autorl triage label`); triage reads them first.\n"
     return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=200)
@@ -173,15 +186,24 @@ def export(ws: Workspace, ledger: Ledger, out: Path) -> list[dict[str, Any]]:
     latest = ledger.crash_labels().latest()
     if not latest:
         raise UserError("no labelled crashes in this workspace: label one first with `autorl triage label N CATEGORY`")
+    problem = gitops.path_problem(out)
+    if problem:
+        raise UserError(f"export folder {short(str(out), 200)} {problem}: pass another --out DIR")
     if out.exists() and not out.is_dir():
         raise UserError(f"{short(str(out), 80)} is a file: give --out a folder")
     entries = [_entry(ws, ledger.trial(n), lab) for n, lab in sorted(latest.items())]
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    for entry, text in entries:
-        write_atomically(out / "logs" / f"{entry['id']}.log", text)
     labels = [entry for entry, _ in entries]
     head = "# Labelled crashes exported by `autorl triage export` (the format of tests/data/crashes_real).\n"
-    write_atomically(out / "labels.yaml", head + yaml.safe_dump(labels, sort_keys=False, allow_unicode=True))
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        for entry, text in entries:
+            write_atomically(out / "logs" / f"{entry['id']}.log", text)
+        write_atomically(out / "labels.yaml", head + yaml.safe_dump(labels, sort_keys=False, allow_unicode=True))
+    except OSError as exc:  # no folder can be made there (/proc, under a file), read-only, full disk
+        where = f" ({short(str(exc.filename), 200)})" if exc.filename and Path(exc.filename) != out else ""
+        raise UserError(
+            f"cannot write the export to {short(str(out), 200)}: {exc.strerror or exc}{where}; pass another --out DIR"
+        ) from None
     return labels
 
 

@@ -91,14 +91,16 @@ def report(ws: Workspace, ledger: Ledger, out_dir: str | Path | None = None, stu
         raise UserError(f"report folder {short(out, 200)} {problem}: pass another --out DIR")
     if out.exists() and not out.is_dir():
         raise UserError(f"report folder {out} is a file: pass another --out DIR")
+    _check_folder(ws, out)
     data = collect(ws, ledger, study)  # everything that can fail on the user's input fails before a folder exists
     _pyplot()
     made = [p for p in (*reversed(out.parents), out) if not p.exists()]
-    stage = out / f".report-writing-{os.getpid()}"
+    stage = out / f"{STAGING}{os.getpid()}"
     try:
         out.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(stage, ignore_errors=True)
         _write(stage, data)  # the whole report first, beside the old one: a full disk fails here, old report whole
+        (stage / MARKER).write_text(MARKER_TEXT)
         _swap(stage, out)
         return out / "index.html"
     except BaseException as exc:
@@ -114,7 +116,40 @@ def report(ws: Workspace, ledger: Ledger, out_dir: str | Path | None = None, stu
 
 
 FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk or quota: freeing space is the other way out
-REPORT_ENTRIES = ("plots", "logs", "report.md", "index.html")  # what a report owns in its folder (nothing else)
+REPORT_ENTRIES = ("plots", "logs", "report.md", "index.html", ".autorl-report")  # what a report owns in its folder
+MARKER = REPORT_ENTRIES[-1]  # the file that says autorl wrote the folder's report, and may write it again
+MARKER_TEXT = "This folder holds a report written by `autorl report`; autorl rewrites it on the next report.\n"
+STAGING = ".report-writing-"  # a report being written (or one a killed process left): no user file
+
+
+def _check_folder(ws: Workspace, out: Path) -> None:
+    """Refuse, before anything is written, a folder whose files a report would overwrite or mix with: one that
+    holds anything but an earlier autorl report (it has the ``MARKER``), the workspace itself, anything inside a
+    ``.git`` folder, or ``/``. The default folder under ``.autorl/`` is autorl's own, marked or not (a report of an
+    older autorl)."""
+    where = Path(os.path.realpath(out))
+    if where == Path(os.path.realpath(ws.run_dir / REPORT_DIR)):
+        return
+    if where == where.parent:
+        raise UserError(f"report folder {short(out, 200)} is the root of the file system: pass a new folder --out DIR")
+    if where == Path(os.path.realpath(ws.root)):
+        raise UserError(f"report folder {short(out, 200)} is the workspace itself: pass a new folder --out DIR")
+    if ".git" in where.parts:
+        raise UserError(f"report folder {short(out, 200)} is inside a .git folder: pass a new folder --out DIR")
+    if not out.is_dir() or (out / MARKER).is_file():
+        return
+    try:
+        theirs = sorted(p.name for p in out.iterdir() if not p.name.startswith(STAGING))
+    except OSError as exc:
+        raise UserError(
+            f"cannot read the report folder {short(out, 200)}: {exc.strerror or exc}: pass another --out"
+        ) from None
+    if theirs:
+        shown = ", ".join(short(n, 40) for n in theirs[:3]) + (", ..." if len(theirs) > 3 else "")
+        raise UserError(
+            f"report folder {short(out, 200)} already holds files that are not an autorl report ({shown}): "
+            "pass a new or empty folder with --out DIR, so none of them is overwritten"
+        )
 
 
 def _swap(stage: Path, out: Path) -> None:

@@ -21,7 +21,16 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from autorl.ledger import Ledger, Study, Trial
-from autorl.present.report import IMG_CHECK, VERDICT_ORDER, importances, pooled_importances, rank_best, report
+from autorl.present.report import (
+    IMG_CHECK,
+    MARKER,
+    MARKER_TEXT,
+    VERDICT_ORDER,
+    importances,
+    pooled_importances,
+    rank_best,
+    report,
+)
 from autorl.recipe import SearchParam
 from autorl.states import Confirmation, Kind, Proposer, TrialStatus, Verdict
 from autorl.workspace import Workspace
@@ -155,20 +164,23 @@ def test_cli_writes_the_default_folder(study_ws):
     assert (study_ws / ".autorl" / "report" / "report.md").is_file()
 
 
-def test_a_report_into_a_users_folder_replaces_only_its_own_entries(study_ws, tmp_path):
-    """``--out`` may name a folder that holds the user's own files: a report adds or replaces its four entries
-    (plots/, logs/, report.md, index.html) and touches nothing else, and leaves no staging folder behind."""
+def test_a_report_into_a_folder_it_wrote_before_replaces_only_its_own_entries(study_ws, tmp_path):
+    """``--out`` may name a folder an earlier report was written into (its marker says so) and where the user has
+    since put files of their own: a report replaces its entries (plots/, logs/, report.md, index.html, the marker)
+    and touches nothing else, and leaves no staging folder behind. A folder of the user's own, with no marker, is
+    refused (tests/test_hostile_outputs.py)."""
     out = tmp_path / "mine"
     (out / "plots").mkdir(parents=True)
     (out / "plots" / "stale.png").write_bytes(b"old plot")
     (out / "notes.txt").write_text("the user's own")
     (out / "index.html").write_text("an old page")
+    (out / MARKER).write_text(MARKER_TEXT)
     ws = Workspace.open(study_ws)
     index = report(ws, Ledger(ws.ledger_path), out)
     assert index == out / "index.html" and "autorl report" in index.read_text()
     assert (out / "notes.txt").read_text() == "the user's own"
     assert not (out / "plots" / "stale.png").exists()  # the report's own folder is the new one, whole
-    assert sorted(p.name for p in out.iterdir()) == ["index.html", "logs", "notes.txt", "plots", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "index.html", "logs", "notes.txt", "plots", "report.md"]
 
 
 def test_cli_outside_a_workspace_is_one_line(tmp_path):
