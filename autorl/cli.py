@@ -463,8 +463,10 @@ def triage_classify(
     from autorl.judge import triage as tr  # lazy: loaded with its command only
 
     p = _given(Path(logfile), "log file")
-    if not p.is_file():
+    if not p.exists():
         raise UserError(f"log file {p} not found: pass the path of a run log")
+    if not p.is_file():  # a folder, a pipe, a device: the reader's line names what it is
+        loading.read_bytes(p, UserError, "log file", max_bytes=0)
     text = tr.read_tail(p)
     local = _local_families(c)
     d = tr.classify(text, exit_code=exit_code, watchdog=watchdog, local=local).model_dump(mode="json")
@@ -813,7 +815,10 @@ def preflight(c: _Ctx, recipe: str, overrides: tuple[str, ...], as_json: bool) -
 
     r = load_recipe(_given(Path(c.directory) / recipe, "recipe file"), parse_overrides(overrides))
     if r.backend != "openrlhf":
-        raise UserError(f"preflight checks OpenRLHF recipes; {recipe} uses backend '{r.backend}'")
+        raise UserError(
+            f"preflight checks OpenRLHF recipes; {recipe} uses backend '{r.backend}': "
+            f"`autorl train {recipe} --dry-run` checks it"
+        )
     checks = [ch.model_dump() for ch in run_checks(r, worktree=c.directory)]
     _emit(checks, as_json, lambda rows: "\n".join(f"{_mark(x['ok'])} {x['name']}: {x['detail']}" for x in rows))
     if any(x["ok"] is False for x in checks):

@@ -139,6 +139,7 @@ class _Loader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node: Any) -> int:
         _check_length(node)
+        _check_base_60(node)
         value = super().construct_yaml_int(node)
         low, high = LIMITS.int_range
         if not low <= value <= high:
@@ -149,13 +150,31 @@ class _Loader(yaml.SafeLoader):
 
     def construct_yaml_float(self, node: Any) -> float:
         _check_length(node)
+        _check_base_60(node)
         value = super().construct_yaml_float(node)
         if math.isinf(value) and "inf" not in node.value.lower():
             raise Refused(
                 f"the number {short(node.value, 40)} is too large for a float: give a smaller number or .inf",
                 node.start_mark,
             )
+        mantissa = re.split(r"[eE]", node.value, maxsplit=1)[0]
+        if value == 0.0 and re.search(r"[1-9]", mantissa):
+            raise Refused(
+                f"the number {short(node.value, 40)} is too small for a float (it would be read as 0): give 0 or a "
+                "number above 1e-308",
+                node.start_mark,
+            )
         return value
+
+
+def _check_base_60(node: Any) -> None:
+    """YAML 1.1 reads ``1:30`` as 90 (base 60): a time or a ratio written unquoted becomes a number nobody meant."""
+    if ":" in node.value:
+        raise Refused(
+            f"{short(node.value, 40)} reads as a base-60 number in YAML 1.1: write the number itself, or quote it "
+            "for text",
+            node.start_mark,
+        )
 
 
 def _check_length(node: Any) -> None:

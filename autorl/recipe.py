@@ -372,6 +372,10 @@ def _typed_params(model: type[BaseModel], train: dict, where: str) -> BaseModel:
     lengths = model.run_length_keys  # type: ignore[attr-defined]
     for key in train:
         _check_number(f"{where}.{key}", key, getattr(typed, key, None), lengths)
+        if isinstance(train[key], bool) and not isinstance(getattr(typed, key, None), bool):
+            raise ValueError(  # pydantic reads true as 1 where a number is wanted: `steps: true` is a slip
+                f"{where}.{key} is {str(train[key]).lower()}, where a number is wanted: give a number"
+            )
     return typed
 
 

@@ -209,3 +209,16 @@ def test_set_on_a_recipe_laid_out_unusually_is_taken_not_blamed_on_text_the_user
         r = run_cli("-C", str(command_ws), "train", f"recipes/{name}.yaml", "--dry-run", "--set", value, timeout=120)
         assert r.returncode == 0, r.stderr
         assert "Traceback" not in r.stderr and "argv:" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("kind", ["folder", "device", "pipe"])
+def test_triage_classify_of_something_that_is_not_a_file_names_what_it_is(tmp_path, kind):
+    path = {"folder": tmp_path, "device": Path("/dev/null"), "pipe": tmp_path / "fifo"}[kind]
+    if kind == "pipe":
+        os.mkfifo(path)
+    what = {"folder": "is a folder", "device": "is a device", "pipe": "is a FIFO"}[kind]
+    _refused(run_cli("triage", "classify", str(path), timeout=60), what)
+
+
+def test_preflight_of_another_backends_recipe_says_what_checks_it(command_ws):
+    _refused(run_cli("-C", str(command_ws), "preflight", "recipes/default.yaml", timeout=60), "--dry-run` checks it")

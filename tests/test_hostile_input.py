@@ -40,8 +40,10 @@ def _bomb(key: str, levels: int = 9) -> str:
         (HEAD + "train: {lr: " + "9" * 1_000_000 + "}\n", 3, "1,000,000 characters"),
         (HEAD + "train: {argv: [echo], seed: 99999999999999999999}\n", 3, "outside 64 bits"),
         (HEAD + "train: {argv: [echo], seed: -0x8000000000000001}\n", 3, "outside 64 bits"),
-        (HEAD + "train: {argv: [echo], seed: 1:2:3:4:5:6:7:8:9:10:11:12:13}\n", 3, "outside 64 bits"),
+        (HEAD + "train: {argv: [echo], seed: 1:2:3:4:5:6:7:8:9:10:11:12:13}\n", 3, "base-60 number"),
+        (HEAD + "train: {argv: [echo], steps: 1:30}\n", 3, "reads as a base-60 number in YAML 1.1"),
         (HEAD + "train: {lr: 1e999}\n", 3, "too large for a float"),
+        (HEAD + "train: {lr: 1e-400}\n", 3, "too small for a float (it would be read as 0)"),
         (HEAD + "train:\n  lr: 0.1\n  lr: 0.2\n", 5, "'lr' is given twice in one mapping (first on line 4)"),
         (HEAD + "description: 2024-99-99\n", 3, "cannot be read (month must be in 1..12)"),
         (HEAD + "description: !!binary aGk=\n", 3, "could not determine a constructor"),
@@ -57,6 +59,12 @@ def test_a_hostile_recipe_is_one_line_naming_its_line(text, line, needle):
     assert "\n" not in message and len(message) < 300
     # nothing expanded: the peak memory of this process grew by less than 100 MiB (ru_maxrss is in KiB)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - usage < 100 * 1024
+
+
+def test_a_flag_where_a_number_is_wanted_is_refused():
+    """pydantic reads `true` as 1: `steps: true` trained one step where the user meant something else."""
+    with pytest.raises(RecipeError, match="train.steps is true, where a number is wanted"):
+        recipe_and_text("name: x\nbackend: embedded\ntrain: {steps: true}\n", "bad.yaml")
 
 
 def test_what_yaml_allows_within_the_bounds_still_reads():
