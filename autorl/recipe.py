@@ -394,10 +394,34 @@ def validate_recipe(data: Any, source: str = "recipe") -> Recipe:
     """Validate a recipe dict, raising RecipeError with one line naming the field."""
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: a recipe is a YAML mapping, got {type(data).__name__}")
+    odd = _key_not_text(data, ())
+    if odd is not None:
+        where, key = odd
+        raise RecipeError(
+            f"{source}: {'.'.join(where) or 'the top level'} has the key {key!r}, which is not text (YAML 1.1 reads "
+            "yes/no/on/off as true/false and bare numbers as numbers): quote it"
+        )
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
         raise RecipeError(f"{source}: {validation_line(exc, unknown=_unknown_key)}") from None
+
+
+def _key_not_text(data: Any, where: tuple[str, ...]) -> tuple[tuple[str, ...], Any] | None:
+    """The first mapping key in a recipe that is not a string, and where it is (every key a recipe takes is text)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(key, str):
+                return where, key
+            found = _key_not_text(value, (*where, key))
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            found = _key_not_text(value, (*where, str(i)))
+            if found is not None:
+                return found
+    return None
 
 
 def load_recipe(path: str | Path, overrides: Overrides | Iterable[str] | None = None) -> Recipe:

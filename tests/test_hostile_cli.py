@@ -5,6 +5,7 @@ naming what is wrong and what to do, exit 2, no traceback, and nothing written."
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -222,3 +223,12 @@ def test_triage_classify_of_something_that_is_not_a_file_names_what_it_is(tmp_pa
 
 def test_preflight_of_another_backends_recipe_says_what_checks_it(command_ws):
     _refused(run_cli("-C", str(command_ws), "preflight", "recipes/default.yaml", timeout=60), "--dry-run` checks it")
+
+
+def test_promote_from_a_ledger_of_another_repository_says_so(command_ws):
+    """A real study's ledger copied into a fresh workspace: none of its attempt tags are here, which is what to say,
+    not that the trial's refs were removed."""
+    shutil.copy(
+        ROOT / "tests/data/openrlhf-0.10.4/smollm2/h200-warm-seed1/study-ledger.sqlite", command_ws / "ledger.sqlite"
+    )
+    _refused(run_cli("-C", str(command_ws), "promote", "--dry-run", "5", timeout=120), "comes from another repository")

@@ -207,3 +207,10 @@ def test_autorl_run_refuses_hostile_recipe_text_before_loading_the_study_machine
     r = subprocess.run([sys.executable, "-c", PROBE, str(command_ws)], capture_output=True, text=True, timeout=120)
     assert r.stdout.split() == ["2", "False", "False"], (r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1 and "bad.yaml line" in r.stderr
+
+
+@pytest.mark.parametrize("key, shown", [("yes", "True"), ("1", "1"), ("~", "None")])
+def test_a_key_yaml_reads_as_something_other_than_text_is_named_with_where_it_is(key, shown):
+    with pytest.raises(RecipeError) as err:
+        recipe_and_text(f"name: x\nbackend: embedded\ntrain:\n  {key}: 2\n", "bad.yaml")
+    assert f"train has the key {shown}, which is not text" in str(err.value) and "quote it" in str(err.value)
