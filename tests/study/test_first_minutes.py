@@ -277,7 +277,9 @@ def test_trial_starts_are_planned_from_what_the_next_trial_is(tmp_path):
     assert ctl.expected_trial_s(large) == pytest.approx(22.0)
     assert ctl.expected_trial_s(small) == pytest.approx(7.0)  # 10 s = 0 + 1.25 s per gen, fitted
     _finished(ctl, 7, 8, 500.0)
-    assert ctl.expected_trial_s(large) == 60  # timeout_s stays the hard limit
+    assert ctl.expected_trial_s() == 60  # timeout_s stays the hard limit of a trial the recipe's size
+    huge = Proposal(By.RANDOM, {"gens": 64}, "", "g64")
+    assert 60 < ctl.expected_trial_s(huge) <= 480  # eight times the work: up to eight times the limit
 
 
 def test_a_proposal_that_does_not_fit_is_not_started_and_not_lost(tmp_path):
