@@ -104,6 +104,9 @@ def test_a_stop_signal_stops_the_run_autorl_train_started_and_says_so(tmp_path, 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # SIGHUP at its default, as under a terminal (a suite run under nohup hands it down ignored, and autorl
+        # rightly leaves an ignored SIGHUP ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():

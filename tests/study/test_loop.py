@@ -73,12 +73,19 @@ def test_run_end_to_end(workspace):
     assert json.loads(show.stdout)["diff_vs_baseline"].strip() == diff.strip()
 
 
+def _as_from_a_terminal() -> None:
+    """SIGHUP at its default, as under a terminal: a suite run under nohup would hand the child an ignored SIGHUP,
+    which autorl rightly leaves ignored."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _start_run(ws: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "autorl.cli", "-C", str(ws), "run", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_from_a_terminal,
     )
 
 
