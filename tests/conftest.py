@@ -105,3 +105,14 @@ def gang_job(folder: Path, gpus: int = 1, wait: float = 120, hold: float = 0) ->
     folder.mkdir(parents=True)
     (folder / "driver.py").write_text(f"# {folder.name}\n" + GANG_DRIVER % {"gpus": gpus, "wait": wait, "hold": hold})
     return folder
+
+
+def refused(r: subprocess.CompletedProcess, *needles: str) -> str:
+    """A refusal as autorl promises it: exit 2, no traceback, one line on stderr holding each of ``needles``."""
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autorl: error: "), r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]

@@ -11,20 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, run_cli
+from tests.conftest import git, refused, run_cli
 from tests.study_ledger import write_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
 HUGE = "99999999999999999999999"
-
-
-def _refused(r: subprocess.CompletedProcess, needle: str) -> None:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("autorl: error: "), r.stderr
-    assert needle in lines[0], lines[0]
 
 
 def _loop(folder: Path) -> Path:
@@ -56,12 +48,12 @@ def _listing(root: Path) -> list[str]:
 )
 def test_a_trial_number_out_of_range_is_one_line(command_ws, args):
     write_study(command_ws)
-    _refused(run_cli("-C", str(command_ws), *args), "trial numbers start at 1")
+    refused(run_cli("-C", str(command_ws), *args), "trial numbers start at 1")
 
 
 def test_a_count_past_any_study_is_one_line(command_ws):
-    _refused(run_cli("-C", str(command_ws), "promote", "--dry-run", "--steps", HUGE), "--steps")
-    _refused(run_cli("-C", str(command_ws), "run", "--max-trials", HUGE, "--budget", "1s"), "--max-trials")
+    refused(run_cli("-C", str(command_ws), "promote", "--dry-run", "--steps", HUGE), "--steps")
+    refused(run_cli("-C", str(command_ws), "run", "--max-trials", HUGE, "--budget", "1s"), "--max-trials")
 
 
 @pytest.mark.parametrize(
@@ -70,14 +62,14 @@ def test_a_count_past_any_study_is_one_line(command_ws):
 def test_a_ledger_that_is_a_symbolic_link_loop_is_one_line(command_ws, tmp_path, args):
     loop = _loop(tmp_path / "L")
     r = run_cli("-C", str(command_ws), "--ledger", str(loop), *args)
-    _refused(r, "is a symbolic link loop: point --ledger at your ledger file")
-    _refused(run_cli("-C", str(command_ws), "--ledger", str(loop / "ledger.sqlite"), *args), "symbolic link loop")
+    refused(r, "is a symbolic link loop: point --ledger at your ledger file")
+    refused(run_cli("-C", str(command_ws), "--ledger", str(loop / "ledger.sqlite"), *args), "symbolic link loop")
 
 
 def test_a_workspace_path_that_is_a_loop_or_too_long_is_one_line(command_ws, tmp_path):
-    _refused(run_cli("-C", str(_loop(tmp_path / "L")), "status"), "is a symbolic link loop: pass an existing")
-    _refused(run_cli("-C", "x" * 300, "status"), "File name too long")
-    _refused(run_cli("--ledger", "x" * 300, "status", cwd=command_ws), "File name too long")
+    refused(run_cli("-C", str(_loop(tmp_path / "L")), "status"), "is a symbolic link loop: pass an existing")
+    refused(run_cli("-C", "x" * 300, "status"), "File name too long")
+    refused(run_cli("--ledger", "x" * 300, "status", cwd=command_ws), "File name too long")
 
 
 @pytest.mark.parametrize(
@@ -90,30 +82,30 @@ def test_a_workspace_path_that_is_a_loop_or_too_long_is_one_line(command_ws, tmp
     ],
 )
 def test_a_file_name_the_system_refuses_is_one_line(command_ws, args):
-    _refused(run_cli("-C", str(command_ws), *args), "File name too long")
+    refused(run_cli("-C", str(command_ws), *args), "File name too long")
 
 
 def test_init_on_a_target_that_cannot_be_a_workspace_is_one_line(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("keep\n")
-    _refused(run_cli("init", str(afile)), "is a file, not a folder")
-    _refused(run_cli("init", str(afile / "sub")), "Not a directory")
-    _refused(run_cli("init", str(tmp_path / ("x" * 300))), "File name too long")
-    _refused(run_cli("init", str(_loop(tmp_path / "L"))), "is a symbolic link loop")
+    refused(run_cli("init", str(afile)), "is a file, not a folder")
+    refused(run_cli("init", str(afile / "sub")), "Not a directory")
+    refused(run_cli("init", str(tmp_path / ("x" * 300))), "File name too long")
+    refused(run_cli("init", str(_loop(tmp_path / "L"))), "is a symbolic link loop")
     assert afile.read_text() == "keep\n" and _listing(tmp_path) == ["L", "L/la", "L/lb", "afile"]
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no folder can be made")
 def test_init_where_no_folder_can_be_made_is_one_line():
-    _refused(run_cli("init", "/proc/autorl-nope"), "cannot make a workspace at /proc/autorl-nope: No such file")
+    refused(run_cli("init", "/proc/autorl-nope"), "cannot make a workspace at /proc/autorl-nope: No such file")
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no folder can be made")
 def test_report_where_it_cannot_be_written_is_one_line(command_ws, tmp_path):
     write_study(command_ws)
     r = run_cli("-C", str(command_ws), "report", "--out", "/proc/autorl-nope")
-    _refused(r, "cannot write the report to /proc/autorl-nope: No such file or directory; pass another --out")
-    _refused(run_cli("-C", str(command_ws), "report", "--out", str(_loop(tmp_path / "L"))), "symbolic link loop")
+    refused(r, "cannot write the report to /proc/autorl-nope: No such file or directory; pass another --out")
+    refused(run_cli("-C", str(command_ws), "report", "--out", str(_loop(tmp_path / "L"))), "symbolic link loop")
     assert not (command_ws / ".autorl" / "report").exists()
 
 
@@ -121,9 +113,9 @@ def test_a_bare_repository_is_refused_and_left_as_it_is(tmp_path):
     bare = tmp_path / "bare.git"
     git(tmp_path, "init", "-q", "--bare", str(bare))
     before = _listing(bare)
-    _refused(run_cli("-C", str(bare), "run", "--budget", "1s"), "is a bare git repository (no working tree): clone")
-    _refused(run_cli("init", str(bare)), "is a bare git repository (no working tree): clone it and run autorl")
-    _refused(run_cli("init", str(bare / "hooks" / "new")), "is a bare git repository")
+    refused(run_cli("-C", str(bare), "run", "--budget", "1s"), "is a bare git repository (no working tree): clone")
+    refused(run_cli("init", str(bare)), "is a bare git repository (no working tree): clone it and run autorl")
+    refused(run_cli("init", str(bare / "hooks" / "new")), "is a bare git repository")
     assert _listing(bare) == before
     assert git(bare, "rev-parse", "--is-bare-repository") == "true"
 
@@ -168,7 +160,7 @@ def test_a_study_name_that_is_not_text_is_one_line_on_every_command(command_ws, 
         text=True,
         timeout=120,
     )
-    _refused(r, "no study is named so")
+    refused(r, "no study is named so")
     assert _listing(command_ws) == before
 
 
@@ -185,7 +177,7 @@ def test_a_study_name_that_is_not_text_is_one_line_on_every_command(command_ws, 
 )
 def test_a_mistyped_argument_says_what_the_command_takes(command_ws, args, needle):
     write_study(command_ws)
-    _refused(run_cli("-C", str(command_ws), *args, timeout=120), needle)
+    refused(run_cli("-C", str(command_ws), *args, timeout=120), needle)
 
 
 @pytest.mark.parametrize("kind", ["folder", "device", "pipe"])
@@ -195,7 +187,7 @@ def test_a_ledger_that_is_not_a_file_is_named_so_on_review_commands(command_ws, 
     if kind == "pipe":
         os.mkfifo(path)
     for args in (["ledger"], ["status"], ["show", "1"]):
-        _refused(run_cli("-C", str(command_ws), "--ledger", str(path), *args, timeout=60), "is not a file")
+        refused(run_cli("-C", str(command_ws), "--ledger", str(path), *args, timeout=60), "is not a file")
 
 
 def test_set_on_a_recipe_laid_out_unusually_is_taken_not_blamed_on_text_the_user_never_wrote(command_ws):
@@ -218,11 +210,11 @@ def test_triage_classify_of_something_that_is_not_a_file_names_what_it_is(tmp_pa
     if kind == "pipe":
         os.mkfifo(path)
     what = {"folder": "is a folder", "device": "is a device", "pipe": "is a FIFO"}[kind]
-    _refused(run_cli("triage", "classify", str(path), timeout=60), what)
+    refused(run_cli("triage", "classify", str(path), timeout=60), what)
 
 
 def test_preflight_of_another_backends_recipe_says_what_checks_it(command_ws):
-    _refused(run_cli("-C", str(command_ws), "preflight", "recipes/default.yaml", timeout=60), "--dry-run` checks it")
+    refused(run_cli("-C", str(command_ws), "preflight", "recipes/default.yaml", timeout=60), "--dry-run` checks it")
 
 
 def test_promote_from_a_ledger_of_another_repository_says_so(command_ws):
@@ -231,4 +223,4 @@ def test_promote_from_a_ledger_of_another_repository_says_so(command_ws):
     shutil.copy(
         ROOT / "tests/data/openrlhf-0.10.4/smollm2/h200-warm-seed1/study-ledger.sqlite", command_ws / "ledger.sqlite"
     )
-    _refused(run_cli("-C", str(command_ws), "promote", "--dry-run", "5", timeout=120), "comes from another repository")
+    refused(run_cli("-C", str(command_ws), "promote", "--dry-run", "5", timeout=120), "comes from another repository")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autorl.ledger import Ledger
-from tests.conftest import git, run_cli
+from tests.conftest import git, refused, run_cli
 from tests.study_ledger import write_study
 
 TIMEOUT = 120  # seconds: a hang is a failure, not a stuck suite
@@ -24,16 +24,6 @@ LATIN1_TASK = b'{"input": "1+1=", "label": "2 caf\xe9"}\n'
 
 def _cli(ws: Path, *args: str, **kw) -> subprocess.CompletedProcess:
     return run_cli("-C", str(ws), *args, timeout=TIMEOUT, **kw)
-
-
-def _refused(r: subprocess.CompletedProcess, *needles: str) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
-    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("autorl: error: "), r.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _train(ws: Path, *args: str, dry: bool = True) -> subprocess.CompletedProcess:
@@ -52,7 +42,7 @@ def _nothing_trained(ws: Path) -> None:
 def test_a_reward_file_that_is_not_utf8_is_one_line(command_ws, dry):
     (command_ws / "latin1_reward.py").write_bytes(LATIN1_REWARD)
     r = _train(command_ws, "--set", "reward=latin1_reward.py", dry=dry)
-    _refused(r, "train.reward", "latin1_reward.py", "not UTF-8", "byte 52", "save it as UTF-8")
+    refused(r, "train.reward", "latin1_reward.py", "not UTF-8", "byte 52", "save it as UTF-8")
     _nothing_trained(command_ws)
 
 
@@ -64,7 +54,7 @@ def test_a_reward_file_that_declares_its_encoding_is_accepted(command_ws):
 
 def test_a_reward_file_with_a_nul_byte_names_no_line_none(command_ws):
     (command_ws / "nul.py").write_bytes(b"def reward(c, l):\n    return 1.0\x00\n")
-    line = _refused(_train(command_ws, "--set", "reward=nul.py"), "train.reward", "nul.py", "fix the reward")
+    line = refused(_train(command_ws, "--set", "reward=nul.py"), "train.reward", "nul.py", "fix the reward")
     assert "line None" not in line
 
 
@@ -73,7 +63,7 @@ def test_a_study_with_a_reward_file_that_is_not_utf8_is_one_line(command_ws):
     git(command_ws, "add", "badenc.py")
     git(command_ws, "commit", "-qm", "reward")
     r = _cli(command_ws, "run", "--set", "reward=badenc.py", "--max-trials", "1", "--budget", "1m")
-    _refused(r, "badenc.py", "not UTF-8")
+    refused(r, "badenc.py", "not UTF-8")
 
 
 # ---- A2: a run log that is not a readable file --------------------------------------------------------------------
@@ -112,7 +102,7 @@ def test_a_patch_that_is_not_utf8_is_one_line(tmp_path, action):
     pdir.mkdir()
     (pdir / "x.patch").write_bytes(b"--- a/x.py\n+++ b/x.py\n# caf\xe9\n")
     r = run_cli("patches", action, "--patches-dir", str(pdir), "--site-packages", str(tmp_path), timeout=TIMEOUT)
-    _refused(r, "x.patch", "not UTF-8", "line 3, byte 27")
+    refused(r, "x.patch", "not UTF-8", "line 3, byte 27")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pdir"]
 
 
@@ -121,7 +111,7 @@ def test_a_folder_named_like_a_patch_is_one_line(tmp_path, action):
     pdir = tmp_path / "pdir"
     (pdir / "odd.patch").mkdir(parents=True)
     r = run_cli("patches", action, "--patches-dir", str(pdir), "--site-packages", str(tmp_path), timeout=TIMEOUT)
-    _refused(r, "odd.patch", "is a folder")
+    refused(r, "odd.patch", "is a folder")
 
 
 # ---- A4: a task JSONL that is not UTF-8 -------------------------------------------------------------------------
@@ -134,13 +124,13 @@ def test_a_task_file_that_is_not_utf8_is_refused_before_the_run(command_ws, fiel
     (command_ws / "bad.jsonl").write_bytes(good + LATIN1_TASK)
     task = [] if field == "task" else ["--set", "task=good.jsonl"]
     r = _train(command_ws, *task, "--set", f"{field}=bad.jsonl")
-    _refused(r, f"train.{field}", "bad.jsonl", "line 2", "not UTF-8", "save it as UTF-8")
+    refused(r, f"train.{field}", "bad.jsonl", "line 2", "not UTF-8", "save it as UTF-8")
 
 
 def test_a_real_run_on_a_task_file_that_is_not_utf8_starts_nothing(command_ws):
     (command_ws / "task.jsonl").write_bytes(LATIN1_TASK)
     r = _train(command_ws, "--set", "task=task.jsonl", dry=False)
-    _refused(r, "train.task", "task.jsonl", "byte 33", "not UTF-8")
+    refused(r, "train.task", "task.jsonl", "byte 33", "not UTF-8")
     _nothing_trained(command_ws)
 
 
@@ -154,14 +144,14 @@ def test_a_real_run_on_a_task_file_that_is_not_utf8_starts_nothing(command_ws):
 def test_a_reward_package_that_fails_is_one_line(command_ws, pkg, init):
     (command_ws / pkg).mkdir()
     (command_ws / pkg / "__init__.py").write_text(init)
-    _refused(_train(command_ws, "--set", f"reward={pkg}.mod:reward"), "train.reward", f"{pkg}.mod")
+    refused(_train(command_ws, "--set", f"reward={pkg}.mod:reward"), "train.reward", f"{pkg}.mod")
 
 
 def test_a_reward_package_whose_init_does_not_compile_is_one_line(command_ws):
     (command_ws / "rsyn").mkdir()
     (command_ws / "rsyn" / "__init__.py").write_text("def (\n")
     (command_ws / "rsyn" / "mod.py").write_text("def reward(c, l):\n    return 1.0\n")
-    _refused(_train(command_ws, "--set", "reward=rsyn.mod:reward"), "train.reward", "__init__.py line 1")
+    refused(_train(command_ws, "--set", "reward=rsyn.mod:reward"), "train.reward", "__init__.py line 1")
 
 
 def test_checking_a_reward_module_runs_none_of_its_package(command_ws, tmp_path):
@@ -182,7 +172,7 @@ def test_a_run_folder_that_cannot_be_made_is_one_line(command_ws):
     blocker.parent.mkdir(exist_ok=True)
     blocker.write_text("in the way\n")
     r = _train(command_ws, dry=False)
-    _refused(r, "cannot write the run folder", str(blocker))
+    refused(r, "cannot write the run folder", str(blocker))
     assert blocker.read_text() == "in the way\n"
 
 
@@ -192,7 +182,7 @@ def test_a_run_folder_that_cannot_be_made_is_one_line(command_ws):
 @pytest.mark.parametrize("dry", [True, False])
 def test_metrics_out_that_is_a_device_is_one_line(command_ws, dry):
     r = _train(command_ws, "--metrics-out", "/dev/null", dry=dry)
-    _refused(r, "--metrics-out /dev/null", "not a regular file")
+    refused(r, "--metrics-out /dev/null", "not a regular file")
     _nothing_trained(command_ws)
 
 
@@ -201,5 +191,5 @@ def test_metrics_out_that_is_a_fifo_is_one_line(command_ws, tmp_path, dry):
     fifo = tmp_path / "fifo.log"
     os.mkfifo(fifo)
     r = _train(command_ws, "--metrics-out", str(fifo), dry=dry)
-    _refused(r, f"--metrics-out {fifo}", "not a regular file")
+    refused(r, f"--metrics-out {fifo}", "not a regular file")
     _nothing_trained(command_ws)

@@ -12,22 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import refused, run_cli
 from tests.study_ledger import write_study
 
 CRASHED = "15"  # the crashed trial of tests/study_ledger.py (cuda_oom, no log kept)
 TIMEOUT = 120  # seconds: a refusal is immediate; a pattern that backtracks would run for hours
 FAMILIES = Path(".autorl") / "triage" / "families.yaml"
-
-
-def _refused(r: subprocess.CompletedProcess, *needles: str) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("autorl: error: "), r.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _files(root: Path) -> dict[str, bytes | None]:
@@ -50,10 +40,10 @@ def test_triage_export_where_no_folder_can_be_made_is_one_line(command_ws, tmp_p
     assert _cli(command_ws, "triage", "label", CRASHED, "unknown").returncode == 0
     afile = tmp_path / "afile"
     afile.write_text("keep\n")
-    _refused(_cli(command_ws, "triage", "export", "--out", str(afile / "sub")), str(afile / "sub"), "--out")
+    refused(_cli(command_ws, "triage", "export", "--out", str(afile / "sub")), str(afile / "sub"), "--out")
     assert afile.read_text() == "keep\n"
     if Path("/proc/self").is_dir():
-        _refused(_cli(command_ws, "triage", "export", "--out", "/proc/autorl-nope"), "/proc/autorl-nope", "--out")
+        refused(_cli(command_ws, "triage", "export", "--out", "/proc/autorl-nope"), "/proc/autorl-nope", "--out")
 
 
 # ---- D3: report into a folder that holds the user's files ---------------------------------------------------
@@ -65,17 +55,17 @@ def test_report_refuses_a_folder_of_the_users_own_files_and_changes_none(command
     (site / "report.md").write_text("# my notes\n")
     (site / "logs" / "attempt-01-baseline.log").write_bytes(b"my log\x00\xff\n")
     before = _files(site)
-    _refused(_cli(command_ws, "report", "--out", str(site)), str(site), "not an autorl report", "--out")
+    refused(_cli(command_ws, "report", "--out", str(site)), str(site), "not an autorl report", "--out")
     assert _files(site) == before
 
 
 def test_report_refuses_the_workspace_its_git_folder_and_the_root(command_ws):
     write_study(command_ws)
     before = _files(command_ws)
-    _refused(_cli(command_ws, "report", "--out", "."), "is the workspace itself", "--out")
-    _refused(_cli(command_ws, "report", "--out", ".git"), "inside a .git folder", "--out")
-    _refused(_cli(command_ws, "report", "--out", ".git/report"), "inside a .git folder", "--out")
-    _refused(_cli(command_ws, "report", "--out", "/"), "root of the file system", "--out")
+    refused(_cli(command_ws, "report", "--out", "."), "is the workspace itself", "--out")
+    refused(_cli(command_ws, "report", "--out", ".git"), "inside a .git folder", "--out")
+    refused(_cli(command_ws, "report", "--out", ".git/report"), "inside a .git folder", "--out")
+    refused(_cli(command_ws, "report", "--out", "/"), "root of the file system", "--out")
     assert _files(command_ws) == before
 
 
@@ -134,27 +124,27 @@ def test_a_local_family_that_backtracks_without_end_is_refused_not_run(command_w
     log = tmp_path / "redos.log"
     log.write_text("Traceback (most recent call last):\n" + "a" * 60 + "b\n" + "x" * 3000 + "\n")
     r = _cli(command_ws, "triage", "classify", str(log))
-    _refused(r, str(path), repr(pattern), "can take unbounded time to match", "fix the file")
+    refused(r, str(path), repr(pattern), "can take unbounded time to match", "fix the file")
 
 
 def test_triage_label_never_adds_to_a_families_file_that_would_hang(command_ws):
     write_study(command_ws)
     path = _families(command_ws, "^(a|aa)+$")
     before = path.read_bytes()
-    _refused(_cli(command_ws, "triage", "label", CRASHED, "unknown"), str(path), "'^(a|aa)+$'", "fix the file")
+    refused(_cli(command_ws, "triage", "label", CRASHED, "unknown"), str(path), "'^(a|aa)+$'", "fix the file")
     assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize("line", ["\x1b[31m", "\x1b[0m \x1b[1;33m", "[rank0]: "])
-def test_a_label_line_that_is_empty_once_cleaned_is_refused(command_ws, line):
+def test_a_label_line_that_is_empty_once_cleaned_isrefused(command_ws, line):
     write_study(command_ws)
-    _refused(_cli(command_ws, "triage", "label", CRASHED, "cuda_oom", "--line", line), "--line", "empty")
+    refused(_cli(command_ws, "triage", "label", CRASHED, "cuda_oom", "--line", line), "--line", "empty")
     assert not (command_ws / FAMILIES).exists()
 
 
-def test_a_local_family_that_matches_every_line_is_refused(command_ws, tmp_path):
+def test_a_local_family_that_matches_every_line_isrefused(command_ws, tmp_path):
     """What the colour-code label used to write: ``re: ''`` filed every later crash as its category."""
     path = _families(command_ws, "")
     log = tmp_path / "fine.log"
     log.write_text("hello world\nall fine\n")
-    _refused(_cli(command_ws, "triage", "classify", str(log), "--exit-code", "1"), str(path), "matches any line")
+    refused(_cli(command_ws, "triage", "classify", str(log), "--exit-code", "1"), str(path), "matches any line")

@@ -49,6 +49,14 @@ def ws(tmp_path) -> Workspace:
     return Workspace.open(tmp_path / "ws")
 
 
+def _queue(ws: Workspace, ledger: Ledger, recipe) -> tuple:
+    """The study's rows and a run queue over them, as the study's proposer builds it."""
+    study = ledger.study()
+    records = ledger.records(study.id)
+    view = StudyView(ws, records, study, recipe)
+    return records, RunQueue(records, view, get_backend("openrlhf"), OptunaStrategy(view))
+
+
 def test_four_candidates_and_a_budget_spent_before_their_fresh_seed_runs(trials, ws):
     baselines = sorted(t.objective for t in trials.values() if t.proposer == Proposer.BASELINE)
     assert baselines == [0.236, 0.244, 0.244, 0.252]  # seed 0's study: 0.240-0.254
@@ -68,10 +76,7 @@ def test_a_resume_confirms_the_strongest_candidate_first(ws):
     [+0.493, +0.599]), all three of its runs together, then 07, 05, 06."""
     recipe = load_recipe(RUN / "recipe.yaml")
     with closing(Ledger(ws.ledger_path)) as ledger:
-        study = ledger.study()
-        records = ledger.records(study.id)
-        view = StudyView(ws, records, study, recipe)
-        queue = RunQueue(records, view, get_backend("openrlhf"), OptunaStrategy(view))
+        records, queue = _queue(ws, ledger, recipe)
         order = [p.confirms for p in queue.requeue()]
     assert order == [8, 8, 8, 7, 7, 7, 5, 5, 5, 6, 6, 6]
 
@@ -122,10 +127,7 @@ def test_a_live_study_queues_a_stronger_candidate_before_a_weaker_one_not_starte
     candidate whose runs have not started; a candidate with a run under way keeps its place."""
     recipe = load_recipe(RUN / "recipe.yaml")
     with closing(Ledger(ws.ledger_path)) as ledger:
-        study = ledger.study()
-        records = ledger.records(study.id)
-        view = StudyView(ws, records, study, recipe)
-        queue = RunQueue(records, view, get_backend("openrlhf"), OptunaStrategy(view))
+        records, queue = _queue(ws, ledger, recipe)
         runs = recipe.verdict.confirm_runs
         for number in (6, 5):
             queue.confirmation_runs(queue._proposal_of(records.trial(number)), number, runs)
