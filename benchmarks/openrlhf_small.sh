@@ -13,9 +13,9 @@
 # of any /tmp/ws-* workspace runs, then each one's ledger, phases and a trial's logs), split (one trial with the actor and the vLLM engine on separate cards,
 # SPLIT_GPUS), nodes (a two-node Ray cluster on one host, NODES_GPUS="0 1": a head and a second node a card each,
 # and a --parallel NODES_PAR (default 2) study of BUDGET through --ray-address, in the background; where each job ran
-# goes to OUTDIR/nodes-placement.jsonl; NODES_PACK=k counts each card as k GPUs, for trials of gpus_per_trial 1/k), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel 2
-# controller K9_AFTER s after two jobs run, then --resume of K9_RESUME (none: no resume), K9_GPUS; the GPU processes and the
-# heads' process groups are listed before and after), promote
+# goes to OUTDIR/nodes-placement.jsonl; NODES_PACK=k counts each card as k GPUs, for trials of gpus_per_trial 1/k), oom (a study on a card another process has filled, OOM_GPU), kill9 (kill -9 of a --parallel K9_PARALLEL
+# (default 2) controller K9_AFTER s after that many jobs run, then --resume of K9_RESUME (none: no resume), K9_GPUS; K9_WS
+# kills a resumed study of that workspace instead; the GPU processes and the heads' process groups are listed before and after), promote
 # (`autorl promote` of a finished study, PROMOTE_WS, on PROMOTE_GPU; PROMOTE_REPEATS fresh seeds a side,
 # PROMOTE_PARALLEL of those runs at once, PROMOTE_ARGS more of its arguments; its status once a minute, the full run's weights on disk). SETS="key=value ..." passes --set to every study (e.g. gpus_per_trial=0.5
 # with PAR=2 PAR_GPUS=0: two trials packed on one card); FULL="k: v, ..." gives every new workspace's recipe a full
@@ -191,20 +191,34 @@ print('holding', round(x.numel() / 2**30, 1), 'GiB', flush=True); time.sleep(120
   echo "oom study exit $?"; kill "$hog"; tail -n 12 "$OUT/oom.log"
   python3 -m autorl.cli -C /tmp/ws-oom triage > "$OUT/oom-triage.txt" 2>&1; head -20 "$OUT/oom-triage.txt"
 }
-phase_kill9() {
-  t kill9; workspace /tmp/ws-kill9; mapfile -t extra < <(sets)
-  CUDA_VISIBLE_DEVICES=${K9_GPUS:-0,1} setsid python3 -m autorl.cli -C /tmp/ws-kill9 run recipes/small.yaml \
-    --budget 20m --parallel 2 --seed 5 --study kill9 "${extra[@]}" > "$OUT/kill9.log" 2>&1 < /dev/null &
-  pid=$!; s=$SECONDS
-  while [ "$(running_jobs /tmp/ws-kill9)" -lt 2 ] && [ $(( SECONDS - s )) -lt 400 ]; do sleep 2; done
-  sleep "${K9_AFTER:-20}"; echo "jobs running: $(running_jobs /tmp/ws-kill9)"; gpu_apps "${K9_GPUS:-0,1}"; head_group
+phase_kill9() {  # K9_WS: kill -9 a `run --resume` of that workspace's study instead of a new one; K9_PARALLEL
+  # trials at once (default 2), killed K9_AFTER s after that many run; K9_BG=1 resumes in the background (`wait`)
+  local ws=${K9_WS:-/tmp/ws-kill9} par=${K9_PARALLEL:-2} gpus=${K9_GPUS:-0,1}; t "kill9 $ws"; mapfile -t extra < <(sets)
+  if [ -z "${K9_WS:-}" ]; then
+    workspace "$ws"
+    CUDA_VISIBLE_DEVICES=$gpus setsid python3 -m autorl.cli -C "$ws" run recipes/small.yaml \
+      --budget 20m --parallel "$par" --seed 5 --study kill9 "${extra[@]}" > "$OUT/kill9.log" 2>&1 < /dev/null &
+  else
+    CUDA_VISIBLE_DEVICES=$gpus setsid python3 -m autorl.cli -C "$ws" run --resume --budget "${K9_BUDGET:-20m}" \
+      --parallel "$par" > "$OUT/kill9.log" 2>&1 < /dev/null &
+  fi
+  pid=$!; s=$SECONDS; sample_studies
+  while [ "$(running_jobs "$ws")" -lt "$par" ] && [ $(( SECONDS - s )) -lt 400 ]; do sleep 2; done
+  echo "$(running_jobs "$ws") jobs running after $(( SECONDS - s )) s"
+  sleep "${K9_AFTER:-20}"; echo "jobs running: $(running_jobs "$ws")"; gpu_apps "$gpus"; head_group
   kill -9 "$pid"; sleep 20
-  echo "after kill -9:"; gpu_apps "${K9_GPUS:-0,1}"; head_group
+  echo "after kill -9:"; gpu_apps "$gpus"; head_group; tail -n 5 "$OUT/kill9.log"
   [ "${K9_RESUME:-6m}" = none ] && return
-  CUDA_VISIBLE_DEVICES=${K9_GPUS:-0,1} python3 -m autorl.cli -C /tmp/ws-kill9 run --resume --budget "${K9_RESUME:-6m}" \
-    --max-trials 4 > "$OUT/kill9-resume.log" 2>&1
-  echo "resume exit $?"; sleep 5; gpu_apps "${K9_GPUS:-0,1}"
-  python3 -m autorl.cli -C /tmp/ws-kill9 ledger > "$OUT/kill9-ledger.txt" 2>&1; tail -n 16 "$OUT/kill9-ledger.txt"
+  local cap=(); [ -z "${K9_WS:-}" ] && cap=(--max-trials 4)
+  if [ -n "${K9_BG:-}" ]; then
+    CUDA_VISIBLE_DEVICES=$gpus setsid python3 -m autorl.cli -C "$ws" run --resume --budget "${K9_RESUME:-6m}" \
+      --parallel "$par" "${cap[@]}" > "$OUT/kill9-resume.log" 2>&1 < /dev/null &
+    sleep 30; tail -n 8 "$OUT/kill9-resume.log"; return
+  fi
+  CUDA_VISIBLE_DEVICES=$gpus python3 -m autorl.cli -C "$ws" run --resume --budget "${K9_RESUME:-6m}" \
+    --parallel "$par" "${cap[@]}" > "$OUT/kill9-resume.log" 2>&1
+  echo "resume exit $?"; sleep 5; gpu_apps "$gpus"
+  python3 -m autorl.cli -C "$ws" ledger > "$OUT/kill9-ledger.txt" 2>&1; tail -n 16 "$OUT/kill9-ledger.txt"
 }
 phase_promote() {  # `autorl promote` of a finished study's best confirmed trial (PROMOTE_WS, e.g. /tmp/ws-q0), in
   # its own session: fresh-seed re-runs, then the detached full run (PROMOTE_EPISODES); `status` once a minute
