@@ -18,7 +18,9 @@ own cards: ``vllm`` then holds both starts and ``actor`` is the second or so bef
 
 ``phases`` also takes the trial's own start and end (the controller's clock): the time before the job's first
 line is ``submit`` (Ray head, packaging the working directory) and after its last copied chunk ``eval`` (the
-per-item evaluation that runs after the job, and closing the trial).
+per-item evaluation that runs after the job, and closing the trial). A trial that never reached its first step
+(it died or was stopped while starting) ran no eval: its time after the job's last chunk is ``stopped``, and it
+has no start-up (``start_up`` gives None), only the phases it reached.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ WARM_MARKS: list[tuple[str, re.Pattern[str]]] = [
 WARM = re.compile(r"^AUTORL-WARM \S+ begin", re.M)
 ORDER = ["submit", *(name for name, _ in MARKS), "eval"]
 START_UP = ("submit", "driver", "vllm", "actor")  # the phases before the first training step
+STOPPED = "stopped"  # after the last line of a job that never reached its first step: no eval ran
 
 
 def read_times(path: str | Path) -> list[tuple[int, float]]:
@@ -84,17 +87,22 @@ def phases(text: str, times: list[tuple[int, float]], started: float, ended: flo
     Empty when the log has no arrival times (a log copied before the sidecar existed): nothing can be split."""
     if not times:
         return {}
-    points = [("submit", started), *marks(text, times).items()]
+    reached = marks(text, times)
+    points = [("submit", started), *reached.items()]
     job_end = times[-1][1]
-    points += [("eval", max(job_end, points[-1][1])), ("end", ended)]
+    tail = "eval" if "training" in reached else STOPPED
+    points += [(tail, max(job_end, points[-1][1])), ("end", ended)]
     out = dict.fromkeys(ORDER, 0.0)
     for (name, at), (_, nxt) in zip(points, points[1:]):
         out[name] = round(max(nxt - at, 0.0), 2)
     return out
 
 
-def start_up(row: dict[str, float]) -> float:
-    """A trial's start-up from ``phases``: submission to its first training step."""
+def start_up(row: dict[str, float]) -> float | None:
+    """A trial's start-up from ``phases``: submission to its first training step; None for a trial that never
+    reached one (what it spent is not a start-up: it ended, or was stopped, before training)."""
+    if STOPPED in row:
+        return None
     return sum(row[p] for p in START_UP)
 
 
@@ -102,12 +110,15 @@ def table(rows: dict[str, dict[str, float]]) -> str:
     """A Markdown table: one column per trial, one row per phase, and the start-up and training shares."""
     names = list(rows)
     lines = ["| phase | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    for phase in ORDER:
-        lines.append(f"| {phase} | " + " | ".join(f"{rows[n][phase]:.0f} s" for n in names) + " |")
+    order = ORDER + [STOPPED] * any(STOPPED in row for row in rows.values())
+    for phase in order:
+        lines.append(f"| {phase} | " + " | ".join(f"{rows[n].get(phase, 0.0):.0f} s" for n in names) + " |")
     total = {n: sum(rows[n].values()) for n in names}
     lines.append("| **total** | " + " | ".join(f"{total[n]:.0f} s" for n in names) + " |")
     start = {n: start_up(rows[n]) for n in names}
-    lines.append("| start-up (submit to first step) | " + " | ".join(f"{start[n]:.0f} s" for n in names) + " |")
+    cells = ("no step" if start[n] is None else f"{start[n]:.0f} s" for n in names)
+    lines.append("| start-up (submit to first step) | " + " | ".join(cells) + " |")
     share = {n: (rows[n]["training"] + rows[n]["eval"]) / total[n] if total[n] else 0.0 for n in names}
-    lines.append("| training + eval share | " + " | ".join(f"{share[n]:.0%}" for n in names) + " |")
+    cells = ("-" if start[n] is None else f"{share[n]:.0%}" for n in names)
+    lines.append("| training + eval share | " + " | ".join(cells) + " |")
     return "\n".join(lines)
