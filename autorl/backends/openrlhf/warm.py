@@ -198,6 +198,7 @@ class WarmPools:
             return self._start(plan, plan.pool_key)
 
     def _start(self, plan: LaunchPlan, key: str) -> WarmTrialHandle:
+        self._bury(Path(plan.log_path).parent)
         pool = next((p for p in self.live() if p.busy is None and p.key == key and p.alive()), None)
         if pool is None:
             self.make_room(1, Path(plan.log_path).parent, "a new pool")
@@ -205,6 +206,13 @@ class WarmPools:
             pool.job = self.submit_pool(plan, pool)
             self.pools.append(pool)
         return WarmTrialHandle(self, pool, plan)
+
+    def _bury(self, run_dir: Path) -> None:
+        """Idle pools whose job has ended (the server killed, its node lost) are retired, each noted in the run
+        folder of the trial about to start, so the ledger says the pool died and why that trial starts cold."""
+        for pool in [p for p in self.live() if p.busy is None and p.job is not None and not p.alive()]:
+            pool.retired = True
+            note_retired(pool, f"its server ended while idle, before trial {run_dir.name} was handed out", run_dir)
 
     def make_room(self, extra: int, run_dir: Path | None = None, wanted: str = "a job of its own") -> None:
         """Retire idle pools, least recently used first, until ``extra`` more jobs fit beside the live pools and

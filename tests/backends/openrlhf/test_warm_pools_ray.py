@@ -155,6 +155,33 @@ def test_a_pool_whose_server_died_between_trials_costs_the_next_trial_a_cold_sta
         pools.close()
 
 
+def test_a_pool_whose_server_died_while_idle_is_retired_on_the_next_trials_account(head, tmp_path):
+    """As on a 2-GPU host (tests/data/openrlhf-0.10.4/small/h200x2-warmkill): the server killed before the next
+    trial is handed out. That trial starts in a new pool, and its run folder says the old pool died, for the
+    ledger: before, the dead pool was passed over without a word."""
+    import os
+    import signal
+    import subprocess
+
+    pools, _ = pools_on(head, tmp_path)
+    try:
+        a = pools.start(plan(tmp_path, "attempt-01-a"))
+        assert wait(a) == 0
+        for pid in subprocess.run(["pgrep", "-f", str(a.pool.dir)], capture_output=True, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        deadline = time.time() + 30
+        while a.pool.alive() and time.time() < deadline:
+            time.sleep(0.2)
+        b = pools.start(plan(tmp_path, "attempt-02-b"))
+        assert b.pool is not a.pool and a.pool.retired and wait(b) == 0 and b.warm == (b.pool.id, 0)
+        assert retired(tmp_path, "attempt-02-b") == [
+            (a.pool.id, "its server ended while idle, before trial attempt-02-b was handed out")
+        ]
+        assert retired(tmp_path, "attempt-01-a") == []
+    finally:
+        pools.close()
+
+
 def test_a_cancel_stops_the_trial_and_retires_the_pool(head, tmp_path):
     pools, _ = pools_on(head, tmp_path)
     try:
