@@ -122,11 +122,15 @@ def _objective(recipe: Recipe | None) -> dict[str, Any]:
 
 
 def _counts(trials: list[Trial]) -> dict[str, int]:
+    """Trials by role. A run the controller's stop interrupted (a kill, then ``--resume``) is counted once, under
+    ``interrupted``, not as a baseline or confirmation run: its seed runs again and that run is the one counted."""
     own = [t for t in trials if t.kind == Kind.TRIAL]
+    ran = [t for t in own if t.status != TrialStatus.INTERRUPTED]
     return {
         "trials": len(own),
-        "baseline_runs": sum(t.proposer == Proposer.BASELINE for t in own),
-        "confirmation_runs": sum(t.confirms is not None for t in own),
+        "baseline_runs": sum(t.proposer == Proposer.BASELINE for t in ran),
+        "confirmation_runs": sum(t.confirms is not None for t in ran),
+        "interrupted": len(own) - len(ran),
         "full_runs": sum(t.kind == Kind.FULL for t in trials),
     }
 

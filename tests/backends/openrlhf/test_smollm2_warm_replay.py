@@ -57,7 +57,13 @@ def test_the_study_confirmed_a_gain_that_todays_judge_still_finds(found):
     assert best["changes"] == [["lr", 1e-06, pytest.approx(1.2247e-05, rel=1e-3)]]
     assert best["method"] == "paired_items" and best["n"] == 500 and best["runs"] == 3 and best["baseline_runs"] == 4
     assert 0.10 < best["delta"] < 0.18 and best["ci_low"] > 0.05  # +0.138 [+0.100, +0.177] as the study said
-    assert found["counts"] == {"trials": 12, "baseline_runs": 4, "confirmation_runs": 3, "full_runs": 0}
+    assert found["counts"] == {
+        "trials": 12,
+        "baseline_runs": 4,
+        "confirmation_runs": 3,
+        "interrupted": 0,
+        "full_runs": 0,
+    }
 
 
 def test_the_larger_gain_the_budget_left_unconfirmed_is_said_and_comes_first(found):
