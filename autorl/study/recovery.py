@@ -17,8 +17,11 @@
 from __future__ import annotations
 
 import errno
+import itertools
+import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from autorl import gitops
@@ -38,15 +41,34 @@ def recover(s: StudyState) -> None:
             kill_group(int(row.pid), grace_s=2.0)
         if row.job_id and row.job_address:
             stop_job(row.job_address, row.job_id)
+        seen = last_seen(row.log_path, row.started)
         s.ledger.update_trial(
             row.id,
             event="recovered",
             status=TrialStatus.INTERRUPTED,
-            finished=time.time(),
+            finished=seen,
+            duration_s=None if seen is None or row.started is None else round(seen - row.started, 2),
             reason="the controller stopped during this trial; recovered on resume",
         )
         gitops.remove_worktree(s.ws.root, s.ws.worktrees / row.attempt)
     s.proposer.recover()
+
+
+def last_seen(log_path: str | None, started: float | None) -> float | None:
+    """When an interrupted trial last showed life: the newest write in its run folder (its log, the log's arrival
+    times, its metrics), not the resume that found it, which may come days later. None without a start."""
+    if started is None:
+        return None
+    newest = started
+    if log_path:
+        try:
+            with os.scandir(Path(log_path).parent) as entries:
+                for entry in itertools.islice(entries, 200):  # a run folder holds a handful of files
+                    if entry.is_file(follow_symlinks=False):
+                        newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+        except OSError:
+            pass
+    return min(newest, time.time())
 
 
 def requeue(s: StudyState) -> None:

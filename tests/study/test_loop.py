@@ -133,6 +133,7 @@ def test_kill9_then_resume(workspace):
     assert numbers == sorted(set(numbers)) and numbers[0] == 1
     killed = next(t for t in trials if t["number"] == row["number"])
     assert killed["status"] == "interrupted"
+    assert killed["duration_s"] > 1.0 and killed["finished"] == pytest.approx(killed["started"] + killed["duration_s"])
     assert trials[-1]["number"] == row["number"] + 1
     assert trials[-1]["status"] in ("complete", "crash", "pruned")
     assert _ledger(workspace).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -243,3 +244,22 @@ def test_not_a_git_repository(tmp_path):
     r = run_cli("-C", str(tmp_path), "run", "--budget", "1m")
     assert r.returncode == 2 and "not a git repository" in r.stderr and "Traceback" not in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_trial_ran_until_its_last_write_not_until_the_resume(tmp_path):
+    """A run the controller's death stopped is recorded as having run until the last write in its run folder: on two
+    H200s eight such runs read "0s" in `autorl ledger` after two minutes of real work, and their end was the resume's
+    time, which may be days later."""
+    from autorl.study.recovery import last_seen
+
+    run = tmp_path / "runs" / "attempt-09-x"
+    run.mkdir(parents=True)
+    log = run / "train.log"
+    log.write_text("step 1\n")
+    (run / "train.log.times").write_text("0\t1.0\n")
+    started = time.time() - 600
+    os.utime(log, (started + 95, started + 95))
+    os.utime(run / "train.log.times", (started + 121, started + 121))
+    assert last_seen(str(log), started) == pytest.approx(started + 121)
+    assert last_seen(str(tmp_path / "gone" / "train.log"), started) == started  # nothing written: no time run
+    assert last_seen(None, started) == started and last_seen(str(log), None) is None
