@@ -209,8 +209,8 @@ def session_budget(opts: RunOptions, study: Study, left: float) -> Resumed:
         return Resumed(
             study,
             opts.budget_s,
-            f"resuming study {study.name} with --budget {format_duration(opts.budget_s)} more "
-            f"({format_duration(left)} of its {format_duration(total)} budget was left)",
+            f"resuming study {study.name} for {format_duration(opts.budget_s)} (--budget, added to its "
+            f"{format_duration(total)}; the {format_duration(left)} it had left stays for a `--resume` without --budget)",
         )
     if left < MIN_LEFT_S:
         raise UserError(

@@ -83,7 +83,9 @@ def test_a_resume_with_budget_runs_that_much_more_and_adds_it_to_the_study(comma
     name = Ledger(command_ws / "ledger.sqlite").study().name
     out = _run(command_ws, "--resume", "--budget", "2m", "--max-trials", "2")
     first = re.fullmatch(
-        rf"resuming study {name} with --budget 2m00s more \((\S+) of its 1m00s budget was left\)", out[0]
+        rf"resuming study {name} for 2m00s \(--budget, added to its 1m00s; the (\S+) it had left stays for a "
+        r"`--resume` without --budget\)",
+        out[0],
     )
     assert first and 0 < _seconds(first[1]) < 60, out[:3]
     assert any("budget 2m00s, backend command" in line for line in out), out
