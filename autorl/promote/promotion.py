@@ -37,6 +37,7 @@ from autorl.errors import AutorlError, NotFoundError, UserError
 from autorl.judge import gains, hackgate, verdict
 from autorl.judge.evidence import objective_value, runs_of
 from autorl.ledger import Ledger, Trial
+from autorl.promote.estimate import promote_plan
 from autorl.promote.source import trial_recipe
 from autorl.recipe import Recipe, set_train_values
 from autorl.runs.lifecycle import DetachedRun, open_attempt, run_detached
@@ -190,8 +191,12 @@ def promote(
     check_promotable(recipe, row)
     values = full_values(recipe, steps, episodes, eval_every)
     full = recipe.with_train(**values)
+    planned = promote_plan(ledger, row, recipe.train, full.train, recipe.backend, repeats, parallel)
+    for line in planned.lines(repeats, parallel) if planned else []:
+        view(line)
     if dry_run:
-        return {"attempt": row.attempt, "why": why, "full_values": values, "train": full.train}
+        out = {"attempt": row.attempt, "why": why, "full_values": values, "train": full.train}
+        return {**out, "plan": planned.model_dump() if planned else None}
     lock = ws.lock_promote(f"promote of {row.attempt}: re-validating, {2 * repeats} runs, {parallel} at once")
     try:
         ledger = Ledger(ws.ledger_path)  # every check passed, the lock held: from here on promote records

@@ -40,6 +40,10 @@ def _rows(ws: Path) -> list[dict]:
     return [dict(r) for r in conn.execute("SELECT * FROM autorl_trials ORDER BY number")]
 
 
+def _steps(row: dict) -> int:
+    return int(json.loads(row["params"])["steps"])
+
+
 def _suspect(ws: Path, number: int):
     """Mark trial ``number`` suspect with the gate's answer on real runs of a learned reward hack
     (tests/data/hack_gate: round_rm against the baseline)."""
@@ -159,6 +163,9 @@ def test_a_confirmed_improvement_is_promoted_without_force(workspace):
     assert dry.returncode == 0, dry.stderr
     planned = json.loads(dry.stdout)
     assert planned["full_values"]["eval_every"] == 4 and planned["train"]["steps"] == 12
+    plan = planned["plan"]  # planned from the study's own trials before anything runs
+    assert plan["full_work"] == pytest.approx(12 / _steps(trial)) and plan["length_flags"] == "--steps"
+    assert plan["revalidation_s"] >= plan["trial_s"] > 0 and plan["full_s"] > 0
     # two re-validation runs a side: with one, run-to-run noise rests on a 1-df prior and +0.09 reads as flat
     out = run_cli("-C", str(workspace), "promote", "--repeats", "2", "--steps", "12", "--json", timeout=600)
     assert out.returncode == 0, out.stderr + out.stdout

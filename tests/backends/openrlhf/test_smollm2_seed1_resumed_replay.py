@@ -168,3 +168,26 @@ def test_the_runs_the_kill_stopped_never_reached_a_step_and_the_resumed_ones_bui
     )
     assert 120 < start_up(row) < 180 and row["training"] > 400  # 148 s; a gens-32 fit of 444 s
     assert trials[17].confirmation is None and trials[8].confirmation == Confirmation.CONFIRMED
+
+
+def test_a_promote_of_08_is_planned_from_the_studys_trials_before_it_runs(tmp_path):
+    """`autorl promote --episodes 2` of 08, planned from this ledger: its re-validation runs start cold, as the
+    resumed ones did (600-619 s at gens 32), so they are planned above that; a full run of one episode is the trial's
+    own length, which the plan says."""
+    from autorl.promote.estimate import promote_plan
+
+    path = Path(shutil.copy(RUN / "study-ledger.sqlite", tmp_path / "ledger.sqlite"))
+    with closing(open_read(path)) as ledger:
+        row = ledger.trial(8)
+        train = dict(row.params)
+        two = promote_plan(ledger, row, train, {**train, "num_episodes": 2}, "openrlhf", repeats=2, parallel=4)
+        one = promote_plan(ledger, row, train, train, "openrlhf", repeats=2, parallel=1)
+    assert two is not None and one is not None
+    assert 619 < two.trial_s < 1.2 * 619 and two.baseline_s < two.trial_s
+    assert two.revalidation_s == two.trial_s and one.revalidation_s == pytest.approx(4 * one.trial_s, abs=1)
+    assert two.full_work == 2.0 and two.full_s > two.trial_s
+    assert not any(line.startswith("note:") for line in two.lines(2, 4))
+    assert (
+        one.lines(2, 1)[-1].startswith("note: this full run is no longer than the trial")
+        and "--episodes" in one.lines(2, 1)[-1]
+    )
