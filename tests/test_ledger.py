@@ -337,7 +337,7 @@ def test_rows_kept_up_to_date_row_by_row_answer_as_rows_read_afresh(tmp_path):
     every row afresh."""
     import random
 
-    from autorl.study import plan
+    from autorl.runs import plan
 
     path = tmp_path / "l.sqlite"
     led, other = Ledger(path), None

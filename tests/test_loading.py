@@ -8,8 +8,8 @@ from autorl import loading
 from autorl.errors import RecipeError, RulesError
 from autorl.judge import abort, diagnose, triage
 from autorl.recipe import load_recipe, validate_recipe
+from autorl.runs import plan
 from autorl.search import moves
-from autorl.study import plan
 
 
 @pytest.mark.parametrize(

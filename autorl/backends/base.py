@@ -92,7 +92,7 @@ class RunHandle(Protocol):
 
 def work(values: Mapping[str, Any], keys: Iterable[str]) -> float:
     """The product of the positive numeric values of ``keys`` (a backend's ``work_keys``; one absent counts 1): how
-    much a run of these values does, relative to another's (``autorl.study.plan``, ``Backend.trial_timeout``)."""
+    much a run of these values does, relative to another's (``autorl.runs.plan``, ``Backend.trial_timeout``)."""
     out = 1.0
     for key in keys:
         v = values.get(key)
@@ -162,7 +162,7 @@ class Backend:
     What only a backend knows about its own ``train`` keys, so that nothing outside ``backends/`` names them:
 
     - ``oom_knobs``, read by ``oom_retry``: what an out-of-memory retry reduces, in order;
-    - ``work_keys``: the keys whose values multiply a trial's duration (``autorl.study.plan`` scales by them);
+    - ``work_keys``: the keys whose values multiply a trial's duration (``autorl.runs.plan`` scales by them);
     - ``steps_key`` / ``episodes_key``: where ``autorl promote --steps`` / ``--episodes`` go (``full_run_values``);
     - ``grad_clip_key``: the gradient clipping norm, which the grad-explosion abort rule scales by;
     - ``trial_values``: a proposal's values as the trial runs them (the embedded engine pins its eval length);

@@ -1,7 +1,7 @@
 """How long a promote will run, planned from the study's own trials before any GPU time is spent on it.
 
 A promote runs fresh processes: its re-validation runs (the trial and the baseline, ``repeats`` seeds each,
-``parallel`` at once) and then the full run. Each is planned as the study plans a cold trial (``autorl.study.plan``:
+``parallel`` at once) and then the full run. Each is planned as the study plans a cold trial (``autorl.runs.plan``:
 the finished trials' durations against their work, plus the cold trials' extra start-up), the full run by its work
 against theirs. A full run no longer than a trial is said: a promote of a recipe without a ``full`` block and with
 no ``--steps`` / ``--episodes`` trains exactly as long as the trial it promotes.
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from autorl.backends.base import get_backend, work
 from autorl.budget import format_duration
 from autorl.ledger import Ledger, Trial
-from autorl.study import plan
+from autorl.runs import plan
 
 
 class PromotePlan(BaseModel):

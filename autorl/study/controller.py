@@ -32,11 +32,12 @@ from typing import Any
 from autorl.budget import format_duration
 from autorl.judge.result import TrialResult
 from autorl.present.live import PlainView
+from autorl.runs import plan
 from autorl.runs.slots import Slots
 from autorl.runs.watch import Outcome, Stop, Watch
 from autorl.search.proposal import Proposal
 from autorl.states import Confirmation, Kind, TrialStatus
-from autorl.study import attempts, carry, crash, judging, opening, plan, recovery
+from autorl.study import attempts, carry, crash, judging, opening, recovery
 from autorl.study.state import Running, RunOptions, StudyState, TrialContext
 from autorl.workspace import Workspace
 
@@ -191,7 +192,7 @@ class Controller:
         return left > 0 and (self.opts.allow_overrun or left >= self.expected_trial_s(p))
 
     def expected_trial_s(self, p: Proposal | None = None) -> float:
-        """What trial ``p`` is planned to take (autorl.study.plan): this study's finished trials scaled by its work,
+        """What trial ``p`` is planned to take (autorl.runs.plan): this study's finished trials scaled by its work,
         times a margin measured on them; the trial's timeout (``Backend.trial_timeout``) is the hard cap."""
         return self._estimate(p).seconds
 

@@ -210,7 +210,8 @@ def session_budget(opts: RunOptions, study: Study, left: float) -> Resumed:
             study,
             opts.budget_s,
             f"resuming study {study.name} for {format_duration(opts.budget_s)} (--budget, added to its "
-            f"{format_duration(total)}; the {format_duration(left)} it had left stays for a `--resume` without --budget)",
+            f"{format_duration(total)}; the {format_duration(left)} it had left stays for a `--resume` without "
+            "--budget)",
         )
     if left < MIN_LEFT_S:
         raise UserError(

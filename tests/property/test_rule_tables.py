@@ -23,8 +23,8 @@ from autorl import loading
 from autorl.data import shipped
 from autorl.errors import RulesError
 from autorl.judge import abort, diagnose, hackgate, silent, triage
+from autorl.runs import plan
 from autorl.search import moves, revisit
-from autorl.study import plan
 from tests.property import profiles  # noqa: F401 - registers and loads the hypothesis profiles first
 
 # file, model, what, doc, check, includes: as each module loads its table

@@ -23,11 +23,11 @@ from autorl.judge.abort import check_abort
 from autorl.judge.diagnose import diagnose
 from autorl.ledger import Ledger, open_read
 from autorl.recipe import load_recipe
+from autorl.runs import plan
 from autorl.search.queue import RunQueue
 from autorl.search.strategies import OptunaStrategy
 from autorl.search.view import StudyView
 from autorl.states import Confirmation, Kind, Proposer
-from autorl.study import plan
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 

@@ -21,11 +21,11 @@ from autorl.backends.base import get_backend
 from autorl.backends.openrlhf.phases import phases, read_times, start_up
 from autorl.ledger import Ledger, open_read
 from autorl.recipe import load_recipe
+from autorl.runs import plan
 from autorl.search.queue import RunQueue
 from autorl.search.strategies import OptunaStrategy
 from autorl.search.view import StudyView
 from autorl.states import Confirmation, Kind, TrialStatus
-from autorl.study import plan
 from autorl.workspace import Workspace
 from tests.conftest import run_cli
 

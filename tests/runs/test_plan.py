@@ -1,4 +1,4 @@
-"""Trial-start planning on synthetic durations: the fit, the measured margin, the hard cap (autorl.study.plan)."""
+"""Trial-start planning on synthetic durations: the fit, the measured margin, the hard cap (autorl.runs.plan)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from conftest import run_cli
 from autorl.backends.base import get_backend
 from autorl.ledger import Trial
 from autorl.recipe import load_recipe
+from autorl.runs import plan
+from autorl.runs.plan import PlanRules, Took
 from autorl.states import TrialStatus
-from autorl.study import plan
 from autorl.study.controller import budget_spent
-from autorl.study.plan import PlanRules, Took
 
 RULES = PlanRules(window=12, quantile=0.9, min_for_margin=3, first_margin=1.25, overhead_s=2.0)
 
