@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,3 +119,15 @@ def refused(r: subprocess.CompletedProcess, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
+
+
+def stored_study(ledger_file: Path, tmp: Path) -> tuple[dict[int, Any], list[Any]]:
+    """A stored real ledger's study: its trials (not full runs) by number and its events, newest first, read from a
+    copy in ``tmp`` (reading writes a -shm file beside the ledger, and tests/data stays as it was)."""
+    from autorl.ledger import open_read
+    from autorl.states import Kind
+
+    path = Path(shutil.copy(ledger_file, tmp / "ledger.sqlite"))
+    with closing(open_read(path)) as ledger:
+        study = ledger.study()
+        return {t.number: t for t in ledger.trials(study.id, kind=Kind.TRIAL)}, ledger.events(study.id)

@@ -13,6 +13,7 @@ import json
 import shutil
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,19 +28,17 @@ from autorl.runs import plan
 from autorl.search.queue import RunQueue
 from autorl.search.strategies import OptunaStrategy
 from autorl.search.view import StudyView
-from autorl.states import Confirmation, Kind, Proposer
+from autorl.states import Confirmation, Proposer
 from autorl.workspace import Workspace
-from tests.conftest import run_cli
+from tests.conftest import run_cli, stored_study
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "smollm2" / "h200-warm-seed1"
 RUNS = sorted((RUN / "runs").iterdir())
 
 
 @pytest.fixture(scope="module")
-def trials(tmp_path_factory) -> dict[int, object]:
-    path = Path(shutil.copy(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("seed1") / "ledger.sqlite"))
-    with closing(open_read(path)) as ledger:
-        return {t.number: t for t in ledger.trials(ledger.study().id, kind=Kind.TRIAL)}
+def trials(tmp_path_factory) -> dict[int, Any]:
+    return stored_study(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("seed1"))[0]
 
 
 @pytest.fixture()

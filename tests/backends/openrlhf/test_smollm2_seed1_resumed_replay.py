@@ -14,6 +14,7 @@ import shutil
 from collections import Counter
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,9 +26,9 @@ from autorl.runs import plan
 from autorl.search.queue import RunQueue
 from autorl.search.strategies import OptunaStrategy
 from autorl.search.view import StudyView
-from autorl.states import Confirmation, Kind, TrialStatus
+from autorl.states import Confirmation, TrialStatus
 from autorl.workspace import Workspace
-from tests.conftest import run_cli
+from tests.conftest import run_cli, stored_study
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "smollm2"
 RUN = DATA / "h200x2-seed1-resumed"
@@ -36,17 +37,13 @@ RUNS = sorted(p for p in (RUN / "runs").iterdir() if (p / "eval.jsonl").is_file(
 
 
 @pytest.fixture(scope="module")
-def trials(tmp_path_factory) -> dict[int, object]:
-    path = Path(shutil.copy(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("resumed") / "ledger.sqlite"))
-    with closing(open_read(path)) as ledger:
-        return {t.number: t for t in ledger.trials(ledger.study().id, kind=Kind.TRIAL)}
+def trials(tmp_path_factory) -> dict[int, Any]:
+    return stored_study(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("resumed"))[0]
 
 
 @pytest.fixture(scope="module")
 def events(tmp_path_factory) -> list[tuple[str, str]]:
-    path = Path(shutil.copy(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("events") / "ledger.sqlite"))
-    with closing(open_read(path)) as ledger:
-        return [(e.kind, e.message) for e in ledger.events(ledger.study().id)]
+    return [(e.kind, e.message) for e in stored_study(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("ev"))[1]]
 
 
 @pytest.fixture()

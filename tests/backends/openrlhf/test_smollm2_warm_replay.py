@@ -14,6 +14,7 @@ import json
 import shutil
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,19 +27,16 @@ from autorl.judge.abort import check_abort
 from autorl.judge.diagnose import diagnose
 from autorl.ledger import open_read
 from autorl.recipe import load_recipe
-from autorl.states import Confirmation, Kind, Proposer
-from tests.conftest import run_cli
+from autorl.states import Confirmation, Proposer
+from tests.conftest import run_cli, stored_study
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "smollm2" / "h200-warm"
 RUNS = sorted((RUN / "runs").iterdir())
 
 
 @pytest.fixture(scope="module")
-def trials(tmp_path_factory) -> dict[int, object]:
-    """The study's trials by number, read from a copy of the real ledger (reading writes a -shm file beside it)."""
-    path = Path(shutil.copy(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("warm-smollm2") / "ledger.sqlite"))
-    with closing(open_read(path)) as ledger:
-        return {t.number: t for t in ledger.trials(ledger.study().id, kind=Kind.TRIAL)}
+def trials(tmp_path_factory) -> dict[int, Any]:
+    return stored_study(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("warm-smollm2"))[0]
 
 
 @pytest.fixture(scope="module")

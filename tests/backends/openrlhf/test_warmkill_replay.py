@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 import gzip
-import shutil
-from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from autorl.backends.openrlhf.phases import marks
-from autorl.ledger import open_read
-from autorl.states import Kind, TrialStatus
+from autorl.states import TrialStatus
+from tests.conftest import stored_study
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "small" / "h200x2-warmkill"
 
@@ -22,13 +21,10 @@ def _log(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory) -> tuple[dict[int, object], list[tuple[int | None, str, str]]]:
-    path = Path(shutil.copy(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("wk") / "ledger.sqlite"))
-    with closing(open_read(path)) as ledger:
-        s = ledger.study()
-        trials = {t.number: t for t in ledger.trials(s.id, kind=Kind.TRIAL)}
-        ids = {t.id: t.number for t in trials.values()}
-        return trials, [(ids.get(e.trial_id), e.kind, e.message) for e in ledger.events(s.id)]
+def study(tmp_path_factory) -> tuple[dict[int, Any], list[tuple[int | None, str, str]]]:
+    trials, events = stored_study(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("wk"))
+    numbers = {t.id: t.number for t in trials.values()}
+    return trials, [(numbers.get(e.trial_id), e.kind, e.message) for e in events]
 
 
 def test_the_trial_after_the_kill_ran_in_a_new_pool_and_was_not_lost(study):
