@@ -188,3 +188,24 @@ def test_a_promote_of_08_is_planned_from_the_studys_trials_before_it_runs(tmp_pa
         one.lines(2, 1)[-1].startswith("note: this full run is no longer than the trial")
         and "--episodes" in one.lines(2, 1)[-1]
     )
+
+
+def test_the_rules_tuned_on_tiny_models_hold_on_the_fresh_seed_runs(trials, tmp_path):
+    """No early-abort rule fires on any of the eight runs that ran to the end, and 08's three gens-32 runs, the most
+    learning this model did, read as healthy, not as a collapse of length or entropy."""
+    from autorl.judge.abort import check_abort
+    from autorl.judge.diagnose import diagnose
+
+    recipe = load_recipe(BEFORE / "recipe.yaml")
+    backend = get_backend("openrlhf")
+    path = Path(shutil.copy(RUN / "study-ledger.sqlite", tmp_path / "ledger.sqlite"))
+    with closing(open_read(path)) as ledger:
+        for number in range(17, 25):
+            records = ledger.metrics(trials[number].id)
+            steps = [r for r in records if r.get("type") == "step"]
+            evals = [r for r in records if r.get("type") == "eval"]
+            assert len(steps) == 16 and evals, number
+            assert check_abort(steps, recipe.abort, backend.max_grad_norm(recipe)) is None, number
+            if trials[number].confirms == 8:
+                d = diagnose(steps, evals, {**recipe.train, **trials[number].params})
+                assert d.bottleneck == "none" and not d.names(), (number, d.summary())
