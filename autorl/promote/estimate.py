@@ -61,8 +61,7 @@ def promote_plan(
     """The plan of a promote of trial ``row`` (None when its study has no finished trial to plan from)."""
     b = get_backend(backend)
     keys = b.work_keys
-    records = ledger.records(row.study_id)
-    took = plan.history(records.finished(last=plan.rules().window), keys, first_end=records.first_end())
+    took = plan.recent(ledger.records(row.study_id), keys)
     if not took:
         return None
     baselines = ledger.baselines(row.study_id)

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autorl import loading
 from autorl.backends.base import work
 from autorl.data import shipped
-from autorl.ledger import Trial
+from autorl.ledger import StudyRecords, Trial
 from autorl.states import TrialStatus
 
 RULES_PATH = shipped("rules", "plan.yaml")
@@ -111,6 +111,13 @@ def history(rows: list[Trial], keys: Iterable[str], first_end: float | None = No
         for start, r in started
         if r.status == TrialStatus.COMPLETE and r.finished is not None
     ]
+
+
+def recent(records: StudyRecords, keys: Iterable[str], r: PlanRules | None = None) -> list[Took]:
+    """The history a study's next run is planned from: its last ``window`` finished trials, each marked cold or not
+    against the study's first end (what the controller plans a trial with, and a promote its runs)."""
+    window = (r or rules()).window
+    return history(records.finished(last=window), keys, first_end=records.first_end())
 
 
 def fit(obs: list[Took]) -> tuple[float, float]:

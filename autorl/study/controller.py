@@ -198,7 +198,7 @@ class Controller:
 
     def _estimate(self, p: Proposal | None) -> plan.Estimate:
         keys, rules = self.s.backend.work_keys, plan.rules()  # the plan reads no more than the last window
-        took = plan.history(self.s.records.finished(last=rules.window), keys, first_end=self.s.records.first_end())
+        took = plan.recent(self.s.records, keys, rules)
         changed = p.values if p is not None else {}
         values, cap = {**self.s.base.train, **changed}, self.s.backend.trial_timeout(self.s.base, changed)
         return plan.expected(took, plan.work(values, keys), cap, self.opts.budget_s, rules, cold=not self.ran_here)

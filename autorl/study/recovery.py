@@ -46,7 +46,7 @@ def recover(s: StudyState) -> None:
             row.id,
             event="recovered",
             status=TrialStatus.INTERRUPTED,
-            finished=seen,
+            finished=seen if seen is not None else time.time(),
             duration_s=None if seen is None or row.started is None else round(seen - row.started, 2),
             reason="the controller stopped during this trial; recovered on resume",
         )

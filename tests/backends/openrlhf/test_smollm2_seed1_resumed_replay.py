@@ -37,13 +37,18 @@ RUNS = sorted(p for p in (RUN / "runs").iterdir() if (p / "eval.jsonl").is_file(
 
 
 @pytest.fixture(scope="module")
-def trials(tmp_path_factory) -> dict[int, Any]:
-    return stored_study(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("resumed"))[0]
+def stored(tmp_path_factory) -> tuple[dict[int, Any], list[Any]]:
+    return stored_study(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("resumed"))
 
 
 @pytest.fixture(scope="module")
-def events(tmp_path_factory) -> list[tuple[str, str]]:
-    return [(e.kind, e.message) for e in stored_study(RUN / "study-ledger.sqlite", tmp_path_factory.mktemp("ev"))[1]]
+def trials(stored) -> dict[int, Any]:
+    return stored[0]
+
+
+@pytest.fixture(scope="module")
+def events(stored) -> list[tuple[str, str]]:
+    return [(e.kind, e.message) for e in stored[1]]
 
 
 @pytest.fixture()
