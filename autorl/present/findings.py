@@ -21,6 +21,7 @@ person reads (numbers rounded). In order:
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from typing import Any
 
@@ -255,6 +256,9 @@ def _full_run(ws: Workspace, t: Trial, by_number: dict[int, Trial]) -> dict[str,
         "attempt": t.attempt,
         "branch": t.branch,
         "status": t.status,
+        # a running row's monitor (a process of this machine): False when it is gone, the run ended unrecorded
+        "monitor_alive": pid_alive(t.pid) if t.status == TrialStatus.RUNNING else None,
+        "pid": t.pid,
         "promoted_from": t.promoted_from,
         "trial_branch": source.branch if source is not None else None,
         "full_values": t.changed or {},
@@ -264,6 +268,17 @@ def _full_run(ws: Workspace, t: Trial, by_number: dict[int, Trial]) -> dict[str,
         "revalidation": revalidation,
         "full_length_baseline": None,
     }
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` runs on this machine (a signal-0 probe)."""
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, PermissionError, OverflowError):
+        return False
+    return True
 
 
 def _results(ws: Workspace, end_tag: str, attempt: str) -> dict[str, Any]:
@@ -281,8 +296,15 @@ def next_step(d: dict[str, Any]) -> dict[str, str]:
     """The command to run next, and why."""
     best, full = d["best"], d["full_runs"]
     running = [f for f in full if f["status"] == TrialStatus.RUNNING]
-    if running:
+    if any(f["monitor_alive"] for f in running):
         return {"command": "autorl status", "why": f"full run {running[0]['attempt']} is running"}
+    if running:  # the ledger says running, but no monitor is left on this machine: its host was lost or rebooted
+        f = running[-1]
+        return {
+            "command": f"autorl promote {f['promoted_from']:02d}",
+            "why": f"full run {f['attempt']} stopped without an end (its monitor is gone); promoting "
+            f"{f['promoted_from']:02d} again re-validates it and starts a new full run",
+        }
     done = [f for f in full if best and f["promoted_from"] == best["number"] and f["status"] != TrialStatus.CRASH]
     if done:
         return _adopt(done[-1], d["recipe_path"])
@@ -526,6 +548,11 @@ def full_run_lines(f: dict[str, Any], d: dict[str, Any]) -> list[str]:
     if f["objective"] is not None:
         head += f", best {metric} {_v(f['objective'])} at step {f['best_step']}"
     lines = [head]
+    if f["status"] == TrialStatus.RUNNING and not f.get("monitor_alive", True):
+        lines.append(
+            f"  but its monitor (pid {f['pid']}) is not running on this machine: the run ended without a record "
+            "(its host lost or rebooted); what it wrote is under .autorl/runs"
+        )
     if f["status"] == TrialStatus.RUNNING:
         return lines
     lines.append(

@@ -793,7 +793,7 @@ class _Watchers:
 
     def liveness(self, r: Trial) -> dict[str, Any]:
         if not _ray_job_only(r.job_id, r.pid):
-            return {"alive": _alive(r.pid), "watched_by": None}
+            return {"alive": findings.pid_alive(r.pid), "watched_by": None}
         holder = self._holder(r.study_id)  # {} while held by a controller whose record cannot be read
         return {"alive": holder is not None, "watched_by": (holder or {}).get("pid")}
 
@@ -850,16 +850,6 @@ def _eval_text(r: dict) -> str:
     more = len(values) - 1
     rest = f" (+{more} more: autorl show {r['number']})" if more and r.get("number") is not None else ""
     return f"{key}={values[key]:.3f}{rest}"
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def format_status(d: dict, width: int = 88) -> str:

@@ -9,8 +9,15 @@ the one the ledger recorded for the full run; the plan the promote printed is he
 from __future__ import annotations
 
 import gzip
+import json
+import os
 import re
+import shutil
+import sqlite3
 import statistics
+import subprocess
+import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -108,3 +115,40 @@ def test_the_full_run_was_learning_when_the_booked_time_ended(ledger):
     assert 18 < statistics.median(s["timing/step_total"] for s in got) < 25
     weights = (DATA / "weights.txt").read_text()
     assert f"{FULL}/ckpt/global_step8_hf/model.safetensors" in weights
+
+
+def _workspace_with_monitor(tmp_path: Path, pid: int) -> Path:
+    """The promote's ledger restored into a workspace (its repository was not kept), the full run's monitor pid set."""
+    ledger = tmp_path / "ledger.sqlite"
+    shutil.copyfile(DATA / "study-ledger.sqlite", ledger)
+    with closing(sqlite3.connect(ledger)) as db:
+        db.execute("UPDATE autorl_trials SET pid = ? WHERE number = 25", (pid,))
+        db.commit()
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "restore_workspace.py"
+    ws = tmp_path / "ws"
+    subprocess.run([sys.executable, str(script), str(ledger), str(ws)], check=True, capture_output=True)
+    return ws
+
+
+def _status(ws: Path) -> dict:
+    got = subprocess.run(
+        [sys.executable, "-m", "autorl.cli", "-C", str(ws), "status", "--json"], capture_output=True, text=True
+    )
+    assert got.returncode == 0, got.stderr
+    return json.loads(got.stdout)["findings"]
+
+
+def test_a_full_run_whose_monitor_went_with_its_host_is_not_reported_running(tmp_path):
+    """What the real run left: the ledger said running after the machine was gone, and status said to wait."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now
+    f = _status(_workspace_with_monitor(tmp_path, gone.pid))
+    assert f["full_runs"][0]["monitor_alive"] is False
+    assert f["next"]["command"] == "autorl promote 08"
+    assert "stopped without an end" in f["next"]["why"]
+
+
+def test_a_full_run_whose_monitor_runs_is_followed(tmp_path):
+    f = _status(_workspace_with_monitor(tmp_path, os.getpid()))
+    assert f["full_runs"][0]["monitor_alive"] is True
+    assert f["next"]["command"] == "autorl status"
