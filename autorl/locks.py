@@ -155,3 +155,19 @@ def _read_holder(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` runs on this machine: a signal-0 probe, and not a zombie (a process killed whose
+    parent is gone waits as one until something reaps it, and the probe alone would call it alive)."""
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, PermissionError, OverflowError):
+        return False
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except OSError:  # no /proc (not Linux), or it ended just now: the probe's answer stands
+        return True
+    return stat[stat.rfind(")") + 2 :][:1] != "Z"

@@ -97,3 +97,15 @@ def test_a_study_lock_names_the_controller_that_holds_it(tmp_path):
     finally:
         held.release()
     assert ws.study_holder("s1") is None
+
+
+def test_a_process_that_ended_but_was_not_reaped_is_not_alive():
+    """A killed monitor whose parent is gone stays a zombie until reaped: status must not call it running."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.time() + 30
+    while time.time() < deadline and Path(f"/proc/{child.pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
+        time.sleep(0.05)  # ended, not yet waited for: a zombie
+    assert not locks.pid_alive(child.pid)
+    assert locks.pid_alive(os.getpid())
+    child.wait()
+    assert not locks.pid_alive(child.pid) and not locks.pid_alive(None) and not locks.pid_alive(2**40)

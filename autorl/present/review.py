@@ -24,7 +24,7 @@ from autorl.budget import format_duration
 from autorl.errors import GitError, NotFoundError
 from autorl.judge import diagnose, gains, triage
 from autorl.ledger import Ledger, Study, Trial
-from autorl.locks import describe
+from autorl.locks import describe, pid_alive
 from autorl.present import errors, findings
 from autorl.recipe import Recipe, dump_values
 from autorl.search import hypotheses
@@ -793,7 +793,7 @@ class _Watchers:
 
     def liveness(self, r: Trial) -> dict[str, Any]:
         if not _ray_job_only(r.job_id, r.pid):
-            return {"alive": findings.pid_alive(r.pid), "watched_by": None}
+            return {"alive": pid_alive(r.pid), "watched_by": None}
         holder = self._holder(r.study_id)  # {} while held by a controller whose record cannot be read
         return {"alive": holder is not None, "watched_by": (holder or {}).get("pid")}
 
