@@ -580,6 +580,12 @@ def triage_trial(c: _Ctx, number: int, as_json: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Show what would be promoted and with which values; run nothing.")
 @click.option("--force", is_flag=True, help="Promote even if re-validation does not confirm the gain (recorded).")
 @click.option(
+    "--resume",
+    is_flag=True,
+    help="Start over a full run that ended without a record (its monitor gone with its machine; NN: that full run), "
+    "on the re-validation it recorded.",
+)
+@click.option(
     "--study", "study_name", type=STUDY_NAME, help="The study whose best trial is promoted (default: the latest)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -594,6 +600,7 @@ def promote(
     parallel: int,
     dry_run: bool,
     force: bool,
+    resume: bool,
     study_name: str | None,
     as_json: bool,
 ) -> None:
@@ -601,6 +608,14 @@ def promote(
     from autorl.present import findings  # lazy: loaded with its command only
     from autorl.promote.promotion import promote as do_promote  # lazy: loaded with its command only
 
+    if resume:
+        from autorl.promote.relaunch import relaunch  # lazy: loaded with its command only
+
+        if dry_run or force:
+            raise UserError("--resume starts a lost full run over as it was: drop --dry-run and --force")
+        done = relaunch(c.workspace(), c.open_ledger(), study_name, number)
+        _emit(done, as_json, lambda d: "\n".join(findings.resumed_lines(d)))
+        return
     say = (lambda _msg: None) if as_json else click.echo
     result = do_promote(
         c.workspace(),

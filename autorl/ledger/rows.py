@@ -160,7 +160,10 @@ class Trial(_Row):
         "JSON list of the hack gate's checks: name, ok (true/false/null = not measured), detail and the numbers "
         "behind it."
     )
-    retry_of: int | None = col("Attempt number of the crashed trial this retries.")
+    retry_of: int | None = col(
+        "Attempt number of the crashed trial this retries, or of the lost full run this one starts over "
+        "(`promote --resume`)."
+    )
     promoted_from: int | None = col("Attempt number a full run was promoted from.")
     kind: Kind = col("trial or full.")
     started: float | None = col("Unix time the trial started.")

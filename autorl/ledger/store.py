@@ -193,8 +193,10 @@ class Ledger:
         return {r[0]: dict(zip(keys, (int(v or 0) for v in r[1:]))) for r in self.db.execute(q).fetchall()}
 
     def unfinished(self) -> list[Trial]:
-        """Trials still marked running, and full runs that have not been closed."""
-        return select(self.db, "status = 'running' OR (kind = 'full' AND end_tag IS NULL)", [], None)
+        """Trials still marked running, and full runs that have not been closed (but one marked interrupted: its
+        machine went, ``autorl promote --resume`` started it over)."""
+        where = "status = 'running' OR (kind = 'full' AND end_tag IS NULL AND status != 'interrupted')"
+        return select(self.db, where, [], None)
 
     def set_confirmation(self, number: int, state: str, reason: str, **stats: Any) -> None:
         """Mark trial ``number`` candidate, confirmed, rejected or suspect, with why (and the confirmation's

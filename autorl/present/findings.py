@@ -21,7 +21,6 @@ person reads (numbers rounded). In order:
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from typing import Any
 
@@ -29,6 +28,7 @@ from autorl import gitops
 from autorl.errors import GitError
 from autorl.judge import gains, verdict
 from autorl.ledger import Ledger, Trial
+from autorl.locks import pid_alive
 from autorl.recipe import Recipe, dump_values
 from autorl.states import Confirmation, CrashCategory, Kind, Proposer, TrialStatus, Verdict
 from autorl.workspace import Workspace
@@ -270,17 +270,6 @@ def _full_run(ws: Workspace, t: Trial, by_number: dict[int, Trial]) -> dict[str,
     }
 
 
-def pid_alive(pid: int | None) -> bool:
-    """Whether process ``pid`` runs on this machine (a signal-0 probe)."""
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, PermissionError, OverflowError):
-        return False
-    return True
-
-
 def _results(ws: Workspace, end_tag: str, attempt: str) -> dict[str, Any]:
     try:
         text = gitops.show_file(ws.root, end_tag, f"results/{attempt}.json")
@@ -301,11 +290,12 @@ def next_step(d: dict[str, Any]) -> dict[str, str]:
     if running:  # the ledger says running, but no monitor is left on this machine: its host was lost or rebooted
         f = running[-1]
         return {
-            "command": f"autorl promote {f['promoted_from']:02d}",
-            "why": f"full run {f['attempt']} stopped without an end (its monitor is gone); promoting "
-            f"{f['promoted_from']:02d} again re-validates it and starts a new full run",
+            "command": "autorl promote --resume",
+            "why": f"full run {f['attempt']} stopped without an end (its monitor is gone); this starts it over "
+            "as a new attempt, on the re-validation it recorded",
         }
-    done = [f for f in full if best and f["promoted_from"] == best["number"] and f["status"] != TrialStatus.CRASH]
+    ended = (TrialStatus.CRASH, TrialStatus.INTERRUPTED, TrialStatus.CONFIG_ERROR)
+    done = [f for f in full if best and f["promoted_from"] == best["number"] and f["status"] not in ended]
     if done:
         return _adopt(done[-1], d["recipe_path"])
     ahead = _ahead_of_best(d)
@@ -553,7 +543,7 @@ def full_run_lines(f: dict[str, Any], d: dict[str, Any]) -> list[str]:
             f"  but its monitor (pid {f['pid']}) is not running on this machine: the run ended without a record "
             "(its host lost or rebooted); what it wrote is under .autorl/runs"
         )
-    if f["status"] == TrialStatus.RUNNING:
+    if f["status"] in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED, TrialStatus.CONFIG_ERROR):  # nothing to adopt
         return lines
     lines.append(
         f"  weights: {f['weights']}"
@@ -616,6 +606,15 @@ def refs_line(ws: Workspace, ledger: Ledger, study: str | None = None) -> str:
 
 
 # ---- promote's outcome ---------------------------------------------------------------------------------------
+def resumed_lines(d: dict[str, Any]) -> list[str]:
+    """``autorl promote --resume``'s result in words."""
+    return [
+        f"{d['resumed']} marked interrupted; its recipe started over as {d['attempt']} (from "
+        f"{d['promoted_from']:02d}, monitor pid {d['monitor_pid']}), on the re-validation it recorded",
+        f"follow it: autorl status, or autorl show {d['number']}",
+    ]
+
+
 def promoted_lines(d: dict[str, Any]) -> list[str]:
     """``autorl promote``'s result in words (its dry run, or the full run it launched)."""
     if "full_values" in d:

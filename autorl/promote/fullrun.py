@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.backends.base import Backend, TrialSpec, get_backend, planned_steps
+from autorl.errors import UserError, one_line
 from autorl.judge import verdict
 from autorl.judge.earlystop import drop_stop
 from autorl.ledger import Ledger
@@ -68,7 +69,10 @@ def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
 
     backend.prepare(recipe, ws.cache, a.run_dir / "prepare")  # as a study's: its Ray head, the shared caches
     try:
-        handle = launch(backend, spec)
+        try:
+            handle = launch(backend, spec)
+        except UserError as exc:  # refused before it ran (preflight): recorded and closed, as a study's trial is
+            return _record(ws, ledger, a, recipe, Outcome(TrialStatus.CONFIG_ERROR, None, reason=one_line(exc)))
         if handle.pid is not None:  # a Ray job has none: the row keeps the monitor's, which `status` checks
             ledger.update_trial(a.row_id, pid=handle.pid)
         watch = watch_run(handle, recipe, timeout_s=float("inf"), on_records=on_records)
@@ -115,7 +119,7 @@ def _drain(evals: CheckpointEvals, out: Outcome, add: Callable[[Records], None],
 def _record(ws: Workspace, ledger: Ledger, a: Attempt, recipe: Recipe, out: Outcome) -> dict[str, Any]:
     m = out.metrics
     step, value = best_eval(m.evals, recipe.objective.metric, recipe.objective.direction == "maximize")
-    ended = (TrialStatus.COMPLETE, TrialStatus.EARLY_STOPPED)
+    ended = (TrialStatus.COMPLETE, TrialStatus.EARLY_STOPPED, TrialStatus.CONFIG_ERROR)
     status = out.status if out.status in ended else TrialStatus.CRASH
     flags = [
         f.model_dump() for f in verdict.flags(m.steps, m.evals, m.summary, planned_steps(recipe), abort=recipe.abort)
@@ -167,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     ws = Workspace.open(args.root, args.ledger)
     result = run_full(ws, Ledger(ws.ledger_path), args.number)
     print(json.dumps(result, default=str), flush=True)
-    return 0 if result["status"] != TrialStatus.CRASH else 1
+    return 0 if result["status"] not in (TrialStatus.CRASH, TrialStatus.CONFIG_ERROR) else 1
 
 
 if __name__ == "__main__":

@@ -300,7 +300,7 @@ def _launch_full(
         n_items=check.n,
         **(gate.ledger_values() if gate is not None else {}),
     )
-    pid = _spawn(ws, a.number)
+    pid = spawn_full_run(ws, a.number)
     ledger.update_trial(a.row_id, event="full-run-launched", pid=pid, reason=f"monitor pid {pid}")
     return {
         "attempt": a.name,
@@ -315,7 +315,7 @@ def _launch_full(
     }
 
 
-def _spawn(ws: Workspace, number: int) -> int:
+def spawn_full_run(ws: Workspace, number: int) -> int:
     """Start the detached monitor of full run ``number`` (survives the user logging out)."""
     log = ws.runs / f"fullrun-{number:02d}.monitor.log"
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -9,9 +9,12 @@ rules the callback applies to new metric records (early abort, pruning).
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from autorl.backends.base import RunHandle
@@ -109,3 +112,20 @@ class Watch:
         self.waited_s += now - max(self.handle.last_activity(), self._excused, self.start)
         self._excused = now
         return None
+
+
+def last_seen(log_path: str | None, started: float | None) -> float | None:
+    """When an interrupted trial last showed life: the newest write in its run folder (its log, the log's arrival
+    times, its metrics), not the resume that found it, which may come days later. None without a start."""
+    if started is None:
+        return None
+    newest = started
+    if log_path:
+        try:
+            with os.scandir(Path(log_path).parent) as entries:
+                for entry in itertools.islice(entries, 200):  # a run folder holds a handful of files
+                    if entry.is_file(follow_symlinks=False):
+                        newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+        except OSError:
+            pass
+    return min(newest, time.time())

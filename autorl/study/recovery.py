@@ -17,11 +17,8 @@
 from __future__ import annotations
 
 import errno
-import itertools
-import os
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 from autorl import gitops
@@ -29,6 +26,7 @@ from autorl.backends.base import kill_group
 from autorl.errors import DiskFullError, LedgerError, WorkspaceError, short
 from autorl.ledger import Ledger, disk_full, free_bytes, ledger_error
 from autorl.runs.slots import Slots, stop_job
+from autorl.runs.watch import last_seen
 from autorl.states import Proposer, StudyStatus, TrialStatus
 from autorl.study import judging
 from autorl.study.state import Running, StudyState
@@ -52,23 +50,6 @@ def recover(s: StudyState) -> None:
         )
         gitops.remove_worktree(s.ws.root, s.ws.worktrees / row.attempt)
     s.proposer.recover()
-
-
-def last_seen(log_path: str | None, started: float | None) -> float | None:
-    """When an interrupted trial last showed life: the newest write in its run folder (its log, the log's arrival
-    times, its metrics), not the resume that found it, which may come days later. None without a start."""
-    if started is None:
-        return None
-    newest = started
-    if log_path:
-        try:
-            with os.scandir(Path(log_path).parent) as entries:
-                for entry in itertools.islice(entries, 200):  # a run folder holds a handful of files
-                    if entry.is_file(follow_symlinks=False):
-                        newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
-        except OSError:
-            pass
-    return min(newest, time.time())
 
 
 def requeue(s: StudyState) -> None:

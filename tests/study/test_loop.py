@@ -250,7 +250,7 @@ def test_an_interrupted_trial_ran_until_its_last_write_not_until_the_resume(tmp_
     """A run the controller's death stopped is recorded as having run until the last write in its run folder: on two
     H200s eight such runs read "0s" in `autorl ledger` after two minutes of real work, and their end was the resume's
     time, which may be days later."""
-    from autorl.study.recovery import last_seen
+    from autorl.runs.watch import last_seen
 
     run = tmp_path / "runs" / "attempt-09-x"
     run.mkdir(parents=True)

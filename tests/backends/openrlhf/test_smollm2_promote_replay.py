@@ -144,7 +144,7 @@ def test_a_full_run_whose_monitor_went_with_its_host_is_not_reported_running(tmp
     gone.wait()  # a pid no process has now
     f = _status(_workspace_with_monitor(tmp_path, gone.pid))
     assert f["full_runs"][0]["monitor_alive"] is False
-    assert f["next"]["command"] == "autorl promote 08"
+    assert f["next"]["command"] == "autorl promote --resume"
     assert "stopped without an end" in f["next"]["why"]
 
 
