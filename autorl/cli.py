@@ -611,8 +611,18 @@ def promote(
     if resume:
         from autorl.promote.relaunch import relaunch  # lazy: loaded with its command only
 
-        if dry_run or force:
-            raise UserError("--resume starts a lost full run over as it was: drop --dry-run and --force")
+        shaping = [
+            ("--steps", steps is not None),
+            ("--episodes", episodes is not None),
+            ("--eval-every", eval_every is not None),
+            ("--repeats", repeats != 2),
+            ("--parallel", parallel != 1),
+            ("--dry-run", dry_run),
+            ("--force", force),
+        ]  # what shapes a new promotion; a resumed one runs the lost run's recipe as it was
+        extra = [flag for flag, given in shaping if given]
+        if extra:
+            raise UserError(f"--resume starts a lost full run over as it was: drop {', '.join(extra)}")
         done = relaunch(c.workspace(), c.open_ledger(), study_name, number)
         _emit(done, as_json, lambda d: "\n".join(findings.resumed_lines(d)))
         return

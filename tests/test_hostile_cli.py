@@ -57,6 +57,22 @@ def test_a_count_past_any_study_is_one_line(command_ws):
 
 
 @pytest.mark.parametrize(
+    "args, flag",
+    [(["--episodes", "2"], "--episodes"), (["--repeats", "3"], "--repeats"), (["--dry-run", "--force"], "--dry-run")],
+)
+def test_promote_resume_refuses_what_would_shape_a_new_promotion(command_ws, args, flag):
+    write_study(command_ws)
+    before = (command_ws / "ledger.sqlite").read_bytes()
+    refused(run_cli("-C", str(command_ws), "promote", "--resume", *args), "--resume starts a lost full run", flag)
+    assert (command_ws / "ledger.sqlite").read_bytes() == before
+
+
+def test_promote_resume_with_no_lost_full_run_is_one_line(command_ws):
+    write_study(command_ws)
+    refused(run_cli("-C", str(command_ws), "promote", "--resume"), "nothing to resume")
+
+
+@pytest.mark.parametrize(
     "args", [["status"], ["ledger"], ["show", "1"], ["report"], ["run", "--budget", "1s"], ["hypotheses"]]
 )
 def test_a_ledger_that_is_a_symbolic_link_loop_is_one_line(command_ws, tmp_path, args):
