@@ -12,8 +12,10 @@ controller's life (``autorl.locks``: released by the kernel when the controller 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import socket
 import stat
 import tempfile
 from dataclasses import dataclass
@@ -155,6 +157,21 @@ class Workspace:
     def promote_holder(self) -> dict | None:
         """The promote re-validating now ({pid, host, since, what}), or None."""
         return locks.holder(self.promote_lock_path)
+
+    def record_monitor(self, number: int, pid: int) -> None:
+        """Write where full run ``number``'s monitor runs (pid, host): `status` and `promote --resume` read it, so a
+        monitor on another machine of a shared workspace is not taken for a lost one."""
+        record = {"pid": pid, "host": socket.gethostname()}
+        write_atomically(self.runs / f"fullrun-{number:02d}.monitor.json", json.dumps(record) + "\n")
+
+    def monitor_elsewhere(self, number: int) -> str | None:
+        """The host of full run ``number``'s monitor when it is not this machine (None: this one, or no record)."""
+        try:
+            record = json.loads((self.runs / f"fullrun-{number:02d}.monitor.json").read_text()[:4096])
+        except (OSError, ValueError):
+            return None
+        host = record.get("host") if isinstance(record, dict) else None
+        return host if isinstance(host, str) and host and host != socket.gethostname() else None
 
     def rel(self, path: Path) -> str:
         return str(path.resolve().relative_to(self.root))

@@ -251,13 +251,16 @@ def _full_run(ws: Workspace, t: Trial, by_number: dict[int, Trial]) -> dict[str,
         if t.delta is not None
         else None
     )
+    elsewhere = ws.monitor_elsewhere(t.number) if t.status == TrialStatus.RUNNING else None
     return {
         "number": t.number,
         "attempt": t.attempt,
         "branch": t.branch,
         "status": t.status,
-        # a running row's monitor (a process of this machine): False when it is gone, the run ended unrecorded
-        "monitor_alive": pid_alive(t.pid) if t.status == TrialStatus.RUNNING else None,
+        # a running row's monitor: False when it is gone from this machine (the run ended unrecorded); on another
+        # machine of a shared workspace it cannot be probed from here and is taken as running
+        "monitor_alive": (elsewhere is not None or pid_alive(t.pid)) if t.status == TrialStatus.RUNNING else None,
+        "monitor_host": elsewhere,
         "pid": t.pid,
         "promoted_from": t.promoted_from,
         "trial_branch": source.branch if source is not None else None,
@@ -538,6 +541,8 @@ def full_run_lines(f: dict[str, Any], d: dict[str, Any]) -> list[str]:
     if f["objective"] is not None:
         head += f", best {metric} {_v(f['objective'])} at step {f['best_step']}"
     lines = [head]
+    if f.get("monitor_host"):
+        lines.append(f"  its monitor runs on {f['monitor_host']}: `autorl status` there says how it is doing")
     if f["status"] == TrialStatus.RUNNING and not f.get("monitor_alive", True):
         lines.append(
             f"  but its monitor (pid {f['pid']}) is not running on this machine: the run ended without a record "

@@ -792,6 +792,8 @@ class _Watchers:
         self.holders: dict[int, dict | None] = {}
 
     def liveness(self, r: Trial) -> dict[str, Any]:
+        if r.kind == Kind.FULL and self.ws is not None and (host := self.ws.monitor_elsewhere(r.number)):
+            return {"alive": True, "watched_by": None, "host": host}  # another machine's process: not probed here
         if not _ray_job_only(r.job_id, r.pid):
             return {"alive": pid_alive(r.pid), "watched_by": None}
         holder = self._holder(r.study_id)  # {} while held by a controller whose record cannot be read
@@ -828,6 +830,8 @@ def _running_line(r: dict) -> str:
     """'running attempt-05-… (trial): step 3 eval/id/…=0.5 alive (Ray job …, watched by controller pid 12)'."""
     ev = _eval_text(r)
     head = f"running {r['attempt']} ({r['kind']}): step {r['step']}{f' {ev}' if ev else ''}"
+    if r.get("host"):
+        return f"{head} on {r['host']} (its monitor; not checked from here)"
     if not _ray_job_only(r["job_id"], r["pid"]):
         return f"{head} {'alive' if r['alive'] else 'NOT RUNNING'}"
     if r["alive"]:

@@ -338,4 +338,5 @@ def spawn_full_run(ws: Workspace, number: int) -> int:
             start_new_session=True,
             cwd=ws.root,
         )
+    ws.record_monitor(number, proc.pid)
     return proc.pid

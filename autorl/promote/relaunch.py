@@ -23,7 +23,7 @@ from autorl.states import Kind, Proposer, TrialStatus
 from autorl.workspace import Workspace
 
 
-def lost_full_run(ledger: Ledger, study: str | None = None, number: int | None = None) -> Trial:
+def lost_full_run(ws: Workspace, ledger: Ledger, study: str | None = None, number: int | None = None) -> Trial:
     """The full run to start over: ``number``, or the study's latest ``running`` full run whose monitor is gone."""
     if number is not None:
         row = ledger.trial(number)
@@ -41,6 +41,12 @@ def lost_full_run(ledger: Ledger, study: str | None = None, number: int | None =
     row = rows[-1]
     if row.status != TrialStatus.RUNNING:
         raise UserError(f"{row.attempt} ended ({row.status}): only a full run left running without a monitor resumes")
+    host = ws.monitor_elsewhere(row.number)
+    if host is not None:
+        raise UserError(
+            f"{row.attempt}'s monitor runs on {host}, which cannot be checked from here: run `autorl promote --resume` "
+            f"there, or, if {host} is gone, remove {ws.rel(ws.runs)}/fullrun-{row.number:02d}.monitor.json first"
+        )
     if pid_alive(row.pid):
         raise UserError(f"{row.attempt} is running (pid {row.pid}): follow it with `autorl status`")
     return row
@@ -48,7 +54,7 @@ def lost_full_run(ledger: Ledger, study: str | None = None, number: int | None =
 
 def relaunch(ws: Workspace, ledger: Ledger, study: str | None = None, number: int | None = None) -> dict[str, Any]:
     """Mark the lost full run interrupted and launch its recipe again as a new attempt; what was launched."""
-    row = lost_full_run(ledger, study, number)
+    row = lost_full_run(ws, ledger, study, number)
     lock = ws.lock_promote(f"resume of {row.attempt}")
     try:
         ledger = Ledger(ws.ledger_path)  # the checks passed, the lock held: from here on it records

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -88,6 +89,28 @@ def test_the_lost_smollm2_full_run_is_started_over_on_its_recorded_re_validation
     assert len(again.stderr.strip().splitlines()) == 1
 
 
+def test_a_monitor_on_another_machine_of_a_shared_workspace_is_not_taken_for_lost(tmp_path):
+    """Its pid means nothing here: status keeps following it, --resume refuses in one line naming the host, and
+    goes on once the user has removed the record of a machine that is gone."""
+    ws = _restored(tmp_path, _dead_pid())
+    record = ws / ".autorl" / "runs" / "fullrun-25.monitor.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"pid": 4242, "host": "gpu-node-7"}))
+    status = run_cli("-C", str(ws), "status", "--json")
+    f = json.loads(status.stdout)["findings"]
+    assert f["full_runs"][0]["monitor_host"] == "gpu-node-7" and f["next"]["command"] == "autorl status"
+    assert "on gpu-node-7" in run_cli("-C", str(ws), "status").stdout
+    before = (ws / "ledger.sqlite").read_bytes()
+    refused = run_cli("-C", str(ws), "promote", "--resume", timeout=60)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "gpu-node-7" in refused.stderr and "fullrun-25.monitor.json" in refused.stderr
+    assert (ws / "ledger.sqlite").read_bytes() == before
+    record.unlink()
+    resumed = run_cli("-C", str(ws), "promote", "--resume", "--json", timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    _wait_end(ws, json.loads(resumed.stdout)["number"], 240)  # refused by preflight here (no GPU), and recorded
+
+
 def test_a_full_run_whose_monitor_lives_is_not_resumed(tmp_path):
     ws = _restored(tmp_path, os.getpid())
     out = run_cli("-C", str(ws), "promote", "--resume", timeout=60)
@@ -112,6 +135,8 @@ def test_a_killed_full_run_resumed_ends_with_its_weights(workspace):
     assert out.returncode == 0, out.stderr + out.stdout
     launched = json.loads(out.stdout)
     number, monitor = launched["number"], launched["monitor_pid"]
+    record = json.loads((workspace / ".autorl" / "runs" / f"fullrun-{number:02d}.monitor.json").read_text())
+    assert record == {"pid": monitor, "host": socket.gethostname()}
     deadline = time.time() + 120
     while time.time() < deadline and _rows(workspace)[number]["pid"] == monitor:
         time.sleep(0.5)  # the monitor puts its trainer's pid on the row once launched
