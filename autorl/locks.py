@@ -157,9 +157,11 @@ def _read_holder(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def pid_alive(pid: int | None) -> bool:
+def pid_alive(pid: int | None, command: str | None = None) -> bool:
     """Whether process ``pid`` runs on this machine: a signal-0 probe, and not a zombie (a process killed whose
-    parent is gone waits as one until something reaps it, and the probe alone would call it alive)."""
+    parent is gone waits as one until something reaps it, and the probe alone would call it alive). With
+    ``command``, the process's command line must also contain it: a pid recorded on another machine, or before a
+    reboot, is soon another process's, and only a process of the kind recorded is the one meant."""
     if not pid:
         return False
     try:
@@ -168,6 +170,9 @@ def pid_alive(pid: int | None) -> bool:
         return False
     try:
         stat = Path(f"/proc/{int(pid)}/stat").read_text()
+        cmdline = Path(f"/proc/{int(pid)}/cmdline").read_bytes()[:65536]
     except OSError:  # no /proc (not Linux), or it ended just now: the probe's answer stands
         return True
-    return stat[stat.rfind(")") + 2 :][:1] != "Z"
+    if stat[stat.rfind(")") + 2 :][:1] == "Z":
+        return False
+    return command is None or command in cmdline.replace(b"\0", b" ").decode(errors="replace")

@@ -26,6 +26,8 @@ from autorl.data import shipped
 from autorl.errors import StudyBusyError, WorkspaceError, short
 from autorl.locks import Lock
 
+FULLRUN_MONITOR = "autorl.promote.fullrun"  # the module a full run's monitor runs as (promote spawns it)
+
 RUN_DIR = ".autorl"
 LEDGER = "ledger.sqlite"
 IGNORES = [f"/{RUN_DIR}/", f"/{LEDGER}", f"/{LEDGER}-*"]
@@ -164,14 +166,31 @@ class Workspace:
         record = {"pid": pid, "host": socket.gethostname()}
         write_atomically(self.runs / f"fullrun-{number:02d}.monitor.json", json.dumps(record) + "\n")
 
-    def monitor_elsewhere(self, number: int) -> str | None:
-        """The host of full run ``number``'s monitor when it is not this machine (None: this one, or no record)."""
+    def _monitor_record(self, number: int) -> dict:
         try:
             record = json.loads((self.runs / f"fullrun-{number:02d}.monitor.json").read_text()[:4096])
         except (OSError, ValueError):
-            return None
-        host = record.get("host") if isinstance(record, dict) else None
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    def monitor_elsewhere(self, number: int) -> str | None:
+        """The host of full run ``number``'s monitor when it is not this machine (None: this one, or no record)."""
+        host = self._monitor_record(number).get("host")
         return host if isinstance(host, str) and host and host != socket.gethostname() else None
+
+    def monitor_alive(self, number: int, row_pid: int | None) -> bool:
+        """Whether full run ``number`` still has a monitor to record its end. On another machine of a shared
+        workspace it cannot be probed and is taken as running. Here, the pid promote recorded must be alive and be
+        a full-run monitor still: a pid is soon another process's once its own has gone. A run with no record
+        (launched by an older autorl) is probed by the pid on its row (its monitor's, or its trainer's once
+        launched), which errs towards running: a live run is never taken for lost."""
+        record = self._monitor_record(number)
+        if self.monitor_elsewhere(number) is not None:
+            return True
+        pid = record.get("pid")
+        if isinstance(pid, int) and not isinstance(pid, bool):
+            return locks.pid_alive(pid, FULLRUN_MONITOR)
+        return locks.pid_alive(row_pid)
 
     def rel(self, path: Path) -> str:
         return str(path.resolve().relative_to(self.root))

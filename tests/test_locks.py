@@ -109,3 +109,19 @@ def test_a_process_that_ended_but_was_not_reaped_is_not_alive():
     assert locks.pid_alive(os.getpid())
     child.wait()
     assert not locks.pid_alive(child.pid) and not locks.pid_alive(None) and not locks.pid_alive(2**40)
+
+
+def test_a_pid_taken_by_another_kind_of_process_is_not_the_one_recorded():
+    """A pid recorded on another machine, or before a reboot, soon names another process: with the command
+    recorded, only a process running it counts."""
+    marker = "autorl.promote.fullrun"
+    monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert locks.pid_alive(monitor.pid, marker) and locks.pid_alive(monitor.pid)
+        assert locks.pid_alive(other.pid) and not locks.pid_alive(other.pid, marker)
+    finally:
+        for p in (monitor, other):
+            p.kill()
+            p.wait()
+    assert not locks.pid_alive(monitor.pid, marker)

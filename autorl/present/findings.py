@@ -28,7 +28,6 @@ from autorl import gitops
 from autorl.errors import GitError
 from autorl.judge import gains, verdict
 from autorl.ledger import Ledger, Trial
-from autorl.locks import pid_alive
 from autorl.recipe import Recipe, dump_values
 from autorl.states import Confirmation, CrashCategory, Kind, Proposer, TrialStatus, Verdict
 from autorl.workspace import Workspace
@@ -251,7 +250,8 @@ def _full_run(ws: Workspace, t: Trial, by_number: dict[int, Trial]) -> dict[str,
         if t.delta is not None
         else None
     )
-    elsewhere = ws.monitor_elsewhere(t.number) if t.status == TrialStatus.RUNNING else None
+    running = t.status == TrialStatus.RUNNING
+    elsewhere = ws.monitor_elsewhere(t.number) if running else None
     return {
         "number": t.number,
         "attempt": t.attempt,
@@ -259,7 +259,7 @@ def _full_run(ws: Workspace, t: Trial, by_number: dict[int, Trial]) -> dict[str,
         "status": t.status,
         # a running row's monitor: False when it is gone from this machine (the run ended unrecorded); on another
         # machine of a shared workspace it cannot be probed from here and is taken as running
-        "monitor_alive": (elsewhere is not None or pid_alive(t.pid)) if t.status == TrialStatus.RUNNING else None,
+        "monitor_alive": ws.monitor_alive(t.number, t.pid) if running else None,
         "monitor_host": elsewhere,
         "pid": t.pid,
         "promoted_from": t.promoted_from,

@@ -792,8 +792,10 @@ class _Watchers:
         self.holders: dict[int, dict | None] = {}
 
     def liveness(self, r: Trial) -> dict[str, Any]:
-        if r.kind == Kind.FULL and self.ws is not None and (host := self.ws.monitor_elsewhere(r.number)):
-            return {"alive": True, "watched_by": None, "host": host}  # another machine's process: not probed here
+        if r.kind == Kind.FULL and self.ws is not None:  # its monitor, by the record promote wrote
+            if host := self.ws.monitor_elsewhere(r.number):
+                return {"alive": True, "watched_by": None, "host": host}  # another machine's: not probed here
+            return {"alive": self.ws.monitor_alive(r.number, r.pid), "watched_by": None}
         if not _ray_job_only(r.job_id, r.pid):
             return {"alive": pid_alive(r.pid), "watched_by": None}
         holder = self._holder(r.study_id)  # {} while held by a controller whose record cannot be read

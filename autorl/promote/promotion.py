@@ -43,7 +43,7 @@ from autorl.recipe import Recipe, set_train_values
 from autorl.runs.lifecycle import DetachedRun, open_attempt, run_detached
 from autorl.runs.watch import Outcome
 from autorl.states import Confirmation, Gate, Kind, Proposer, TrialStatus, Verdict
-from autorl.workspace import Workspace
+from autorl.workspace import FULLRUN_MONITOR, Workspace
 
 Say = Callable[[str], None]
 
@@ -324,7 +324,7 @@ def spawn_full_run(ws: Workspace, number: int) -> int:
             [
                 sys.executable,
                 "-m",
-                "autorl.promote.fullrun",
+                FULLRUN_MONITOR,
                 "--root",
                 str(ws.root),
                 "--ledger",
