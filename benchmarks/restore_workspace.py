@@ -8,8 +8,10 @@ study's recipe as the study began (``autorl_studies.recipe``) and each trial's c
 train values (``params``). This script makes WS a workspace (``autorl init``), commits the study's recipe at the path
 the study used, and for every trial commits that recipe with the trial's changed values written in
 (``set_train_values``, as the study wrote them) and tags it with the trial's start tag; branches and end tags are
-not made. Every restored recipe is loaded back and must give exactly the train values the ledger recorded for that
-trial, or the script stops with exit 1 naming the trial and the value. The ledger is copied to WS/ledger.sqlite.
+not made. A full run's changed values are its full-length ones, so its recipe is that of the trial it was promoted
+from with them written in. Every restored recipe is loaded back and must give exactly the train values the ledger
+recorded for that trial (a full run that never finished recorded none: then its source trial's, but for its own
+values), or the script stops with exit 1 naming the trial and the value. The ledger is copied to WS/ledger.sqlite.
 
 What it cannot restore, and so refuses: a trial whose recorded values differ from the study's recipe plus its
 changed values (a patch, or a recipe edited by hand between trials), which the check above catches.
@@ -58,19 +60,33 @@ def restore(ledger: Path, ws: Path, study: str | None) -> int:
         return 2
     study_id, name, rel, text = got
     trials = db.execute(
-        "SELECT number, start_tag, changed, params FROM autorl_trials WHERE study_id = ? ORDER BY number", (study_id,)
+        "SELECT number, start_tag, changed, params, promoted_from FROM autorl_trials WHERE study_id = ? "
+        "ORDER BY number",
+        (study_id,),
     ).fetchall()
     db.close()
+    ran = {number: params for number, _, _, params, _ in trials}  # the train values each trial ran, as recorded
     restored = []  # every trial's recipe, checked before anything is written
     with tempfile.TemporaryDirectory() as tmp:
-        for number, tag, changed, params in trials:
+        texts: dict[int, str] = {}
+        for number, tag, changed, params, source in trials:
             if not tag:
                 continue
-            trial_text = set_train_values(text, json.loads(changed or "{}"))
-            bad = mismatch(trial_text, json.loads(params or "{}"), Path(tmp) / Path(rel).name)
+            # a full run's changed values are its full-length ones, on top of the trial it was promoted from
+            base_text = texts.get(source, "") if source is not None else text
+            if not base_text:
+                print(f"trial {number}: promoted from {source}, whose recipe is not restored", file=sys.stderr)
+                return 1
+            own = json.loads(changed or "{}")
+            trial_text = set_train_values(base_text, own)
+            recorded = json.loads(params or "null")
+            if recorded is None and source is not None:  # never finished, so never recorded: its source's values
+                recorded = {k: v for k, v in json.loads(ran[source] or "{}").items() if k not in own}
+            bad = mismatch(trial_text, recorded or {}, Path(tmp) / Path(rel).name)
             if bad:
                 print(f"trial {number}: its recipe cannot be restored from the ledger ({bad})", file=sys.stderr)
                 return 1
+            texts[number] = trial_text
             restored.append((number, tag, trial_text))
     init_workspace(ws)
     (ws / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -73,3 +73,24 @@ def test_a_trial_the_recipe_cannot_give_is_refused(tmp_path):
     assert got.returncode == 1
     assert "trial 8" in got.stderr and "eps_clip" in got.stderr
     assert not (tmp_path / "ws").exists()  # checked before anything was written
+
+
+PROMOTED = ROOT / "tests" / "data" / "openrlhf-0.10.4" / "smollm2" / "h200x2-promote" / "study-ledger.sqlite"
+
+
+def test_a_full_run_is_restored_on_the_recipe_it_was_promoted_from(tmp_path):
+    """Its changed values are only its full-length ones: restored on the study's recipe it would run the baseline's
+    learning rate and group size at full length (as a restore once did, spending a full run on it)."""
+    ledger = tmp_path / "ledger.sqlite"
+    shutil.copyfile(PROMOTED, ledger)  # a copy: opening the stored one would touch its write-ahead files
+    ws = tmp_path / "ws"
+    got = restore(ledger, ws)
+    assert got.returncode == 0, got.stderr
+    (tmp_path / "r.yaml").write_text(gitops.show_file(ws, "attempt-25-start", "recipes/small.yaml") or "")
+    full = load_recipe(tmp_path / "r.yaml").train
+    (tmp_path / "r.yaml").write_text(gitops.show_file(ws, "attempt-08-start", "recipes/small.yaml") or "")
+    source = load_recipe(tmp_path / "r.yaml").train
+    assert (full["lr"], full["gens"], full["num_episodes"], full["save_steps"]) == (1e-05, 32, 2, 8)
+    assert {k: v for k, v in full.items() if source.get(k) != v} == {
+        "num_episodes": 2, "save_steps": 8, "disable_ds_ckpt": True, "save_hf_ckpt": True
+    }  # fmt: skip

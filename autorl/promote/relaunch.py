@@ -15,8 +15,8 @@ from typing import Any
 
 from autorl.errors import NotFoundError, UserError
 from autorl.ledger import Ledger, Trial
-from autorl.locks import pid_alive
 from autorl.promote.promotion import spawn_full_run
+from autorl.promote.source import trial_recipe
 from autorl.runs.lifecycle import open_attempt
 from autorl.runs.watch import last_seen
 from autorl.states import Kind, Proposer, TrialStatus
@@ -47,9 +47,28 @@ def lost_full_run(ws: Workspace, ledger: Ledger, study: str | None = None, numbe
             f"{row.attempt}'s monitor runs on {host}, which cannot be checked from here: run `autorl promote --resume` "
             f"there, or, if {host} is gone, remove {ws.rel(ws.runs)}/fullrun-{row.number:02d}.monitor.json first"
         )
-    if pid_alive(row.pid):
+    if ws.monitor_alive(row.number, row.pid):
         raise UserError(f"{row.attempt} is running (pid {row.pid}): follow it with `autorl status`")
+    check_start(ws, ledger, row)
     return row
+
+
+def check_start(ws: Workspace, ledger: Ledger, row: Trial) -> None:
+    """The recipe at the lost run's start tag must be its source trial's, as that trial ran (the values the ledger
+    recorded), with the full run's own values: a start tag rebuilt or moved by hand could otherwise spend a whole
+    full run on a recipe nobody re-validated."""
+    if row.promoted_from is None:
+        return
+    source = ledger.trial(row.promoted_from)
+    recipe, _, _ = trial_recipe(ws, ledger, row)
+    own = row.changed or {}
+    for key, value in (source.params or {}).items():
+        if key not in own and recipe.train.get(key) != value:
+            raise UserError(
+                f"{row.start_tag} does not hold {source.attempt}'s recipe: {key} is {recipe.train.get(key)!r} there, "
+                f"{value!r} in the run that was re-validated; restore the tag (git tag -f {row.start_tag} ...) or "
+                f"promote {source.number:02d} afresh (`autorl promote {source.number}`)"
+            )
 
 
 def relaunch(ws: Workspace, ledger: Ledger, study: str | None = None, number: int | None = None) -> dict[str, Any]:

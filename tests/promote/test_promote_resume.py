@@ -118,6 +118,43 @@ def test_a_full_run_whose_monitor_lives_is_not_resumed(tmp_path):
     assert _rows(ws)[25]["status"] == "running" and 26 not in _rows(ws)
 
 
+def test_a_monitor_pid_now_another_process_s_is_taken_for_lost(tmp_path):
+    """Promote recorded the monitor's pid on this host; the monitor has gone and the pid is now another process's
+    (here: this test's own). Status reports the run lost and --resume starts it over; a pid that is still a
+    full-run monitor is refused as running."""
+    ws = _restored(tmp_path, _dead_pid())
+    record = ws / ".autorl" / "runs" / "fullrun-25.monitor.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "autorl.promote.fullrun"])
+    try:
+        record.write_text(json.dumps({"pid": monitor.pid, "host": socket.gethostname()}))
+        refused = run_cli("-C", str(ws), "promote", "--resume", timeout=60)
+        assert refused.returncode == 2 and "is running" in refused.stderr, refused.stderr
+    finally:
+        monitor.kill()
+        monitor.wait()
+    record.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    f = json.loads(run_cli("-C", str(ws), "status", "--json").stdout)["findings"]
+    assert f["full_runs"][0]["monitor_alive"] is False and f["next"]["command"] == "autorl promote --resume"
+    resumed = run_cli("-C", str(ws), "promote", "--resume", "--json", timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _rows(ws)[25]["status"] == "interrupted"
+    _wait_end(ws, json.loads(resumed.stdout)["number"], 240)  # refused by preflight here (no GPU), and recorded
+
+
+def test_a_start_tag_without_the_re_validated_recipe_is_refused(tmp_path):
+    """A lost run's start tag moved (here: onto the study's first recipe, as a faulty restore once left it, which
+    cost a full run at the baseline's learning rate) is refused before anything is spent or written."""
+    ws = _restored(tmp_path, _dead_pid())
+    git(ws, "tag", "-f", "-a", "attempt-25-start", "attempt-01-start^{commit}", "-m", "moved")
+    before = (ws / "ledger.sqlite").read_bytes()
+    out = run_cli("-C", str(ws), "promote", "--resume", timeout=60)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "does not hold attempt-08-move-gens-32-lr-1em05's recipe" in out.stderr
+    assert "32" in out.stderr or "1e-05" in out.stderr
+    assert (ws / "ledger.sqlite").read_bytes() == before and 26 not in _rows(ws)
+
+
 FAST = ["--set", "steps=6", "--set", "eval_every=3", "--set", "batch_prompts=8", "--set", "verdict.baseline_repeats=2"]
 
 
