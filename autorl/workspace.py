@@ -195,6 +195,16 @@ class Workspace:
     def rel(self, path: Path) -> str:
         return str(path.resolve().relative_to(self.root))
 
+    def shown(self, path: Path) -> str:
+        """``path`` as a message names it: relative to the workspace where it lies under it (also through a linked
+        run folder, e.g. `.autorl` on a scratch disk), else in full."""
+        for candidate in (path, path.resolve()):
+            try:
+                return str(candidate.relative_to(self.root))
+            except ValueError:
+                continue
+        return str(path)
+
 
 def _busy(name: str, holder: dict | None) -> StudyBusyError:
     return StudyBusyError(

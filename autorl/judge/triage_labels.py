@@ -69,7 +69,7 @@ def label(ws: Workspace, ledger: Ledger, number: int, word: str, line: str | Non
         root_cause_line=root,
         was=None if trial.crash_category is None else str(trial.crash_category),
         family=family.id,
-        families_file=ws.rel(path),
+        families_file=ws.shown(path),
     )
 
 

@@ -45,7 +45,7 @@ def lost_full_run(ws: Workspace, ledger: Ledger, study: str | None = None, numbe
     if host is not None:
         raise UserError(
             f"{row.attempt}'s monitor runs on {host}, which cannot be checked from here: run `autorl promote --resume` "
-            f"there, or, if {host} is gone, remove {ws.rel(ws.runs)}/fullrun-{row.number:02d}.monitor.json first"
+            f"there, or, if {host} is gone, remove {ws.shown(ws.runs)}/fullrun-{row.number:02d}.monitor.json first"
         )
     if ws.monitor_alive(row.number, row.pid):
         raise UserError(f"{row.attempt} is running (pid {row.pid}): follow it with `autorl status`")

@@ -322,7 +322,7 @@ def prepare_backend(state: StudyState) -> float:
     t0 = time.time()
     log = state.ws.runs / "prepare"
     say = (lambda _text: None) if state.view.quiet else state.view.line
-    say(f"preparing backend {state.base.backend} (log: {state.ws.rel(log)}/)")
+    say(f"preparing backend {state.base.backend} (log: {state.ws.shown(log)}/)")
     code = state.backend.prepare(state.base, state.ws.cache, log)
     if code is not None:
         took = time.time() - t0
