@@ -170,9 +170,9 @@ def pid_alive(pid: int | None, command: str | None = None) -> bool:
         return False
     try:
         stat = Path(f"/proc/{int(pid)}/stat").read_text()
-        cmdline = Path(f"/proc/{int(pid)}/cmdline").read_bytes()[:65536]
+        cmdline = Path(f"/proc/{int(pid)}/cmdline").read_bytes()[:65536] if command else b""
     except OSError:  # no /proc (not Linux), or it ended just now: the probe's answer stands
         return True
     if stat[stat.rfind(")") + 2 :][:1] == "Z":
         return False
-    return command is None or command in cmdline.replace(b"\0", b" ").decode(errors="replace")
+    return not command or command in cmdline.replace(b"\0", b" ").decode(errors="replace")

@@ -175,8 +175,7 @@ class Workspace:
 
     def monitor_elsewhere(self, number: int) -> str | None:
         """The host of full run ``number``'s monitor when it is not this machine (None: this one, or no record)."""
-        host = self._monitor_record(number).get("host")
-        return host if isinstance(host, str) and host and host != socket.gethostname() else None
+        return _elsewhere(self._monitor_record(number))
 
     def monitor_alive(self, number: int, row_pid: int | None) -> bool:
         """Whether full run ``number`` still has a monitor to record its end. On another machine of a shared
@@ -185,7 +184,7 @@ class Workspace:
         (launched by an older autorl) is probed by the pid on its row (its monitor's, or its trainer's once
         launched), which errs towards running: a live run is never taken for lost."""
         record = self._monitor_record(number)
-        if self.monitor_elsewhere(number) is not None:
+        if _elsewhere(record) is not None:
             return True
         pid = record.get("pid")
         if isinstance(pid, int) and not isinstance(pid, bool):
@@ -204,6 +203,11 @@ class Workspace:
             except ValueError:
                 continue
         return str(path)
+
+
+def _elsewhere(record: dict) -> str | None:
+    host = record.get("host")
+    return host if isinstance(host, str) and host and host != socket.gethostname() else None
 
 
 def _busy(name: str, holder: dict | None) -> StudyBusyError:
