@@ -1,4 +1,4 @@
-"""Replay of the two `autorl promote --resume` full runs of SmolLM2 seed 1's confirmed recipe on real OpenRLHF 0.10.4
+"""Replay of the three `autorl promote --resume` full runs of SmolLM2 seed 1's confirmed recipe on real OpenRLHF 0.10.4
 (one H200), each from the promote's ledger restored into a workspace (tests/data/openrlhf-0.10.4/smollm2/, README in
 each folder):
 
@@ -8,6 +8,8 @@ each folder):
   what it is: a full-length control of the baseline's values.
 - ``h200-promote-resumed``: the same, restored correctly (lr 1e-5, gens 32), cut by the end of the booked GPU time
   at step 25, with its step-8 and step-16 checkpoint evals.
+- ``h200-promote-complete``: the same again, run to its end: 32 steps, four checkpoint evals, the final weights, the
+  row closed with its best checkpoint.
 
 Each checkpoint's score is recomputed from its per-item eval, and the two runs are judged against each other and
 against the promote's re-validation runs by the study's own paired test."""
@@ -32,11 +34,15 @@ from autorl.states import Kind, TrialStatus, Verdict
 SMOLLM2 = Path(__file__).resolve().parents[2] / "data" / "openrlhf-0.10.4" / "smollm2"
 CONTROL = SMOLLM2 / "h200-fullrun-misrestored"
 RESUMED = SMOLLM2 / "h200-promote-resumed"
+COMPLETE = SMOLLM2 / "h200-promote-complete"
 REVALIDATION = SMOLLM2 / "h200x2-promote" / "runs"
 FULL = "attempt-26-full-move-gens-32-lr-1em05"
 
 
 def checkpoint(data: Path, step: int) -> RunMetrics:
+    """The eval of the checkpoint saved at ``step``; the last step's is the run's own final eval."""
+    if step == 32:
+        return RunMetrics(iter_records(data / "runs" / FULL / "eval.jsonl"))
     return RunMetrics(iter_records(data / "runs" / FULL / "ckpt-evals" / f"step{step}.jsonl"))
 
 
@@ -66,10 +72,8 @@ def test_the_control_ran_to_its_end_with_its_weights_and_four_checkpoint_evals()
     lg.close()
     assert lost.status == TrialStatus.INTERRUPTED and "was gone" in (lost.reason or "")
     assert (full.kind, full.status, full.retry_of, full.promoted_from) == (Kind.FULL, TrialStatus.COMPLETE, 25, 8)
-    scores = {s: checkpoint(CONTROL, s).series("eval/id/greedy_pass@1")[-1] for s in (8, 16, 24)}
-    final = RunMetrics(iter_records(CONTROL / "runs" / FULL / "eval.jsonl"))
-    scores[32] = final.series("eval/id/greedy_pass@1")[-1]
-    for step in (8, 16, 24):  # each score is its per-item eval's mean
+    scores = {s: checkpoint(CONTROL, s).series("eval/id/greedy_pass@1")[-1] for s in (8, 16, 24, 32)}
+    for step in (8, 16, 24, 32):  # each score is its per-item eval's mean
         items = checkpoint(CONTROL, step).items("id")
         assert items is not None and len(items) == 500 and sum(items or []) / 500 == pytest.approx(scores[step])
     assert scores == {8: 0.258, 16: 0.242, 24: 0.248, 32: 0.254}
@@ -97,8 +101,7 @@ def test_the_control_trained_the_baseline_values_not_the_re_validated_ones():
 
 def test_the_control_at_full_length_is_flat_against_the_baseline(trial_recipe):
     base = [RunMetrics(iter_records(REVALIDATION / f"revalidate-08-base-s{s}" / "eval.jsonl")) for s in (10000, 10007)]
-    last = RunMetrics(iter_records(CONTROL / "runs" / FULL / "eval.jsonl"))
-    got = judge([last], base, trial_recipe)
+    got = judge([checkpoint(CONTROL, 32)], base, trial_recipe)
     assert got.verdict == Verdict.FLAT and got.ci_low < 0 < got.ci_high
 
 
@@ -130,3 +133,63 @@ def test_the_resumed_run_trained_the_re_validated_values_until_the_time_ended():
     assert 15 < statistics.median(s["timing/step_total"] for s in got) < 22  # about 18.5 s a step alone on the card
     diff = (RESUMED / "show-full.txt").read_text()  # what `autorl show 26` printed: the restored recipe's diff
     assert "+  lr: 1.0e-05" in diff and "+  gens: 32" in diff and "+  num_episodes: 2" in diff
+
+
+def test_the_completed_run_closed_its_row_with_four_checkpoint_evals_and_its_weights():
+    lg = open_read(COMPLETE / "study-ledger.sqlite")
+    lost, full = lg.trial(25), lg.trial(26)
+    lg.close()
+    assert lost.status == TrialStatus.INTERRUPTED and "was gone" in (lost.reason or "")
+    assert (full.kind, full.status, full.retry_of, full.promoted_from) == (Kind.FULL, TrialStatus.COMPLETE, 25, 8)
+    scores, ood = {}, {}
+    for step in (8, 16, 24, 32):  # each score recomputed from its 500 per-item results
+        ck = checkpoint(COMPLETE, step)
+        items, ood_items = ck.items("id") or [], ck.items("ood") or []
+        assert len(items) == len(ood_items) == 500 and ck.evals[-1]["step"] == step
+        scores[step], ood[step] = sum(items) / 500, sum(ood_items) / 500
+        assert ck.series("eval/id/greedy_pass@1")[-1] == pytest.approx(scores[step])
+    assert scores == pytest.approx({8: 0.754, 16: 0.788, 24: 0.824, 32: 0.828})
+    assert ood == pytest.approx({8: 0.574, 16: 0.682, 24: 0.694, 32: 0.708})
+    assert full.objective == pytest.approx(scores[32])
+    record = json.loads((COMPLETE / "runs" / "fullrun-26.monitor.log").read_text().strip().splitlines()[-1])
+    assert record["status"] == "complete" and record["best_checkpoint"]["step"] == 32
+    assert record["best_checkpoint"]["weights"].endswith(f"{FULL}/model")
+    weights = (COMPLETE / "weights.txt").read_text().splitlines()
+    assert f"{FULL}/model/model.safetensors" in " ".join(weights) and len(weights) == 5
+    assert all(int(line.split()[-1]) > 300e6 for line in weights)  # 135M parameters in full precision, each
+    config = json.loads((COMPLETE / "runs" / FULL / "model" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    refs = (COMPLETE / "git.txt").read_text()
+    assert "attempt-26-end" in refs and "attempt-25-end" not in refs
+    assert "complete, best" in (COMPLETE / "status.txt").read_text()
+
+
+def test_the_completed_run_trained_the_re_validated_values_and_kept_learning():
+    got = steps(COMPLETE)
+    assert len(got) == 32 and got[0]["actor_lr"] == pytest.approx(1e-05) and got[0]["rollout/num_samples"] == 1024
+    rewards = [s["reward"] for s in got]
+    assert rewards[0] < 0.25 and statistics.fmean(rewards[-5:]) > 0.75
+    assert 15 < statistics.median(s["timing/step_total"] for s in got) < 22
+
+
+def test_the_completed_run_beats_the_control_at_every_checkpoint_and_repeats_the_cut_run(trial_recipe):
+    for step in (8, 16, 24, 32):  # the same prompts, seeds and length as the control: only the values differ
+        got = judge([checkpoint(COMPLETE, step)], [checkpoint(CONTROL, step)], trial_recipe)
+        assert got.verdict == Verdict.IMPROVED and got.delta > 0.45 and got.ci_low > 0.3
+    for step in (8, 16):  # the run cut at step 25 saw the same checkpoints: the same scores within noise
+        again = judge([checkpoint(COMPLETE, step)], [checkpoint(RESUMED, step)], trial_recipe)
+        assert again.verdict == Verdict.FLAT and abs(again.delta) < 0.01
+
+
+def test_the_final_model_holds_the_gain_it_was_promoted_on(trial_recipe):
+    runs = {
+        arm: [
+            RunMetrics(iter_records(REVALIDATION / f"revalidate-08-{arm}-s{s}" / "eval.jsonl")) for s in (10000, 10007)
+        ]
+        for arm in ("base", "trial")
+    }
+    final = checkpoint(COMPLETE, 32)
+    over_base = judge([final], runs["base"], trial_recipe)
+    assert over_base.verdict == Verdict.IMPROVED and over_base.ci_low > 0.5
+    over_trial = judge([final], runs["trial"], trial_recipe)  # twice the steps: no gain beyond the noise
+    assert over_trial.verdict == Verdict.FLAT and over_trial.delta > 0
