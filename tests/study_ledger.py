@@ -233,7 +233,8 @@ def add_full_run(root: Path, number: int = 16, promoted_from: int = 8, objective
     (root / "results").mkdir(exist_ok=True)
     (root / "results" / f"{name}.json").write_text(
         f'{{"status": "complete", "best_checkpoint": {{"step": 250, "value": {objective}, '
-        f'"metric": "eval/id/greedy_pass@1", "weights": "{weights}"}}}}'
+        f'"metric": "eval/id/greedy_pass@1", "weights": "{weights}", '
+        f'"why": "the last eval, {objective:.3f} at step 250, is the best"}}}}'
     )
     git(root, "add", "-A")
     git(root, "commit", "-qm", "full run results")

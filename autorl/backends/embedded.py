@@ -39,7 +39,7 @@ class EmbeddedBackend(Backend):
     def full_run_values(
         self, recipe, steps: int | None, episodes: int | None, eval_every: int | None = None
     ) -> dict[str, Any]:
-        """The generic full-run values; a maximised eval objective also keeps its best eval's weights (best.pt)."""
+        """The generic full-run values; a maximised eval objective also keeps its best and last evals' weights."""
         values = super().full_run_values(recipe, steps, episodes, eval_every)
         o = recipe.objective
         if o.direction == "maximize" and o.metric.startswith("eval/"):

@@ -23,6 +23,8 @@ from autorl import loading
 from autorl.errors import UserError, short
 from autorl.toolkit.task import TaskError, read_jsonl
 
+KEPT_FILE = "kept.json"  # beside a full run's saved weights: which evals best.pt and last.pt hold
+
 
 class GRPOParams(BaseModel):
     """The train-block keys every GRPO backend shares, declared once.
@@ -142,7 +144,8 @@ class EngineConfig(GRPOParams):
     save_best: str | None = Field(
         None,
         description="Eval metric (maximised) whose best eval's weights are saved "
-        "as best.pt beside the metrics file; None = save nothing.",
+        "as best.pt beside the metrics file, and the last eval's as last.pt (or "
+        "best.pt when it is the best); None = save nothing.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="'auto' picks CUDA when available.")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from autorl.engine.config import EngineConfig
+from autorl.engine.config import KEPT_FILE, EngineConfig
 from autorl.toolkit import heartbeat
 from autorl.toolkit.evalcache import base_eval, eval_key
 from autorl.toolkit.model import load_policy
@@ -472,22 +472,32 @@ def run_eval(policy, task, config: EngineConfig, reward: Reward, autocast, step:
     return record
 
 
-def keep_best(state: dict, config: EngineConfig, rec: dict) -> None:
-    """Save the weights when ``config.save_best`` reached a new best (written atomically: tmp, then rename)."""
+def keep_weights(state: dict, config: EngineConfig, rec: dict) -> None:
+    """With ``config.save_best``, one save an eval: a new best eval's weights as best.pt, any other eval's as last.pt,
+    each written atomically (tmp, then rename). So best.pt holds the best eval's weights and ``last_checkpoint`` names
+    the file with the last eval's: a full run keeps the last unless an earlier eval beats it beyond noise
+    (autorl.judge.earlystop.keep_checkpoint). Both marks are also written to kept.json beside them."""
     value = rec.get(config.save_best) if config.save_best else None
-    best = state.get("best_checkpoint")
-    if not isinstance(value, (int, float)) or (best is not None and value <= best["value"]):
+    if not isinstance(value, (int, float)):
         return
+    best = state.get("best_checkpoint")
+    new_best = best is None or value > best["value"]
     path = Path(state["best_path"])
+    path = path if new_best else path.with_name("last.pt")
     tmp = path.with_suffix(".tmp")
     torch.save(state["policy"].module.state_dict(), tmp)
     tmp.replace(path)
-    state["best_checkpoint"] = {
-        "step": rec["step"],
-        "metric": config.save_best,
-        "value": float(value),
-        "path": str(path),
-    }
+    if new_best:  # the last eval's weights are best.pt's now
+        path.with_name("last.pt").unlink(missing_ok=True)
+    mark = {"step": rec["step"], "metric": config.save_best, "value": float(value), "path": str(path)}
+    state["last_checkpoint"] = mark
+    if new_best:
+        state["best_checkpoint"] = mark
+    # beside the weights too: a run stopped early is killed before it writes its summary
+    marks = {k: state[k] for k in ("best_checkpoint", "last_checkpoint")}
+    tmp = path.with_name("kept.tmp")
+    tmp.write_text(json.dumps(marks))
+    tmp.replace(path.with_name(KEPT_FILE))
 
 
 # ---------------------------------------------------------------------------
@@ -569,7 +579,7 @@ def train_loop(config: EngineConfig, state: dict, writer: MetricsWriter, log) ->
         rec = base_eval(state["eval0_key"], state["cache_dir"], measure, log) if step == 0 else measure()
         writer.write(rec)
         log(_eval_line(rec))
-        keep_best(state, config, rec)
+        keep_weights(state, config, rec)
 
     evaluate(0)
     done = state["done"] = 0
@@ -607,8 +617,9 @@ def run(config: EngineConfig, metrics_out: str | Path, cache_dir: str | Path, lo
         writer.close()
         raise
     summary["wall_s"] = round(time.time() - t0, 3)
-    if state.get("best_checkpoint"):
-        summary["best_checkpoint"] = state["best_checkpoint"]
+    for kept in ("best_checkpoint", "last_checkpoint"):
+        if state.get(kept):
+            summary[kept] = state[kept]
     writer.write(summary)
     writer.close()
     return summary

@@ -6,7 +6,12 @@ eval is compared with the best eval so far: on the same items when per-item resu
 paired test: the discordant items set the noise, so two checkpoints that solve the same items
 are not called different), else with the binomial noise of two proportions on n items. The run
 stops when ``patience`` consecutive evals are each below the best by more than ``z`` standard
-errors. The best eval is the checkpoint to keep.
+errors.
+
+The checkpoint to keep (``keep_checkpoint``) is the last eval's, unless an earlier eval beats it
+by the same margin. Taking the best of K noisy evals would pick a coin flip (a flat run's step-8
+0.258 over its step-32 0.254) and report the maximum of K draws, biased upward, as the full run's
+result.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ class DropStop(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    best_step: int | None = Field(description="Step of the best eval (the checkpoint to keep).")
+    best_step: int | None = Field(description="Step of the best eval.")
     best: float = Field(description="Best value so far.")
     recent: list[float] = Field(description="The evals that dropped beyond noise, oldest first.")
     reason: str = Field(description="One line a person can read.")
@@ -76,3 +81,44 @@ def drop_stop(
         f"on {patience} consecutive evals: " + " -> ".join(f"{v:.3f}" for v in vals)
     )
     return DropStop(best_step=best.get("step"), best=float(best[key]), recent=vals, reason=text)
+
+
+class Kept(BaseModel):
+    """The checkpoint a full run keeps, and why that one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int | None = Field(description="Step of the kept eval.")
+    value: float = Field(description="Its value of the objective.")
+    why: str = Field(description="One line a person can read: why this eval and not another.")
+
+
+def keep_checkpoint(evals: list[dict], key: str, maximize: bool = True, z: float = Z_DROP) -> Kept | None:
+    """The eval whose checkpoint to keep: the last, unless the best earlier one beats it beyond ``z`` standard
+    errors (paired over items when both have them, ``drop_se``; corrected for having picked the best of the
+    earlier evals, ``best_of``). Without per-item results or an item count there is no noise to measure by, and
+    the best eval is kept, as it always was. None without an eval of ``key``."""
+    rows = [e for e in evals if isinstance(e.get(key), (int, float))]
+    if not rows:
+        return None
+    last, sign = rows[-1], 1.0 if maximize else -1.0
+    here = f"{float(last[key]):.3f} at step {last.get('step')}"
+    if len(rows) == 1:
+        return Kept(step=last.get("step"), value=float(last[key]), why=f"the only eval: {here}")
+    best = max(rows[:-1], key=lambda e: sign * e[key])
+    margin = sign * (best[key] - last[key])
+    if margin <= 0:
+        return Kept(step=last.get("step"), value=float(last[key]), why=f"the last eval, {here}, is the best")
+    items_key = key.rsplit("/", 1)[0] + "/items" if key.startswith("eval/") else None
+    se, limit = drop_se(best, last, key, items_key), best_of(z, len(rows) - 1)
+    there = f"step {best.get('step')}'s {float(best[key]):.3f}"
+    if se > 0 and margin <= limit * se:
+        noise = f"{margin / se:.1f} standard errors, under {limit:.2f}"
+        why = f"the last eval, {here}: {there} is within noise of it ({noise})"
+        return Kept(step=last.get("step"), value=float(last[key]), why=why)
+    why = (
+        f"{there} beats the last eval ({here}) by {margin / se:.1f} standard errors, over {limit:.2f}"
+        if se > 0
+        else f"{there}, the best eval (no per-item results to tell it from noise; the last: {here})"
+    )
+    return Kept(step=best.get("step"), value=float(best[key]), why=why)

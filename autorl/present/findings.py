@@ -15,7 +15,7 @@ person reads (numbers rounded). In order:
   run's log showed each confirmation's own test against its parent at the confirmation's level;
 - crashes in one line;
 - the exact next command;
-- each full run: its best eval, where its weights are, the branch to adopt, and what it can be compared with.
+- each full run: the eval it kept, where its weights are, the branch to adopt, and what it can be compared with.
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def _crashes(trials: list[Trial]) -> dict[str, Any]:
 
 
 def _full_run(ws: Workspace, t: Trial, by_number: dict[int, Trial]) -> dict[str, Any]:
-    """A promoted full run: its state, best eval, weights (from its results file) and re-validation, what it changed
+    """A promoted full run: its state, kept eval, weights (from its results file) and re-validation, what it changed
     for its length, and the branch of the trial it was promoted from (that recipe at the study's trial length)."""
     source = by_number.get(t.promoted_from) if t.promoted_from is not None else None
     result = _results(ws, t.end_tag, t.attempt) if t.end_tag else {}
@@ -267,6 +267,7 @@ def _full_run(ws: Workspace, t: Trial, by_number: dict[int, Trial]) -> dict[str,
         "full_values": t.changed or {},
         "objective": t.objective,
         "best_step": best.get("step"),
+        "kept_why": best.get("why"),
         "weights": best.get("weights"),
         "revalidation": revalidation,
         "full_length_baseline": None,
@@ -535,12 +536,14 @@ def _crash_line(c: dict[str, Any]) -> str:
 
 
 def full_run_lines(f: dict[str, Any], d: dict[str, Any]) -> list[str]:
-    """A full run: its state and best eval, its weights, the branch to adopt, and what it compares with."""
+    """A full run: its state and kept eval (and why), its weights, the branch to adopt, what it compares with."""
     metric = d["objective"]["metric"]
     head = f"Full run {f['attempt']} (from {f['promoted_from']:02d}): {f['status']}"
     if f["objective"] is not None:
-        head += f", best {metric} {_v(f['objective'])} at step {f['best_step']}"
+        head += f", kept {metric} {_v(f['objective'])} at step {f['best_step']}"
     lines = [head]
+    if f.get("kept_why"):
+        lines.append(f"  why that checkpoint: {f['kept_why']}")
     if f.get("monitor_host"):
         lines.append(f"  its monitor runs on {f['monitor_host']}: `autorl status` there says how it is doing")
     if f["status"] == TrialStatus.RUNNING and not f.get("monitor_alive", True):
@@ -553,7 +556,7 @@ def full_run_lines(f: dict[str, Any], d: dict[str, Any]) -> list[str]:
     lines.append(
         f"  weights: {f['weights']}"
         if f["weights"]
-        else "  weights: none saved (the backend keeps none, or no eval improved)"
+        else "  weights: none saved (the backend keeps none, or they are gone from disk)"
     )
     length = f"; its recipe runs at full length: {dump_values(f['full_values'])}" if f.get("full_values") else ""
     lines.append(f"  branch to adopt: {f['branch']} (the full run's weights and results{length})")

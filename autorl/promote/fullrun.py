@@ -4,8 +4,9 @@ Launched by ``autorl promote`` in its own session so the user can log out. It
 runs the full-run recipe on its backend, follows the eval protocol of seed 004
 §7/§9 — greedy pass@1 on the ID and OOD probes at every eval, early stop when
 the OOD value stays below its best beyond the eval's noise (autorl.judge.earlystop),
-the best eval (step, value, and the weights the embedded engine saved, or the
-checkpoint folder that eval read) recorded as the checkpoint to keep, train/eval
+the checkpoint to keep (the last eval's, unless an earlier one beats it beyond
+noise: ``keep_checkpoint``; its step, value, why, and the weights the embedded
+engine saved for it, or the checkpoint folder that eval read) recorded, train/eval
 divergence flagged — and records everything in the ledger, the results commit and
 tag ``attempt-MM-end``. A backend that saves checkpoints as it trains
 (``Backend.checkpoint_glob``) has each evaluated as it appears
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from autorl.backends.base import Backend, TrialSpec, get_backend, planned_steps
+from autorl.engine.config import KEPT_FILE
 from autorl.errors import UserError, one_line
 from autorl.judge import verdict
-from autorl.judge.earlystop import drop_stop
+from autorl.judge.earlystop import Kept, drop_stop, keep_checkpoint
 from autorl.ledger import Ledger
 from autorl.metrics import RunMetrics
 from autorl.promote.ckpt_evals import CheckpointEvals
@@ -44,12 +46,9 @@ def ood_drop_stop(evals: Records, key: str = OOD_KEY) -> Stop | None:
     return Stop(TrialStatus.EARLY_STOPPED, d.reason) if d is not None else None
 
 
-def best_eval(evals: Records, metric: str, maximize: bool = True) -> tuple[int | None, float | None]:
-    """(step, value) of the best eval of ``metric``."""
-    pts = [(e.get("step"), e[metric]) for e in evals if isinstance(e.get(metric), (int, float))]
-    if not pts:
-        return None, None
-    return max(pts, key=lambda p: p[1] if maximize else -p[1])
+def kept_eval(evals: Records, recipe: Recipe) -> Kept | None:
+    """The eval whose checkpoint the full run keeps (``autorl.judge.earlystop.keep_checkpoint``)."""
+    return keep_checkpoint(evals, recipe.objective.metric, recipe.objective.direction == "maximize")
 
 
 def run_full(ws: Workspace, ledger: Ledger, number: int) -> dict[str, Any]:
@@ -118,7 +117,8 @@ def _drain(evals: CheckpointEvals, out: Outcome, add: Callable[[Records], None],
 
 def _record(ws: Workspace, ledger: Ledger, a: Attempt, recipe: Recipe, out: Outcome) -> dict[str, Any]:
     m = out.metrics
-    step, value = best_eval(m.evals, recipe.objective.metric, recipe.objective.direction == "maximize")
+    kept = kept_eval(m.evals, recipe)
+    step, value = (kept.step, kept.value) if kept is not None else (None, None)
     ended = (TrialStatus.COMPLETE, TrialStatus.EARLY_STOPPED, TrialStatus.CONFIG_ERROR)
     status = out.status if out.status in ended else TrialStatus.CRASH
     flags = [
@@ -133,9 +133,12 @@ def _record(ws: Workspace, ledger: Ledger, a: Attempt, recipe: Recipe, out: Outc
         "finished": finished,
         "duration_s": out.wall_s,
         "flags": flags,
-        "best_checkpoint": _checkpoint(m, step, value, recipe.objective.metric),
+        "best_checkpoint": {
+            **_checkpoint(m, step, value, recipe.objective.metric, a.run_dir),
+            "why": kept and kept.why,
+        },
     }
-    best = f"best {recipe.objective.metric} {value:.4f} at step {step}" if value is not None else "no eval"
+    best = f"kept {recipe.objective.metric} {value:.4f} at step {step}" if value is not None else "no eval"
     reason = best + (f"; {out.reason}" if out.reason else "")
     message = f"{a.name}: full run {status}, {best}\n\n{out.reason}"
     values = {
@@ -151,15 +154,29 @@ def _record(ws: Workspace, ledger: Ledger, a: Attempt, recipe: Recipe, out: Outc
     return result
 
 
-def _checkpoint(m: RunMetrics, step: int | None, value: float | None, metric: str) -> dict[str, Any]:
-    """The best eval, with the path of its saved weights: the ones the backend kept for that step, else the checkpoint
-    that eval read (``autorl.evaluate`` names it in its record: a full run's saved model), when it is still there."""
-    saved = (m.summary or {}).get("best_checkpoint") or {}
-    path = saved.get("path") if saved.get("step") == step and saved.get("metric") == metric else None
+def _checkpoint(
+    m: RunMetrics, step: int | None, value: float | None, metric: str, run_dir: Path | None = None
+) -> dict[str, Any]:
+    """The kept eval, with the path of its saved weights: the ones the backend kept for that step (the embedded
+    engine keeps its best eval's and its last eval's), else the checkpoint that eval read (``autorl.evaluate`` names
+    it in its record: a full run's saved model), when it is still there. A run stopped early was killed before its
+    summary: the engine's marks are also read from ``kept.json`` beside its weights in ``run_dir``."""
+    sources = (m.summary or {}, _kept_marks(run_dir))
+    saved = [marks.get(k) or {} for marks in sources for k in ("best_checkpoint", "last_checkpoint")]
+    path = next((s.get("path") for s in saved if s.get("step") == step and s.get("metric") == metric), None)
     if path is None:
         read = next((e.get("checkpoint") for e in m.evals if e.get("step") == step and e.get(metric) == value), None)
         path = read if read and Path(read).exists() else None
     return {"step": step, "value": value, "metric": metric, "weights": path}
+
+
+def _kept_marks(run_dir: Path | None) -> dict[str, Any]:
+    """The embedded engine's record of which evals its saved weights hold; {} when there is none or it is unreadable."""
+    try:
+        marks = json.loads((Path(run_dir) / KEPT_FILE).read_text()) if run_dir is not None else {}
+    except (OSError, ValueError):
+        return {}
+    return marks if isinstance(marks, dict) else {}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -215,7 +215,39 @@ def test_best_checkpoint_weights_are_saved_and_load(tmp_path, engine_cache):
     assert best["value"] == max(values) and best["step"] == evals[values.index(max(values))]["step"]
     state = torch.load(best["path"])
     assert Path(best["path"]) == tmp_path / "best.pt" and all(torch.is_tensor(v) for v in state.values())
-    assert not (tmp_path / "best.tmp").exists()
+    assert not (tmp_path / "best.tmp").exists() and not (tmp_path / "last.tmp").exists()
+    last = summary["last_checkpoint"]  # the last eval's weights: best.pt when it is the best, else last.pt
+    assert last["step"] == evals[-1]["step"] == 4 and last["value"] == values[-1]
+    assert Path(last["path"]) == tmp_path / ("best.pt" if last["step"] == best["step"] else "last.pt")
+    assert (tmp_path / "last.pt").exists() == (last["step"] != best["step"])
+    assert torch.load(last["path"]).keys() == state.keys()
+    kept = json.loads((tmp_path / "kept.json").read_text())  # the same marks beside the weights, for a killed run
+    assert kept == {"best_checkpoint": best, "last_checkpoint": last}
+
+
+def test_the_last_evals_weights_are_saved_apart_when_an_earlier_eval_was_best(tmp_path):
+    """keep_weights on its own, with evals that fall: best.pt keeps the best eval's weights, last.pt the last's, and
+    a later new best takes last.pt's place (one save an eval)."""
+    import torch
+
+    from autorl.engine.grpo import keep_weights
+
+    class Policy:
+        def __init__(self):
+            self.module = torch.nn.Linear(2, 1)
+
+    config = EngineConfig(**{**FAST, "save_best": "eval/id/greedy_pass@1"})
+    state: dict = {"best_path": tmp_path / "best.pt", "policy": Policy()}
+    for step, value in ((0, 0.5), (8, 0.4)):
+        keep_weights(state, config, {"step": step, "eval/id/greedy_pass@1": value})
+    assert state["best_checkpoint"]["step"] == 0 and state["last_checkpoint"]["step"] == 8
+    assert Path(state["last_checkpoint"]["path"]).name == "last.pt" and (tmp_path / "last.pt").exists()
+    state["policy"].module.weight.data.fill_(3.0)
+    keep_weights(state, config, {"step": 16, "eval/id/greedy_pass@1": 0.7})
+    assert state["best_checkpoint"] == state["last_checkpoint"] and not (tmp_path / "last.pt").exists()
+    assert torch.load(tmp_path / "best.pt")["weight"].eq(3.0).all()
+    keep_weights(state, config, {"step": 24})  # an eval without the metric saves nothing
+    assert state["last_checkpoint"]["step"] == 16
 
 
 def test_a_trial_never_imports_torch_dynamo(tmp_path, engine_cache):

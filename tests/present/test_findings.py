@@ -81,7 +81,8 @@ def test_after_a_full_run_it_says_where_the_weights_are_and_what_to_adopt(ws):
     full = add_full_run(ws)
     text = " ".join(x.strip() for x in _status(ws).splitlines())
     assert "Re-validated by promote: +0.144 [+0.087, +0.201] over the baseline" in text
-    assert f"Full run {full['name']} (from 08): complete, best eval/id/greedy_pass@1 0.668 at step 250" in text
+    assert f"Full run {full['name']} (from 08): complete, kept eval/id/greedy_pass@1 0.668 at step 250" in text
+    assert "why that checkpoint: the last eval, 0.668 at step 250, is the best" in text
     assert f"weights: {full['weights']}" in text
     assert f"branch to adopt: {full['name']}" in text
     assert "no full-length baseline was run" in text

@@ -13,9 +13,10 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from autorl.judge.earlystop import keep_checkpoint
 from autorl.ledger import Ledger
 from autorl.present.review import format_status, status_rows
-from autorl.promote.fullrun import best_eval, ood_drop_stop
+from autorl.promote.fullrun import ood_drop_stop
 from autorl.workspace import Workspace
 from tests.backends.openrlhf.test_host2_replay import revalidation
 from tests.backends.openrlhf.test_host4_replay import gpu_samples, ledger_rows
@@ -96,7 +97,8 @@ def test_the_full_run_evaluated_each_checkpoint_its_job_saved():
         saved = json.loads((RUN / f"full-ckpt-eval-step{e['step']}.jsonl").read_text())
         assert saved["eval/id/items"] == e["eval/id/items"]
     assert [e["eval/ood/greedy_pass@1"] for e in evals] == [0.424, 0.43, 0.46, 0.456]
-    assert ood_drop_stop(evals) is None and best_eval(evals, "eval/id/greedy_pass@1") == (32, 0.572)
+    assert ood_drop_stop(evals) is None and (kept := keep_checkpoint(evals, "eval/id/greedy_pass@1")) is not None
+    assert (kept.step, kept.value) == (32, 0.572)
     weights = (RUN / "full-weights.txt").read_text()
     assert all(f"{d}/model.safetensors" in weights for d in ("model", "global_step8_hf", "global_step32_hf"))
 

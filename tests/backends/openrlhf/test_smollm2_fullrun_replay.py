@@ -25,6 +25,7 @@ import pytest
 
 from autorl.backends.openrlhf.metrics import parse_step_line
 from autorl.judge import verdict
+from autorl.judge.earlystop import keep_checkpoint
 from autorl.judge.evidence import runs_of
 from autorl.ledger import open_read
 from autorl.metrics import RunMetrics, iter_records
@@ -80,6 +81,9 @@ def test_the_control_ran_to_its_end_with_its_weights_and_four_checkpoint_evals()
     assert full.objective == max(scores.values())  # the best checkpoint's, as the monitor picked it
     record = json.loads((CONTROL / "runs" / "fullrun-26.monitor.log").read_text().strip().splitlines()[-1])
     assert record["best_checkpoint"]["step"] == 8 and record["best_checkpoint"]["weights"].endswith("global_step8_hf")
+    # that was the best of four noisy evals; the rule since keeps the last, step 8's 0.258 being within noise of it
+    kept = keep_checkpoint([checkpoint(CONTROL, s).evals[-1] for s in (8, 16, 24, 32)], "eval/id/greedy_pass@1")
+    assert kept is not None and (kept.step, kept.value) == (32, 0.254) and "within noise" in kept.why
     weights = (CONTROL / "weights.txt").read_text()
     assert all(f"{FULL}/ckpt/global_step{s}_hf/model.safetensors" in weights for s in (8, 16, 24, 32))
 
