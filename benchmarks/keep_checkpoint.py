@@ -83,6 +83,8 @@ def main() -> None:
     ap.add_argument("--fresh", type=float, default=0.07)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if args.runs < 1 or args.items < 2 or not 0.0 <= args.fresh <= 1.0:
+        ap.error("--runs must be at least 1, --items at least 2, and --fresh between 0 and 1")
     rng = np.random.default_rng(args.seed)
     print(f"{args.runs} runs a scenario, {args.items} items an eval, seed {args.seed}")
     for label, fresh in (("independent evals", 1.0), (f"like the real runs (fresh {args.fresh:g})", args.fresh)):

@@ -46,7 +46,8 @@ from autorl.toolkit.model import load_policy
 from autorl.toolkit.policy_eval import evaluate_split
 from autorl.toolkit.reward import Reward, load_reward, score
 from autorl.toolkit.task import load_task
-from autorl.toolkit.warmup import SFT_SETTINGS, prepare_base
+from autorl.toolkit.warmup import SFT_SETTINGS, prepare_base, save_atomic
+from autorl.workspace import write_atomically
 
 STD_FLOOR = 1e-4
 ADAM_BETA1 = 0.9
@@ -474,7 +475,7 @@ def run_eval(policy, task, config: EngineConfig, reward: Reward, autocast, step:
 
 def keep_weights(state: dict, config: EngineConfig, rec: dict) -> None:
     """With ``config.save_best``, one save an eval: a new best eval's weights as best.pt, any other eval's as last.pt,
-    each written atomically (tmp, then rename). So best.pt holds the best eval's weights and ``last_checkpoint`` names
+    each written atomically. So best.pt holds the best eval's weights and ``last_checkpoint`` names
     the file with the last eval's: a full run keeps the last unless an earlier eval beats it beyond noise
     (autorl.judge.earlystop.keep_checkpoint). Both marks are also written to kept.json beside them."""
     value = rec.get(config.save_best) if config.save_best else None
@@ -484,20 +485,15 @@ def keep_weights(state: dict, config: EngineConfig, rec: dict) -> None:
     new_best = best is None or value > best["value"]
     path = Path(state["best_path"])
     path = path if new_best else path.with_name("last.pt")
-    tmp = path.with_suffix(".tmp")
-    torch.save(state["policy"].module.state_dict(), tmp)
-    tmp.replace(path)
-    if new_best:  # the last eval's weights are best.pt's now
-        path.with_name("last.pt").unlink(missing_ok=True)
+    save_atomic(state["policy"].module.state_dict(), path)
     mark = {"step": rec["step"], "metric": config.save_best, "value": float(value), "path": str(path)}
     state["last_checkpoint"] = mark
-    if new_best:
+    if new_best:  # the last eval's weights are best.pt's now
         state["best_checkpoint"] = mark
+        path.with_name("last.pt").unlink(missing_ok=True)
     # beside the weights too: a run stopped early is killed before it writes its summary
     marks = {k: state[k] for k in ("best_checkpoint", "last_checkpoint")}
-    tmp = path.with_name("kept.tmp")
-    tmp.write_text(json.dumps(marks))
-    tmp.replace(path.with_name(KEPT_FILE))
+    write_atomically(path.with_name(KEPT_FILE), json.dumps(marks))
 
 
 # ---------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def _record(ws: Workspace, ledger: Ledger, a: Attempt, recipe: Recipe, out: Outc
         "flags": flags,
         "best_checkpoint": {
             **_checkpoint(m, step, value, recipe.objective.metric, a.run_dir),
-            "why": kept and kept.why,
+            "why": kept.why if kept is not None else None,
         },
     }
     best = f"kept {recipe.objective.metric} {value:.4f} at step {step}" if value is not None else "no eval"

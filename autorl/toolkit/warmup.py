@@ -135,7 +135,8 @@ def supervised_warmup(
     return {"sft_steps": step, "sft_pass@1": score}
 
 
-def _save_atomic(state: dict, path: Path) -> None:
+def save_atomic(state: dict, path: Path) -> None:
+    """``torch.save`` in one step: a reader (or a kill) sees the old file or the new, never a part."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     os.close(fd)
     try:
@@ -160,7 +161,7 @@ def prepare_base(policy, task, config, cache_dir: str | Path, judge, log=print) 
                 info = supervised_warmup(policy, task, config, judge, log)
             finally:
                 torch.set_num_threads(threads)
-            _save_atomic({"state_dict": policy.module.state_dict(), **info}, path)
+            save_atomic({"state_dict": policy.module.state_dict(), **info}, path)
     state = torch.load(path, map_location=policy.device, weights_only=True)
     policy.module.load_state_dict(state["state_dict"])
     return path

@@ -52,6 +52,21 @@ def steps(data: Path) -> list[dict[str, float]]:
     return [r[1] for r in map(parse_step_line, text.splitlines()) if r]
 
 
+def lost_and_full(data: Path):
+    """Rows 25 (the full run lost with its machine) and 26 (its `promote --resume`) of a kept ledger."""
+    lg = open_read(data / "study-ledger.sqlite")
+    rows = lg.trial(25), lg.trial(26)
+    lg.close()
+    return rows
+
+
+def assert_resumed_to_its_end(data: Path) -> None:
+    """25 marked interrupted (its monitor gone), 26 a complete full run that starts 25 over, from trial 08."""
+    lost, full = lost_and_full(data)
+    assert lost.status == TrialStatus.INTERRUPTED and "was gone" in (lost.reason or "")
+    assert (full.kind, full.status, full.retry_of, full.promoted_from) == (Kind.FULL, TrialStatus.COMPLETE, 25, 8)
+
+
 @pytest.fixture(scope="module")
 def trial_recipe(tmp_path_factory):
     lg = open_read(RESUMED / "study-ledger.sqlite")
@@ -68,11 +83,8 @@ def judge(a: list[RunMetrics], b: list[RunMetrics], recipe) -> verdict.Judgement
 
 
 def test_the_control_ran_to_its_end_with_its_weights_and_four_checkpoint_evals():
-    lg = open_read(CONTROL / "study-ledger.sqlite")
-    lost, full = lg.trial(25), lg.trial(26)
-    lg.close()
-    assert lost.status == TrialStatus.INTERRUPTED and "was gone" in (lost.reason or "")
-    assert (full.kind, full.status, full.retry_of, full.promoted_from) == (Kind.FULL, TrialStatus.COMPLETE, 25, 8)
+    assert_resumed_to_its_end(CONTROL)
+    full = lost_and_full(CONTROL)[1]
     scores = {s: checkpoint(CONTROL, s).series("eval/id/greedy_pass@1")[-1] for s in (8, 16, 24, 32)}
     for step in (8, 16, 24, 32):  # each score is its per-item eval's mean
         items = checkpoint(CONTROL, step).items("id")
@@ -127,9 +139,7 @@ def test_the_re_validated_recipe_at_full_length_keeps_its_gain(trial_recipe):
 
 
 def test_the_resumed_run_trained_the_re_validated_values_until_the_time_ended():
-    lg = open_read(RESUMED / "study-ledger.sqlite")
-    lost, full = lg.trial(25), lg.trial(26)
-    lg.close()
+    lost, full = lost_and_full(RESUMED)
     assert lost.status == TrialStatus.INTERRUPTED and full.status == TrialStatus.RUNNING and full.retry_of == 25
     got = steps(RESUMED)
     assert len(got) == 25 and got[0]["actor_lr"] == pytest.approx(1e-05) and got[0]["rollout/num_samples"] == 1024
@@ -140,11 +150,8 @@ def test_the_resumed_run_trained_the_re_validated_values_until_the_time_ended():
 
 
 def test_the_completed_run_closed_its_row_with_four_checkpoint_evals_and_its_weights():
-    lg = open_read(COMPLETE / "study-ledger.sqlite")
-    lost, full = lg.trial(25), lg.trial(26)
-    lg.close()
-    assert lost.status == TrialStatus.INTERRUPTED and "was gone" in (lost.reason or "")
-    assert (full.kind, full.status, full.retry_of, full.promoted_from) == (Kind.FULL, TrialStatus.COMPLETE, 25, 8)
+    assert_resumed_to_its_end(COMPLETE)
+    full = lost_and_full(COMPLETE)[1]
     scores, ood = {}, {}
     for step in (8, 16, 24, 32):  # each score recomputed from its 500 per-item results
         ck = checkpoint(COMPLETE, step)
